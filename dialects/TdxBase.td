@@ -1,0 +1,83 @@
+//===- TdxBase.td - tdx dialect definition and enums -------*- tablegen -*-===//
+//
+// The tdx dialect records PyTorch programs (parameters, their init programs and
+// the forward pass) with logical (global) tensor shapes, and carries the
+// placements that the sharding passes propagate over a device mesh.
+//
+//===----------------------------------------------------------------------===//
+
+#ifndef TDX_DIALECT_TDXBASE_TD
+#define TDX_DIALECT_TDXBASE_TD
+
+include "mlir/IR/OpBase.td"
+include "mlir/IR/AttrTypeBase.td"
+include "mlir/IR/EnumAttr.td"
+
+def Tdx_Dialect : Dialect {
+  let name = "tdx";
+  let cppNamespace = "::mlir::tdx";
+  let summary = "Distributed PyTorch programs: parameters, init, forward, placements";
+  let description = [{
+    The `tdx` dialect holds a PyTorch model as a compiler sees it: every
+    parameter and buffer with its fully-qualified name, global shape, dtype and
+    functionalized init program; the forward function over value-semantic
+    tensors; device meshes; and DTensor-style placements (`Shard(dim)`,
+    `Replicate`, `Partial(sum|avg|max|min)`) on values.
+
+    Tensor types are builtin `tensor<...>` types. Before partitioning a type
+    is the logical (global) shape; after partitioning it is the local shard
+    of one rank. See `docs/ir.md` for a worked example.
+  }];
+  let useDefaultAttributePrinterParser = 1;
+  let dependentDialects = ["::mlir::func::FuncDialect"];
+}
+
+//===----------------------------------------------------------------------===//
+// Enums
+//===----------------------------------------------------------------------===//
+
+def Tdx_ReduceKind : I32EnumAttr<"ReduceKind",
+    "how Partial values combine (torch.distributed ReduceOp)", [
+  I32EnumAttrCase<"Sum", 0, "sum">,
+  I32EnumAttrCase<"Avg", 1, "avg">,
+  I32EnumAttrCase<"Max", 2, "max">,
+  I32EnumAttrCase<"Min", 3, "min">
+]> {
+  let cppNamespace = "::mlir::tdx";
+}
+
+def Tdx_PlacementKind : I32EnumAttr<"PlacementKind",
+    "kind of a placement on one mesh axis", [
+  I32EnumAttrCase<"Shard", 0, "Shard">,
+  I32EnumAttrCase<"Replicate", 1, "Replicate">,
+  I32EnumAttrCase<"Partial", 2, "Partial">
+]> {
+  let genSpecializedAttr = 0;
+  let cppNamespace = "::mlir::tdx";
+}
+
+def Tdx_CmpPredicate : I32EnumAttr<"CmpPredicate",
+    "comparison predicate (aten eq/ne/lt/le/gt/ge)", [
+  I32EnumAttrCase<"eq", 0>, I32EnumAttrCase<"ne", 1>,
+  I32EnumAttrCase<"lt", 2>, I32EnumAttrCase<"le", 3>,
+  I32EnumAttrCase<"gt", 4>, I32EnumAttrCase<"ge", 5>
+]> {
+  let cppNamespace = "::mlir::tdx";
+}
+
+def Tdx_GeluApproximation : I32EnumAttr<"GeluApproximation",
+    "torch.nn.functional.gelu approximate=", [
+  I32EnumAttrCase<"none", 0>, I32EnumAttrCase<"tanh", 1>
+]> {
+  let cppNamespace = "::mlir::tdx";
+}
+
+def Tdx_LossReduction : I32EnumAttr<"LossReduction",
+    "loss reduction (torch reduction=)", [
+  I32EnumAttrCase<"none", 0>, I32EnumAttrCase<"mean", 1>,
+  I32EnumAttrCase<"sum", 2>
+]> {
+  let cppNamespace = "::mlir::tdx";
+}
+
+#endif // TDX_DIALECT_TDXBASE_TD

@@ -1,0 +1,80 @@
+//===- TdxInitOps.cpp - tensor creation and random init -------------------===//
+
+#include "tdx/Dialect/TdxOps.h"
+
+#include <cmath>
+
+using namespace mlir;
+using namespace mlir::tdx;
+
+LogicalResult FullOp::verify() {
+  double v = getValue().convertToDouble();
+  Type et = getType().getElementType();
+  if (auto it = dyn_cast<IntegerType>(et)) {
+    if (!std::isfinite(v) || std::trunc(v) != v)
+      return emitOpError() << "fills an integer tensor with " << v
+                           << "; the value must be integral";
+    if (it.getWidth() == 1 && v != 0.0 && v != 1.0)
+      return emitOpError() << "fills a boolean tensor with " << v
+                           << "; the value must be 0 or 1";
+  }
+  return success();
+}
+
+LogicalResult ArangeOp::verify() {
+  double start = getStart().convertToDouble();
+  double end = getEnd().convertToDouble();
+  double step = getStep().convertToDouble();
+  if (step == 0.0 || !std::isfinite(step))
+    return emitOpError("step must be finite and non-zero");
+  if ((step > 0 && end < start) || (step < 0 && end > start))
+    return emitOpError() << "range [" << start << ", " << end << ") with step "
+                         << step << " runs the wrong way";
+  RankedTensorType type = getType();
+  if (type.getRank() != 1)
+    return emitOpError() << "result must be 1-D, got " << type;
+  int64_t count = static_cast<int64_t>(std::ceil((end - start) / step));
+  if (!type.isDynamicDim(0) && type.getDimSize(0) != count)
+    return emitOpError() << "produces " << count
+                         << " elements (ceil((end - start) / step)) but the "
+                            "result type "
+                         << type << " has " << type.getDimSize(0);
+  return success();
+}
+
+LogicalResult UniformOp::verify() {
+  double low = getLow().convertToDouble(), high = getHigh().convertToDouble();
+  if (!(low <= high) || !std::isfinite(low) || !std::isfinite(high))
+    return emitOpError() << "needs finite low <= high, got [" << low << ", "
+                         << high << ")";
+  return success();
+}
+
+LogicalResult NormalOp::verify() {
+  double std = getStd().convertToDouble();
+  if (!(std >= 0) || !std::isfinite(std) ||
+      !std::isfinite(getMean().convertToDouble()))
+    return emitOpError() << "needs a finite mean and a finite std >= 0, got std "
+                         << std;
+  return success();
+}
+
+LogicalResult TruncNormalOp::verify() {
+  double std = getStd().convertToDouble();
+  double a = getA().convertToDouble(), b = getB().convertToDouble();
+  if (!(std >= 0) || !std::isfinite(std))
+    return emitOpError() << "needs a finite std >= 0, got " << std;
+  if (!(a < b))
+    return emitOpError() << "needs truncation bounds a < b, got [" << a << ", "
+                         << b << "]";
+  return success();
+}
+
+LogicalResult DropoutOp::verify() {
+  double p = getP().convertToDouble();
+  if (!(p >= 0.0 && p < 1.0))
+    return emitOpError() << "drop probability p = " << p
+                         << " must be in [0, 1); p = 1 zeroes everything: use "
+                            "'tdx.full 0.0' instead";
+  return success();
+}

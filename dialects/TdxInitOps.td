@@ -1,0 +1,101 @@
+//===- TdxInitOps.td - tensor creation and random init -----*- tablegen -*-===//
+//
+// Creation ops have no operands: the result type is the logical (global)
+// tensor. Random ops are counter-based: element i of the global tensor is a
+// pure function of (seed, stream, i), so any rank can compute any slice.
+//
+//===----------------------------------------------------------------------===//
+
+#ifndef TDX_DIALECT_TDXINITOPS_TD
+#define TDX_DIALECT_TDXINITOPS_TD
+
+include "TdxOpBase.td"
+
+def Tdx_EmptyOp : Tdx_Op<"empty", [Pure]> {
+  let summary = "a tensor with unspecified contents (torch.empty)";
+  let results = (outs Tdx_Tensor:$result);
+  let assemblyFormat = "attr-dict `:` type($result)";
+}
+
+def Tdx_FullOp : Tdx_Op<"full", [Pure]> {
+  let summary = "a tensor filled with one value (torch.full, zeros, ones)";
+  let description = [{
+    ```mlir
+    %z = tdx.full 0.000000e+00 : tensor<4x4xf32>
+    %m = tdx.full 1.000000e+00 : tensor<8xi64>
+    ```
+    On integer and boolean tensors the value must be integral (and 0 or 1
+    for `i1`).
+  }];
+  let arguments = (ins F64Attr:$value);
+  let results = (outs Tdx_Tensor:$result);
+  let assemblyFormat = "$value attr-dict `:` type($result)";
+  let hasVerifier = 1;
+}
+
+def Tdx_ArangeOp : Tdx_Op<"arange", [Pure]> {
+  let summary = "evenly spaced values in [start, end) (torch.arange)";
+  let description = [{
+    The result is 1-D with `ceil((end - start) / step)` elements, exactly as
+    `torch.arange(start, end, step)`.
+
+    ```mlir
+    %p = tdx.arange start 0.000000e+00 end 8.000000e+00 step 1.000000e+00 : tensor<8xi64>
+    ```
+  }];
+  let arguments = (ins F64Attr:$start, F64Attr:$end, F64Attr:$step);
+  let results = (outs RankedTensorOf<[AnyFloat, AnySignlessInteger]>:$result);
+  let assemblyFormat =
+    "`start` $start `end` $end `step` $step attr-dict `:` type($result)";
+  let hasVerifier = 1;
+}
+
+class Tdx_RandomOp<string mnemonic, string what, dag params, string paramFmt>
+    : Tdx_Op<mnemonic, [Pure]> {
+  let summary = what # " random values from (seed, stream), layout-independent";
+  let arguments = !con(params, (ins I64Attr:$seed, I64Attr:$stream));
+  let results = (outs Tdx_FloatTensor:$result);
+  let assemblyFormat = "`(` " # paramFmt #
+      " `)` `seed` `(` $seed `,` $stream `)` attr-dict `:` type($result)";
+  let hasVerifier = 1;
+}
+
+def Tdx_UniformOp : Tdx_RandomOp<"uniform", "uniform",
+    (ins F64Attr:$low, F64Attr:$high), "$low `,` $high"> {
+  let description = [{
+    Values uniform in `[low, high)`, like `torch.nn.init.uniform_`.
+    `kaiming_uniform_`, `xavier_uniform_` and nn.Linear's default init are
+    this op with the bound computed from the fan (see `tdx/Init/TorchInit.h`).
+
+    ```mlir
+    %w = tdx.uniform(-2.500000e-01, 2.500000e-01) seed(0, 1) : tensor<16x16xf32>
+    ```
+  }];
+}
+
+def Tdx_NormalOp : Tdx_RandomOp<"normal", "normally distributed",
+    (ins F64Attr:$mean, F64Attr:$std), "$mean `,` $std"> {
+  let description = [{
+    Values from N(mean, std^2), like `torch.nn.init.normal_`;
+    `kaiming_normal_` and `xavier_normal_` compute `std` from the fan.
+
+    ```mlir
+    %w = tdx.normal(0.000000e+00, 2.000000e-02) seed(0, 2) : tensor<100x16xf32>
+    ```
+  }];
+}
+
+def Tdx_TruncNormalOp : Tdx_RandomOp<"trunc_normal", "truncated normal",
+    (ins F64Attr:$mean, F64Attr:$std, F64Attr:$a, F64Attr:$b),
+    "$mean `,` $std `,` $a `,` $b"> {
+  let description = [{
+    Values from N(mean, std^2) restricted to `[a, b]`, like
+    `torch.nn.init.trunc_normal_(t, mean, std, a, b)` (bounds are absolute).
+
+    ```mlir
+    %w = tdx.trunc_normal(0.000000e+00, 2.000000e-02, -4.000000e-02, 4.000000e-02) seed(0, 3) : tensor<16x16xf32>
+    ```
+  }];
+}
+
+#endif // TDX_DIALECT_TDXINITOPS_TD

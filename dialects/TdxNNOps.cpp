@@ -1,0 +1,266 @@
+//===- TdxNNOps.cpp - matmul, norms, embedding, losses --------------------===//
+
+#include "tdx/Dialect/TdxOps.h"
+
+#include "mlir/Dialect/Traits.h"
+
+using namespace mlir;
+using namespace mlir::tdx;
+
+/// Formats a shape as `[2x3x4]` for diagnostics.
+static std::string shapeStr(ArrayRef<int64_t> shape) {
+  std::string s;
+  llvm::raw_string_ostream os(s);
+  os << "[";
+  llvm::interleave(
+      shape, os,
+      [&](int64_t d) {
+        if (ShapedType::isDynamic(d))
+          os << "?";
+        else
+          os << d;
+      },
+      "x");
+  os << "]";
+  return s;
+}
+
+static bool dimsCompatible(int64_t a, int64_t b) {
+  return ShapedType::isDynamic(a) || ShapedType::isDynamic(b) || a == b;
+}
+
+//===----------------------------------------------------------------------===//
+// MatmulOp
+//===----------------------------------------------------------------------===//
+
+LogicalResult MatmulOp::inferReturnTypes(MLIRContext *, std::optional<Location> loc,
+                                         ValueRange operands, DictionaryAttr,
+                                         OpaqueProperties, RegionRange,
+                                         SmallVectorImpl<Type> &inferred) {
+  auto a = cast<RankedTensorType>(operands[0].getType());
+  auto b = cast<RankedTensorType>(operands[1].getType());
+  if (a.getElementType() != b.getElementType())
+    return emitOptionalError(loc, "'", getOperationName(), "' op operands have element types ",
+                             a.getElementType(), " and ", b.getElementType(),
+                             "; insert a 'tdx.cast' so both have one dtype");
+  if (a.getRank() == 0 || b.getRank() == 0)
+    return emitOptionalError(loc, "'", getOperationName(),
+                             "' op needs operands of rank >= 1 (torch.matmul); "
+                             "use 'tdx.mul' to scale by a 0-D tensor");
+  // Promote 1-D operands to matrices as torch.matmul does.
+  SmallVector<int64_t> sa(a.getShape()), sb(b.getShape());
+  bool aVec = sa.size() == 1, bVec = sb.size() == 1;
+  if (aVec)
+    sa.insert(sa.begin(), 1);
+  if (bVec)
+    sb.push_back(1);
+  int64_t ka = sa.back(), kb = sb[sb.size() - 2];
+  if (!dimsCompatible(ka, kb))
+    return emitOptionalError(
+        loc, "'", getOperationName(), "' op contracting dims differ: lhs ",
+        shapeStr(a.getShape()), " has ", ka, " columns but rhs ",
+        shapeStr(b.getShape()), " has ", kb, " rows");
+  SmallVector<int64_t> batch;
+  ArrayRef<int64_t> ba(sa.data(), sa.size() - 2), bb(sb.data(), sb.size() - 2);
+  if (!OpTrait::util::getBroadcastedShape(ba, bb, batch))
+    return emitOptionalError(loc, "'", getOperationName(), "' op batch dims ",
+                             shapeStr(ba), " and ", shapeStr(bb),
+                             " do not broadcast");
+  SmallVector<int64_t> shape(batch);
+  if (!aVec)
+    shape.push_back(sa[sa.size() - 2]);
+  if (!bVec)
+    shape.push_back(sb.back());
+  inferred.push_back(RankedTensorType::get(shape, a.getElementType()));
+  return success();
+}
+
+//===----------------------------------------------------------------------===//
+// LinearOp
+//===----------------------------------------------------------------------===//
+
+LogicalResult LinearOp::inferReturnTypes(MLIRContext *, std::optional<Location> loc,
+                                         ValueRange operands, DictionaryAttr,
+                                         OpaqueProperties, RegionRange,
+                                         SmallVectorImpl<Type> &inferred) {
+  StringRef name = getOperationName();
+  auto x = cast<RankedTensorType>(operands[0].getType());
+  auto w = cast<RankedTensorType>(operands[1].getType());
+  if (x.getRank() < 1)
+    return emitOptionalError(loc, "'", name, "' op input must have rank >= 1");
+  if (w.getRank() != 1 && w.getRank() != 2)
+    return emitOptionalError(loc, "'", name, "' op weight must be [out, in] or [in], got ",
+                             shapeStr(w.getShape()));
+  for (Value v : operands.drop_front())
+    if (cast<RankedTensorType>(v.getType()).getElementType() != x.getElementType())
+      return emitOptionalError(loc, "'", name, "' op weight and bias must have the input's "
+                               "element type ", x.getElementType(),
+                               "; insert a 'tdx.cast'");
+  int64_t in = x.getShape().back(), win = w.getShape().back();
+  if (!dimsCompatible(in, win))
+    return emitOptionalError(loc, "'", name, "' op input ", shapeStr(x.getShape()),
+                             " has ", in, " features but weight ",
+                             shapeStr(w.getShape()), " expects ", win);
+  SmallVector<int64_t> shape(x.getShape().drop_back());
+  if (w.getRank() == 2)
+    shape.push_back(w.getDimSize(0));
+  if (operands.size() == 3) {
+    auto b = cast<RankedTensorType>(operands[2].getType());
+    SmallVector<int64_t> unused;
+    if (b.getRank() > static_cast<int64_t>(shape.size()) ||
+        !OpTrait::util::getBroadcastedShape(shape, b.getShape(), unused) ||
+        ArrayRef<int64_t>(unused) != ArrayRef<int64_t>(shape))
+      return emitOptionalError(loc, "'", name, "' op bias ", shapeStr(b.getShape()),
+                               " does not broadcast to the output ",
+                               shapeStr(shape));
+  }
+  inferred.push_back(RankedTensorType::get(shape, x.getElementType()));
+  return success();
+}
+
+//===----------------------------------------------------------------------===//
+// Softmax
+//===----------------------------------------------------------------------===//
+
+template <typename Op>
+static LogicalResult verifySoftmaxDim(Op op) {
+  int64_t rank = cast<RankedTensorType>(op.getInput().getType()).getRank();
+  auto dim = static_cast<int64_t>(op.getDim());
+  if (!normalizeDim(dim, std::max<int64_t>(rank, 1)))
+    return op.emitOpError() << "dim " << dim
+                            << " is out of range for a tensor of rank " << rank
+                            << "; valid dims are " << -std::max<int64_t>(rank, 1)
+                            << " to " << std::max<int64_t>(rank, 1) - 1;
+  return success();
+}
+LogicalResult SoftmaxOp::verify() { return verifySoftmaxDim(*this); }
+LogicalResult LogSoftmaxOp::verify() { return verifySoftmaxDim(*this); }
+
+//===----------------------------------------------------------------------===//
+// LayerNormOp / RmsNormOp
+//===----------------------------------------------------------------------===//
+
+static LogicalResult inferNorm(std::optional<Location> loc, StringRef name,
+                               ValueRange operands, ArrayRef<int64_t> normalized,
+                               double eps, SmallVectorImpl<Type> &inferred) {
+  auto x = cast<RankedTensorType>(operands[0].getType());
+  if (normalized.empty())
+    return emitOptionalError(loc, "'", name,
+                             "' op normalized_shape must name at least one dim");
+  if (!(eps >= 0))
+    return emitOptionalError(loc, "'", name, "' op eps must be >= 0, got ", eps);
+  int64_t n = normalized.size();
+  if (x.getRank() < n)
+    return emitOptionalError(loc, "'", name, "' op normalized_shape ",
+                             shapeStr(normalized), " has more dims than the input ",
+                             shapeStr(x.getShape()));
+  ArrayRef<int64_t> trailing = x.getShape().take_back(n);
+  for (auto [d, e] : llvm::zip(trailing, normalized))
+    if (!dimsCompatible(d, e))
+      return emitOptionalError(loc, "'", name, "' op normalized_shape ",
+                               shapeStr(normalized),
+                               " must equal the trailing dims of the input ",
+                               shapeStr(x.getShape()));
+  for (Value v : operands.drop_front()) {
+    auto t = cast<RankedTensorType>(v.getType());
+    if (t.getShape() != normalized || t.getElementType() != x.getElementType())
+      return emitOptionalError(loc, "'", name, "' op weight and bias must be ",
+                               RankedTensorType::get(normalized, x.getElementType()),
+                               ", got ", t);
+  }
+  inferred.push_back(x);
+  return success();
+}
+
+LogicalResult LayerNormOp::inferReturnTypes(MLIRContext *, std::optional<Location> loc,
+                                            ValueRange operands, DictionaryAttr attrs,
+                                            OpaqueProperties props, RegionRange regions,
+                                            SmallVectorImpl<Type> &inferred) {
+  Adaptor adaptor(operands, attrs, props, regions);
+  return inferNorm(loc, getOperationName(), operands, adaptor.getNormalizedShape(),
+                   adaptor.getEps().convertToDouble(), inferred);
+}
+
+LogicalResult RmsNormOp::inferReturnTypes(MLIRContext *, std::optional<Location> loc,
+                                          ValueRange operands, DictionaryAttr attrs,
+                                          OpaqueProperties props, RegionRange regions,
+                                          SmallVectorImpl<Type> &inferred) {
+  Adaptor adaptor(operands, attrs, props, regions);
+  return inferNorm(loc, getOperationName(), operands, adaptor.getNormalizedShape(),
+                   adaptor.getEps().convertToDouble(), inferred);
+}
+
+//===----------------------------------------------------------------------===//
+// EmbeddingOp
+//===----------------------------------------------------------------------===//
+
+LogicalResult EmbeddingOp::inferReturnTypes(MLIRContext *, std::optional<Location> loc,
+                                            ValueRange operands, DictionaryAttr attrs,
+                                            OpaqueProperties props, RegionRange regions,
+                                            SmallVectorImpl<Type> &inferred) {
+  Adaptor adaptor(operands, attrs, props, regions);
+  auto w = cast<RankedTensorType>(operands[0].getType());
+  auto idx = cast<RankedTensorType>(operands[1].getType());
+  if (w.getRank() != 2)
+    return emitOptionalError(loc, "'", getOperationName(),
+                             "' op weight must be [num_embeddings, dim], got ",
+                             shapeStr(w.getShape()));
+  if (std::optional<uint64_t> pad = adaptor.getPaddingIdx()) {
+    int64_t p = static_cast<int64_t>(*pad), v = w.getDimSize(0);
+    if (!ShapedType::isDynamic(v) && (p < -v || p >= v))
+      return emitOptionalError(loc, "'", getOperationName(), "' op padding_idx ", p,
+                               " is out of range for ", v, " embeddings");
+  }
+  SmallVector<int64_t> shape(idx.getShape());
+  shape.push_back(w.getDimSize(1));
+  inferred.push_back(RankedTensorType::get(shape, w.getElementType()));
+  return success();
+}
+
+//===----------------------------------------------------------------------===//
+// CrossEntropyOp
+//===----------------------------------------------------------------------===//
+
+LogicalResult CrossEntropyOp::inferReturnTypes(MLIRContext *, std::optional<Location> loc,
+                                               ValueRange operands, DictionaryAttr attrs,
+                                               OpaqueProperties props, RegionRange regions,
+                                               SmallVectorImpl<Type> &inferred) {
+  Adaptor adaptor(operands, attrs, props, regions);
+  StringRef name = getOperationName();
+  auto x = cast<RankedTensorType>(operands[0].getType());
+  auto t = cast<RankedTensorType>(operands[1].getType());
+  if (x.getRank() < 1)
+    return emitOptionalError(loc, "'", name, "' op input must be [C] or [N, C, d...]");
+  // Per-element loss shape: input without its class dim.
+  SmallVector<int64_t> lossShape(x.getShape());
+  lossShape.erase(lossShape.begin() + (x.getRank() == 1 ? 0 : 1));
+  if (isa<FloatType>(t.getElementType())) {
+    if (t != x)
+      return emitOptionalError(loc, "'", name, "' op probability targets must have the "
+                               "input's type ", x, ", got ", t);
+  } else if (isa<IntegerType>(t.getElementType())) {
+    if (t.getRank() != static_cast<int64_t>(lossShape.size()) ||
+        llvm::any_of(llvm::zip(t.getShape(), lossShape), [](auto p) {
+          return !dimsCompatible(std::get<0>(p), std::get<1>(p));
+        }))
+      return emitOptionalError(loc, "'", name, "' op class-index target ",
+                               shapeStr(t.getShape()), " must be ",
+                               shapeStr(lossShape), " for input ",
+                               shapeStr(x.getShape()));
+  } else {
+    return emitOptionalError(loc, "'", name,
+                             "' op target must hold integer class indices or "
+                             "float probabilities");
+  }
+  if (adaptor.getReduction() != LossReduction::none)
+    lossShape.clear();
+  inferred.push_back(RankedTensorType::get(lossShape, x.getElementType()));
+  return success();
+}
+
+LogicalResult CrossEntropyOp::verify() {
+  double ls = getLabelSmoothing().convertToDouble();
+  if (!(ls >= 0.0 && ls <= 1.0))
+    return emitOpError() << "label_smoothing " << ls << " must be in [0, 1]";
+  return success();
+}

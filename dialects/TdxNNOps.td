@@ -1,0 +1,184 @@
+//===- TdxNNOps.td - matmul, reductions, norms, losses ------*- tablegen -*-===//
+
+#ifndef TDX_DIALECT_TDXNNOPS_TD
+#define TDX_DIALECT_TDXNNOPS_TD
+
+include "TdxOpBase.td"
+
+def Tdx_MatmulOp : Tdx_InferredOp<"matmul"> {
+  let summary = "torch.matmul: 1-D, 2-D and batched with broadcast batch dims";
+  let description = [{
+    Follows `torch.matmul`: 1-D operands are promoted to a matrix (and the
+    added dim removed afterwards); batch dims broadcast.
+
+    ```mlir
+    %r = tdx.matmul %a, %b : (tensor<2x1x8x16xf32>, tensor<3x16x4xf32>) -> tensor<2x3x8x4xf32>
+    ```
+  }];
+  let arguments = (ins Tdx_Tensor:$lhs, Tdx_Tensor:$rhs);
+  let results = (outs Tdx_Tensor:$result);
+  let assemblyFormat =
+    "$lhs `,` $rhs attr-dict `:` functional-type(operands, results)";
+}
+
+def Tdx_LinearOp : Tdx_InferredOp<"linear"> {
+  let summary = "torch.nn.functional.linear: x @ W^T + b";
+  let description = [{
+    `input` is `[..., in]`, `weight` is `[out, in]` (or `[in]`), the optional
+    `bias` broadcasts to `[out]`; the result is `[..., out]`.
+
+    ```mlir
+    %y = tdx.linear %x, %w, %b : (tensor<2x8x16xf32>, tensor<32x16xf32>, tensor<32xf32>) -> tensor<2x8x32xf32>
+    ```
+  }];
+  let arguments = (ins Tdx_Tensor:$input, Tdx_Tensor:$weight,
+                       Optional<Tdx_Tensor>:$bias);
+  let results = (outs Tdx_Tensor:$result);
+  let assemblyFormat =
+    "$input `,` $weight (`,` $bias^)? attr-dict `:` functional-type(operands, results)";
+}
+
+class Tdx_ReduceOp<string mnemonic, string aten, Type operandType>
+    : Tdx_InferredOp<mnemonic> {
+  let summary = "reduction " # aten # " over dims (all dims if none given)";
+  let description = [{
+    `aten::}] # aten # [{`. `dims` may be negative (counted from the end);
+    without `dims` every dim is reduced. With `keepdim` the reduced dims stay
+    with size 1.
+
+    ```mlir
+    %r = tdx.}] # mnemonic # [{ %x dims = [-1] keepdim : tensor<4x8xf32> -> tensor<4x1xf32>
+    %t = tdx.}] # mnemonic # [{ %x : tensor<4x8xf32> -> tensor<f32>
+    ```
+  }];
+  let arguments = (ins operandType:$input, OptionalAttr<DenseI64ArrayAttr>:$dims,
+                       UnitAttr:$keepdim);
+  let results = (outs Tdx_Tensor:$result);
+  let assemblyFormat = [{
+    $input (`dims` `=` $dims^)? (`keepdim` $keepdim^)? attr-dict `:`
+    type($input) `->` type($result)
+  }];
+  let extraClassDefinition = [{
+    ::mlir::LogicalResult $cppClass::inferReturnTypes(
+        ::mlir::MLIRContext *context, ::std::optional<::mlir::Location> loc,
+        ::mlir::ValueRange operands, ::mlir::DictionaryAttr attributes,
+        ::mlir::OpaqueProperties properties, ::mlir::RegionRange regions,
+        ::llvm::SmallVectorImpl<::mlir::Type> &inferred) {
+      Adaptor adaptor(operands, attributes, properties, regions);
+      return inferReduceResult(loc, getOperationName(), operands[0].getType(),
+          adaptor.getDims(), adaptor.getKeepdim(), inferred);
+    }
+  }];
+}
+
+def Tdx_SumOp : Tdx_ReduceOp<"sum", "sum.dim_IntList",
+    RankedTensorOf<[AnyFloat, AnySignlessInteger]>>;
+def Tdx_MeanOp : Tdx_ReduceOp<"mean", "mean.dim", Tdx_FloatTensor>;
+def Tdx_MaxOp : Tdx_ReduceOp<"max", "amax",
+    RankedTensorOf<[AnyFloat, AnySignlessInteger]>>;
+
+class Tdx_SoftmaxBase<string mnemonic, string aten>
+    : Tdx_Op<mnemonic, [Pure, SameOperandsAndResultType]> {
+  let summary = aten # " along one dim";
+  let description = [{
+    `aten::}] # aten # [{(input, dim)`; `dim` may be negative.
+
+    ```mlir
+    %p = tdx.}] # mnemonic # [{ %x dim = -1 : tensor<4x8xf32>
+    ```
+  }];
+  let arguments = (ins Tdx_FloatTensor:$input, I64Attr:$dim);
+  let results = (outs Tdx_FloatTensor:$result);
+  let assemblyFormat = "$input `dim` `=` $dim attr-dict `:` type($input)";
+  let hasVerifier = 1;
+}
+
+def Tdx_SoftmaxOp : Tdx_SoftmaxBase<"softmax", "_softmax">;
+def Tdx_LogSoftmaxOp : Tdx_SoftmaxBase<"log_softmax", "_log_softmax">;
+
+def Tdx_LayerNormOp : Tdx_InferredOp<"layer_norm", [AttrSizedOperandSegments]> {
+  let summary = "torch.nn.functional.layer_norm over the trailing dims";
+  let description = [{
+    Normalizes over the trailing `normalized_shape` dims; `weight` and `bias`,
+    when present, have shape `normalized_shape`.
+
+    ```mlir
+    %y = tdx.layer_norm %x weight %w bias %b normalized_shape = [16] eps = 1.000000e-05
+        : (tensor<2x8x16xf32>, tensor<16xf32>, tensor<16xf32>) -> tensor<2x8x16xf32>
+    ```
+  }];
+  let arguments = (ins Tdx_FloatTensor:$input, Optional<Tdx_FloatTensor>:$weight,
+                       Optional<Tdx_FloatTensor>:$bias,
+                       DenseI64ArrayAttr:$normalized_shape, F64Attr:$eps);
+  let results = (outs Tdx_FloatTensor:$result);
+  let assemblyFormat = [{
+    $input (`weight` $weight^)? (`bias` $bias^)?
+    `normalized_shape` `=` $normalized_shape `eps` `=` $eps attr-dict `:`
+    functional-type(operands, results)
+  }];
+}
+
+def Tdx_RmsNormOp : Tdx_InferredOp<"rms_norm"> {
+  let summary = "RMSNorm (LLaMA) over the trailing dims";
+  let description = [{
+    `x * rsqrt(mean(x^2 over normalized_shape) + eps) * weight`.
+
+    ```mlir
+    %y = tdx.rms_norm %x weight %w normalized_shape = [16] eps = 1.000000e-06
+        : (tensor<2x8x16xf32>, tensor<16xf32>) -> tensor<2x8x16xf32>
+    ```
+  }];
+  let arguments = (ins Tdx_FloatTensor:$input, Optional<Tdx_FloatTensor>:$weight,
+                       DenseI64ArrayAttr:$normalized_shape, F64Attr:$eps);
+  let results = (outs Tdx_FloatTensor:$result);
+  let assemblyFormat = [{
+    $input (`weight` $weight^)? `normalized_shape` `=` $normalized_shape
+    `eps` `=` $eps attr-dict `:` functional-type(operands, results)
+  }];
+}
+
+def Tdx_EmbeddingOp : Tdx_InferredOp<"embedding"> {
+  let summary = "torch.nn.functional.embedding: rows of weight by index";
+  let description = [{
+    `weight` is `[num_embeddings, dim]`, `indices` an integer tensor of any
+    shape `S`; the result is `[S..., dim]`.
+
+    ```mlir
+    %e = tdx.embedding %wte, %ids : (tensor<100x16xf32>, tensor<2x8xi64>) -> tensor<2x8x16xf32>
+    ```
+  }];
+  let arguments = (ins Tdx_Tensor:$weight, Tdx_IntTensor:$indices,
+                       OptionalAttr<I64Attr>:$padding_idx);
+  let results = (outs Tdx_Tensor:$result);
+  let assemblyFormat = [{
+    $weight `,` $indices (`padding_idx` `=` $padding_idx^)? attr-dict `:`
+    functional-type(operands, results)
+  }];
+}
+
+def Tdx_CrossEntropyOp : Tdx_InferredOp<"cross_entropy"> {
+  let summary = "torch.nn.functional.cross_entropy on logits";
+  let description = [{
+    `input` holds logits `[N, C, d...]` (or `[C]`); `target` holds class
+    indices `[N, d...]` (integer) or class probabilities shaped like `input`
+    (float). With `reduction = none` the result is `[N, d...]`, otherwise a
+    0-D tensor.
+
+    ```mlir
+    %l = tdx.cross_entropy %logits, %labels reduction = mean
+        : (tensor<16x100xf32>, tensor<16xi64>) -> tensor<f32>
+    ```
+  }];
+  let arguments = (ins Tdx_FloatTensor:$input, Tdx_Tensor:$target,
+      DefaultValuedAttr<Tdx_LossReduction, "LossReduction::mean">:$reduction,
+      DefaultValuedAttr<I64Attr, "-100">:$ignore_index,
+      DefaultValuedAttr<F64Attr, "0.0">:$label_smoothing);
+  let results = (outs Tdx_FloatTensor:$result);
+  let assemblyFormat = [{
+    $input `,` $target `reduction` `=` $reduction attr-dict `:`
+    functional-type(operands, results)
+  }];
+  let hasVerifier = 1;
+}
+
+#endif // TDX_DIALECT_TDXNNOPS_TD

@@ -1,0 +1,27 @@
+//===- TdxOpBase.td - base classes shared by tdx ops -------*- tablegen -*-===//
+
+#ifndef TDX_DIALECT_TDXOPBASE_TD
+#define TDX_DIALECT_TDXOPBASE_TD
+
+include "TdxAttrs.td"
+include "mlir/IR/SymbolInterfaces.td"
+include "mlir/IR/BuiltinAttributes.td"
+include "mlir/Interfaces/SideEffectInterfaces.td"
+include "mlir/Interfaces/InferTypeOpInterface.td"
+include "mlir/Interfaces/ControlFlowInterfaces.td"
+
+class Tdx_Op<string mnemonic, list<Trait> traits = []>
+    : Op<Tdx_Dialect, mnemonic, traits>;
+
+def Tdx_Tensor : RankedTensorOf<[AnyType]>;
+def Tdx_FloatTensor : RankedTensorOf<[AnyFloat]>;
+def Tdx_IntTensor : RankedTensorOf<[AnySignlessInteger]>;
+def Tdx_BoolTensor : RankedTensorOf<[I1]>;
+
+/// A result type computed from the operands and attributes. The printed form
+/// keeps the result type; the verifier checks it against the inferred one.
+class Tdx_InferredOp<string mnemonic, list<Trait> traits = []>
+    : Tdx_Op<mnemonic, !listconcat(traits,
+        [Pure, DeclareOpInterfaceMethods<InferTypeOpInterface>])>;
+
+#endif // TDX_DIALECT_TDXOPBASE_TD

@@ -1,0 +1,220 @@
+//===- TdxShardingOps.cpp - annotations, redistribute, collectives --------===//
+
+#include "tdx/Dialect/TdxOps.h"
+
+#include "llvm/ADT/StringSet.h"
+
+using namespace mlir;
+using namespace mlir::tdx;
+
+LogicalResult AnnotateOp::verifySymbolUses(SymbolTableCollection &symbols) {
+  if (static_cast<int64_t>(getPriority()) < 0)
+    return emitOpError("priority must be >= 0 (0 is the highest)");
+  return getSharding().verifyFor(*this, getType(), symbols, "sharding");
+}
+
+LogicalResult RedistributeOp::verifySymbolUses(SymbolTableCollection &symbols) {
+  if (failed(getSource().verifyFor(*this, getType(), symbols, "source sharding")) ||
+      failed(getTarget().verifyFor(*this, getType(), symbols, "target sharding")))
+    return failure();
+  if (getSource().getMesh() != getTarget().getMesh())
+    return emitOpError() << "moves between meshes " << getSource().getMesh()
+                         << " and " << getTarget().getMesh()
+                         << "; source and target must use one mesh";
+  return success();
+}
+
+//===----------------------------------------------------------------------===//
+// Collectives
+//===----------------------------------------------------------------------===//
+
+template <typename Op>
+static FailureOr<int64_t> verifyCollectiveGroup(Op op,
+                                                SymbolTableCollection &symbols) {
+  auto mesh = symbols.lookupNearestSymbolFrom<MeshOp>(op, op.getMeshAttr());
+  if (!mesh) {
+    op.emitOpError() << "refers to mesh " << op.getMeshAttr()
+                     << ", which is not a 'tdx.mesh' in scope";
+    return failure();
+  }
+  if (op.getMeshAxes().empty()) {
+    op.emitOpError("names no mesh axes; give at least one");
+    return failure();
+  }
+  int64_t group = 1;
+  llvm::StringSet<> seen;
+  for (StringRef axis : op.getMeshAxes().template getAsValueRange<StringAttr>()) {
+    int64_t index = mesh.getAxisIndex(axis);
+    if (index < 0) {
+      InFlightDiagnostic diag = op.emitOpError()
+                                << "names axis \"" << axis << "\", which mesh "
+                                << op.getMeshAttr() << " does not have; its axes are ";
+      llvm::interleaveComma(mesh.getAxes().template getAsValueRange<StringAttr>(),
+                            diag, [&](StringRef a) { diag << "\"" << a << "\""; });
+      return failure();
+    }
+    if (!seen.insert(axis).second) {
+      op.emitOpError() << "names axis \"" << axis << "\" twice";
+      return failure();
+    }
+    group *= mesh.getShape()[index];
+  }
+  return group;
+}
+
+#define TDX_GROUP_METHOD(Op)                                                   \
+  FailureOr<int64_t> Op::verifyGroup(SymbolTableCollection &symbols) {         \
+    return verifyCollectiveGroup(*this, symbols);                              \
+  }
+TDX_GROUP_METHOD(AllGatherOp)
+TDX_GROUP_METHOD(AllReduceOp)
+TDX_GROUP_METHOD(ReduceScatterOp)
+TDX_GROUP_METHOD(AllToAllOp)
+TDX_GROUP_METHOD(BroadcastOp)
+#undef TDX_GROUP_METHOD
+
+namespace {
+/// Checks the per-rank shapes of a collective: dims other than those it
+/// changes stay; `grow` dims are multiplied by the group size; `split` dims
+/// are divided (torch.chunk; an uneven split leaves a `?` dim).
+struct ShapeCheck {
+  Operation *op;
+  RankedTensorType in, out;
+  int64_t group;
+
+  LogicalResult check(std::optional<int64_t> grow, std::optional<int64_t> split) {
+    if (in.getElementType() != out.getElementType() || in.getRank() != out.getRank())
+      return op->emitOpError() << "result " << out
+                               << " must keep the input's rank and element type "
+                               << in;
+    for (int64_t d = 0; d < in.getRank(); ++d) {
+      int64_t have = in.getDimSize(d), got = out.getDimSize(d);
+      int64_t want = have;
+      if (!ShapedType::isDynamic(have)) {
+        if (grow && d == *grow && split && d == *split)
+          want = have;
+        else if (grow && d == *grow)
+          want = have * group;
+        else if (split && d == *split)
+          want = have % group == 0 ? have / group : ShapedType::kDynamic;
+      } else if ((grow && d == *grow) || (split && d == *split)) {
+        want = ShapedType::kDynamic;
+      }
+      if (ShapedType::isDynamic(want) ? !ShapedType::isDynamic(got)
+                                      : (!ShapedType::isDynamic(got) && got != want)) {
+        InFlightDiagnostic diag = op->emitOpError()
+                                  << "result dim " << d << " is "
+                                  << (ShapedType::isDynamic(got) ? std::string("?")
+                                                                 : std::to_string(got))
+                                  << " but a group of " << group << " rank(s) gives ";
+        if (ShapedType::isDynamic(want))
+          diag << "? (an uneven torch.chunk split differs between ranks)";
+        else
+          diag << want;
+        return diag;
+      }
+    }
+    return success();
+  }
+};
+} // namespace
+
+static FailureOr<int64_t> checkCollectiveDim(Operation *op, StringRef what,
+                                             int64_t dim, int64_t rank) {
+  if (std::optional<int64_t> d = normalizeDim(dim, rank))
+    return *d;
+  op->emitOpError() << what << " " << dim << " is out of range for rank "
+                    << rank;
+  return failure();
+}
+
+LogicalResult AllGatherOp::verifySymbolUses(SymbolTableCollection &symbols) {
+  FailureOr<int64_t> group = verifyGroup(symbols);
+  if (failed(group))
+    return failure();
+  auto in = cast<RankedTensorType>(getInput().getType());
+  FailureOr<int64_t> dim =
+      checkCollectiveDim(*this, "dim", static_cast<int64_t>(getGatherDim()), in.getRank());
+  if (failed(dim))
+    return failure();
+  return ShapeCheck{*this, in, cast<RankedTensorType>(getType()), *group}.check(*dim, {});
+}
+
+LogicalResult AllReduceOp::verifySymbolUses(SymbolTableCollection &symbols) {
+  FailureOr<int64_t> group = verifyGroup(symbols);
+  if (failed(group))
+    return failure();
+  if (getInput().getType() != getType())
+    return emitOpError() << "result type " << getType()
+                         << " must equal the input type " << getInput().getType();
+  return success();
+}
+
+LogicalResult ReduceScatterOp::verifySymbolUses(SymbolTableCollection &symbols) {
+  FailureOr<int64_t> group = verifyGroup(symbols);
+  if (failed(group))
+    return failure();
+  auto in = cast<RankedTensorType>(getInput().getType());
+  FailureOr<int64_t> dim =
+      checkCollectiveDim(*this, "dim", static_cast<int64_t>(getScatterDim()), in.getRank());
+  if (failed(dim))
+    return failure();
+  return ShapeCheck{*this, in, cast<RankedTensorType>(getType()), *group}.check({}, *dim);
+}
+
+LogicalResult AllToAllOp::verifySymbolUses(SymbolTableCollection &symbols) {
+  FailureOr<int64_t> group = verifyGroup(symbols);
+  if (failed(group))
+    return failure();
+  auto in = cast<RankedTensorType>(getInput().getType());
+  FailureOr<int64_t> split =
+      checkCollectiveDim(*this, "split dim", static_cast<int64_t>(getSplitDim()), in.getRank());
+  if (failed(split))
+    return failure();
+  FailureOr<int64_t> concat = checkCollectiveDim(
+      *this, "concat dim", static_cast<int64_t>(getConcatDim()), in.getRank());
+  if (failed(concat))
+    return failure();
+  return ShapeCheck{*this, in, cast<RankedTensorType>(getType()), *group}.check(*concat, *split);
+}
+
+LogicalResult BroadcastOp::verifySymbolUses(SymbolTableCollection &symbols) {
+  FailureOr<int64_t> group = verifyGroup(symbols);
+  if (failed(group))
+    return failure();
+  auto mesh = symbols.lookupNearestSymbolFrom<MeshOp>(*this, getMeshAttr());
+  ArrayRef<int64_t> root = getRoot();
+  if (root.size() != getMeshAxes().size())
+    return emitOpError() << "root has " << root.size() << " coordinate(s) for "
+                         << getMeshAxes().size()
+                         << " mesh axes; give one coordinate per named axis";
+  for (auto [coord, axis] :
+       llvm::zip(root, getMeshAxes().getAsValueRange<StringAttr>())) {
+    int64_t size = mesh.getShape()[mesh.getAxisIndex(axis)];
+    if (coord < 0 || coord >= size)
+      return emitOpError() << "root coordinate " << coord << " on axis \"" << axis
+                           << "\" is outside [0, " << size << ")";
+  }
+  return success();
+}
+
+//===----------------------------------------------------------------------===//
+// AtenOp
+//===----------------------------------------------------------------------===//
+
+LogicalResult AtenOp::verify() {
+  StringRef schema = getSchema();
+  auto [ns, rest] = schema.split("::");
+  auto [name, overload] = rest.split('.');
+  auto isIdent = [](StringRef s) {
+    return !s.empty() && (std::isalpha(s.front()) || s.front() == '_') &&
+           llvm::all_of(s, [](char c) { return std::isalnum(c) || c == '_'; });
+  };
+  if (!schema.contains("::") || !isIdent(ns) || !isIdent(name) ||
+      (rest.contains('.') && !isIdent(overload)))
+    return emitOpError() << "schema \"" << schema
+                         << "\" is not an operator name; expected "
+                            "'namespace::name' or 'namespace::name.overload', "
+                            "for example \"aten::index_select\"";
+  return success();
+}

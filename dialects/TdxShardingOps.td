@@ -1,0 +1,123 @@
+//===- TdxShardingOps.td - annotations and collectives -----*- tablegen -*-===//
+
+#ifndef TDX_DIALECT_TDXSHARDINGOPS_TD
+#define TDX_DIALECT_TDXSHARDINGOPS_TD
+
+include "TdxOpBase.td"
+
+def Tdx_AnnotateOp : Tdx_Op<"annotate", [Pure, SameOperandsAndResultType,
+    DeclareOpInterfaceMethods<SymbolUserOpInterface>]> {
+  let summary = "a user's placement for a value (global view)";
+  let description = [{
+    States that `input` is laid out as `sharding`. Propagation never
+    overrides it; `priority` (0 is highest) orders conflicting annotations.
+
+    ```mlir
+    %y = tdx.annotate %x <@mesh, [Shard(0), Replicate]> : tensor<8x16xf32>
+    ```
+  }];
+  let arguments = (ins Tdx_Tensor:$input, Tdx_ShardingAttr:$sharding,
+                       DefaultValuedAttr<I64Attr, "0">:$priority);
+  let results = (outs Tdx_Tensor:$result);
+  let assemblyFormat =
+    "$input $sharding (`priority` $priority^)? attr-dict `:` type($input)";
+}
+
+def Tdx_RedistributeOp : Tdx_Op<"redistribute", [Pure, SameOperandsAndResultType,
+    DeclareOpInterfaceMethods<SymbolUserOpInterface>]> {
+  let summary = "change a value's placement (DTensor.redistribute, global view)";
+  let description = [{
+    The logical value is unchanged; its layout goes from `source` to
+    `target` over the same mesh. `tdx-insert-collectives` turns it into
+    collectives.
+
+    ```mlir
+    %r = tdx.redistribute %x <@mesh, [Shard(0)]> to <@mesh, [Replicate]> : tensor<8x16xf32>
+    ```
+  }];
+  let arguments = (ins Tdx_Tensor:$input, Tdx_ShardingAttr:$source,
+                       Tdx_ShardingAttr:$target);
+  let results = (outs Tdx_Tensor:$result);
+  let assemblyFormat =
+    "$input $source `to` $target attr-dict `:` type($input)";
+}
+
+class Tdx_CollectiveOp<string mnemonic, string what, dag extra, string extraFmt,
+                       list<Trait> traits = []>
+    : Tdx_Op<mnemonic, !listconcat(traits, [
+        DeclareOpInterfaceMethods<SymbolUserOpInterface>])> {
+  let summary = what # " over named mesh axes (local view)";
+  let arguments = !con((ins Tdx_Tensor:$input, FlatSymbolRefAttr:$mesh,
+                            StrArrayAttr:$mesh_axes), extra);
+  let results = (outs Tdx_Tensor:$result);
+  let assemblyFormat = "$input `on` $mesh `axes` `=` $mesh_axes " # extraFmt #
+      " attr-dict `:` type($input) `->` type($result)";
+  let extraClassDeclaration = [{
+    /// Checks the mesh and axes, and returns the group size (the product of
+    /// the sizes of the named axes), or failure after a diagnostic.
+    ::mlir::FailureOr<int64_t> verifyGroup(::mlir::SymbolTableCollection &symbols);
+  }];
+}
+
+def Tdx_AllGatherOp : Tdx_CollectiveOp<"all_gather", "all_gather",
+    (ins I64Attr:$gather_dim), "`dim` `=` $gather_dim"> {
+  let description = [{
+    Concatenates every rank's `input` along `gather_dim`, in the group's rank
+    order. Ranks may hold uneven chunks (`?` dims).
+
+    ```mlir
+    %g = tdx.all_gather %x on @mesh axes = ["tp"] dim = 0 : tensor<2x16xf32> -> tensor<8x16xf32>
+    ```
+  }];
+}
+
+def Tdx_AllReduceOp : Tdx_CollectiveOp<"all_reduce", "all_reduce",
+    (ins Tdx_ReduceKind:$reduce), "`reduce` `=` $reduce"> {
+  let description = [{
+    ```mlir
+    %s = tdx.all_reduce %x on @mesh axes = ["tp"] reduce = sum : tensor<8x16xf32> -> tensor<8x16xf32>
+    ```
+  }];
+}
+
+def Tdx_ReduceScatterOp : Tdx_CollectiveOp<"reduce_scatter", "reduce_scatter",
+    (ins Tdx_ReduceKind:$reduce, I64Attr:$scatter_dim),
+    "`reduce` `=` $reduce `dim` `=` $scatter_dim"> {
+  let description = [{
+    Reduces across the group and leaves each rank its `torch.chunk` piece of
+    `scatter_dim`. When the dim does not divide evenly the result dim is `?`.
+
+    ```mlir
+    %r = tdx.reduce_scatter %x on @mesh axes = ["tp"] reduce = sum dim = 0 : tensor<8x16xf32> -> tensor<2x16xf32>
+    ```
+  }];
+}
+
+def Tdx_AllToAllOp : Tdx_CollectiveOp<"all_to_all", "all_to_all",
+    (ins I64Attr:$split_dim, I64Attr:$concat_dim),
+    "`split` `=` $split_dim `concat` `=` $concat_dim"> {
+  let description = [{
+    Splits `split_dim` into group-size chunks, sends chunk `j` to rank `j`,
+    and concatenates what it receives along `concat_dim`: `Shard(concat_dim)`
+    becomes `Shard(split_dim)`.
+
+    ```mlir
+    %a = tdx.all_to_all %x on @mesh axes = ["tp"] split = 1 concat = 0 : tensor<2x16xf32> -> tensor<8x4xf32>
+    ```
+  }];
+}
+
+def Tdx_BroadcastOp : Tdx_CollectiveOp<"broadcast", "broadcast",
+    (ins DenseI64ArrayAttr:$root), "`root` `=` $root",
+    [SameOperandsAndResultType]> {
+  let description = [{
+    Every rank of the group receives the value of the rank at mesh
+    coordinates `root` (one coordinate per named axis).
+
+    ```mlir
+    %b = tdx.broadcast %x on @mesh axes = ["dp"] root = [0] : tensor<8xf32> -> tensor<8xf32>
+    ```
+  }];
+}
+
+#endif // TDX_DIALECT_TDXSHARDINGOPS_TD

@@ -1,0 +1,142 @@
+//===- TdxStructureOps.cpp - meshes, parameters, buffers ------------------===//
+
+#include "tdx/Dialect/TdxOps.h"
+
+#include "llvm/ADT/StringSet.h"
+
+using namespace mlir;
+using namespace mlir::tdx;
+
+//===----------------------------------------------------------------------===//
+// MeshOp
+//===----------------------------------------------------------------------===//
+
+LogicalResult MeshOp::verify() {
+  ArrayRef<int64_t> shape = getShape();
+  if (shape.empty())
+    return emitOpError("needs at least one axis; a single device is shape = "
+                       "[1] axes = [\"x\"]");
+  if (shape.size() != getAxes().size())
+    return emitOpError() << "has " << shape.size() << " dims in shape but "
+                         << getAxes().size()
+                         << " axis names; give one name per mesh dim";
+  llvm::StringSet<> seen;
+  for (auto [size, name] :
+       llvm::zip(shape, getAxes().getAsValueRange<StringAttr>())) {
+    if (size <= 0)
+      return emitOpError() << "axis \"" << name << "\" has size " << size
+                           << "; mesh axis sizes must be positive";
+    if (name.empty())
+      return emitOpError("has an empty axis name");
+    if (!seen.insert(name).second)
+      return emitOpError() << "names axis \"" << name
+                           << "\" twice; axis names must be unique";
+  }
+  return success();
+}
+
+int64_t MeshOp::getNumDevices() {
+  int64_t n = 1;
+  for (int64_t s : getShape())
+    n *= s;
+  return n;
+}
+
+int64_t MeshOp::getAxisIndex(StringRef name) {
+  for (auto [i, a] : llvm::enumerate(getAxes().getAsValueRange<StringAttr>()))
+    if (a == name)
+      return i;
+  return -1;
+}
+
+//===----------------------------------------------------------------------===//
+// ParameterOp / BufferOp
+//===----------------------------------------------------------------------===//
+
+template <typename StateOp>
+static LogicalResult verifyStateRegion(StateOp op) {
+  Region &init = op.getInit();
+  if (op.getTiedTo()) {
+    if (!init.empty())
+      return op.emitOpError()
+             << "is tied to " << op.getTiedToAttr()
+             << " and so takes its value from there; remove the init region";
+    return success();
+  }
+  if (init.empty())
+    return op.emitOpError("has no init region; give one ending in 'tdx.yield' "
+                          "or tie it to another name with 'tied_to @name'");
+  if (!init.hasOneBlock())
+    return op.emitOpError("init region must have exactly one block");
+  Block &block = init.front();
+  if (block.getNumArguments() != 0)
+    return op.emitOpError("init region takes no arguments");
+  auto yield = dyn_cast<YieldOp>(block.getTerminator());
+  if (!yield)
+    return op.emitOpError("init region must end in 'tdx.yield'");
+  if (yield.getValues().size() != 1 ||
+      yield.getValues().front().getType() != op.getType())
+    return yield.emitOpError()
+           << "must yield exactly one value of the declared type "
+           << op.getType() << " of " << op.getSymNameAttr();
+  return success();
+}
+
+template <typename StateOp>
+static LogicalResult verifyStateSymbols(StateOp op,
+                                        SymbolTableCollection &symbols) {
+  if (auto sharding = op.getShardingAttr())
+    if (failed(sharding.verifyFor(op, op.getType(), symbols, "sharding")))
+      return failure();
+  if (!op.getTiedTo())
+    return success();
+  Operation *target =
+      symbols.lookupNearestSymbolFrom(op.getOperation(), op.getTiedToAttr());
+  if (!target || !isa<ParameterOp, BufferOp>(target))
+    return op.emitOpError() << "is tied to " << op.getTiedToAttr()
+                            << ", which is not a tdx.parameter or tdx.buffer";
+  if (target == op.getOperation())
+    return op.emitOpError("is tied to itself");
+  auto targetType = isa<ParameterOp>(target)
+                        ? cast<ParameterOp>(target).getType()
+                        : cast<BufferOp>(target).getType();
+  if (targetType != op.getType())
+    return op.emitOpError() << "has type " << op.getType() << " but is tied to "
+                            << op.getTiedToAttr() << " of type " << targetType
+                            << "; tied names must have one type";
+  bool targetTied = isa<ParameterOp>(target)
+                        ? bool(cast<ParameterOp>(target).getTiedTo())
+                        : bool(cast<BufferOp>(target).getTiedTo());
+  if (targetTied)
+    return op.emitOpError() << "is tied to " << op.getTiedToAttr()
+                            << ", which is itself tied; tie to the name that "
+                               "owns the init region";
+  return success();
+}
+
+LogicalResult ParameterOp::verifyRegions() { return verifyStateRegion(*this); }
+LogicalResult BufferOp::verifyRegions() { return verifyStateRegion(*this); }
+LogicalResult ParameterOp::verifySymbolUses(SymbolTableCollection &symbols) {
+  return verifyStateSymbols(*this, symbols);
+}
+LogicalResult BufferOp::verifySymbolUses(SymbolTableCollection &symbols) {
+  return verifyStateSymbols(*this, symbols);
+}
+
+//===----------------------------------------------------------------------===//
+// ParamRefOp
+//===----------------------------------------------------------------------===//
+
+LogicalResult ParamRefOp::verifySymbolUses(SymbolTableCollection &symbols) {
+  Operation *target = symbols.lookupNearestSymbolFrom(*this, getNameAttr());
+  if (!target || !isa<ParameterOp, BufferOp>(target))
+    return emitOpError() << "refers to " << getNameAttr()
+                         << ", which is not a tdx.parameter or tdx.buffer in "
+                            "scope";
+  Type declared = isa<ParameterOp>(target) ? cast<ParameterOp>(target).getType()
+                                           : cast<BufferOp>(target).getType();
+  if (declared != getType())
+    return emitOpError() << "result type " << getType() << " differs from "
+                         << getNameAttr() << "'s declared type " << declared;
+  return success();
+}

@@ -1,0 +1,98 @@
+//===- TdxStructureOps.td - meshes, parameters, buffers ----*- tablegen -*-===//
+
+#ifndef TDX_DIALECT_TDXSTRUCTUREOPS_TD
+#define TDX_DIALECT_TDXSTRUCTUREOPS_TD
+
+include "TdxOpBase.td"
+
+def Tdx_MeshOp : Tdx_Op<"mesh", [Symbol]> {
+  let summary = "an N-D mesh of devices with named axes";
+  let description = [{
+    Declares a device mesh, like `torch.distributed.DeviceMesh`. Ranks are laid
+    out row-major over `shape`; `axes` names each mesh dimension.
+
+    ```mlir
+    tdx.mesh @mesh shape = [2, 4] axes = ["dp", "tp"]
+    ```
+  }];
+  let arguments = (ins SymbolNameAttr:$sym_name, DenseI64ArrayAttr:$shape,
+                       StrArrayAttr:$axes);
+  let assemblyFormat = "$sym_name `shape` `=` $shape `axes` `=` $axes attr-dict";
+  let hasVerifier = 1;
+  let extraClassDeclaration = [{
+    /// Number of ranks in the mesh.
+    int64_t getNumDevices();
+    /// Index of the axis called `name`, or -1.
+    int64_t getAxisIndex(::llvm::StringRef name);
+  }];
+}
+
+class Tdx_StateOp<string mnemonic, string what>
+    : Tdx_Op<mnemonic, [Symbol, IsolatedFromAbove,
+                        DeclareOpInterfaceMethods<SymbolUserOpInterface>]> {
+  let summary = "a module " # what # " with its init program";
+  let description = [{
+    Declares a }] # what # [{ by its fully-qualified name (as in
+    `named_parameters()`), its logical (global) tensor type, and the
+    functionalized program that initializes it. The `init` region takes no
+    arguments and yields the initial value with `tdx.yield`.
+
+    A tied }] # what # [{ has no init region and names the one it shares its
+    value with (`tied_to`); both names then denote one value, as with
+    `lm_head.weight = wte.weight` in PyTorch.
+
+    An optional `sharding` places the }] # what # [{ on a mesh; the sharding
+    passes treat it as a user annotation.
+
+    ```mlir
+    tdx.}] # mnemonic # [{ @"wte.weight" : tensor<100x16xf32> init {
+      %0 = tdx.normal(0.000000e+00, 2.000000e-02) seed(0, 0) : tensor<100x16xf32>
+      tdx.yield %0 : tensor<100x16xf32>
+    }
+    tdx.}] # mnemonic # [{ @"lm_head.weight" : tensor<100x16xf32> tied_to @"wte.weight"
+    ```
+  }];
+  let arguments = (ins SymbolNameAttr:$sym_name,
+                       TypeAttrOf<Tdx_Tensor>:$type,
+                       OptionalAttr<FlatSymbolRefAttr>:$tied_to,
+                       OptionalAttr<Tdx_ShardingAttr>:$sharding);
+  let regions = (region AnyRegion:$init);
+  let assemblyFormat = [{
+    $sym_name `:` $type (`tied_to` $tied_to^)? (`sharding` $sharding^)?
+    (`init` $init^)? attr-dict
+  }];
+  let hasRegionVerifier = 1;
+  let extraClassDeclaration = [{
+    ::mlir::RankedTensorType getTensorType() {
+      return ::llvm::cast<::mlir::RankedTensorType>(getType());
+    }
+  }];
+}
+
+def Tdx_ParameterOp : Tdx_StateOp<"parameter", "parameter">;
+def Tdx_BufferOp : Tdx_StateOp<"buffer", "buffer">;
+
+def Tdx_YieldOp : Tdx_Op<"yield", [Pure, Terminator, ReturnLike,
+    ParentOneOf<["ParameterOp", "BufferOp"]>]> {
+  let summary = "yields the initial value of a parameter or buffer";
+  let arguments = (ins Variadic<AnyType>:$values);
+  let assemblyFormat = "$values attr-dict `:` type($values)";
+}
+
+def Tdx_ParamRefOp : Tdx_Op<"param_ref", [Pure,
+    DeclareOpInterfaceMethods<SymbolUserOpInterface>]> {
+  let summary = "the value of a parameter or buffer, by qualified name";
+  let description = [{
+    Reads a `tdx.parameter` or `tdx.buffer` in a function. The result type
+    must be the declared type. A tied name reads the value it is tied to.
+
+    ```mlir
+    %w = tdx.param_ref @"lm_head.weight" : tensor<100x16xf32>
+    ```
+  }];
+  let arguments = (ins FlatSymbolRefAttr:$name);
+  let results = (outs Tdx_Tensor:$result);
+  let assemblyFormat = "$name attr-dict `:` type($result)";
+}
+
+#endif // TDX_DIALECT_TDXSTRUCTUREOPS_TD

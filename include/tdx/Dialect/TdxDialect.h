@@ -1,0 +1,17 @@
+//===- TdxDialect.h - the tdx dialect, its enums and attributes -*- C++ -*-===//
+
+#ifndef TDX_DIALECT_TDXDIALECT_H
+#define TDX_DIALECT_TDXDIALECT_H
+
+#include "mlir/Dialect/Func/IR/FuncOps.h"
+#include "mlir/IR/BuiltinAttributes.h"
+#include "mlir/IR/Dialect.h"
+#include "mlir/IR/SymbolTable.h"
+
+#include "tdx/Dialect/TdxDialect.h.inc"
+#include "tdx/Dialect/TdxEnums.h.inc"
+
+#define GET_ATTRDEF_CLASSES
+#include "tdx/Dialect/TdxAttrs.h.inc"
+
+#endif // TDX_DIALECT_TDXDIALECT_H
