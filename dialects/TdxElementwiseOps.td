@@ -28,6 +28,9 @@ class Tdx_BinaryOp<string mnemonic, string aten, Type operandType = Tdx_Tensor>
   let assemblyFormat =
     "$lhs `,` $rhs attr-dict `:` functional-type(operands, results)";
   let extraClassDefinition = [{
+    ::mlir::LogicalResult $cppClass::verify() {
+      return verifyInferredType(*this);
+    }
     ::mlir::LogicalResult $cppClass::inferReturnTypes(
         ::mlir::MLIRContext *context, ::std::optional<::mlir::Location> loc,
         ::mlir::ValueRange operands, ::mlir::DictionaryAttr attributes,
@@ -91,9 +94,9 @@ class Tdx_UnaryOp<string mnemonic, string aten, Type operandType,
   let assemblyFormat = "$input attr-dict `:` type($input)";
 }
 
-def Tdx_NegOp : Tdx_UnaryOp<"neg", "neg", RankedTensorOf<[AnyFloat, AnySignlessInteger]>>;
-def Tdx_AbsOp : Tdx_UnaryOp<"abs", "abs", RankedTensorOf<[AnyFloat, AnySignlessInteger]>>;
-def Tdx_ReluOp : Tdx_UnaryOp<"relu", "relu", RankedTensorOf<[AnyFloat, AnySignlessInteger]>>;
+def Tdx_NegOp : Tdx_UnaryOp<"neg", "neg", Tdx_NumericTensor>;
+def Tdx_AbsOp : Tdx_UnaryOp<"abs", "abs", Tdx_NumericTensor>;
+def Tdx_ReluOp : Tdx_UnaryOp<"relu", "relu", Tdx_NumericTensor>;
 def Tdx_ExpOp : Tdx_UnaryOp<"exp", "exp", Tdx_FloatTensor>;
 def Tdx_LogOp : Tdx_UnaryOp<"log", "log", Tdx_FloatTensor>;
 def Tdx_SqrtOp : Tdx_UnaryOp<"sqrt", "sqrt", Tdx_FloatTensor>;

@@ -7,15 +7,17 @@
 using namespace mlir;
 using namespace mlir::tdx;
 
+static std::string num(double v) { return formatNumber(v); }
+
 LogicalResult FullOp::verify() {
   double v = getValue().convertToDouble();
   Type et = getType().getElementType();
   if (auto it = dyn_cast<IntegerType>(et)) {
     if (!std::isfinite(v) || std::trunc(v) != v)
-      return emitOpError() << "fills an integer tensor with " << v
+      return emitOpError() << "fills an integer tensor with " << num(v)
                            << "; the value must be integral";
     if (it.getWidth() == 1 && v != 0.0 && v != 1.0)
-      return emitOpError() << "fills a boolean tensor with " << v
+      return emitOpError() << "fills a boolean tensor with " << num(v)
                            << "; the value must be 0 or 1";
   }
   return success();
@@ -28,8 +30,8 @@ LogicalResult ArangeOp::verify() {
   if (step == 0.0 || !std::isfinite(step))
     return emitOpError("step must be finite and non-zero");
   if ((step > 0 && end < start) || (step < 0 && end > start))
-    return emitOpError() << "range [" << start << ", " << end << ") with step "
-                         << step << " runs the wrong way";
+    return emitOpError() << "range [" << num(start) << ", " << num(end) << ") with step "
+                         << num(step) << " runs the wrong way";
   RankedTensorType type = getType();
   if (type.getRank() != 1)
     return emitOpError() << "result must be 1-D, got " << type;
@@ -45,8 +47,8 @@ LogicalResult ArangeOp::verify() {
 LogicalResult UniformOp::verify() {
   double low = getLow().convertToDouble(), high = getHigh().convertToDouble();
   if (!(low <= high) || !std::isfinite(low) || !std::isfinite(high))
-    return emitOpError() << "needs finite low <= high, got [" << low << ", "
-                         << high << ")";
+    return emitOpError() << "needs finite low <= high, got [" << num(low) << ", "
+                         << num(high) << ")";
   return success();
 }
 
@@ -55,7 +57,7 @@ LogicalResult NormalOp::verify() {
   if (!(std >= 0) || !std::isfinite(std) ||
       !std::isfinite(getMean().convertToDouble()))
     return emitOpError() << "needs a finite mean and a finite std >= 0, got std "
-                         << std;
+                         << num(std);
   return success();
 }
 
@@ -63,18 +65,9 @@ LogicalResult TruncNormalOp::verify() {
   double std = getStd().convertToDouble();
   double a = getA().convertToDouble(), b = getB().convertToDouble();
   if (!(std >= 0) || !std::isfinite(std))
-    return emitOpError() << "needs a finite std >= 0, got " << std;
+    return emitOpError() << "needs a finite std >= 0, got " << num(std);
   if (!(a < b))
-    return emitOpError() << "needs truncation bounds a < b, got [" << a << ", "
-                         << b << "]";
-  return success();
-}
-
-LogicalResult DropoutOp::verify() {
-  double p = getP().convertToDouble();
-  if (!(p >= 0.0 && p < 1.0))
-    return emitOpError() << "drop probability p = " << p
-                         << " must be in [0, 1); p = 1 zeroes everything: use "
-                            "'tdx.full 0.0' instead";
+    return emitOpError() << "needs truncation bounds a < b, got [" << num(a) << ", "
+                         << num(b) << "]";
   return success();
 }

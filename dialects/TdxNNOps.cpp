@@ -148,7 +148,7 @@ static LogicalResult inferNorm(std::optional<Location> loc, StringRef name,
     return emitOptionalError(loc, "'", name,
                              "' op normalized_shape must name at least one dim");
   if (!(eps >= 0))
-    return emitOptionalError(loc, "'", name, "' op eps must be >= 0, got ", eps);
+    return emitOptionalError(loc, "'", name, "' op eps must be >= 0, got ", formatNumber(eps));
   int64_t n = normalized.size();
   if (x.getRank() < n)
     return emitOptionalError(loc, "'", name, "' op normalized_shape ",
@@ -261,6 +261,12 @@ LogicalResult CrossEntropyOp::inferReturnTypes(MLIRContext *, std::optional<Loca
 LogicalResult CrossEntropyOp::verify() {
   double ls = getLabelSmoothing().convertToDouble();
   if (!(ls >= 0.0 && ls <= 1.0))
-    return emitOpError() << "label_smoothing " << ls << " must be in [0, 1]";
-  return success();
+    return emitOpError() << "label_smoothing " << formatNumber(ls) << " must be in [0, 1]";
+  return verifyInferredType(*this);
 }
+
+LogicalResult MatmulOp::verify() { return verifyInferredType(*this); }
+LogicalResult LinearOp::verify() { return verifyInferredType(*this); }
+LogicalResult LayerNormOp::verify() { return verifyInferredType(*this); }
+LogicalResult RmsNormOp::verify() { return verifyInferredType(*this); }
+LogicalResult EmbeddingOp::verify() { return verifyInferredType(*this); }

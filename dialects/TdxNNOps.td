@@ -59,6 +59,9 @@ class Tdx_ReduceOp<string mnemonic, string aten, Type operandType>
     type($input) `->` type($result)
   }];
   let extraClassDefinition = [{
+    ::mlir::LogicalResult $cppClass::verify() {
+      return verifyInferredType(*this);
+    }
     ::mlir::LogicalResult $cppClass::inferReturnTypes(
         ::mlir::MLIRContext *context, ::std::optional<::mlir::Location> loc,
         ::mlir::ValueRange operands, ::mlir::DictionaryAttr attributes,
@@ -72,10 +75,10 @@ class Tdx_ReduceOp<string mnemonic, string aten, Type operandType>
 }
 
 def Tdx_SumOp : Tdx_ReduceOp<"sum", "sum.dim_IntList",
-    RankedTensorOf<[AnyFloat, AnySignlessInteger]>>;
+    Tdx_NumericTensor>;
 def Tdx_MeanOp : Tdx_ReduceOp<"mean", "mean.dim", Tdx_FloatTensor>;
 def Tdx_MaxOp : Tdx_ReduceOp<"max", "amax",
-    RankedTensorOf<[AnyFloat, AnySignlessInteger]>>;
+    Tdx_NumericTensor>;
 
 class Tdx_SoftmaxBase<string mnemonic, string aten>
     : Tdx_Op<mnemonic, [Pure, SameOperandsAndResultType]> {
@@ -178,7 +181,6 @@ def Tdx_CrossEntropyOp : Tdx_InferredOp<"cross_entropy"> {
     $input `,` $target `reduction` `=` $reduction attr-dict `:`
     functional-type(operands, results)
   }];
-  let hasVerifier = 1;
 }
 
 #endif // TDX_DIALECT_TDXNNOPS_TD

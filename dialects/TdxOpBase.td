@@ -17,11 +17,24 @@ def Tdx_Tensor : RankedTensorOf<[AnyType]>;
 def Tdx_FloatTensor : RankedTensorOf<[AnyFloat]>;
 def Tdx_IntTensor : RankedTensorOf<[AnySignlessInteger]>;
 def Tdx_BoolTensor : RankedTensorOf<[I1]>;
+/// Numbers that arithmetic applies to: floats and non-boolean integers.
+def Tdx_NumericTensor
+    : RankedTensorOf<[AnyFloat, SignlessIntOfWidths<[8, 16, 32, 64]>]>;
 
-/// A result type computed from the operands and attributes. The printed form
-/// keeps the result type; the verifier checks it against the inferred one.
+/// A result type computed from the operands and attributes by the static
+/// `inferReturnTypes` (the signature of InferTypeOpInterface's). The printed
+/// form keeps the result type; the verifier checks it against the inferred
+/// one and reports a failed inference once, with its reason.
 class Tdx_InferredOp<string mnemonic, list<Trait> traits = []>
-    : Tdx_Op<mnemonic, !listconcat(traits,
-        [Pure, DeclareOpInterfaceMethods<InferTypeOpInterface>])>;
+    : Tdx_Op<mnemonic, !listconcat(traits, [Pure])> {
+  let hasVerifier = 1;
+  let extraClassDeclaration = [{
+    static ::mlir::LogicalResult inferReturnTypes(
+        ::mlir::MLIRContext *context, ::std::optional<::mlir::Location> loc,
+        ::mlir::ValueRange operands, ::mlir::DictionaryAttr attributes,
+        ::mlir::OpaqueProperties properties, ::mlir::RegionRange regions,
+        ::llvm::SmallVectorImpl<::mlir::Type> &inferred);
+  }];
+}
 
 #endif // TDX_DIALECT_TDXOPBASE_TD

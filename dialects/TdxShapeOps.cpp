@@ -219,3 +219,10 @@ LogicalResult ExpandOp::inferReturnTypes(MLIRContext *, std::optional<Location> 
   inferred.push_back(RankedTensorType::get(shape, in.getElementType()));
   return success();
 }
+
+LogicalResult ReshapeOp::verify() { return verifyInferredType(*this); }
+LogicalResult TransposeOp::verify() { return verifyInferredType(*this); }
+LogicalResult PermuteOp::verify() { return verifyInferredType(*this); }
+LogicalResult SliceOp::verify() { return verifyInferredType(*this); }
+LogicalResult ConcatOp::verify() { return verifyInferredType(*this); }
+LogicalResult ExpandOp::verify() { return verifyInferredType(*this); }

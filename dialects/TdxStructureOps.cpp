@@ -71,14 +71,17 @@ static LogicalResult verifyStateRegion(StateOp op) {
   Block &block = init.front();
   if (block.getNumArguments() != 0)
     return op.emitOpError("init region takes no arguments");
-  auto yield = dyn_cast<YieldOp>(block.getTerminator());
+  auto yield = block.mightHaveTerminator()
+                   ? dyn_cast<YieldOp>(block.getTerminator())
+                   : YieldOp();
   if (!yield)
     return op.emitOpError("init region must end in 'tdx.yield'");
   if (yield.getValues().size() != 1 ||
       yield.getValues().front().getType() != op.getType())
     return yield.emitOpError()
            << "must yield exactly one value of the declared type "
-           << op.getType() << " of " << op.getSymNameAttr();
+           << op.getType() << " of "
+           << FlatSymbolRefAttr::get(op.getSymNameAttr());
   return success();
 }
 

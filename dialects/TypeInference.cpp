@@ -8,6 +8,12 @@
 
 using namespace mlir;
 
+std::string mlir::tdx::formatNumber(double value) {
+  char buf[32];
+  std::snprintf(buf, sizeof(buf), "%g", value);
+  return buf;
+}
+
 std::optional<int64_t> mlir::tdx::normalizeDim(int64_t dim, int64_t rank) {
   int64_t d = dim < 0 ? dim + rank : dim;
   if (d < 0 || d >= rank)

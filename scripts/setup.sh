@@ -13,7 +13,7 @@ PACKAGES=(
   # MPI runtime for the multi-rank backends
   libopenmpi-dev openmpi-bin
   # build tools
-  cmake ninja-build ccache g++
+  cmake ninja-build ccache g++ libgtest-dev
 )
 
 missing=()

@@ -11,11 +11,16 @@
 
 #include "mlir/IR/BuiltinTypes.h"
 #include "mlir/IR/Location.h"
+#include "mlir/IR/OpDefinition.h"
 #include "mlir/IR/TypeRange.h"
 #include "mlir/Support/LLVM.h"
 #include <optional>
+#include <string>
 
 namespace mlir::tdx {
+
+/// Formats a number for a diagnostic the way a user writes it (0.5, 1e-05).
+std::string formatNumber(double value);
 
 /// Normalizes a possibly negative `dim` against `rank` like PyTorch
 /// (`-1` is the last dim). Returns std::nullopt when out of range.
@@ -36,6 +41,24 @@ LogicalResult inferBroadcastResult(std::optional<Location> loc,
 LogicalResult inferReduceResult(std::optional<Location> loc, StringRef opName,
                                 Type inputType, std::optional<ArrayRef<int64_t>> dims,
                                 bool keepdim, SmallVectorImpl<Type> &inferred);
+
+/// Verifies an op's result types against its static `inferReturnTypes`.
+/// A failed inference has already reported why at the op's location.
+template <typename OpT>
+LogicalResult verifyInferredType(OpT op) {
+  SmallVector<Type, 1> inferred;
+  if (failed(OpT::inferReturnTypes(op->getContext(), op->getLoc(),
+                                   op->getOperands(),
+                                   op->getRawDictionaryAttrs(),
+                                   op->getPropertiesStorage(),
+                                   op->getRegions(), inferred)))
+    return failure();
+  if (TypeRange(inferred) != op->getResultTypes())
+    return op.emitOpError() << "result type " << op->getResultTypes()
+                            << " differs from the inferred type "
+                            << TypeRange(inferred);
+  return success();
+}
 
 } // namespace mlir::tdx
 

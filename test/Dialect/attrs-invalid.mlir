@@ -1,0 +1,73 @@
+// RUN: tdx-opt %s -split-input-file -verify-diagnostics
+
+// expected-error @+1 {{Shard(-1) has a negative dim}}
+func.func @negative_dim() attributes {tdx.p = #tdx.placement<Shard(-1)>} { return }
+
+// -----
+
+// expected-error @+1 {{unknown placement 'Sharded'; expected Shard(<dim>), Replicate or Partial(sum|avg|max|min)}}
+func.func @unknown_placement() attributes {tdx.p = #tdx.placement<Sharded(0)>} { return }
+
+// -----
+
+// expected-error @+1 {{unknown Partial reduction 'prod'; expected sum, avg, max or min}}
+func.func @unknown_reduce() attributes {tdx.p = #tdx.placement<Partial(prod)>} { return }
+
+// -----
+
+// expected-error @+1 {{expected integer value}}
+func.func @shard_without_dim() attributes {tdx.p = #tdx.placement<Shard(x)>} { return }
+
+// -----
+
+// expected-error @+1 {{expected attribute value}}
+func.func @sharding_without_mesh() attributes {tdx.s = #tdx.sharding<[Shard(0)]>} { return }
+
+// -----
+
+// expected-error @+1 {{expected '['}}
+func.func @sharding_without_list() attributes {tdx.s = #tdx.sharding<@m, Shard(0)>} { return }
+
+// -----
+
+tdx.mesh @mesh shape = [4] axes = ["tp"]
+func.func @more_placements_than_axes(%x: tensor<8x8xf32>) -> tensor<8x8xf32> {
+  // expected-error @+1 {{'tdx.annotate' op sharding has 2 placement(s) but mesh @mesh has 1 axes ("tp"); give exactly one placement per mesh axis}}
+  %0 = tdx.annotate %x <@mesh, [Shard(0), Shard(1)]> : tensor<8x8xf32>
+  return %0 : tensor<8x8xf32>
+}
+
+// -----
+
+tdx.mesh @mesh shape = [2, 2] axes = ["dp", "tp"]
+func.func @fewer_placements_than_axes(%x: tensor<8x8xf32>) -> tensor<8x8xf32> {
+  // expected-error @+1 {{sharding has 1 placement(s) but mesh @mesh has 2 axes ("dp", "tp")}}
+  %0 = tdx.annotate %x <@mesh, [Shard(0)]> : tensor<8x8xf32>
+  return %0 : tensor<8x8xf32>
+}
+
+// -----
+
+tdx.mesh @mesh shape = [2, 2] axes = ["dp", "tp"]
+func.func @shard_dim_out_of_range(%x: tensor<8x8xf32>) -> tensor<8x8xf32> {
+  // expected-error @+1 {{sharding places Shard(2) on mesh axis "tp" but the tensor 'tensor<8x8xf32>' has rank 2; valid shard dims are 0 to 1}}
+  %0 = tdx.annotate %x <@mesh, [Replicate, Shard(2)]> : tensor<8x8xf32>
+  return %0 : tensor<8x8xf32>
+}
+
+// -----
+
+tdx.mesh @mesh shape = [2] axes = ["tp"]
+func.func @shard_scalar(%x: tensor<f32>) -> tensor<f32> {
+  // expected-error @+1 {{sharding places Shard(0) on a 0-D tensor, which has no dim to split; use Replicate}}
+  %0 = tdx.annotate %x <@mesh, [Shard(0)]> : tensor<f32>
+  return %0 : tensor<f32>
+}
+
+// -----
+
+func.func @unknown_mesh(%x: tensor<8x8xf32>) -> tensor<8x8xf32> {
+  // expected-error @+1 {{'tdx.annotate' op sharding refers to mesh @nope, which is not a 'tdx.mesh' in scope; declare it with 'tdx.mesh @nope shape = [...] axes = [...]'}}
+  %0 = tdx.annotate %x <@nope, [Shard(0)]> : tensor<8x8xf32>
+  return %0 : tensor<8x8xf32>
+}
