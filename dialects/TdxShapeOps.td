@@ -68,7 +68,7 @@ def Tdx_SliceOp : Tdx_InferredOp<"slice"> {
                        I64Attr:$end, DefaultValuedAttr<I64Attr, "1">:$step);
   let results = (outs Tdx_Tensor:$result);
   let assemblyFormat = [{
-    $input `dim` $dim `[` $start `:` $end `:` $step `]` attr-dict `:`
+    $input `dim` $dim ` ` `[` $start `:` $end `:` $step `]` attr-dict `:`
     type($input) `->` type($result)
   }];
 }

@@ -130,31 +130,38 @@ struct ModelSummaryPass
     pad("kind", 9);
     pad("dtype", 5);
     pad("shape", wShape);
-    pad("elements", 12);
+    pad("elements", 10);
     pad("bytes", 10);
     pad("init", wInit);
     os << "sharding\n";
-    int64_t params = 0, buffers = 0, tied = 0, elements = 0, bytes = 0;
+    // Totals as torch counts them: parameters() yields a tied tensor once.
+    struct Total {
+      int64_t count = 0, tied = 0, elements = 0, bytes = 0;
+    } params, buffers;
     for (const Row &r : rows) {
       pad(r.name, wName);
       pad(r.kind, 9);
       pad(r.dtype, 5);
       pad(r.shape, wShape);
-      pad(r.tied ? "-" : std::to_string(r.elements), 12);
+      pad(r.tied ? "-" : std::to_string(r.elements), 10);
       pad(r.tied ? "-" : humanBytes(r.bytes), 10);
       pad(r.init, wInit);
       os << r.sharding << "\n";
-      (r.kind == "parameter" ? params : buffers) += 1;
+      Total &total = r.kind == "parameter" ? params : buffers;
+      ++total.count;
       if (r.tied) {
-        ++tied;
+        ++total.tied;
         continue;
       }
-      elements += r.elements;
-      bytes += r.bytes;
+      total.elements += r.elements;
+      total.bytes += r.bytes;
     }
-    os << "total: " << params << " parameter(s), " << buffers
-       << " buffer(s), " << tied << " tied; " << elements << " elements, "
-       << humanBytes(bytes) << "\n";
+    auto printTotal = [&](StringRef what, const Total &t) {
+      os << "total " << what << ": " << t.count << " (" << t.tied << " tied), "
+         << t.elements << " elements, " << humanBytes(t.bytes) << "\n";
+    };
+    printTotal("parameters", params);
+    printTotal("buffers", buffers);
 
     module.walk([&](func::FuncOp fn) {
       llvm::MapVector<StringRef, int64_t> counts;

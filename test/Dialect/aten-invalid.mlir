@@ -1,0 +1,23 @@
+// RUN: tdx-opt %s -split-input-file -verify-diagnostics
+
+func.func @no_namespace(%x: tensor<4xf32>) {
+  // expected-error @+1 {{'tdx.aten' op schema "index_select" is not an operator name; expected 'namespace::name' or 'namespace::name.overload', for example "aten::index_select"}}
+  %0 = tdx.aten "index_select"(%x) : (tensor<4xf32>) -> tensor<4xf32>
+  return
+}
+
+// -----
+
+func.func @bad_overload(%x: tensor<4xf32>) {
+  // expected-error @+1 {{'tdx.aten' op schema "aten::add." is not an operator name}}
+  %0 = tdx.aten "aten::add."(%x) : (tensor<4xf32>) -> tensor<4xf32>
+  return
+}
+
+// -----
+
+func.func @args_not_dict(%x: tensor<4xf32>) {
+  // expected-error @+1 {{'tdx.aten' op attribute 'args' failed to satisfy constraint: dictionary of named attribute values}}
+  %0 = tdx.aten "aten::relu"(%x) {args = [1, 2]} : (tensor<4xf32>) -> tensor<4xf32>
+  return
+}

@@ -1,0 +1,161 @@
+// RUN: tdx-opt %s -split-input-file -verify-diagnostics
+
+tdx.mesh @mesh shape = [2] axes = ["tp"]
+func.func @annotate_type(%x: tensor<8xf32>) {
+  // expected-error @+1 {{'tdx.annotate' op requires the same type for all operands and results}}
+  %0 = "tdx.annotate"(%x) {sharding = #tdx.sharding<@mesh, [Shard(0)]>} : (tensor<8xf32>) -> tensor<4xf32>
+  return
+}
+
+// -----
+
+tdx.mesh @mesh shape = [2] axes = ["tp"]
+func.func @annotate_priority(%x: tensor<8xf32>) {
+  // expected-error @+1 {{'tdx.annotate' op priority must be >= 0 (0 is the highest)}}
+  %0 = tdx.annotate %x <@mesh, [Shard(0)]> priority -1 : tensor<8xf32>
+  return
+}
+
+// -----
+
+tdx.mesh @a shape = [2] axes = ["tp"]
+tdx.mesh @b shape = [2] axes = ["tp"]
+func.func @redistribute_meshes(%x: tensor<8xf32>) {
+  // expected-error @+1 {{'tdx.redistribute' op moves between meshes @a and @b; source and target must use one mesh}}
+  %0 = tdx.redistribute %x <@a, [Shard(0)]> to <@b, [Replicate]> : tensor<8xf32>
+  return
+}
+
+// -----
+
+tdx.mesh @mesh shape = [2] axes = ["tp"]
+func.func @redistribute_target(%x: tensor<8xf32>) {
+  // expected-error @+1 {{'tdx.redistribute' op target sharding places Shard(1) on mesh axis "tp" but the tensor 'tensor<8xf32>' has rank 1; valid shard dims are 0 to 0}}
+  %0 = tdx.redistribute %x <@mesh, [Shard(0)]> to <@mesh, [Shard(1)]> : tensor<8xf32>
+  return
+}
+
+// -----
+
+func.func @collective_unknown_mesh(%x: tensor<8xf32>) {
+  // expected-error @+1 {{'tdx.all_reduce' op refers to mesh @nope, which is not a 'tdx.mesh' in scope}}
+  %0 = tdx.all_reduce %x on @nope axes = ["tp"] reduce = sum : tensor<8xf32> -> tensor<8xf32>
+  return
+}
+
+// -----
+
+tdx.mesh @mesh shape = [2, 2] axes = ["dp", "tp"]
+func.func @collective_unknown_axis(%x: tensor<8xf32>) {
+  // expected-error @+1 {{'tdx.all_gather' op names axis "pp", which mesh @mesh does not have; its axes are "dp", "tp"}}
+  %0 = tdx.all_gather %x on @mesh axes = ["pp"] dim = 0 : tensor<8xf32> -> tensor<16xf32>
+  return
+}
+
+// -----
+
+tdx.mesh @mesh shape = [2, 2] axes = ["dp", "tp"]
+func.func @collective_repeated_axis(%x: tensor<8xf32>) {
+  // expected-error @+1 {{'tdx.all_reduce' op names axis "tp" twice}}
+  %0 = tdx.all_reduce %x on @mesh axes = ["tp", "tp"] reduce = sum : tensor<8xf32> -> tensor<8xf32>
+  return
+}
+
+// -----
+
+tdx.mesh @mesh shape = [2, 2] axes = ["dp", "tp"]
+func.func @collective_no_axes(%x: tensor<8xf32>) {
+  // expected-error @+1 {{'tdx.all_reduce' op names no mesh axes; give at least one}}
+  %0 = tdx.all_reduce %x on @mesh axes = [] reduce = sum : tensor<8xf32> -> tensor<8xf32>
+  return
+}
+
+// -----
+
+tdx.mesh @mesh shape = [4] axes = ["tp"]
+func.func @all_gather_shape(%x: tensor<2x16xf32>) {
+  // expected-error @+1 {{'tdx.all_gather' op result dim 0 is 4 but a group of 4 rank(s) gives 8}}
+  %0 = tdx.all_gather %x on @mesh axes = ["tp"] dim = 0 : tensor<2x16xf32> -> tensor<4x16xf32>
+  return
+}
+
+// -----
+
+tdx.mesh @mesh shape = [4] axes = ["tp"]
+func.func @all_gather_dim(%x: tensor<2x16xf32>) {
+  // expected-error @+1 {{'tdx.all_gather' op dim 2 is out of range for rank 2}}
+  %0 = tdx.all_gather %x on @mesh axes = ["tp"] dim = 2 : tensor<2x16xf32> -> tensor<2x16xf32>
+  return
+}
+
+// -----
+
+tdx.mesh @mesh shape = [4] axes = ["tp"]
+func.func @all_reduce_type(%x: tensor<8xf32>) {
+  // expected-error @+1 {{'tdx.all_reduce' op result type 'tensor<8xf16>' must equal the input type 'tensor<8xf32>'}}
+  %0 = tdx.all_reduce %x on @mesh axes = ["tp"] reduce = sum : tensor<8xf32> -> tensor<8xf16>
+  return
+}
+
+// -----
+
+tdx.mesh @mesh shape = [4] axes = ["tp"]
+func.func @all_reduce_kind(%x: tensor<8xf32>) {
+  // expected-error @+1 {{expected string or keyword containing one of the following enum values for attribute 'reduce' [sum, avg, max, min]}}
+  %0 = tdx.all_reduce %x on @mesh axes = ["tp"] reduce = prod : tensor<8xf32> -> tensor<8xf32>
+  return
+}
+
+// -----
+
+tdx.mesh @mesh shape = [4] axes = ["tp"]
+func.func @reduce_scatter_uneven(%x: tensor<5x16xf32>) {
+  // expected-error @+1 {{'tdx.reduce_scatter' op result dim 0 is 2 but a group of 4 rank(s) gives ? (an uneven torch.chunk split differs between ranks)}}
+  %0 = tdx.reduce_scatter %x on @mesh axes = ["tp"] reduce = sum dim = 0 : tensor<5x16xf32> -> tensor<2x16xf32>
+  return
+}
+
+// -----
+
+tdx.mesh @mesh shape = [4] axes = ["tp"]
+func.func @reduce_scatter_rank(%x: tensor<8x16xf32>) {
+  // expected-error @+1 {{'tdx.reduce_scatter' op result 'tensor<2xf32>' must keep the input's rank and element type 'tensor<8x16xf32>'}}
+  %0 = tdx.reduce_scatter %x on @mesh axes = ["tp"] reduce = sum dim = 0 : tensor<8x16xf32> -> tensor<2xf32>
+  return
+}
+
+// -----
+
+tdx.mesh @mesh shape = [4] axes = ["tp"]
+func.func @all_to_all_shape(%x: tensor<2x16xf32>) {
+  // expected-error @+1 {{'tdx.all_to_all' op result dim 1 is 16 but a group of 4 rank(s) gives 4}}
+  %0 = tdx.all_to_all %x on @mesh axes = ["tp"] split = 1 concat = 0 : tensor<2x16xf32> -> tensor<8x16xf32>
+  return
+}
+
+// -----
+
+tdx.mesh @mesh shape = [4] axes = ["tp"]
+func.func @all_to_all_dim(%x: tensor<2x16xf32>) {
+  // expected-error @+1 {{'tdx.all_to_all' op concat dim -3 is out of range for rank 2}}
+  %0 = tdx.all_to_all %x on @mesh axes = ["tp"] split = 1 concat = -3 : tensor<2x16xf32> -> tensor<8x4xf32>
+  return
+}
+
+// -----
+
+tdx.mesh @mesh shape = [2, 4] axes = ["dp", "tp"]
+func.func @broadcast_root(%x: tensor<8xf32>) {
+  // expected-error @+1 {{'tdx.broadcast' op root coordinate 4 on axis "tp" is outside [0, 4)}}
+  %0 = tdx.broadcast %x on @mesh axes = ["tp"] root = [4] : tensor<8xf32> -> tensor<8xf32>
+  return
+}
+
+// -----
+
+tdx.mesh @mesh shape = [2, 4] axes = ["dp", "tp"]
+func.func @broadcast_root_count(%x: tensor<8xf32>) {
+  // expected-error @+1 {{'tdx.broadcast' op root has 2 coordinate(s) for 1 mesh axes; give one coordinate per named axis}}
+  %0 = tdx.broadcast %x on @mesh axes = ["tp"] root = [0, 0] : tensor<8xf32> -> tensor<8xf32>
+  return
+}

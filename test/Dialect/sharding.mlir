@@ -1,0 +1,45 @@
+// RUN: tdx-opt %s | tdx-opt | FileCheck %s
+// RUN: tdx-opt %s -mlir-print-op-generic | tdx-opt | FileCheck %s
+
+tdx.mesh @mesh shape = [2, 4] axes = ["dp", "tp"]
+
+// Global view: annotations and redistribution keep the logical type.
+// CHECK-LABEL: func.func @global_view
+func.func @global_view(%x: tensor<8x16xf32>) -> tensor<8x16xf32> {
+  // CHECK: %[[A:.*]] = tdx.annotate %{{.*}} <@mesh, [Shard(0), Replicate]> : tensor<8x16xf32>
+  %0 = tdx.annotate %x <@mesh, [Shard(0), Replicate]> : tensor<8x16xf32>
+  // CHECK: tdx.annotate %[[A]] <@mesh, [Shard(0), Shard(1)]> priority 1 : tensor<8x16xf32>
+  %1 = tdx.annotate %0 <@mesh, [Shard(0), Shard(1)]> priority 1 : tensor<8x16xf32>
+  // CHECK: tdx.redistribute %{{.*}} <@mesh, [Shard(0), Shard(1)]> to <@mesh, [Replicate, Partial(sum)]> : tensor<8x16xf32>
+  %2 = tdx.redistribute %1 <@mesh, [Shard(0), Shard(1)]> to <@mesh, [Replicate, Partial(sum)]> : tensor<8x16xf32>
+  return %2 : tensor<8x16xf32>
+}
+
+// Local view: collectives change per-rank shapes by the group size.
+// CHECK-LABEL: func.func @collectives
+func.func @collectives(%x: tensor<2x16xf32>, %y: tensor<8x16xf32>, %u: tensor<5x16xf32>) {
+  // CHECK: tdx.all_gather %{{.*}} on @mesh axes = ["tp"] dim = 0 : tensor<2x16xf32> -> tensor<8x16xf32>
+  %0 = tdx.all_gather %x on @mesh axes = ["tp"] dim = 0 : tensor<2x16xf32> -> tensor<8x16xf32>
+  // CHECK: tdx.all_gather %{{.*}} on @mesh axes = ["dp", "tp"] dim = 1 : tensor<2x16xf32> -> tensor<2x128xf32>
+  %1 = tdx.all_gather %x on @mesh axes = ["dp", "tp"] dim = 1 : tensor<2x16xf32> -> tensor<2x128xf32>
+  // CHECK: tdx.all_reduce %{{.*}} on @mesh axes = ["tp"] reduce = sum : tensor<8x16xf32> -> tensor<8x16xf32>
+  %2 = tdx.all_reduce %y on @mesh axes = ["tp"] reduce = sum : tensor<8x16xf32> -> tensor<8x16xf32>
+  // CHECK: tdx.all_reduce %{{.*}} on @mesh axes = ["dp"] reduce = avg
+  %3 = tdx.all_reduce %y on @mesh axes = ["dp"] reduce = avg : tensor<8x16xf32> -> tensor<8x16xf32>
+  // CHECK: tdx.all_reduce %{{.*}} on @mesh axes = ["dp", "tp"] reduce = max
+  %4 = tdx.all_reduce %y on @mesh axes = ["dp", "tp"] reduce = max : tensor<8x16xf32> -> tensor<8x16xf32>
+  // CHECK: tdx.all_reduce %{{.*}} on @mesh axes = ["tp"] reduce = min
+  %5 = tdx.all_reduce %y on @mesh axes = ["tp"] reduce = min : tensor<8x16xf32> -> tensor<8x16xf32>
+  // CHECK: tdx.reduce_scatter %{{.*}} on @mesh axes = ["tp"] reduce = sum dim = 0 : tensor<8x16xf32> -> tensor<2x16xf32>
+  %6 = tdx.reduce_scatter %y on @mesh axes = ["tp"] reduce = sum dim = 0 : tensor<8x16xf32> -> tensor<2x16xf32>
+  // An uneven torch.chunk split (5 rows on 4 ranks: 2, 2, 1, 0) has a rank-dependent size.
+  // CHECK: tdx.reduce_scatter %{{.*}} on @mesh axes = ["tp"] reduce = sum dim = 0 : tensor<5x16xf32> -> tensor<?x16xf32>
+  %7 = tdx.reduce_scatter %u on @mesh axes = ["tp"] reduce = sum dim = 0 : tensor<5x16xf32> -> tensor<?x16xf32>
+  // CHECK: tdx.all_to_all %{{.*}} on @mesh axes = ["tp"] split = 1 concat = 0 : tensor<2x16xf32> -> tensor<8x4xf32>
+  %8 = tdx.all_to_all %x on @mesh axes = ["tp"] split = 1 concat = 0 : tensor<2x16xf32> -> tensor<8x4xf32>
+  // CHECK: tdx.broadcast %{{.*}} on @mesh axes = ["dp"] root = [1] : tensor<8x16xf32> -> tensor<8x16xf32>
+  %9 = tdx.broadcast %y on @mesh axes = ["dp"] root = [1] : tensor<8x16xf32> -> tensor<8x16xf32>
+  // CHECK: tdx.broadcast %{{.*}} on @mesh axes = ["dp", "tp"] root = [0, 3]
+  %10 = tdx.broadcast %y on @mesh axes = ["dp", "tp"] root = [0, 3] : tensor<8x16xf32> -> tensor<8x16xf32>
+  return
+}
