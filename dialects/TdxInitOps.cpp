@@ -35,7 +35,12 @@ LogicalResult ArangeOp::verify() {
   RankedTensorType type = getType();
   if (type.getRank() != 1)
     return emitOpError() << "result must be 1-D, got " << type;
-  int64_t count = static_cast<int64_t>(std::ceil((end - start) / step));
+  double exact = std::ceil((end - start) / step);
+  if (!(exact < 9.0e18))
+    return emitOpError() << "range [" << num(start) << ", " << num(end)
+                         << ") with step " << num(step)
+                         << " has too many elements to index";
+  auto count = static_cast<int64_t>(exact);
   if (!type.isDynamicDim(0) && type.getDimSize(0) != count)
     return emitOpError() << "produces " << count
                          << " elements (ceil((end - start) / step)) but the "

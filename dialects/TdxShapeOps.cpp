@@ -140,7 +140,7 @@ LogicalResult SliceOp::inferReturnTypes(MLIRContext *, std::optional<Location> l
     };
     int64_t start = clampIndex(static_cast<int64_t>(adaptor.getStart()));
     int64_t end = clampIndex(static_cast<int64_t>(adaptor.getEnd()));
-    shape[*dim] = end > start ? (end - start + step - 1) / step : 0;
+    shape[*dim] = end > start ? (end - start - 1) / step + 1 : 0;
   }
   inferred.push_back(RankedTensorType::get(shape, in.getElementType()));
   return success();

@@ -133,3 +133,75 @@ func.func @dropout_p(%a: tensor<4xf32>) {
   %0 = tdx.dropout %a p 1.0 seed(0, 0) : tensor<4xf32>
   return
 }
+
+// -----
+
+func.func @log_int(%a: tensor<4xi32>) {
+  // expected-error @+1 {{'tdx.log' op operand #0 must be ranked tensor of floating-point values, but got 'tensor<4xi32>'}}
+  %0 = tdx.log %a : tensor<4xi32>
+  return
+}
+
+// -----
+
+func.func @sqrt_int(%a: tensor<4xi32>) {
+  // expected-error @+1 {{'tdx.sqrt' op operand #0 must be ranked tensor of floating-point values, but got 'tensor<4xi32>'}}
+  %0 = tdx.sqrt %a : tensor<4xi32>
+  return
+}
+
+// -----
+
+func.func @rsqrt_int(%a: tensor<4xi32>) {
+  // expected-error @+1 {{'tdx.rsqrt' op operand #0 must be ranked tensor of floating-point values, but got 'tensor<4xi32>'}}
+  %0 = tdx.rsqrt %a : tensor<4xi32>
+  return
+}
+
+// -----
+
+func.func @sigmoid_int(%a: tensor<4xi32>) {
+  // expected-error @+1 {{'tdx.sigmoid' op operand #0 must be ranked tensor of floating-point values, but got 'tensor<4xi32>'}}
+  %0 = tdx.sigmoid %a : tensor<4xi32>
+  return
+}
+
+// -----
+
+func.func @silu_int(%a: tensor<4xi32>) {
+  // expected-error @+1 {{'tdx.silu' op operand #0 must be ranked tensor of floating-point values, but got 'tensor<4xi32>'}}
+  %0 = tdx.silu %a : tensor<4xi32>
+  return
+}
+
+// -----
+
+func.func @sin_int(%a: tensor<4xi32>) {
+  // expected-error @+1 {{'tdx.sin' op operand #0 must be ranked tensor of floating-point values, but got 'tensor<4xi32>'}}
+  %0 = tdx.sin %a : tensor<4xi32>
+  return
+}
+
+// -----
+
+func.func @cos_int(%a: tensor<4xi32>) {
+  // expected-error @+1 {{'tdx.cos' op operand #0 must be ranked tensor of floating-point values, but got 'tensor<4xi32>'}}
+  %0 = tdx.cos %a : tensor<4xi32>
+  return
+}
+
+// -----
+
+func.func @abs_bool(%a: tensor<4xi1>) {
+  // expected-error @+1 {{'tdx.abs' op operand #0 must be ranked tensor of floating-point or 8/16/32/64-bit signless integer values, but got 'tensor<4xi1>'}}
+  %0 = tdx.abs %a : tensor<4xi1>
+  return
+}
+
+// -----
+
+func.func @relu_bool(%a: tensor<4xi1>) {
+  // expected-error @+1 {{'tdx.relu' op operand #0 must be ranked tensor of floating-point or 8/16/32/64-bit signless integer values, but got 'tensor<4xi1>'}}
+  %0 = tdx.relu %a : tensor<4xi1>
+  return
+}

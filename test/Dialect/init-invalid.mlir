@@ -109,3 +109,11 @@ func.func @random_without_stream() {
   %0 = tdx.normal(0.0, 1.0) seed(0) : tensor<4xf32>
   return
 }
+
+// -----
+
+func.func @arange_huge() {
+  // expected-error @+1 {{'tdx.arange' op range [0, 1e+30) with step 1 has too many elements to index}}
+  %0 = tdx.arange start 0.0 end 1.0e30 step 1.0 : tensor<?xi64>
+  return
+}

@@ -65,3 +65,11 @@ func.func @expand(%x: tensor<3x1xf32>) {
   %1 = tdx.expand %x [3, 1] : tensor<3x1xf32> -> tensor<3x1xf32>
   return
 }
+
+// A huge step takes one element without overflowing.
+// CHECK-LABEL: func.func @slice_huge_step
+func.func @slice_huge_step(%x: tensor<4x16xf32>) {
+  // CHECK: tdx.slice %{{.*}} dim 1 [2 : 16 : 9223372036854775807] : tensor<4x16xf32> -> tensor<4x1xf32>
+  %0 = tdx.slice %x dim 1 [2 : 16 : 9223372036854775807] : tensor<4x16xf32> -> tensor<4x1xf32>
+  return
+}

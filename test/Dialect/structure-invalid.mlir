@@ -142,3 +142,17 @@ func.func @yield_outside() {
   // expected-error @+1 {{'tdx.yield' op expects parent op to be one of 'tdx.parameter, tdx.buffer'}}
   tdx.yield %0 : tensor<4xf32>
 }
+
+// -----
+
+// expected-error @+1 {{'tdx.buffer' op has no init region; give one ending in 'tdx.yield' or tie it to another name with 'tied_to @name'}}
+tdx.buffer @b : tensor<4xf32>
+
+// -----
+
+tdx.buffer @b : tensor<4xf32> init {
+  %0 = tdx.full 0.0 : tensor<4xf32>
+  tdx.yield %0 : tensor<4xf32>
+}
+// expected-error @+1 {{'tdx.buffer' op has type 'tensor<4xi64>' but is tied to @b of type 'tensor<4xf32>'; tied names must have one type}}
+tdx.buffer @c : tensor<4xi64> tied_to @b
