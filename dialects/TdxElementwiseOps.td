@@ -80,7 +80,8 @@ def Tdx_WhereOp : Tdx_InferredOp<"where"> {
 
 class Tdx_UnaryOp<string mnemonic, string aten, Type operandType,
                   list<Trait> traits = []>
-    : Tdx_Op<mnemonic, !listconcat(traits, [Pure, SameOperandsAndResultType])> {
+    : Tdx_Op<mnemonic, !listconcat(traits, [Pure, SameOperandsAndResultType,
+                                            Tdx_HasShardingRule])> {
   let summary = "elementwise " # aten;
   let description = [{
     `aten::}] # aten # [{`, elementwise; the result has the operand's type.
@@ -122,7 +123,7 @@ def Tdx_GeluOp : Tdx_UnaryOp<"gelu", "gelu", Tdx_FloatTensor> {
   }];
 }
 
-def Tdx_CastOp : Tdx_Op<"cast", [Pure]> {
+def Tdx_CastOp : Tdx_Op<"cast", [Pure, Tdx_HasShardingRule]> {
   let summary = "dtype conversion (Tensor.to(dtype), aten::_to_copy)";
   let description = [{
     Converts the element type; the shape must not change.

@@ -11,13 +11,13 @@
 
 include "TdxOpBase.td"
 
-def Tdx_EmptyOp : Tdx_Op<"empty", [Pure]> {
+def Tdx_EmptyOp : Tdx_Op<"empty", [Pure, Tdx_HasShardingRule]> {
   let summary = "a tensor with unspecified contents (torch.empty)";
   let results = (outs Tdx_Tensor:$result);
   let assemblyFormat = "attr-dict `:` type($result)";
 }
 
-def Tdx_FullOp : Tdx_Op<"full", [Pure]> {
+def Tdx_FullOp : Tdx_Op<"full", [Pure, Tdx_HasShardingRule]> {
   let summary = "a tensor filled with one value (torch.full, zeros, ones)";
   let description = [{
     ```mlir

@@ -81,7 +81,7 @@ def Tdx_MaxOp : Tdx_ReduceOp<"max", "amax",
     Tdx_NumericTensor>;
 
 class Tdx_SoftmaxBase<string mnemonic, string aten>
-    : Tdx_Op<mnemonic, [Pure, SameOperandsAndResultType]> {
+    : Tdx_Op<mnemonic, [Pure, SameOperandsAndResultType, Tdx_HasShardingRule]> {
   let summary = aten # " along one dim";
   let description = [{
     `aten::}] # aten # [{(input, dim)`; `dim` may be negative.

@@ -4,6 +4,7 @@
 #define TDX_DIALECT_TDXOPBASE_TD
 
 include "TdxAttrs.td"
+include "TdxInterfaces.td"
 include "mlir/IR/SymbolInterfaces.td"
 include "mlir/IR/BuiltinAttributes.td"
 include "mlir/Interfaces/SideEffectInterfaces.td"
@@ -12,6 +13,10 @@ include "mlir/Interfaces/ControlFlowInterfaces.td"
 
 class Tdx_Op<string mnemonic, list<Trait> traits = []>
     : Op<Tdx_Dialect, mnemonic, traits>;
+
+/// The op has a factor mapping for sharding propagation (ShardingRules.cpp).
+def Tdx_HasShardingRule
+    : DeclareOpInterfaceMethods<Tdx_ShardingRuleOpInterface>;
 
 def Tdx_Tensor : RankedTensorOf<[AnyType]>;
 def Tdx_FloatTensor : RankedTensorOf<[AnyFloat]>;
@@ -26,7 +31,7 @@ def Tdx_NumericTensor
 /// form keeps the result type; the verifier checks it against the inferred
 /// one and reports a failed inference once, with its reason.
 class Tdx_InferredOp<string mnemonic, list<Trait> traits = []>
-    : Tdx_Op<mnemonic, !listconcat(traits, [Pure])> {
+    : Tdx_Op<mnemonic, !listconcat(traits, [Pure, Tdx_HasShardingRule])> {
   let hasVerifier = 1;
   let extraClassDeclaration = [{
     static ::mlir::LogicalResult inferReturnTypes(

@@ -79,7 +79,7 @@ def Tdx_YieldOp : Tdx_Op<"yield", [Pure, Terminator, ReturnLike,
   let assemblyFormat = "$values attr-dict `:` type($values)";
 }
 
-def Tdx_ParamRefOp : Tdx_Op<"param_ref", [Pure,
+def Tdx_ParamRefOp : Tdx_Op<"param_ref", [Pure, Tdx_HasShardingRule,
     DeclareOpInterfaceMethods<SymbolUserOpInterface>]> {
   let summary = "the value of a parameter or buffer, by qualified name";
   let description = [{

@@ -24,4 +24,21 @@ def ModelSummary : Pass<"tdx-model-summary", "::mlir::ModuleOp"> {
   ];
 }
 
+def PrintShardingRules : Pass<"tdx-print-sharding-rules"> {
+  let summary = "Report the sharding rule (factor mapping) of every op";
+  let description = [{
+    Emits a remark at every op in the IR with its factor mapping as
+    `tdx-propagate-sharding` sees it, Shardy-style:
+
+    ```
+    remark: sharding rule: ([i, k], [k, j]) -> ([i, j]) {i=8, j=4, k=16} reduction={k} partial=sum
+    ```
+
+    A dim is written as its factors, major to minor (`jk` for a dim that a
+    reshape splits into `j` and `k`), or `1` when it has none. Ops without a
+    rule of their own (generic `tdx.aten` ops, other dialects' ops) report
+    the fully replicated rule they are treated with. The IR is unchanged.
+  }];
+}
+
 #endif // TDX_PASSES_TD

@@ -10,6 +10,7 @@
 #include "mlir/Interfaces/ControlFlowInterfaces.h"
 #include "mlir/Interfaces/InferTypeOpInterface.h"
 #include "mlir/Interfaces/SideEffectInterfaces.h"
+#include "tdx/Dialect/ShardingRule.h"
 #include "tdx/Dialect/TdxDialect.h"
 #include "tdx/Dialect/TypeInference.h"
 

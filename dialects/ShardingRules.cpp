@@ -1,0 +1,445 @@
+//===- ShardingRules.cpp - the factor mapping of every first-class op -----===//
+//
+// One function per op family, in the spirit of Shardy's sharding rule
+// registry. Every rule is a pure function of the op's types and attributes.
+//
+//===----------------------------------------------------------------------===//
+
+#include "tdx/Dialect/ShardingRule.h"
+#include "tdx/Dialect/TdxOps.h"
+
+using namespace mlir;
+using namespace mlir::tdx;
+
+static RankedTensorType tensorType(Value v) {
+  return cast<RankedTensorType>(v.getType());
+}
+
+/// Elementwise with numpy broadcasting: one factor per result dim; an operand
+/// dim of size 1 that is broadcast has no factor.
+static ShardingRule broadcastRule(Operation *op) {
+  ShardingRule rule;
+  auto result = cast<RankedTensorType>(op->getResult(0).getType());
+  int64_t rank = result.getRank();
+  TensorFactors resultDims;
+  for (int64_t size : result.getShape())
+    resultDims.push_back({rule.addFactor(size)});
+  for (Value operand : op->getOperands()) {
+    auto t = tensorType(operand);
+    TensorFactors dims;
+    for (int64_t d = 0; d < t.getRank(); ++d) {
+      int64_t r = d + rank - t.getRank();
+      if (t.getDimSize(d) == 1 && result.getDimSize(r) != 1)
+        dims.push_back({});
+      else
+        dims.push_back(resultDims[r]);
+    }
+    rule.operands.push_back(dims);
+    rule.addedAfterReduction.push_back(false);
+  }
+  rule.results.push_back(resultDims);
+  return rule;
+}
+
+/// Every dim of the single result is its own parallel factor (creation ops).
+static ShardingRule creationRule(Operation *op) {
+  ShardingRule rule;
+  TensorFactors dims;
+  for (int64_t size : cast<RankedTensorType>(op->getResult(0).getType()).getShape())
+    dims.push_back({rule.addFactor(size)});
+  rule.results.push_back(dims);
+  return rule;
+}
+
+/// One factor per input dim; dims listed in `replicatedDims` may not be
+/// sharded. The result has the input's dims (same-shape ops).
+static ShardingRule sameShapeRule(Operation *op, ArrayRef<int64_t> replicatedDims) {
+  ShardingRule rule;
+  auto t = tensorType(op->getOperand(0));
+  TensorFactors dims;
+  for (int64_t d = 0; d < t.getRank(); ++d)
+    dims.push_back({rule.addFactor(t.getDimSize(d),
+                                   llvm::is_contained(replicatedDims, d)
+                                       ? FactorKind::Replicated
+                                       : FactorKind::Parallel)});
+  rule.operands.push_back(dims);
+  rule.addedAfterReduction.push_back(false);
+  rule.results.push_back(dims);
+  return rule;
+}
+
+#define TDX_BROADCAST_RULE(Op)                                                 \
+  ShardingRule Op::getShardingRule() { return broadcastRule(*this); }
+TDX_BROADCAST_RULE(AddOp)
+TDX_BROADCAST_RULE(SubOp)
+TDX_BROADCAST_RULE(MulOp)
+TDX_BROADCAST_RULE(DivOp)
+TDX_BROADCAST_RULE(PowOp)
+TDX_BROADCAST_RULE(MaximumOp)
+TDX_BROADCAST_RULE(MinimumOp)
+TDX_BROADCAST_RULE(CmpOp)
+TDX_BROADCAST_RULE(WhereOp)
+TDX_BROADCAST_RULE(NegOp)
+TDX_BROADCAST_RULE(AbsOp)
+TDX_BROADCAST_RULE(ReluOp)
+TDX_BROADCAST_RULE(ExpOp)
+TDX_BROADCAST_RULE(LogOp)
+TDX_BROADCAST_RULE(SqrtOp)
+TDX_BROADCAST_RULE(RsqrtOp)
+TDX_BROADCAST_RULE(TanhOp)
+TDX_BROADCAST_RULE(SigmoidOp)
+TDX_BROADCAST_RULE(SiluOp)
+TDX_BROADCAST_RULE(SinOp)
+TDX_BROADCAST_RULE(CosOp)
+TDX_BROADCAST_RULE(GeluOp)
+TDX_BROADCAST_RULE(CastOp)
+#undef TDX_BROADCAST_RULE
+
+ShardingRule EmptyOp::getShardingRule() { return creationRule(*this); }
+ShardingRule FullOp::getShardingRule() { return creationRule(*this); }
+ShardingRule ParamRefOp::getShardingRule() { return creationRule(*this); }
+
+//===----------------------------------------------------------------------===//
+// Contractions
+//===----------------------------------------------------------------------===//
+
+ShardingRule MatmulOp::getShardingRule() {
+  ShardingRule rule;
+  auto a = tensorType(getLhs()), b = tensorType(getRhs());
+  auto r = cast<RankedTensorType>(getType());
+  bool aVec = a.getRank() == 1, bVec = b.getRank() == 1;
+  int64_t batchRank = r.getRank() - (aVec ? 0 : 1) - (bVec ? 0 : 1);
+  TensorFactors resultDims;
+  for (int64_t d = 0; d < batchRank; ++d)
+    resultDims.push_back({rule.addFactor(r.getDimSize(d))});
+  int64_t i = aVec ? -1 : rule.addFactor(a.getDimSize(a.getRank() - 2));
+  int64_t j = bVec ? -1 : rule.addFactor(b.getDimSize(b.getRank() - 1));
+  int64_t k = rule.addFactor(a.getShape().back(), FactorKind::Reduction);
+  auto batchOf = [&](RankedTensorType t, int64_t numBatch) {
+    TensorFactors dims;
+    for (int64_t d = 0; d < numBatch; ++d) {
+      int64_t rd = d + batchRank - numBatch;
+      if (t.getDimSize(d) == 1 && r.getDimSize(rd) != 1)
+        dims.push_back({});
+      else
+        dims.push_back(resultDims[rd]);
+    }
+    return dims;
+  };
+  TensorFactors aDims = aVec ? TensorFactors{} : batchOf(a, a.getRank() - 2);
+  if (!aVec)
+    aDims.push_back({i});
+  aDims.push_back({k});
+  TensorFactors bDims = bVec ? TensorFactors{} : batchOf(b, b.getRank() - 2);
+  bDims.push_back({k});
+  if (!bVec)
+    bDims.push_back({j});
+  if (!aVec)
+    resultDims.push_back({i});
+  if (!bVec)
+    resultDims.push_back({j});
+  rule.operands = {aDims, bDims};
+  rule.addedAfterReduction = {false, false};
+  rule.results = {resultDims};
+  return rule;
+}
+
+ShardingRule LinearOp::getShardingRule() {
+  ShardingRule rule;
+  auto x = tensorType(getInput()), w = tensorType(getWeight());
+  auto r = cast<RankedTensorType>(getType());
+  TensorFactors xDims, resultDims;
+  for (int64_t d = 0; d + 1 < x.getRank(); ++d) {
+    xDims.push_back({rule.addFactor(x.getDimSize(d))});
+    resultDims.push_back(xDims.back());
+  }
+  int64_t o = w.getRank() == 2 ? rule.addFactor(w.getDimSize(0)) : -1;
+  int64_t k = rule.addFactor(x.getShape().back(), FactorKind::Reduction);
+  xDims.push_back({k});
+  TensorFactors wDims;
+  if (o >= 0) {
+    wDims.push_back({o});
+    resultDims.push_back({o});
+  }
+  wDims.push_back({k});
+  rule.operands = {xDims, wDims};
+  rule.addedAfterReduction = {false, false};
+  if (Value bias = getBias()) {
+    auto b = tensorType(bias);
+    TensorFactors bDims;
+    for (int64_t d = 0; d < b.getRank(); ++d) {
+      int64_t rd = d + r.getRank() - b.getRank();
+      if (b.getDimSize(d) == 1 && r.getDimSize(rd) != 1)
+        bDims.push_back({});
+      else
+        bDims.push_back(resultDims[rd]);
+    }
+    rule.operands.push_back(bDims);
+    rule.addedAfterReduction.push_back(true);
+  }
+  rule.results = {resultDims};
+  return rule;
+}
+
+//===----------------------------------------------------------------------===//
+// Reductions and normalizations
+//===----------------------------------------------------------------------===//
+
+/// Reduced dims are reduction factors of kind `kind` (or replicated factors
+/// when `shardable` is false: a mean over uneven shards is not the mean of
+/// the shard means).
+template <typename ReduceOp>
+static ShardingRule reduceRule(ReduceOp op, bool shardable, ReduceKind kind) {
+  ShardingRule rule;
+  rule.reduction = kind;
+  auto t = tensorType(op.getInput());
+  std::optional<ArrayRef<int64_t>> dims = op.getDims();
+  TensorFactors inDims, outDims;
+  for (int64_t d = 0; d < t.getRank(); ++d) {
+    bool reduced = !dims || dims->empty() ||
+                   llvm::any_of(*dims, [&](int64_t x) {
+                     return normalizeDim(x, t.getRank()) == d;
+                   });
+    if (!reduced) {
+      inDims.push_back({rule.addFactor(t.getDimSize(d))});
+      outDims.push_back(inDims.back());
+      continue;
+    }
+    inDims.push_back({rule.addFactor(t.getDimSize(d), shardable
+                                                          ? FactorKind::Reduction
+                                                          : FactorKind::Replicated)});
+    if (op.getKeepdim())
+      outDims.push_back({});
+  }
+  rule.operands = {inDims};
+  rule.addedAfterReduction = {false};
+  rule.results = {outDims};
+  return rule;
+}
+
+ShardingRule SumOp::getShardingRule() {
+  return reduceRule(*this, /*shardable=*/true, ReduceKind::Sum);
+}
+ShardingRule MaxOp::getShardingRule() {
+  return reduceRule(*this, /*shardable=*/true, ReduceKind::Max);
+}
+ShardingRule MeanOp::getShardingRule() {
+  return reduceRule(*this, /*shardable=*/false, ReduceKind::Avg);
+}
+
+template <typename SoftmaxOp>
+static ShardingRule softmaxRule(SoftmaxOp op) {
+  int64_t rank = tensorType(op.getInput()).getRank();
+  std::optional<int64_t> dim =
+      normalizeDim(static_cast<int64_t>(op.getDim()), std::max<int64_t>(rank, 1));
+  return sameShapeRule(op, rank ? ArrayRef<int64_t>{*dim} : ArrayRef<int64_t>{});
+}
+ShardingRule SoftmaxOp::getShardingRule() { return softmaxRule(*this); }
+ShardingRule LogSoftmaxOp::getShardingRule() { return softmaxRule(*this); }
+
+/// The normalized trailing dims are replicated; weight and bias map to them.
+static ShardingRule normRule(Operation *op, int64_t numNormalized) {
+  auto t = cast<RankedTensorType>(op->getOperand(0).getType());
+  SmallVector<int64_t> replicated;
+  for (int64_t d = t.getRank() - numNormalized; d < t.getRank(); ++d)
+    replicated.push_back(d);
+  ShardingRule rule = sameShapeRule(op, replicated);
+  TensorFactors trailing(rule.operands[0].end() - numNormalized,
+                         rule.operands[0].end());
+  for (size_t i = 1; i < op->getNumOperands(); ++i) {
+    rule.operands.push_back(trailing);
+    rule.addedAfterReduction.push_back(false);
+  }
+  return rule;
+}
+ShardingRule LayerNormOp::getShardingRule() {
+  return normRule(*this, getNormalizedShape().size());
+}
+ShardingRule RmsNormOp::getShardingRule() {
+  return normRule(*this, getNormalizedShape().size());
+}
+
+ShardingRule EmbeddingOp::getShardingRule() {
+  ShardingRule rule;
+  auto w = tensorType(getWeight()), idx = tensorType(getIndices());
+  // Sharding the vocabulary would need a masked lookup per rank; it stays
+  // replicated until the partitioner emits one.
+  int64_t v = rule.addFactor(w.getDimSize(0), FactorKind::Replicated);
+  TensorFactors idxDims;
+  for (int64_t size : idx.getShape())
+    idxDims.push_back({rule.addFactor(size)});
+  int64_t d = rule.addFactor(w.getDimSize(1));
+  TensorFactors resultDims = idxDims;
+  resultDims.push_back({d});
+  rule.operands = {{{v}, {d}}, idxDims};
+  rule.addedAfterReduction = {false, false};
+  rule.results = {resultDims};
+  return rule;
+}
+
+ShardingRule CrossEntropyOp::getShardingRule() {
+  ShardingRule rule;
+  auto x = tensorType(getInput()), t = tensorType(getTarget());
+  int64_t classDim = x.getRank() == 1 ? 0 : 1;
+  // The batch (and extra) dims: parallel without reduction, a sum when the
+  // loss is summed, replicated for a mean (ignored targets make the mean of
+  // shard means wrong).
+  FactorKind batchKind = getReduction() == LossReduction::none
+                             ? FactorKind::Parallel
+                         : getReduction() == LossReduction::sum
+                             ? FactorKind::Reduction
+                             : FactorKind::Replicated;
+  TensorFactors xDims, lossDims;
+  for (int64_t d = 0; d < x.getRank(); ++d) {
+    if (d == classDim) {
+      xDims.push_back({rule.addFactor(x.getDimSize(d), FactorKind::Replicated)});
+      continue;
+    }
+    xDims.push_back({rule.addFactor(x.getDimSize(d), batchKind)});
+    lossDims.push_back(xDims.back());
+  }
+  rule.operands = {xDims, t.getRank() == x.getRank() ? xDims : lossDims};
+  rule.addedAfterReduction = {false, false};
+  rule.results = {getReduction() == LossReduction::none ? lossDims
+                                                        : TensorFactors{}};
+  return rule;
+}
+
+//===----------------------------------------------------------------------===//
+// Shape ops
+//===----------------------------------------------------------------------===//
+
+ShardingRule ReshapeOp::getShardingRule() {
+  auto in = tensorType(getInput());
+  auto out = cast<RankedTensorType>(getType());
+  if (!in.hasStaticShape() || !out.hasStaticShape())
+    return ShardingRule::replicated(*this);
+  ShardingRule rule;
+  TensorFactors inDims(in.getRank()), outDims(out.getRank());
+  ArrayRef<int64_t> a = in.getShape(), b = out.getShape();
+  size_t i = 0, j = 0;
+  // Walk both shapes, grouping dims whose products agree. A split (one input
+  // dim, several output dims) or a merge (the reverse) is expressed with one
+  // factor per finer dim; the coarse dim lists them major to minor. Groups
+  // that are neither stay replicated. Dims of size 1 have no factor.
+  while (i < a.size() || j < b.size()) {
+    if (i < a.size() && a[i] == 1) {
+      ++i;
+      continue;
+    }
+    if (j < b.size() && b[j] == 1) {
+      ++j;
+      continue;
+    }
+    if (i >= a.size() || j >= b.size())
+      break;
+    size_t i0 = i, j0 = j;
+    int64_t pa = a[i++], pb = b[j++];
+    while (pa != pb) {
+      if (pa < pb)
+        pa *= a[i++];
+      else
+        pb *= b[j++];
+    }
+    size_t na = i - i0, nb = j - j0;
+    if (na == 1 && nb == 1) {
+      int64_t f = rule.addFactor(a[i0]);
+      inDims[i0] = {f};
+      outDims[j0] = {f};
+    } else if (na == 1) {
+      for (size_t d = j0; d < j; ++d) {
+        int64_t f = rule.addFactor(b[d]);
+        outDims[d] = {f};
+        inDims[i0].push_back(f);
+      }
+    } else if (nb == 1) {
+      for (size_t d = i0; d < i; ++d) {
+        int64_t f = rule.addFactor(a[d]);
+        inDims[d] = {f};
+        outDims[j0].push_back(f);
+      }
+    } else {
+      for (size_t d = i0; d < i; ++d)
+        inDims[d] = {rule.addFactor(a[d], FactorKind::Replicated)};
+      for (size_t d = j0; d < j; ++d)
+        outDims[d] = {rule.addFactor(b[d], FactorKind::Replicated)};
+    }
+  }
+  rule.operands = {inDims};
+  rule.addedAfterReduction = {false};
+  rule.results = {outDims};
+  return rule;
+}
+
+ShardingRule TransposeOp::getShardingRule() {
+  ShardingRule rule = sameShapeRule(*this, {});
+  int64_t rank = tensorType(getInput()).getRank();
+  std::swap(rule.results[0][*normalizeDim(static_cast<int64_t>(getDim0()), rank)],
+            rule.results[0][*normalizeDim(static_cast<int64_t>(getDim1()), rank)]);
+  return rule;
+}
+
+ShardingRule PermuteOp::getShardingRule() {
+  ShardingRule rule = sameShapeRule(*this, {});
+  int64_t rank = tensorType(getInput()).getRank();
+  TensorFactors permuted;
+  for (int64_t p : getPermutation())
+    permuted.push_back(rule.operands[0][*normalizeDim(p, rank)]);
+  rule.results[0] = permuted;
+  return rule;
+}
+
+ShardingRule SliceOp::getShardingRule() {
+  auto in = tensorType(getInput());
+  int64_t dim = *normalizeDim(static_cast<int64_t>(getDim()), in.getRank());
+  bool whole = in.getDimSize(dim) == cast<RankedTensorType>(getType()).getDimSize(dim) &&
+               static_cast<int64_t>(getStep()) == 1;
+  ShardingRule rule = sameShapeRule(*this, whole ? ArrayRef<int64_t>{}
+                                                 : ArrayRef<int64_t>{dim});
+  // The sliced dim changes size: give the result its own factor there.
+  if (!whole) {
+    int64_t f = rule.addFactor(cast<RankedTensorType>(getType()).getDimSize(dim),
+                               FactorKind::Replicated);
+    rule.results[0][dim] = {f};
+  }
+  return rule;
+}
+
+ShardingRule ConcatOp::getShardingRule() {
+  ShardingRule rule;
+  auto r = cast<RankedTensorType>(getType());
+  int64_t dim = *normalizeDim(static_cast<int64_t>(getDim()), r.getRank());
+  TensorFactors shared;
+  for (int64_t d = 0; d < r.getRank(); ++d)
+    shared.push_back(d == dim ? DimFactors{} : DimFactors{rule.addFactor(r.getDimSize(d))});
+  for (Value v : getInputs()) {
+    TensorFactors dims = shared;
+    dims[dim] = {rule.addFactor(tensorType(v).getDimSize(dim), FactorKind::Replicated)};
+    rule.operands.push_back(dims);
+    rule.addedAfterReduction.push_back(false);
+  }
+  TensorFactors resultDims = shared;
+  resultDims[dim] = {rule.addFactor(r.getDimSize(dim), FactorKind::Replicated)};
+  rule.results = {resultDims};
+  return rule;
+}
+
+ShardingRule ExpandOp::getShardingRule() {
+  ShardingRule rule;
+  auto in = tensorType(getInput());
+  auto r = cast<RankedTensorType>(getType());
+  TensorFactors inDims, outDims;
+  int64_t lead = r.getRank() - in.getRank();
+  for (int64_t d = 0; d < r.getRank(); ++d)
+    outDims.push_back({rule.addFactor(r.getDimSize(d))});
+  for (int64_t d = 0; d < in.getRank(); ++d) {
+    if (in.getDimSize(d) == 1 && r.getDimSize(d + lead) != 1)
+      inDims.push_back({});
+    else
+      inDims.push_back(outDims[d + lead]);
+  }
+  rule.operands = {inDims};
+  rule.addedAfterReduction = {false};
+  rule.results = {outDims};
+  return rule;
+}
