@@ -90,16 +90,17 @@ struct ShapeCheck {
     for (int64_t d = 0; d < in.getRank(); ++d) {
       int64_t have = in.getDimSize(d), got = out.getDimSize(d);
       int64_t want = have;
-      if (!ShapedType::isDynamic(have)) {
-        if (grow && d == *grow && split && d == *split)
-          want = have;
-        else if (grow && d == *grow)
-          want = have * group;
-        else if (split && d == *split)
-          want = have % group == 0 ? have / group : ShapedType::kDynamic;
-      } else if ((grow && d == *grow) || (split && d == *split)) {
-        want = ShapedType::kDynamic;
-      }
+      // An uneven (`?`) input dim differs between ranks: what the group
+      // gathers or splits from it is not known here.
+      if (ShapedType::isDynamic(have) &&
+          ((grow && d == *grow) || (split && d == *split)))
+        continue;
+      if (grow && d == *grow && split && d == *split)
+        want = have;
+      else if (grow && d == *grow && !ShapedType::isDynamic(have))
+        want = have * group;
+      else if (split && d == *split && !ShapedType::isDynamic(have))
+        want = have % group == 0 ? have / group : ShapedType::kDynamic;
       if (ShapedType::isDynamic(want) ? !ShapedType::isDynamic(got)
                                       : (!ShapedType::isDynamic(got) && got != want)) {
         InFlightDiagnostic diag = op->emitOpError()
@@ -195,5 +196,42 @@ LogicalResult BroadcastOp::verifySymbolUses(SymbolTableCollection &symbols) {
       return emitOpError() << "root coordinate " << coord << " on axis \"" << axis
                            << "\" is outside [0, " << size << ")";
   }
+  return success();
+}
+
+//===----------------------------------------------------------------------===//
+// MeshCoordOp / ChunkOp
+//===----------------------------------------------------------------------===//
+
+LogicalResult MeshCoordOp::verifySymbolUses(SymbolTableCollection &symbols) {
+  auto mesh = symbols.lookupNearestSymbolFrom<MeshOp>(*this, getMeshAttr());
+  if (!mesh)
+    return emitOpError() << "refers to mesh " << getMeshAttr()
+                         << ", which is not a 'tdx.mesh' in scope";
+  if (mesh.getAxisIndex(getAxis()) < 0)
+    return emitOpError() << "names axis \"" << getAxis() << "\", which mesh "
+                         << getMeshAttr() << " does not have";
+  return success();
+}
+
+LogicalResult ChunkOp::verify() {
+  auto in = cast<RankedTensorType>(getInput().getType());
+  auto out = cast<RankedTensorType>(getType());
+  auto chunks = static_cast<int64_t>(getChunks());
+  if (chunks <= 0)
+    return emitOpError() << "chunks must be positive, got " << chunks;
+  std::optional<int64_t> dim = normalizeDim(static_cast<int64_t>(getDim()), in.getRank());
+  if (!dim)
+    return emitOpError() << "dim " << static_cast<int64_t>(getDim())
+                         << " is out of range for rank " << in.getRank();
+  SmallVector<int64_t> shape(in.getShape());
+  int64_t n = shape[*dim];
+  if (!ShapedType::isDynamic(n))
+    shape[*dim] = n % chunks == 0 ? n / chunks : ShapedType::kDynamic;
+  auto want = RankedTensorType::get(shape, in.getElementType());
+  if (want != out)
+    return emitOpError() << "result type " << out << " differs from the chunk type "
+                         << want << " (torch.chunk into " << chunks
+                         << "; an uneven split is '?')";
   return success();
 }

@@ -120,4 +120,44 @@ def Tdx_BroadcastOp : Tdx_CollectiveOp<"broadcast", "broadcast",
   }];
 }
 
+def Tdx_MeshCoordOp : Tdx_Op<"mesh_coord", [Pure,
+    DeclareOpInterfaceMethods<SymbolUserOpInterface>]> {
+  let summary = "this rank's coordinate on one mesh axis (local view)";
+  let description = [{
+    A 0-D i64 tensor holding the calling rank's coordinate along `axis`;
+    the partitioner uses it for rank-dependent slices.
+
+    ```mlir
+    %c = tdx.mesh_coord @mesh axis = "tp" : tensor<i64>
+    ```
+  }];
+  let arguments = (ins FlatSymbolRefAttr:$mesh, StrAttr:$axis);
+  let results = (outs 0DTensorOf<[I64]>:$result);
+  let assemblyFormat = "$mesh `axis` `=` $axis attr-dict `:` type($result)";
+}
+
+def Tdx_ChunkOp : Tdx_Op<"chunk", [Pure]> {
+  let summary = "the index-th torch.chunk of a dim (local view)";
+  let description = [{
+    Splits `dim` into `chunks` pieces as `torch.chunk` does (piece size
+    `ceil(n / chunks)`, trailing pieces short or empty) and yields piece
+    `index`. When the split is uneven the result dim is `?`. The partitioner
+    emits it, with a `tdx.mesh_coord` index, where a replicated value becomes
+    sharded.
+
+    ```mlir
+    %c = tdx.mesh_coord @mesh axis = "tp" : tensor<i64>
+    %s = tdx.chunk %x[%c] chunks = 4 dim = 0 : tensor<8x16xf32>, tensor<i64> -> tensor<2x16xf32>
+    ```
+  }];
+  let arguments = (ins Tdx_Tensor:$input, 0DTensorOf<[AnySignlessInteger]>:$index,
+                       I64Attr:$chunks, I64Attr:$dim);
+  let results = (outs Tdx_Tensor:$result);
+  let assemblyFormat = [{
+    $input `[` $index `]` `chunks` `=` $chunks `dim` `=` $dim attr-dict `:`
+    type($input) `,` type($index) `->` type($result)
+  }];
+  let hasVerifier = 1;
+}
+
 #endif // TDX_DIALECT_TDXSHARDINGOPS_TD

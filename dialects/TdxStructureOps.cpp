@@ -1,5 +1,6 @@
 //===- TdxStructureOps.cpp - meshes, parameters, buffers ------------------===//
 
+#include "tdx/Dialect/LocalTypes.h"
 #include "tdx/Dialect/TdxOps.h"
 
 #include "llvm/ADT/StringSet.h"
@@ -138,6 +139,21 @@ LogicalResult ParamRefOp::verifySymbolUses(SymbolTableCollection &symbols) {
                             "scope";
   Type declared = isa<ParameterOp>(target) ? cast<ParameterOp>(target).getType()
                                            : cast<BufferOp>(target).getType();
+  // In a partitioned module a reference reads this rank's shard.
+  auto module = (*this)->getParentOfType<ModuleOp>();
+  if (module && module->hasAttr("tdx.partitioned")) {
+    ShardingAttr sharding = isa<ParameterOp>(target)
+                                ? cast<ParameterOp>(target).getShardingAttr()
+                                : cast<BufferOp>(target).getShardingAttr();
+    if (sharding)
+      if (auto mesh = symbols.lookupNearestSymbolFrom<MeshOp>(*this, sharding.getMesh()))
+        declared = localType(cast<RankedTensorType>(declared),
+                             sharding.getPlacements(), mesh.getShape());
+    if (declared != getType())
+      return emitOpError() << "result type " << getType() << " differs from "
+                           << getNameAttr() << "'s local (per-rank) type " << declared;
+    return success();
+  }
   if (declared != getType())
     return emitOpError() << "result type " << getType() << " differs from "
                          << getNameAttr() << "'s declared type " << declared;

@@ -41,4 +41,90 @@ def PrintShardingRules : Pass<"tdx-print-sharding-rules"> {
   }];
 }
 
+def PropagateSharding : Pass<"tdx-propagate-sharding", "::mlir::ModuleOp"> {
+  let summary = "Give every tensor value of every function a placement";
+  let description = [{
+    Starts from the user's placements (`tdx.annotate` ops, `sharding` on
+    `tdx.parameter`, `tdx.sharding` argument attributes) and gives every
+    tensor value of each function a placement on the mesh they name, using
+    each op's sharding rule (its factor mapping, see
+    `tdx-print-sharding-rules`).
+
+    Propagation is global and bidirectional: it sweeps the function forward
+    and backward until nothing changes, once per priority level (annotation
+    `priority` 0 first), so higher-priority annotations claim values first.
+    A user annotation is never overridden. Two user annotations that ask one
+    op to shard different factors over one mesh axis at the same priority are
+    an error that names both; other contested choices are settled by the cost
+    model: bytes moved under an alpha-beta model of each collective
+    (bandwidth and latency per mesh axis) plus compute. `explain` reports the
+    candidates and costs of every contested choice as remarks.
+
+    Then every op picks the layout it computes in (the cheapest given its
+    operands), and every operand whose layout differs from what its op needs
+    gets a `tdx.redistribute`. Results carry `tdx.shardings`, arguments
+    `tdx.sharding`; parameters without a `sharding` get the one chosen for
+    them; `tdx.annotate` ops are folded away.
+  }];
+  let options = [
+    ListOption<"bandwidth", "bandwidth", "double",
+               "Bytes per second of each mesh axis, in mesh order (default 1e10)">,
+    ListOption<"latency", "latency", "double",
+               "Seconds of latency per collective step on each mesh axis (default 1e-5)">,
+    Option<"flops", "flops", "double", /*default=*/"1e11",
+           "Floating-point operations per second of one device">,
+    Option<"explain", "explain", "bool", /*default=*/"false",
+           "Emit a remark for every contested placement with the candidates' costs">
+  ];
+}
+
+def InsertCollectives : Pass<"tdx-insert-collectives", "::mlir::ModuleOp"> {
+  let summary = "Split every layout change into single-collective steps";
+  let description = [{
+    Rewrites every `tdx.redistribute` into a chain of redistributes that each
+    change one mesh axis by one collective or local step:
+
+    | on one axis | becomes |
+    |---|---|
+    | `Shard(d)` to `Replicate` | all_gather |
+    | `Partial` to `Replicate` | all_reduce |
+    | `Partial` to `Shard(d)` | reduce_scatter |
+    | `Shard(i)` to `Shard(j)` | all_to_all |
+    | `Replicate` to `Shard(d)` | local chunk (no communication) |
+    | `Replicate` to `Partial(sum)` | local zeroing off coordinate 0 |
+    | `Shard` to `Partial`, `Partial` to another `Partial` | through `Replicate` |
+
+    On N-D meshes the order of the steps is the cheapest valid one under the
+    alpha-beta cost model (for example reducing before gathering moves fewer
+    bytes); shards of one dim over several axes stay nested in mesh order.
+    Uneven shards follow `torch.chunk`. With `report`, each step is also
+    reported as a remark naming its collective and bytes.
+  }];
+  let options = [
+    ListOption<"bandwidth", "bandwidth", "double",
+               "Bytes per second of each mesh axis, in mesh order (default 1e10)">,
+    ListOption<"latency", "latency", "double",
+               "Seconds of latency per collective step on each mesh axis (default 1e-5)">,
+    Option<"report", "report", "bool", /*default=*/"false",
+           "Emit a remark per step with its collective and bytes per rank">
+  ];
+}
+
+def Partition : Pass<"tdx-partition", "::mlir::ModuleOp"> {
+  let summary = "Rewrite the global program into the per-rank (SPMD) program";
+  let description = [{
+    Turns every placed function (after `tdx-propagate-sharding` and
+    `tdx-insert-collectives`) into the program each rank runs: every tensor
+    type becomes its local shard type (`torch.chunk` sizes; `?` where ranks
+    hold different sizes), shape attributes follow (`tdx.reshape`,
+    `tdx.expand`), and each single-axis `tdx.redistribute` becomes its
+    collective over the named mesh axis: `tdx.all_gather`,
+    `tdx.all_reduce`, `tdx.reduce_scatter`, `tdx.all_to_all`, or a
+    rank-dependent `tdx.chunk` / zeroing through `tdx.mesh_coord`. Each
+    collective records its largest per-rank payload in `tdx.payload_bytes`.
+    Parameter declarations keep their global type and sharding; references
+    read the local shard. The module is marked `tdx.partitioned`.
+  }];
+}
+
 #endif // TDX_PASSES_TD

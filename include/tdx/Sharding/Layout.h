@@ -1,0 +1,90 @@
+//===- Layout.h - per-axis placements, local shapes, redistribution -*- C++ -*-===//
+//
+// A Layout is one placement per mesh axis (what a ShardingAttr holds). This
+// header gives the local (per-rank) shape of a global tensor under a layout,
+// the alpha-beta cost model of the collectives, and the planner that turns a
+// layout change into the cheapest sequence of single-axis steps. The sharding
+// passes (propagation, collective insertion, partitioning, the report) share
+// it, so they agree on shapes, bytes and costs.
+//
+//===----------------------------------------------------------------------===//
+
+#ifndef TDX_SHARDING_LAYOUT_H
+#define TDX_SHARDING_LAYOUT_H
+
+#include "tdx/Dialect/LocalTypes.h"
+#include "tdx/Dialect/TdxOps.h"
+
+namespace mlir::tdx {
+
+using Layout = llvm::SmallVector<PlacementAttr, 4>;
+
+/// The fully replicated layout on a mesh of `rank` axes.
+Layout replicatedLayout(MLIRContext *ctx, int64_t rank);
+/// The layout of a sharding attribute, and back.
+Layout layoutOf(ShardingAttr sharding);
+ShardingAttr shardingOf(MeshOp mesh, ArrayRef<PlacementAttr> layout);
+/// Prints `[Shard(0), Replicate]`.
+std::string layoutToString(ArrayRef<PlacementAttr> layout);
+
+/// The largest number of bytes any rank holds of `global` under `layout`.
+int64_t localBytes(RankedTensorType global, ArrayRef<PlacementAttr> layout,
+                   ArrayRef<int64_t> meshShape);
+
+/// Bandwidth (bytes/s) and latency (s) of each mesh axis, plus the compute
+/// rate used to weigh sharded against replicated compute.
+struct CostModel {
+  llvm::SmallVector<double, 4> bandwidth;
+  llvm::SmallVector<double, 4> latency;
+  double flopsPerSecond = 1e11;
+  /// Bytes/s of a local copy (slicing, zeroing).
+  double memoryBandwidth = 1e10;
+
+  static CostModel uniform(int64_t rank, double bandwidth = 1e10,
+                           double latency = 1e-5);
+  /// From pass options: one value per mesh axis, or one for all axes, or
+  /// none for the defaults. Reports a wrong count or a non-positive value
+  /// at `mesh`.
+  static FailureOr<CostModel> fromOptions(MeshOp mesh, ArrayRef<double> bandwidth,
+                                          ArrayRef<double> latency, double flops);
+};
+
+enum class StepKind {
+  AllGather,     // Shard(d) -> Replicate
+  AllReduce,     // Partial -> Replicate
+  ReduceScatter, // Partial -> Shard(d)
+  AllToAll,      // Shard(i) -> Shard(j)
+  LocalChunk,    // Replicate -> Shard(d): keep this rank's chunk
+  LocalZero,     // Replicate -> Partial(sum): keep the value on coordinate 0
+  LocalNoop,     // Replicate -> Partial(avg|max|min): the value already is one
+};
+llvm::StringRef stringifyStepKind(StepKind kind);
+
+/// One step of a redistribution: placement `from` becomes `to` on `axis`.
+struct RedistributionStep {
+  int64_t axis;
+  PlacementAttr from, to;
+  StepKind kind;
+  /// Bytes of the local input of the step (largest rank).
+  int64_t bytes;
+  double seconds;
+};
+
+/// The cheapest valid sequence of single-axis steps from `source` to
+/// `target` for a tensor of type `global`. Shards of one dim over several
+/// axes are nested in mesh-axis order (as in DTensor), so steps on an inner
+/// axis come first when gathering and last when splitting.
+llvm::SmallVector<RedistributionStep>
+planRedistribution(RankedTensorType global, ArrayRef<PlacementAttr> source,
+                   ArrayRef<PlacementAttr> target, ArrayRef<int64_t> meshShape,
+                   const CostModel &cost);
+
+/// Total seconds of a plan.
+double planSeconds(ArrayRef<RedistributionStep> plan);
+
+/// The mesh a sharding attribute names, looked up from `from`.
+MeshOp lookupMesh(Operation *from, FlatSymbolRefAttr name);
+
+} // namespace mlir::tdx
+
+#endif // TDX_SHARDING_LAYOUT_H

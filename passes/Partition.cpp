@@ -1,0 +1,226 @@
+//===- Partition.cpp - global program to per-rank program -----------------===//
+
+#include "tdx/Dialect/TdxOps.h"
+#include "tdx/Passes/Passes.h"
+#include "tdx/Sharding/Layout.h"
+
+#include "mlir/IR/Builders.h"
+
+namespace mlir::tdx {
+#define GEN_PASS_DEF_PARTITION
+#include "tdx/Passes/Passes.h.inc"
+} // namespace mlir::tdx
+
+using namespace mlir;
+using namespace mlir::tdx;
+
+namespace {
+
+class FunctionPartitioner {
+public:
+  FunctionPartitioner(func::FuncOp fn, MeshOp mesh)
+      : fn(fn), mesh(mesh), meshShape(mesh.getShape()), b(fn.getContext()) {}
+
+  LogicalResult run();
+
+private:
+  func::FuncOp fn;
+  MeshOp mesh;
+  ArrayRef<int64_t> meshShape;
+  OpBuilder b;
+
+  FlatSymbolRefAttr meshRef() {
+    return FlatSymbolRefAttr::get(mesh.getSymNameAttr());
+  }
+  ArrayAttr axisNames(int64_t axis) {
+    return b.getArrayAttr({mesh.getAxes()[axis]});
+  }
+  LogicalResult lowerRedistribute(RedistributeOp op);
+  LogicalResult retype(Operation *op);
+};
+
+LogicalResult FunctionPartitioner::lowerRedistribute(RedistributeOp op) {
+  auto global = cast<RankedTensorType>(op.getType());
+  Layout from = layoutOf(op.getSource()), to = layoutOf(op.getTarget());
+  SmallVector<int64_t> changed;
+  for (size_t axis = 0; axis < from.size(); ++axis)
+    if (from[axis] != to[axis])
+      changed.push_back(axis);
+  Value input = op.getInput();
+  if (changed.empty()) {
+    op.getResult().replaceAllUsesWith(input);
+    op.erase();
+    return success();
+  }
+  if (changed.size() > 1)
+    return op.emitOpError()
+           << "changes " << changed.size()
+           << " mesh axes at once; run tdx-insert-collectives first so that "
+              "every redistribute is one collective";
+  int64_t axis = changed.front();
+  PlacementAttr src = from[axis], dst = to[axis];
+  auto outType = localType(global, to, meshShape);
+  auto inType = cast<RankedTensorType>(input.getType());
+  int64_t payload = localBytes(global, from, meshShape);
+  b.setInsertionPoint(op);
+  Location loc = op.getLoc();
+  Value result;
+  Operation *collective = nullptr;
+  auto coord = [&]() {
+    return MeshCoordOp::create(b, loc, RankedTensorType::get({}, b.getI64Type()),
+                               meshRef(), cast<StringAttr>(mesh.getAxes()[axis]))
+        .getResult();
+  };
+  if (src.isShard() && dst.isReplicate()) {
+    collective = AllGatherOp::create(b, loc, outType, input, meshRef(), axisNames(axis),
+                                     b.getI64IntegerAttr(src.getDim()));
+  } else if (src.isPartial() && dst.isReplicate()) {
+    collective = AllReduceOp::create(b, loc, outType, input, meshRef(), axisNames(axis),
+                                     ReduceKindAttr::get(b.getContext(), src.getReduce()));
+  } else if (src.isPartial() && dst.isShard()) {
+    collective = ReduceScatterOp::create(
+        b, loc, outType, input, meshRef(), axisNames(axis),
+        ReduceKindAttr::get(b.getContext(), src.getReduce()),
+        b.getI64IntegerAttr(dst.getDim()));
+  } else if (src.isShard() && dst.isShard()) {
+    collective = AllToAllOp::create(b, loc, outType, input, meshRef(), axisNames(axis),
+                                    b.getI64IntegerAttr(dst.getDim()),
+                                    b.getI64IntegerAttr(src.getDim()));
+  } else if (src.isReplicate() && dst.isShard()) {
+    result = ChunkOp::create(b, loc, outType, input, coord(),
+                             b.getI64IntegerAttr(meshShape[axis]),
+                             b.getI64IntegerAttr(dst.getDim()));
+  } else if (src.isReplicate() && dst.isPartial()) {
+    if (dst.getReduce() != ReduceKind::Sum) {
+      // max, min or avg of equal values is the value itself.
+      result = input;
+    } else {
+      auto i64 = RankedTensorType::get({}, b.getI64Type());
+      auto i1 = RankedTensorType::get({}, b.getI1Type());
+      Value zero = FullOp::create(b, loc, i64, b.getF64FloatAttr(0.0));
+      Value isFirst = CmpOp::create(b, loc, i1, CmpPredicate::eq, coord(), zero);
+      Value zeros = FullOp::create(
+          b, loc, RankedTensorType::get({}, inType.getElementType()),
+          b.getF64FloatAttr(0.0));
+      result = WhereOp::create(b, loc, inType, isFirst, input, zeros);
+    }
+  } else {
+    return op.emitOpError() << "has no single-collective lowering from "
+                            << layoutToString(from) << " to " << layoutToString(to)
+                            << "; run tdx-insert-collectives first";
+  }
+  if (collective) {
+    collective->setAttr("tdx.payload_bytes", b.getI64IntegerAttr(payload));
+    result = collective->getResult(0);
+  }
+  op.getResult().replaceAllUsesWith(result);
+  op.erase();
+  return success();
+}
+
+LogicalResult FunctionPartitioner::retype(Operation *op) {
+  if (op->getNumResults() == 0)
+    return success();
+  auto shardings = op->getAttrOfType<ArrayAttr>("tdx.shardings");
+  if (!shardings || shardings.size() != op->getNumResults())
+    return op->emitOpError() << "has no placement for its results ('tdx.shardings'); "
+                                "run tdx-propagate-sharding before tdx-partition";
+  for (auto [result, attr] : llvm::zip(op->getResults(), shardings)) {
+    auto sharding = dyn_cast<ShardingAttr>(attr);
+    auto global = dyn_cast<RankedTensorType>(result.getType());
+    if (!sharding || !global)
+      return op->emitOpError("has a malformed 'tdx.shardings' attribute");
+    result.setType(localType(global, sharding.getPlacements(), meshShape));
+  }
+  // Ops whose attributes spell out result sizes follow their result.
+  auto local = dyn_cast<RankedTensorType>(op->getResult(0).getType());
+  auto sizesOf = [&](ArrayRef<int64_t> old) -> FailureOr<SmallVector<int64_t>> {
+    SmallVector<int64_t> sizes;
+    int64_t dynamic = 0;
+    for (auto [i, d] : llvm::enumerate(local.getShape())) {
+      bool keep = old.size() == local.getShape().size() && old[i] == -1;
+      if (ShapedType::isDynamic(d))
+        ++dynamic;
+      sizes.push_back(ShapedType::isDynamic(d) || keep ? -1 : d);
+    }
+    if (dynamic > 1)
+      return op->emitOpError() << "would need " << dynamic
+                               << " rank-dependent sizes after partitioning; shard "
+                                  "at most one dim of it unevenly";
+    return sizes;
+  };
+  if (auto reshape = dyn_cast<ReshapeOp>(op)) {
+    FailureOr<SmallVector<int64_t>> sizes = sizesOf({});
+    if (failed(sizes))
+      return failure();
+    reshape.setShape(*sizes);
+  } else if (auto expand = dyn_cast<ExpandOp>(op)) {
+    FailureOr<SmallVector<int64_t>> sizes = sizesOf(expand.getSizes());
+    if (failed(sizes))
+      return failure();
+    expand.setSizes(*sizes);
+  }
+  return success();
+}
+
+LogicalResult FunctionPartitioner::run() {
+  for (BlockArgument arg : fn.getArguments()) {
+    auto global = dyn_cast<RankedTensorType>(arg.getType());
+    auto sharding = fn.getArgAttrOfType<ShardingAttr>(arg.getArgNumber(), "tdx.sharding");
+    if (global && sharding)
+      arg.setType(localType(global, sharding.getPlacements(), meshShape));
+  }
+  SmallVector<Operation *> ops;
+  fn.walk([&](Operation *op) {
+    if (op != fn.getOperation())
+      ops.push_back(op);
+  });
+  for (Operation *op : ops) {
+    if (auto r = dyn_cast<RedistributeOp>(op)) {
+      if (failed(lowerRedistribute(r)))
+        return failure();
+      continue;
+    }
+    if (isa<AnnotateOp>(op))
+      return op->emitOpError("is still here; run tdx-propagate-sharding before "
+                             "tdx-partition");
+    if (failed(retype(op)))
+      return failure();
+  }
+  auto ret = cast<func::ReturnOp>(fn.getBody().back().getTerminator());
+  fn.setType(FunctionType::get(fn.getContext(), fn.getArgumentTypes(),
+                               ret.getOperandTypes()));
+  return success();
+}
+
+struct PartitionPass : public mlir::tdx::impl::PartitionBase<PartitionPass> {
+  void runOnOperation() override {
+    ModuleOp module = getOperation();
+    for (auto fn : module.getOps<func::FuncOp>()) {
+      if (fn.isExternal())
+        continue;
+      // The mesh: the one the function's placements name.
+      ShardingAttr any;
+      fn.walk([&](Operation *op) {
+        if (auto s = op->getAttrOfType<ArrayAttr>("tdx.shardings"))
+          if (!s.empty())
+            any = dyn_cast<ShardingAttr>(s[0]);
+      });
+      for (unsigned i = 0; i < fn.getNumArguments() && !any; ++i)
+        any = fn.getArgAttrOfType<ShardingAttr>(i, "tdx.sharding");
+      if (!any)
+        continue;
+      MeshOp mesh = lookupMesh(fn, any.getMesh());
+      if (!mesh) {
+        fn.emitError() << "is placed on mesh " << any.getMesh()
+                       << ", which is not a 'tdx.mesh' in scope";
+        return signalPassFailure();
+      }
+      if (failed(FunctionPartitioner(fn, mesh).run()))
+        return signalPassFailure();
+    }
+    module->setAttr("tdx.partitioned", UnitAttr::get(module.getContext()));
+  }
+};
+
+} // namespace
