@@ -188,7 +188,7 @@ LogicalResult FunctionPartitioner::run() {
       return failure();
   }
   auto ret = cast<func::ReturnOp>(fn.getBody().back().getTerminator());
-  fn.setType(FunctionType::get(fn.getContext(), fn.getArgumentTypes(),
+  fn.setType(FunctionType::get(fn.getContext(), fn.getBody().getArgumentTypes(),
                                ret.getOperandTypes()));
   return success();
 }

@@ -127,4 +127,27 @@ def Partition : Pass<"tdx-partition", "::mlir::ModuleOp"> {
   }];
 }
 
+def CommReport : Pass<"tdx-comm-report", "::mlir::ModuleOp"> {
+  let summary = "Print every collective of one forward step and the total bytes";
+  let description = [{
+    On a partitioned module, prints one line per collective in program order:
+    its kind, the mesh axes it runs over, the group size, and its payload in
+    bytes per rank (the largest local buffer a rank passes in), then the
+    count and the total. `format=json` prints the same as a JSON list of
+    objects with keys `kind`, `mesh_axes`, `group_size`, `bytes` and
+    `location`. The IR is unchanged.
+
+    ```
+    tdx-opt model.mlir --tdx-propagate-sharding --tdx-insert-collectives \
+        --tdx-partition --tdx-comm-report -o /dev/null
+    ```
+  }];
+  let options = [
+    Option<"outputFile", "output", "std::string", /*default=*/"\"-\"",
+           "Where to write the report ('-' is stdout)">,
+    Option<"format", "format", "std::string", /*default=*/"\"table\"",
+           "'table' or 'json'">
+  ];
+}
+
 #endif // TDX_PASSES_TD

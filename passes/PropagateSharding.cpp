@@ -674,6 +674,11 @@ struct PropagateShardingPass
   using PropagateShardingBase::PropagateShardingBase;
 
   void runOnOperation() override {
+    if (getOperation()->hasAttr("tdx.partitioned")) {
+      getOperation().emitError("tdx-propagate-sharding runs on the global view, "
+                               "but this module is already partitioned");
+      return signalPassFailure();
+    }
     for (auto fn : llvm::make_early_inc_range(getOperation().getOps<func::FuncOp>())) {
       if (fn.isExternal())
         continue;

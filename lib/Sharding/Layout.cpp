@@ -74,7 +74,8 @@ FailureOr<CostModel> CostModel::fromOptions(MeshOp mesh, ArrayRef<double> bandwi
       return success();
     if (given.size() != 1 && static_cast<int64_t>(given.size()) != rank)
       return mesh.emitError() << "the '" << name << "' option has " << given.size()
-                              << " values but mesh " << mesh.getSymNameAttr()
+                              << " values but mesh "
+                              << FlatSymbolRefAttr::get(mesh.getSymNameAttr())
                               << " has " << rank << " axes; give one per axis or one for all";
     for (auto [i, v] : llvm::enumerate(out)) {
       v = given.size() == 1 ? given[0] : given[i];

@@ -1,0 +1,84 @@
+// RUN: tdx-opt %s -split-input-file --tdx-propagate-sharding | FileCheck %s
+
+// Propagation is bidirectional: the annotation on the output reaches back
+// to the function argument and to the unannotated parameter.
+tdx.mesh @mesh shape = [2] axes = ["dp"]
+tdx.parameter @w : tensor<16x16xf32> init {
+  %0 = tdx.normal(0.0, 0.02) seed(0, 0) : tensor<16x16xf32>
+  tdx.yield %0 : tensor<16x16xf32>
+}
+// CHECK: tdx.parameter @w : tensor<16x16xf32> sharding <@mesh, [Replicate]>
+// CHECK-LABEL: func.func @backward
+// CHECK-SAME: tdx.sharding = #tdx.sharding<@mesh, [Shard(0)]>
+// CHECK-NOT: tdx.redistribute
+// CHECK-NOT: tdx.annotate
+func.func @backward(%x: tensor<8x16xf32>) -> tensor<8x16xf32> {
+  %w = tdx.param_ref @w : tensor<16x16xf32>
+  %h = tdx.matmul %x, %w : (tensor<8x16xf32>, tensor<16x16xf32>) -> tensor<8x16xf32>
+  %t = tdx.tanh %h : tensor<8x16xf32>
+  %r = tdx.annotate %t <@mesh, [Shard(0)]> : tensor<8x16xf32>
+  return %r : tensor<8x16xf32>
+}
+
+// -----
+
+// Priorities: the lower number wins; the other annotation is honoured with
+// a redistribute, never overridden.
+tdx.mesh @mesh shape = [2] axes = ["tp"]
+// CHECK-LABEL: func.func @priorities
+// CHECK: %[[A:.*]] = tdx.add %{{.*}}, %{{.*}} {tdx.shardings = [#tdx.sharding<@mesh, [Shard(1)]>]}
+// CHECK: tdx.redistribute %[[A]] <@mesh, [Shard(1)]> to <@mesh, [Shard(0)]>
+func.func @priorities(%x: tensor<8x8xf32>, %y: tensor<8x8xf32>) -> tensor<8x8xf32> {
+  %xs = tdx.annotate %x <@mesh, [Shard(1)]> : tensor<8x8xf32>
+  %a = tdx.add %xs, %y : (tensor<8x8xf32>, tensor<8x8xf32>) -> tensor<8x8xf32>
+  %r = tdx.annotate %a <@mesh, [Shard(0)]> priority 1 : tensor<8x8xf32>
+  return %r : tensor<8x8xf32>
+}
+
+// -----
+
+// Tied weights are one value: the embedding's layout is the head's.
+tdx.mesh @mesh shape = [2] axes = ["tp"]
+tdx.parameter @wte : tensor<100x16xf32> init {
+  %0 = tdx.normal(0.0, 0.02) seed(0, 0) : tensor<100x16xf32>
+  tdx.yield %0 : tensor<100x16xf32>
+}
+tdx.parameter @head : tensor<100x16xf32> tied_to @wte
+// CHECK: tdx.parameter @wte : tensor<100x16xf32> sharding <@mesh, [Shard(1)]>
+// CHECK: tdx.parameter @head : tensor<100x16xf32> tied_to @wte{{$}}
+// CHECK-LABEL: func.func @tied
+// CHECK: tdx.param_ref @wte {tdx.shardings = [#tdx.sharding<@mesh, [Shard(1)]>]}
+// CHECK: tdx.param_ref @head {tdx.shardings = [#tdx.sharding<@mesh, [Shard(1)]>]}
+func.func @tied(%ids: tensor<4xi64>) -> tensor<4x100xf32> {
+  %w = tdx.param_ref @wte : tensor<100x16xf32>
+  %ws = tdx.annotate %w <@mesh, [Shard(1)]> : tensor<100x16xf32>
+  %e = tdx.embedding %ws, %ids : (tensor<100x16xf32>, tensor<4xi64>) -> tensor<4x16xf32>
+  %h = tdx.param_ref @head : tensor<100x16xf32>
+  %l = tdx.linear %e, %h : (tensor<4x16xf32>, tensor<100x16xf32>) -> tensor<4x100xf32>
+  return %l : tensor<4x100xf32>
+}
+
+// -----
+
+// Generic aten ops keep replicated operands.
+tdx.mesh @mesh shape = [2] axes = ["tp"]
+// CHECK-LABEL: func.func @generic
+// CHECK: %[[R:.*]] = tdx.redistribute %{{.*}} <@mesh, [Shard(0)]> to <@mesh, [Replicate]>
+// CHECK: tdx.aten "aten::cumsum"(%[[R]]) {args = {dim = 0 : i64}, tdx.shardings = [#tdx.sharding<@mesh, [Replicate]>]}
+func.func @generic(%x: tensor<8xf32>) -> tensor<8xf32> {
+  %xs = tdx.annotate %x <@mesh, [Shard(0)]> : tensor<8xf32>
+  %c = tdx.aten "aten::cumsum"(%xs) {args = {dim = 0 : i64}} : (tensor<8xf32>) -> tensor<8xf32>
+  return %c : tensor<8xf32>
+}
+
+// -----
+
+// Uneven: 5 rows over 4 ranks stay sharded (torch.chunk: 2, 2, 1, 0).
+tdx.mesh @mesh shape = [4] axes = ["tp"]
+// CHECK-LABEL: func.func @uneven
+// CHECK: tdx.exp %{{.*}} {tdx.shardings = [#tdx.sharding<@mesh, [Shard(0)]>]} : tensor<5x3xf32>
+func.func @uneven(%x: tensor<5x3xf32>) -> tensor<5x3xf32> {
+  %xs = tdx.annotate %x <@mesh, [Shard(0)]> : tensor<5x3xf32>
+  %e = tdx.exp %xs : tensor<5x3xf32>
+  return %e : tensor<5x3xf32>
+}
