@@ -77,7 +77,11 @@ struct CommReportPass : public mlir::tdx::impl::CommReportBase<CommReportPass> {
       e.bytes = payloadBytes(op);
       std::string loc;
       llvm::raw_string_ostream os(loc);
-      op->getLoc().print(os);
+      if (auto fl = dyn_cast<FileLineColLoc>(op->getLoc()))
+        os << fl.getFilename().getValue() << ":" << fl.getLine() << ":"
+           << fl.getColumn();
+      else
+        op->getLoc().print(os);
       e.location = loc;
       entries.push_back(e);
       return WalkResult::advance();

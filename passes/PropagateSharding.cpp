@@ -366,6 +366,7 @@ FailureOr<bool> FunctionPropagation::propagateOp(Operation *op, int level) {
       return failure();
     }
     int64_t chosen = candidates.front().factor;
+    std::string explanation;
     bool contested = llvm::any_of(
         candidates, [&](Candidate &c) { return c.factor != chosen; });
     if (fixedA) {
@@ -384,13 +385,12 @@ FailureOr<bool> FunctionPropagation::propagateOp(Operation *op, int level) {
         }
       }
       if (explain) {
-        InFlightDiagnostic remark = mlir::emitRemark(op->getLoc())
-            << "tdx-propagate-sharding: on mesh axis \""
-            << cast<StringAttr>(mesh.getAxes()[axis]).getValue() << "\" chose "
-            << describe(rule, op, chosen) << " by cost among";
+        llvm::raw_string_ostream os(explanation);
+        os << "tdx-propagate-sharding: on mesh axis \""
+           << cast<StringAttr>(mesh.getAxes()[axis]).getValue() << "\" chose "
+           << describe(rule, op, chosen) << " by cost among";
         for (auto [f, s] : costs)
-          remark << " " << describe(rule, op, f) << " = "
-                 << seconds(s) << ";";
+          os << " " << describe(rule, op, f) << " = " << seconds(s) << ";";
       }
     }
     auto apply = [&](Value v, const TensorFactors &dims, bool isResult) {
@@ -410,12 +410,18 @@ FailureOr<bool> FunctionPropagation::propagateOp(Operation *op, int level) {
       s = {p, best, from.source, false};
       changed = true;
     };
+    bool before = changed;
+    changed = false;
     for (auto [i, v] : llvm::enumerate(op->getOperands()))
       if (isTensor(v) && i < rule.operands.size())
         apply(v, rule.operands[i], false);
     for (auto [j, v] : llvm::enumerate(op->getResults()))
       if (isTensor(v) && j < rule.results.size())
         apply(v, rule.results[j], true);
+    // Explain a contested choice once: when it placed something.
+    if (changed && !explanation.empty())
+      mlir::emitRemark(op->getLoc()) << explanation;
+    changed |= before;
   }
   return changed;
 }

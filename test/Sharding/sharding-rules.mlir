@@ -1,0 +1,63 @@
+// The factor mapping of every op family, as tdx-propagate-sharding sees it.
+// A dim lists its factors major to minor ("kl": split by a reshape), "1" when
+// it has none (a broadcast dim).
+// RUN: tdx-opt %s -verify-diagnostics --tdx-print-sharding-rules -o /dev/null
+
+func.func @rules(%a: tensor<4x1xf32>, %b: tensor<8xf32>, %m: tensor<2x1x8x16xf32>, %n: tensor<3x16x4xf32>,
+                 %x: tensor<2x8x16xf32>, %w: tensor<32x16xf32>, %bias: tensor<32xf32>, %g: tensor<16xf32>,
+                 %emb: tensor<100x16xf32>, %ids: tensor<2x8xi64>, %logits: tensor<16x100xf32>, %labels: tensor<16xi64>,
+                 %c: tensor<4x8xi1>, %v: tensor<16xf32>) {
+  // expected-remark @+1 {{sharding rule: ([i, 1], [j]) -> ([i, j]) {i=4, j=8}}}
+  %0 = tdx.add %a, %b : (tensor<4x1xf32>, tensor<8xf32>) -> tensor<4x8xf32>
+  // expected-remark @+1 {{sharding rule: ([i, j], [i, 1], [j]) -> ([i, j]) {i=4, j=8}}}
+  %1 = tdx.where %c, %a, %b : (tensor<4x8xi1>, tensor<4x1xf32>, tensor<8xf32>) -> tensor<4x8xf32>
+  // expected-remark @+1 {{sharding rule: ([i]) -> ([i]) {i=8}}}
+  %2 = tdx.exp %b : tensor<8xf32>
+  // expected-remark @+1 {{sharding rule: ([i, 1, k, m], [j, m, l]) -> ([i, j, k, l]) {i=2, j=3, k=8, l=4, m=16} reduction={m} partial=sum}}
+  %3 = tdx.matmul %m, %n : (tensor<2x1x8x16xf32>, tensor<3x16x4xf32>) -> tensor<2x3x8x4xf32>
+  // expected-remark @+1 {{sharding rule: ([k], [i, k, j]) -> ([i, j]) {i=3, j=4, k=16} reduction={k} partial=sum}}
+  %4 = tdx.matmul %v, %n : (tensor<16xf32>, tensor<3x16x4xf32>) -> tensor<3x4xf32>
+  // expected-remark @+1 {{sharding rule: ([i, j, l], [k, l], [k]) -> ([i, j, k]) {i=2, j=8, k=32, l=16} reduction={l} partial=sum}}
+  %5 = tdx.linear %x, %w, %bias : (tensor<2x8x16xf32>, tensor<32x16xf32>, tensor<32xf32>) -> tensor<2x8x32xf32>
+  // expected-remark @+1 {{sharding rule: ([i, j, k]) -> ([i, k]) {i=2, j=8, k=16} reduction={j} partial=sum}}
+  %6 = tdx.sum %x dims = [1] : tensor<2x8x16xf32> -> tensor<2x16xf32>
+  // expected-remark @+1 {{sharding rule: ([i, j, k]) -> ([i, j, 1]) {i=2, j=8, k=16} reduction={k} partial=max}}
+  %7 = tdx.max %x dims = [-1] keepdim : tensor<2x8x16xf32> -> tensor<2x8x1xf32>
+  // expected-remark @+1 {{sharding rule: ([i, j, k]) -> ([i, k]) {i=2, j=8, k=16} replicated={j}}}
+  %8 = tdx.mean %x dims = [1] : tensor<2x8x16xf32> -> tensor<2x16xf32>
+  // expected-remark @+1 {{sharding rule: ([i, j, k]) -> ([i, j, k]) {i=2, j=8, k=16} replicated={k}}}
+  %9 = tdx.softmax %x dim = -1 : tensor<2x8x16xf32>
+  // expected-remark @+1 {{sharding rule: ([i, j, k], [k], [k]) -> ([i, j, k]) {i=2, j=8, k=16} replicated={k}}}
+  %10 = tdx.layer_norm %x weight %g bias %g normalized_shape = [16] eps = 1.0e-5 : (tensor<2x8x16xf32>, tensor<16xf32>, tensor<16xf32>) -> tensor<2x8x16xf32>
+  // expected-remark @+1 {{sharding rule: ([i, j, k], [k]) -> ([i, j, k]) {i=2, j=8, k=16} replicated={k}}}
+  %11 = tdx.rms_norm %x weight %g normalized_shape = [16] eps = 1.0e-5 : (tensor<2x8x16xf32>, tensor<16xf32>) -> tensor<2x8x16xf32>
+  // expected-remark @+1 {{sharding rule: ([i, l], [j, k]) -> ([j, k, l]) {i=100, j=2, k=8, l=16} replicated={i}}}
+  %12 = tdx.embedding %emb, %ids : (tensor<100x16xf32>, tensor<2x8xi64>) -> tensor<2x8x16xf32>
+  // expected-remark @+1 {{sharding rule: ([i, j], [i]) -> ([]) {i=16, j=100} reduction={i} partial=sum replicated={j}}}
+  %13 = tdx.cross_entropy %logits, %labels reduction = sum : (tensor<16x100xf32>, tensor<16xi64>) -> tensor<f32>
+  // expected-remark @+1 {{sharding rule: ([i, j], [i]) -> ([i]) {i=16, j=100} replicated={j}}}
+  %14 = tdx.cross_entropy %logits, %labels reduction = none : (tensor<16x100xf32>, tensor<16xi64>) -> tensor<16xf32>
+  // expected-remark @+1 {{sharding rule: ([i, j, kl]) -> ([i, j, k, l]) {i=2, j=8, k=4, l=4}}}
+  %15 = tdx.reshape %x [2, 8, 4, 4] : tensor<2x8x16xf32> -> tensor<2x8x4x4xf32>
+  // expected-remark @+1 {{sharding rule: ([i, j, k]) -> ([ij, k]) {i=2, j=8, k=16}}}
+  %16 = tdx.reshape %x [16, 16] : tensor<2x8x16xf32> -> tensor<16x16xf32>
+  // expected-remark @+1 {{sharding rule: ([i, j, k]) -> ([k, j, i]) {i=2, j=8, k=16}}}
+  %17 = tdx.transpose %x 0, 2 : tensor<2x8x16xf32> -> tensor<16x8x2xf32>
+  // expected-remark @+1 {{sharding rule: ([i, j, k]) -> ([k, i, j]) {i=2, j=8, k=16}}}
+  %18 = tdx.permute %x [2, 0, 1] : tensor<2x8x16xf32> -> tensor<16x2x8xf32>
+  // expected-remark @+1 {{sharding rule: ([i, j, k]) -> ([i, j, l]) {i=2, j=8, k=16, l=8} replicated={k, l}}}
+  %19 = tdx.slice %x dim 2 [0 : 8 : 1] : tensor<2x8x16xf32> -> tensor<2x8x8xf32>
+  // expected-remark @+1 {{sharding rule: ([i, k, j], [i, l, j]) -> ([i, m, j]) {i=2, j=16, k=8, l=8, m=16} replicated={k, l, m}}}
+  %20 = tdx.concat %x, %x dim 1 : (tensor<2x8x16xf32>, tensor<2x8x16xf32>) -> tensor<2x16x16xf32>
+  // expected-remark @+1 {{sharding rule: ([j, 1]) -> ([i, j, k]) {i=3, j=4, k=8}}}
+  %21 = tdx.expand %a [3, 4, 8] : tensor<4x1xf32> -> tensor<3x4x8xf32>
+  // expected-remark @+1 {{sharding rule: () -> ([i, j]) {i=4, j=4}}}
+  %22 = tdx.full 0.0 : tensor<4x4xf32>
+  // expected-remark @+1 {{sharding rule: ([i, j]) -> ([i, j]) {i=4, j=1}}}
+  %23 = tdx.cast %a : tensor<4x1xf32> to tensor<4x1xbf16>
+  // expected-remark @+1 {{sharding rule: ([i]) -> ([j]) {i=8, j=8} replicated={i, j}}}
+  %24 = tdx.aten "aten::cumsum"(%b) {args = {dim = 0 : i64}} : (tensor<8xf32>) -> tensor<8xf32>
+  // expected-remark @+1 {{sharding rule: () -> ([i]) {i=4} replicated={i}}}
+  %25 = tdx.uniform(0.0, 1.0) seed(0, 0) : tensor<4xf32>
+  return
+}
