@@ -64,9 +64,10 @@ struct Candidate {
 class FunctionPropagation {
 public:
   FunctionPropagation(func::FuncOp fn, MeshOp mesh, const CostModel &cost,
-                      bool explain)
+                      bool explain, SymbolTableCollection &symbols)
       : fn(fn), mesh(mesh), meshShape(mesh.getShape()),
-        rank(mesh.getShape().size()), cost(cost), explain(explain) {}
+        rank(mesh.getShape().size()), cost(cost), explain(explain),
+        symbols(symbols) {}
 
   LogicalResult run();
 
@@ -77,6 +78,7 @@ private:
   int64_t rank;
   const CostModel &cost;
   bool explain;
+  SymbolTableCollection &symbols;
 
   SmallVector<Operation *> ops;
   DenseMap<Value, Value> leader; // param_ref results of one parameter share a state
@@ -228,7 +230,7 @@ LogicalResult FunctionPropagation::seed() {
     auto ref = dyn_cast<ParamRefOp>(op);
     if (!ref)
       continue;
-    Operation *target = SymbolTable::lookupNearestSymbolFrom(op, ref.getNameAttr());
+    Operation *target = symbols.lookupNearestSymbolFrom(op, ref.getNameAttr());
     StringAttr owner = ref.getNameAttr().getAttr();
     ShardingAttr sharding;
     if (auto p = dyn_cast_or_null<ParameterOp>(target)) {
@@ -237,7 +239,7 @@ LogicalResult FunctionPropagation::seed() {
       sharding = p.getShardingAttr();
       if (p.getTiedToAttr())
         if (auto owned = dyn_cast_or_null<ParameterOp>(
-                SymbolTable::lookupNearestSymbolFrom(op, p.getTiedToAttr())))
+                symbols.lookupNearestSymbolFrom(op, p.getTiedToAttr())))
           sharding = sharding ? sharding : owned.getShardingAttr();
     } else if (auto b = dyn_cast_or_null<BufferOp>(target)) {
       if (auto tied = b.getTiedToAttr())
@@ -262,7 +264,6 @@ LogicalResult FunctionPropagation::seed() {
                             << " is placed on mesh " << sharding.getMesh()
                             << " but the function uses mesh @" << mesh.getSymName()
                             << "; one function is placed on one mesh";
-    SymbolTableCollection symbols;
     if (failed(sharding.verifyFor(fn, arg.getType(), symbols, "argument sharding")))
       return failure();
     State &s = state(arg);
@@ -603,11 +604,11 @@ void FunctionPropagation::rewrite() {
       fn.setArgAttr(arg.getArgNumber(), "tdx.sharding", shardingOf(mesh, layout(arg)));
   for (Operation *op : ops)
     if (auto ref = dyn_cast<ParamRefOp>(op)) {
-      Operation *target = SymbolTable::lookupNearestSymbolFrom(op, ref.getNameAttr());
+      Operation *target = symbols.lookupNearestSymbolFrom(op, ref.getNameAttr());
       auto param = dyn_cast_or_null<ParameterOp>(target);
       if (param && param.getTiedToAttr())
         param = dyn_cast_or_null<ParameterOp>(
-            SymbolTable::lookupNearestSymbolFrom(op, param.getTiedToAttr()));
+            symbols.lookupNearestSymbolFrom(op, param.getTiedToAttr()));
       if (param && !param.getShardingAttr())
         param.setShardingAttr(shardingOf(mesh, layout(ref.getResult())));
       auto buffer = dyn_cast_or_null<BufferOp>(target);
@@ -639,7 +640,7 @@ LogicalResult FunctionPropagation::run() {
 
 /// The mesh a function is placed on: the one its annotations, argument
 /// shardings and parameters name. Null when it names none.
-FailureOr<MeshOp> meshOfFunction(func::FuncOp fn) {
+FailureOr<MeshOp> meshOfFunction(func::FuncOp fn, SymbolTableCollection &symbols) {
   SmallVector<std::pair<FlatSymbolRefAttr, Location>> uses;
   fn.walk([&](Operation *op) {
     if (auto a = dyn_cast<AnnotateOp>(op))
@@ -647,7 +648,7 @@ FailureOr<MeshOp> meshOfFunction(func::FuncOp fn) {
     else if (auto r = dyn_cast<RedistributeOp>(op))
       uses.push_back({r.getSource().getMesh(), op->getLoc()});
     else if (auto ref = dyn_cast<ParamRefOp>(op)) {
-      Operation *t = SymbolTable::lookupNearestSymbolFrom(op, ref.getNameAttr());
+      Operation *t = symbols.lookupNearestSymbolFrom(op, ref.getNameAttr());
       if (auto p = dyn_cast_or_null<ParameterOp>(t); p && p.getShardingAttr())
         uses.push_back({p.getShardingAttr().getMesh(), p.getLoc()});
       if (auto b = dyn_cast_or_null<BufferOp>(t); b && b.getShardingAttr())
@@ -685,10 +686,11 @@ struct PropagateShardingPass
                                "but this module is already partitioned");
       return signalPassFailure();
     }
+    SymbolTableCollection symbols;
     for (auto fn : llvm::make_early_inc_range(getOperation().getOps<func::FuncOp>())) {
       if (fn.isExternal())
         continue;
-      FailureOr<MeshOp> mesh = meshOfFunction(fn);
+      FailureOr<MeshOp> mesh = meshOfFunction(fn, symbols);
       if (failed(mesh))
         return signalPassFailure();
       if (!*mesh)
@@ -697,7 +699,7 @@ struct PropagateShardingPass
           CostModel::fromOptions(*mesh, bandwidth, latency, flops);
       if (failed(cost))
         return signalPassFailure();
-      FunctionPropagation propagation(fn, *mesh, *cost, explain);
+      FunctionPropagation propagation(fn, *mesh, *cost, explain, symbols);
       if (failed(propagation.run()))
         return signalPassFailure();
     }

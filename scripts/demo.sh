@@ -1,13 +1,17 @@
 #!/usr/bin/env bash
-# The main job, end to end on the built-in example: set up, build, then run
-# the GPT-2-style example model (examples/gpt2-tiny.mlir) through tdx-opt:
-# parse and verify it, run canonicalize and cse, and print the model summary
-# (parameters, init, shardings, forward op counts).
+# The main job, end to end on the built-in examples: set up, build, then
+#  1. run the GPT-2-style example model (examples/gpt2-tiny.mlir) through
+#     tdx-opt: verify it, print the model summary (parameters, init, forward
+#     op counts), canonicalize and cse;
+#  2. shard a GPT-style decoder on a 2x2 (dp, tp) mesh (examples/gpt-2x2.mlir):
+#     propagate placements, insert collectives, partition into the per-rank
+#     program, and print the communication report.
 set -euo pipefail
 root="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 build="${TDX_BUILD_DIR:-$root/build}"
 "$root/scripts/build.sh" tdx-opt
-model="${1:-$root/examples/gpt2-tiny.mlir}"
+model="$root/examples/gpt2-tiny.mlir"
+sharded="$root/examples/gpt-2x2.mlir"
 
 echo
 echo "== tdx-opt $(basename "$model") --tdx-model-summary --canonicalize --cse"
@@ -17,3 +21,11 @@ echo "== tdx-opt $(basename "$model") --tdx-model-summary --canonicalize --cse"
 echo
 echo "== forward after canonicalize + cse (first 12 lines; all in $build/$(basename "$model" .mlir).opt.mlir)"
 sed -n '/func.func @forward/,$p' "$build/$(basename "$model" .mlir).opt.mlir" | head -12
+
+echo
+echo "== tdx-opt $(basename "$sharded") --tdx-propagate-sharding --tdx-insert-collectives --tdx-partition --tdx-comm-report"
+"$build/bin/tdx-opt" "$sharded" --tdx-propagate-sharding --tdx-insert-collectives \
+  --tdx-partition --tdx-comm-report -o "$build/gpt-2x2.local.mlir"
+echo
+echo "== the per-rank forward, first 12 lines (all in $build/gpt-2x2.local.mlir)"
+sed -n '/func.func @forward/,$p' "$build/gpt-2x2.local.mlir" | head -12

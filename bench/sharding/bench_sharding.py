@@ -84,12 +84,12 @@ def tdx_mlp(layers):
     return "\n".join(out) + "\n"
 
 
-def gpt(layers, batch=5, seq=16, d=768, heads=12, vocab=1000):
-    """A GPT-style forward on a 2x4 (dp, tp) mesh; batch 5 splits 3, 2 over dp."""
+def gpt(layers, batch=5, seq=16, d=768, heads=12, vocab=1000, mesh=(2, 4)):
+    """A GPT-style forward on a (dp, tp) mesh; batch 5 splits 3, 2 over dp=2."""
     dh, f = d // heads, 4 * d
     T = lambda *s: "tensor<" + "x".join(map(str, s)) + "xf32>"
     X = T(batch, seq, d)
-    out = ['tdx.mesh @mesh shape = [2, 4] axes = ["dp", "tp"]']
+    out = [f'tdx.mesh @mesh shape = [{mesh[0]}, {mesh[1]}] axes = ["dp", "tp"]']
     stream = [0]
 
     def param(name, shape, sharding, init="normal"):
