@@ -1,0 +1,130 @@
+//===- Capture.h - fake tensors and deferred init on libtorch ----*- C++ -*-===//
+//
+// The capture engine shared by Python (the `tdx` package) and libtorch C++
+// users. It works at libtorch's dispatcher, on the keys libtorch 1.13
+// reserves for it:
+//
+//  * DispatchKey::Fake: a fake tensor reports a real device (cpu, or cuda on
+//    a machine without a GPU) but owns no storage. Every op on it runs the
+//    op's meta kernel and wraps the result as a fake tensor again; views
+//    share their base's (empty) storage, in-place ops return their input.
+//  * DispatchKey::DeferredInit: while a module is built under deferredInit,
+//    every op is recorded in program order (with its schema and constant
+//    arguments) before it runs on fake tensors. Materializing replays the
+//    record through ATen in the same order, with the generator state the
+//    recording started with, so the values are bitwise those of eager
+//    construction.
+//
+// This header includes ATen; keep it out of code that does not capture.
+//
+//===----------------------------------------------------------------------===//
+
+#ifndef TDX_CAPTURE_CAPTURE_H
+#define TDX_CAPTURE_CAPTURE_H
+
+#include <ATen/core/Tensor.h>
+#include <ATen/core/ivalue.h>
+#include <c10/core/Device.h>
+
+#include <functional>
+#include <memory>
+#include <string>
+#include <vector>
+
+namespace tdx::capture {
+
+/// An error a user can reach; bindings turn it into a typed Python error.
+struct CaptureError : std::runtime_error {
+  using std::runtime_error::runtime_error;
+};
+
+//===----------------------------------------------------------------------===//
+// Fake tensors
+//===----------------------------------------------------------------------===//
+
+/// While alive, tensor factories on this thread make fake tensors.
+/// `fakeCuda`: factories asked for a CUDA device make fake CUDA tensors even
+/// without a GPU (without it they are refused by CUDA as usual).
+class FakeMode {
+public:
+  explicit FakeMode(bool fakeCuda = false);
+  ~FakeMode();
+  FakeMode(const FakeMode &) = delete;
+  FakeMode &operator=(const FakeMode &) = delete;
+
+private:
+  bool previousInclude_;
+  bool previousFakeCuda_;
+};
+
+/// While alive, no fake mode and no recording applies on this thread (used
+/// to build real tensors, for example from Python data, inside fake mode).
+class RealMode {
+public:
+  RealMode();
+  ~RealMode();
+
+private:
+  bool previousFake_, previousDeferred_;
+};
+
+bool isFake(const at::Tensor &tensor);
+/// A fake tensor with the sizes, strides, dtype and device of `tensor`.
+at::Tensor fakeLike(const at::Tensor &tensor);
+/// A meta-device tensor with the sizes, strides and dtype of `tensor`.
+at::Tensor metaLike(const at::Tensor &tensor);
+/// A fake copy of a real tensor (for example one built from Python data in
+/// fake mode). While recording, the real value is kept as a constant of the
+/// recording, so materializing gives it back.
+at::Tensor liftConstant(const at::Tensor &real);
+
+//===----------------------------------------------------------------------===//
+// Deferred init
+//===----------------------------------------------------------------------===//
+
+/// One recorded op: its schema name, its arguments (tensors are the fake
+/// tensors they were called with) and its results.
+struct RecordedOp {
+  std::string name;     // "aten::uniform_"
+  std::string overload; // "" or "Tensor"
+  std::vector<c10::IValue> arguments;
+  std::vector<c10::IValue> results;
+};
+
+class Recording;
+
+/// Runs `build` with fake tensors and records every op. The tensors it makes
+/// are fake and deferred; later ops on them are recorded too.
+std::shared_ptr<Recording> deferredInit(const std::function<void()> &build,
+                                        bool fakeCuda = false);
+
+bool isDeferred(const at::Tensor &tensor);
+
+/// The recording a deferred tensor belongs to, or null.
+std::shared_ptr<Recording> recordingOf(const at::Tensor &tensor);
+
+class Recording {
+public:
+  /// Replays every recorded op through ATen, in recorded order, with the
+  /// generator state recording started with (the global generator is
+  /// restored afterwards), and returns the real tensor of each of `tensors`
+  /// (deferred tensors of this recording). `device` overrides the recorded
+  /// device (for example "cpu" for tensors recorded as fake CUDA).
+  std::vector<at::Tensor> materialize(const std::vector<at::Tensor> &tensors,
+                                      c10::optional<c10::Device> device = {});
+
+  const std::vector<RecordedOp> &ops() const { return ops_; }
+  size_t size() const { return ops_.size(); }
+
+  // Used by the dispatcher fallback.
+  void record(RecordedOp op) { ops_.push_back(std::move(op)); }
+  void setGeneratorState(at::Tensor state) { generatorState_ = std::move(state); }
+
+private:
+  std::vector<RecordedOp> ops_;
+  at::Tensor generatorState_;
+};
+
+} // namespace tdx::capture
+
+#endif // TDX_CAPTURE_CAPTURE_H

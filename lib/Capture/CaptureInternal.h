@@ -1,0 +1,25 @@
+//===- CaptureInternal.h - shared by the capture fallbacks -------*- C++ -*-===//
+
+#ifndef TDX_LIB_CAPTURE_CAPTUREINTERNAL_H
+#define TDX_LIB_CAPTURE_CAPTUREINTERNAL_H
+
+#include "tdx/Capture/Capture.h"
+
+namespace tdx::capture {
+
+/// A fake tensor with `meta`'s sizes, strides and dtype on `device`, sharing
+/// `storage` when given (a view) or with a new empty storage. `deferred`
+/// tensors also carry the DeferredInit key and belong to the current
+/// recording.
+at::Tensor makeFake(const at::Tensor &meta, c10::Device device,
+                    c10::optional<c10::Storage> storage, bool deferred);
+
+/// The recording ops on this thread go to, or null.
+std::shared_ptr<Recording> currentRecording();
+/// Makes the storage of `tensor` belong to the current recording.
+void registerDeferredStorage(const at::Tensor &tensor);
+bool fakeCudaEnabled();
+
+} // namespace tdx::capture
+
+#endif // TDX_LIB_CAPTURE_CAPTUREINTERNAL_H

@@ -1,0 +1,263 @@
+//===- DeferredInit.cpp - record module construction, replay it -----------===//
+
+#include "CaptureInternal.h"
+
+#include <ATen/ATen.h>
+#include <ATen/CPUGeneratorImpl.h>
+#include <ATen/core/dispatch/Dispatcher.h>
+#include <c10/core/impl/LocalDispatchKeySet.h>
+#include <torch/library.h>
+
+#include <mutex>
+#include <unordered_map>
+
+using namespace tdx::capture;
+
+namespace {
+
+thread_local std::shared_ptr<Recording> tlsRecording;
+
+/// Which recording a deferred storage belongs to.
+std::mutex registryMutex;
+std::unordered_map<const c10::StorageImpl *, std::shared_ptr<Recording>> &registry() {
+  static std::unordered_map<const c10::StorageImpl *, std::shared_ptr<Recording>> r;
+  return r;
+}
+
+struct RecordingScope {
+  std::shared_ptr<Recording> previous;
+  explicit RecordingScope(std::shared_ptr<Recording> r) : previous(tlsRecording) {
+    tlsRecording = std::move(r);
+  }
+  ~RecordingScope() { tlsRecording = previous; }
+};
+
+std::shared_ptr<Recording> recordingOfArgs(const c10::OperatorHandle &op,
+                                           const torch::jit::Stack &stack) {
+  size_t n = op.schema().arguments().size();
+  for (size_t i = stack.size() - n; i < stack.size(); ++i) {
+    const c10::IValue &v = stack[i];
+    if (v.isTensor()) {
+      if (auto r = recordingOf(v.toTensor()))
+        return r;
+    } else if (v.isTensorList()) {
+      for (const at::Tensor &t : v.toTensorVector())
+        if (auto r = recordingOf(t))
+          return r;
+    }
+  }
+  return nullptr;
+}
+
+void deferredInitFallback(const c10::OperatorHandle &op, c10::DispatchKeySet,
+                          torch::jit::Stack *stack) {
+  std::shared_ptr<Recording> recording = tlsRecording;
+  if (!recording)
+    recording = recordingOfArgs(op, *stack);
+  size_t numArgs = op.schema().arguments().size();
+  RecordedOp record;
+  record.name = op.schema().name();
+  record.overload = op.schema().overload_name();
+  record.arguments.assign(stack->end() - numArgs, stack->end());
+  {
+    c10::impl::ExcludeDispatchKeyGuard guard(c10::DispatchKey::DeferredInit);
+    RecordingScope scope(recording);
+    op.callBoxed(stack);
+  }
+  if (!recording)
+    return;
+  size_t numRets = op.schema().returns().size();
+  record.results.assign(stack->end() - numRets, stack->end());
+  recording->record(std::move(record));
+}
+
+/// Real values of the fake tensors of one recording during replay. Python
+/// and autograd wrap tensors in shallow copies (new TensorImpls sharing the
+/// storage), so a fake tensor is found by its TensorImpl when possible and
+/// otherwise as a view of the real tensor that first made its storage.
+struct RealValues {
+  std::unordered_map<c10::TensorImpl *, at::Tensor> byImpl;
+  std::unordered_map<c10::StorageImpl *, at::Tensor> byStorage;
+
+  void bind(const at::Tensor &fake, const at::Tensor &real) {
+    byImpl[fake.unsafeGetTensorImpl()] = real;
+    byStorage.emplace(fake.storage().unsafeGetStorageImpl(), real);
+  }
+
+  c10::optional<at::Tensor> lookup(const at::Tensor &fake) const {
+    auto it = byImpl.find(fake.unsafeGetTensorImpl());
+    if (it != byImpl.end())
+      return it->second;
+    auto st = byStorage.find(fake.storage().unsafeGetStorageImpl());
+    if (st == byStorage.end())
+      return c10::nullopt;
+    const at::Tensor &base = st->second;
+    if (base.sizes() == fake.sizes() && base.strides() == fake.strides() &&
+        base.storage_offset() == fake.storage_offset() && base.dtype() == fake.dtype())
+      return base;
+    return base.as_strided(fake.sizes(), fake.strides(), fake.storage_offset());
+  }
+
+  at::Tensor get(const at::Tensor &t, const std::string &op) const {
+    if (!t.defined() || !isFake(t))
+      return t;
+    if (c10::optional<at::Tensor> r = lookup(t))
+      return *r;
+    throw CaptureError("tdx: " + op +
+                       " uses a fake tensor that the recording did not make (it "
+                       "was created outside deferred_init); cannot materialize it");
+  }
+
+  c10::IValue get(const c10::IValue &v, const std::string &op) const {
+    if (v.isTensor())
+      return get(v.toTensor(), op);
+    if (v.isTensorList()) {
+      c10::List<at::Tensor> list;
+      for (const at::Tensor &t : v.toTensorVector())
+        list.push_back(get(t, op));
+      return list;
+    }
+    if (v.isList()) {
+      c10::impl::GenericList list(v.toList().elementType());
+      for (const c10::IValue &e : v.toListRef())
+        list.push_back(e.isTensor() ? c10::IValue(get(e.toTensor(), op)) : e);
+      return list;
+    }
+    return v;
+  }
+};
+
+} // namespace
+
+TORCH_LIBRARY_IMPL(_, DeferredInit, m) {
+  m.fallback(torch::CppFunction::makeFromBoxedFunction<&deferredInitFallback>());
+}
+
+namespace tdx::capture {
+
+std::shared_ptr<Recording> currentRecording() { return tlsRecording; }
+
+void registerDeferredStorage(const at::Tensor &tensor) {
+  if (!tlsRecording)
+    return;
+  std::lock_guard<std::mutex> lock(registryMutex);
+  registry()[tensor.storage().unsafeGetStorageImpl()] = tlsRecording;
+}
+
+std::shared_ptr<Recording> recordingOf(const at::Tensor &tensor) {
+  if (!isDeferred(tensor))
+    return nullptr;
+  std::lock_guard<std::mutex> lock(registryMutex);
+  auto it = registry().find(tensor.storage().unsafeGetStorageImpl());
+  return it == registry().end() ? nullptr : it->second;
+}
+
+bool isDeferred(const at::Tensor &tensor) {
+  return tensor.defined() &&
+         tensor.unsafeGetTensorImpl()->key_set().has(c10::DispatchKey::DeferredInit);
+}
+
+std::shared_ptr<Recording> deferredInit(const std::function<void()> &build,
+                                        bool fakeCuda) {
+  auto recording = std::make_shared<Recording>();
+  recording->setGeneratorState(at::detail::getDefaultCPUGenerator().get_state());
+  RecordingScope scope(recording);
+  FakeMode fake(fakeCuda);
+  c10::impl::IncludeDispatchKeyGuard include(c10::DispatchKey::DeferredInit);
+  build();
+  return recording;
+}
+
+at::Tensor liftConstant(const at::Tensor &real) {
+  std::shared_ptr<Recording> recording = tlsRecording;
+  at::Tensor fake;
+  {
+    RealMode realMode;
+    at::Tensor meta = metaLike(real);
+    fake = makeFake(meta, real.device(), c10::nullopt, recording != nullptr);
+  }
+  if (recording) {
+    RecordedOp op;
+    op.name = "tdx::constant";
+    op.arguments = {real.clone()};
+    op.results = {fake};
+    recording->record(std::move(op));
+  }
+  return fake;
+}
+
+std::vector<at::Tensor> Recording::materialize(const std::vector<at::Tensor> &tensors,
+                                               c10::optional<c10::Device> device) {
+  RealMode realMode;
+  RealValues real;
+  at::Generator generator = at::detail::getDefaultCPUGenerator();
+  at::Tensor saved;
+  {
+    std::lock_guard<std::mutex> lock(generator.mutex());
+    saved = generator.get_state();
+    if (generatorState_.defined())
+      generator.set_state(generatorState_);
+  }
+  struct Restore {
+    at::Generator g;
+    at::Tensor s;
+    ~Restore() {
+      std::lock_guard<std::mutex> lock(g.mutex());
+      g.set_state(s);
+    }
+  } restore{generator, saved};
+
+  for (const RecordedOp &op : ops_) {
+    std::string full = op.name + (op.overload.empty() ? "" : "." + op.overload);
+    if (op.name == "tdx::constant") {
+      real.bind(op.results[0].toTensor(), device ? op.arguments[0].toTensor().to(*device)
+                                                 : op.arguments[0].toTensor().clone());
+      continue;
+    }
+    c10::OperatorHandle handle =
+        c10::Dispatcher::singleton().findSchemaOrThrow(op.name.c_str(), op.overload.c_str());
+    torch::jit::Stack stack;
+    for (const c10::IValue &arg : op.arguments) {
+      c10::IValue v = real.get(arg, full);
+      if (v.isDevice()) {
+        c10::Device d = v.toDevice();
+        if (device)
+          v = c10::IValue(*device);
+        else if (d.is_cuda() && !at::hasCUDA())
+          throw CaptureError("tdx: " + full +
+                             " makes a CUDA tensor but this machine has no CUDA "
+                             "device; materialize with device='cpu'");
+      }
+      stack.push_back(std::move(v));
+    }
+    // A tensor made without an explicit device takes the override too.
+    handle.callBoxed(&stack);
+    for (size_t i = 0; i < op.results.size() && i < stack.size(); ++i) {
+      const c10::IValue &fake = op.results[i];
+      const c10::IValue &value = stack[i];
+      if (fake.isTensor() && value.isTensor()) {
+        at::Tensor r = value.toTensor();
+        if (device && r.device() != *device && isFake(fake.toTensor()) &&
+            fake.toTensor().device() != *device)
+          r = r.to(*device);
+        real.bind(fake.toTensor(), r);
+      } else if (fake.isTensorList() && value.isTensorList()) {
+        auto f = fake.toTensorVector();
+        auto v = value.toTensorVector();
+        for (size_t j = 0; j < f.size() && j < v.size(); ++j)
+          real.bind(f[j], v[j]);
+      }
+    }
+  }
+  std::vector<at::Tensor> out;
+  for (const at::Tensor &t : tensors) {
+    c10::optional<at::Tensor> r = real.lookup(t);
+    if (!r)
+      throw CaptureError("tdx: this tensor was not made by the recording being "
+                         "materialized");
+    out.push_back(*r);
+  }
+  return out;
+}
+
+} // namespace tdx::capture

@@ -1,0 +1,276 @@
+//===- FakeTensor.cpp - tensors without storage, computed by meta kernels -===//
+
+#include "CaptureInternal.h"
+
+#include <ATen/ATen.h>
+#include <ATen/core/dispatch/Dispatcher.h>
+#include <c10/core/impl/LocalDispatchKeySet.h>
+#include <torch/library.h>
+
+#include <unordered_set>
+
+using namespace tdx::capture;
+
+namespace {
+
+thread_local bool tlsFakeCuda = false;
+
+c10::DispatchKeySet fakeKeys(c10::Device device, bool deferred) {
+  auto ks = c10::DispatchKeySet(device.is_cuda() ? c10::DispatchKey::CUDA
+                                                 : c10::DispatchKey::CPU) |
+            c10::DispatchKeySet(c10::DispatchKey::Fake);
+  if (deferred)
+    ks = ks | c10::DispatchKeySet(c10::DispatchKey::DeferredInit);
+  return ks;
+}
+
+/// Ops that read a tensor's data: a fake tensor has none.
+bool readsData(const std::string &name) {
+  static const std::unordered_set<std::string> ops = {
+      "aten::_local_scalar_dense", "aten::item",    "aten::equal",
+      "aten::is_nonzero",          "aten::allclose", "aten::nonzero",
+      "aten::unique_dim",          "aten::_unique2", "aten::masked_select"};
+  return ops.count(name) != 0;
+}
+
+at::Tensor toMeta(const at::Tensor &t) {
+  if (!t.defined() || t.device().is_meta())
+    return t;
+  // Keep strides and the offset: views of one storage stay views.
+  int64_t storageElements =
+      static_cast<int64_t>(t.storage().nbytes() / std::max<size_t>(t.itemsize(), 1));
+  at::Tensor base = at::empty({std::max<int64_t>(storageElements, 0)},
+                              t.options().device(c10::kMeta));
+  return base.as_strided(t.sizes(), t.strides(), t.storage_offset());
+}
+
+} // namespace
+
+namespace tdx::capture {
+
+bool fakeCudaEnabled() { return tlsFakeCuda; }
+
+FakeMode::FakeMode(bool fakeCuda)
+    : previousInclude_(c10::impl::tls_is_dispatch_key_included(c10::DispatchKey::Fake)),
+      previousFakeCuda_(tlsFakeCuda) {
+  c10::impl::tls_set_dispatch_key_included(c10::DispatchKey::Fake, true);
+  tlsFakeCuda = fakeCuda || tlsFakeCuda;
+}
+
+FakeMode::~FakeMode() {
+  c10::impl::tls_set_dispatch_key_included(c10::DispatchKey::Fake, previousInclude_);
+  tlsFakeCuda = previousFakeCuda_;
+}
+
+RealMode::RealMode()
+    : previousFake_(c10::impl::tls_is_dispatch_key_included(c10::DispatchKey::Fake)),
+      previousDeferred_(
+          c10::impl::tls_is_dispatch_key_included(c10::DispatchKey::DeferredInit)) {
+  c10::impl::tls_set_dispatch_key_included(c10::DispatchKey::Fake, false);
+  c10::impl::tls_set_dispatch_key_included(c10::DispatchKey::DeferredInit, false);
+}
+
+RealMode::~RealMode() {
+  c10::impl::tls_set_dispatch_key_included(c10::DispatchKey::Fake, previousFake_);
+  c10::impl::tls_set_dispatch_key_included(c10::DispatchKey::DeferredInit,
+                                           previousDeferred_);
+}
+
+bool isFake(const at::Tensor &tensor) {
+  return tensor.defined() &&
+         tensor.unsafeGetTensorImpl()->key_set().has(c10::DispatchKey::Fake);
+}
+
+at::Tensor makeFake(const at::Tensor &meta, c10::Device device,
+                    c10::optional<c10::Storage> storage, bool deferred) {
+  if (!storage)
+    storage = c10::Storage(c10::make_intrusive<c10::StorageImpl>(
+        c10::StorageImpl::use_byte_size_t(), meta.storage().nbytes(),
+        c10::DataPtr(nullptr, device), /*allocator=*/nullptr, /*resizable=*/false));
+  at::Tensor t = at::detail::make_tensor<c10::TensorImpl>(
+      std::move(*storage), fakeKeys(device, deferred), meta.dtype());
+  t.unsafeGetTensorImpl()->set_sizes_and_strides(meta.sizes(), meta.strides(),
+                                                 meta.storage_offset());
+  if (deferred)
+    registerDeferredStorage(t);
+  return t;
+}
+
+at::Tensor fakeLike(const at::Tensor &tensor) {
+  c10::impl::ExcludeDispatchKeyGuard noFake(c10::DispatchKey::Fake);
+  return makeFake(toMeta(tensor), tensor.device(), c10::nullopt,
+                  currentRecording() != nullptr);
+}
+
+at::Tensor metaLike(const at::Tensor &tensor) {
+  c10::impl::ExcludeDispatchKeyGuard noFake(c10::DispatchKey::Fake);
+  return at::empty_strided(tensor.sizes(), tensor.strides(),
+                           tensor.options().device(c10::kMeta));
+}
+
+} // namespace tdx::capture
+
+namespace {
+
+/// Finds the argument a result aliases (same alias set), or -1.
+int aliasedArgument(const c10::FunctionSchema &schema, const c10::Argument &ret) {
+  const c10::AliasInfo *info = ret.alias_info();
+  if (!info)
+    return -1;
+  for (size_t i = 0; i < schema.arguments().size(); ++i) {
+    const c10::AliasInfo *a = schema.arguments()[i].alias_info();
+    if (a && a->beforeSets() == info->beforeSets())
+      return static_cast<int>(i);
+  }
+  return -1;
+}
+
+void fakeFallback(const c10::OperatorHandle &op, c10::DispatchKeySet,
+                  torch::jit::Stack *stack) {
+  // Everything below works on meta or real tensors: no fake mode inside.
+  c10::impl::ExcludeDispatchKeyGuard noFake(c10::DispatchKey::Fake);
+  const c10::FunctionSchema &schema = op.schema();
+  const std::string &name = schema.name();
+  size_t numArgs = schema.arguments().size();
+  size_t argBase = stack->size() - numArgs;
+
+  bool anyFake = false;
+  c10::optional<c10::Device> device, explicitDevice;
+  std::vector<at::Tensor> fakeArgs(numArgs);
+  for (size_t i = 0; i < numArgs; ++i) {
+    c10::IValue &v = (*stack)[argBase + i];
+    if (v.isTensor() && isFake(v.toTensor())) {
+      anyFake = true;
+      if (!device)
+        device = v.toTensor().device();
+      fakeArgs[i] = v.toTensor();
+    } else if (v.isTensorList()) {
+      for (const at::Tensor &t : v.toTensorVector())
+        if (isFake(t)) {
+          anyFake = true;
+          if (!device)
+            device = t.device();
+        }
+    } else if (v.isList()) {
+      for (const c10::IValue &e : v.toListRef())
+        if (e.isTensor() && isFake(e.toTensor())) {
+          anyFake = true;
+          if (!device)
+            device = e.toTensor().device();
+        }
+    }
+  }
+  // Factories (no tensor arguments) make fake tensors on the device asked.
+  bool hasDeviceArg = false;
+  for (size_t i = 0; i < numArgs; ++i) {
+    const c10::TypePtr &type = schema.arguments()[i].type();
+    bool isDevice = type->kind() == c10::TypeKind::DeviceObjType ||
+                    (type->kind() == c10::TypeKind::OptionalType &&
+                     type->castRaw<c10::OptionalType>()->getElementType()->kind() ==
+                         c10::TypeKind::DeviceObjType);
+    if (!isDevice)
+      continue;
+    hasDeviceArg = true;
+    c10::IValue &v = (*stack)[argBase + i];
+    if (v.isDevice())
+      explicitDevice = v.toDevice();
+  }
+  if (!anyFake && !hasDeviceArg) {
+    // Only real tensors: run as usual.
+    op.callBoxed(stack);
+    return;
+  }
+  if (readsData(name))
+    TORCH_CHECK(false, "tdx: ", name,
+                " reads the data of a fake tensor, which has none; materialize it "
+                "first (tdx.materialize_tensor / tdx.materialize_module)");
+  c10::Device outDevice = explicitDevice ? *explicitDevice
+                          : device       ? *device
+                                         : c10::Device(c10::kCPU);
+  if (outDevice.is_meta())
+    outDevice = device ? *device : c10::Device(c10::kCPU);
+  if (outDevice.is_cuda() && !fakeCudaEnabled() && !anyFake)
+    TORCH_CHECK(false, "tdx: a fake CUDA tensor was asked for outside "
+                       "fake_mode(fake_cuda=True); enter that mode to build CUDA "
+                       "models on a machine without a GPU");
+  if (outDevice.is_cuda() && !outDevice.has_index())
+    outDevice = c10::Device(c10::kCUDA, 0);
+
+  // Arguments to meta.
+  for (size_t i = 0; i < numArgs; ++i) {
+    c10::IValue &v = (*stack)[argBase + i];
+    if (v.isTensor()) {
+      v = toMeta(v.toTensor());
+    } else if (v.isTensorList()) {
+      c10::List<at::Tensor> list;
+      for (const at::Tensor &t : v.toTensorVector())
+        list.push_back(toMeta(t));
+      v = list;
+    } else if (v.isList()) {
+      c10::impl::GenericList list(v.toList().elementType());
+      for (const c10::IValue &e : v.toListRef())
+        list.push_back(e.isTensor() ? c10::IValue(toMeta(e.toTensor())) : e);
+      v = list;
+    } else if (v.isDevice() && !v.toDevice().is_meta()) {
+      v = c10::IValue(c10::Device(c10::kMeta));
+    }
+  }
+  for (size_t i = 0; i < numArgs; ++i) {
+    const c10::TypePtr &type = schema.arguments()[i].type();
+    if (type->kind() == c10::TypeKind::OptionalType &&
+        type->castRaw<c10::OptionalType>()->getElementType()->kind() ==
+            c10::TypeKind::DeviceObjType &&
+        (*stack)[argBase + i].isNone())
+      (*stack)[argBase + i] = c10::IValue(c10::Device(c10::kMeta));
+  }
+
+  try {
+    op.callBoxed(stack);
+  } catch (const c10::NotImplementedError &) {
+    TORCH_CHECK_NOT_IMPLEMENTED(
+        false, "tdx: ", name, op.schema().overload_name().empty() ? "" : ".",
+        op.schema().overload_name(),
+        " has no meta kernel in libtorch 1.13, so it cannot run on fake tensors; "
+        "run this part of the model outside fake_mode/deferred_init, or express it "
+        "with ops that have one");
+  }
+
+  bool deferred = currentRecording() != nullptr;
+  size_t numRets = schema.returns().size();
+  size_t retBase = stack->size() - numRets;
+  auto wrap = [&](const at::Tensor &meta, int aliased, bool write) -> at::Tensor {
+    if (!meta.defined())
+      return meta;
+    if (aliased >= 0 && fakeArgs[aliased].defined()) {
+      at::Tensor base = fakeArgs[aliased];
+      if (write) {
+        base.unsafeGetTensorImpl()->set_sizes_and_strides(meta.sizes(), meta.strides(),
+                                                          meta.storage_offset());
+        return base;
+      }
+      return makeFake(meta, base.device(), base.storage(),
+                      deferred || isDeferred(base));
+    }
+    return makeFake(meta, outDevice, c10::nullopt, deferred);
+  };
+  for (size_t i = 0; i < numRets; ++i) {
+    c10::IValue &r = (*stack)[retBase + i];
+    const c10::Argument &ret = schema.returns()[i];
+    int aliased = aliasedArgument(schema, ret);
+    bool write = ret.alias_info() && ret.alias_info()->isWrite();
+    if (r.isTensor()) {
+      r = wrap(r.toTensor(), aliased, write);
+    } else if (r.isTensorList()) {
+      c10::List<at::Tensor> list;
+      for (const at::Tensor &t : r.toTensorVector())
+        list.push_back(wrap(t, aliased, false));
+      r = list;
+    }
+  }
+}
+
+} // namespace
+
+TORCH_LIBRARY_IMPL(_, Fake, m) {
+  m.fallback(torch::CppFunction::makeFromBoxedFunction<&fakeFallback>());
+}

@@ -1,0 +1,89 @@
+//===- _C.cpp - the tdx Python extension ----------------------------------===//
+//
+// Binds the capture engine (include/tdx/Capture/Capture.h) for the `tdx`
+// package. Python-facing names and docs live in the package's .py files.
+//
+//===----------------------------------------------------------------------===//
+
+#include "tdx/Capture/Capture.h"
+
+#include <torch/extension.h>
+
+namespace py = pybind11;
+using namespace tdx::capture;
+
+namespace {
+
+/// A mode entered with __enter__ and left with __exit__ from Python.
+template <typename Mode, typename... Args>
+struct ModeGuard {
+  std::tuple<Args...> args;
+  std::unique_ptr<Mode> mode;
+  void enter() {
+    mode = std::apply([](auto... a) { return std::make_unique<Mode>(a...); }, args);
+  }
+  void exit() { mode.reset(); }
+};
+
+} // namespace
+
+PYBIND11_MODULE(_C, m) {
+  m.doc() = "tdx native extension: fake tensors, deferred init, capture";
+
+  static py::exception<CaptureError> captureError(m, "CaptureError", PyExc_RuntimeError);
+  py::register_exception_translator([](std::exception_ptr p) {
+    try {
+      if (p)
+        std::rethrow_exception(p);
+    } catch (const CaptureError &e) {
+      captureError(e.what());
+    }
+  });
+
+  using FakeGuard = ModeGuard<FakeMode, bool>;
+  py::class_<FakeGuard>(m, "FakeMode")
+      .def(py::init([](bool fakeCuda) { return FakeGuard{{fakeCuda}, nullptr}; }),
+           py::arg("fake_cuda") = false)
+      .def("__enter__", [](FakeGuard &g) { g.enter(); })
+      .def("__exit__", [](FakeGuard &g, py::args) { g.exit(); });
+
+  using RealGuard = ModeGuard<RealMode>;
+  py::class_<RealGuard>(m, "RealMode")
+      .def(py::init([]() { return RealGuard{{}, nullptr}; }))
+      .def("__enter__", [](RealGuard &g) { g.enter(); })
+      .def("__exit__", [](RealGuard &g, py::args) { g.exit(); });
+
+  m.def("is_fake", &isFake, py::arg("tensor"));
+  m.def("is_deferred", &isDeferred, py::arg("tensor"));
+  m.def("meta_like", &metaLike, py::arg("tensor"));
+  m.def("fake_like", &fakeLike, py::arg("tensor"));
+  m.def("lift_constant", &liftConstant, py::arg("tensor"));
+
+  py::class_<Recording, std::shared_ptr<Recording>>(m, "Recording")
+      .def("__len__", &Recording::size)
+      .def(
+          "materialize",
+          [](Recording &r, const std::vector<at::Tensor> &tensors,
+             c10::optional<std::string> device) {
+            c10::optional<c10::Device> d;
+            if (device)
+              d = c10::Device(*device);
+            py::gil_scoped_release release;
+            return r.materialize(tensors, d);
+          },
+          py::arg("tensors"), py::arg("device") = py::none())
+      .def("op_names", [](const Recording &r) {
+        std::vector<std::string> names;
+        for (const RecordedOp &op : r.ops())
+          names.push_back(op.name + (op.overload.empty() ? "" : "." + op.overload));
+        return names;
+      });
+
+  m.def(
+      "deferred_init",
+      [](py::function build, bool fakeCuda) {
+        return deferredInit([&] { build(); }, fakeCuda);
+      },
+      py::arg("build"), py::arg("fake_cuda") = true);
+  m.def("recording_of", &recordingOf, py::arg("tensor"));
+}

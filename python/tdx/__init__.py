@@ -1,0 +1,38 @@
+"""tdx: a compiler for distributed PyTorch models.
+
+Capture (this package today): build models without allocating them, with
+fake tensors and deferred initialization recorded at libtorch's dispatcher,
+and materialize them bitwise equal to eager construction.
+
+    import torch, tdx
+    torch.manual_seed(0)
+    model = tdx.deferred_init(MyModel, hidden=4096)   # no parameter storage
+    tdx.materialize_module(model)                      # real, as eager would be
+"""
+
+import torch  # noqa: F401  (the extension needs libtorch loaded first)
+
+from . import _C  # noqa: F401
+from .errors import CaptureError, FakeTensorError, TdxError
+from .capture import (
+    deferred_init,
+    fake_mode,
+    is_deferred,
+    is_fake,
+    materialize_module,
+    materialize_tensor,
+    meta_like,
+)
+
+__all__ = [
+    "CaptureError",
+    "FakeTensorError",
+    "TdxError",
+    "deferred_init",
+    "fake_mode",
+    "is_deferred",
+    "is_fake",
+    "materialize_module",
+    "materialize_tensor",
+    "meta_like",
+]

@@ -1,0 +1,236 @@
+"""Fake tensors and deferred module initialization.
+
+Both run in the C++ engine at libtorch's dispatcher (DispatchKey::Fake and
+DispatchKey::DeferredInit); this module gives them PyTorch-style Python
+entry points and guards the few places where Python reads tensor memory
+directly (repr, numpy, tolist, item, torch.tensor from data).
+"""
+
+import contextlib
+import functools
+
+import torch
+
+from . import _C
+from .errors import CaptureError, FakeTensorError
+
+__all__ = [
+    "fake_mode",
+    "is_fake",
+    "meta_like",
+    "deferred_init",
+    "is_deferred",
+    "materialize_tensor",
+    "materialize_module",
+]
+
+
+def is_fake(tensor):
+    """Whether `tensor` is fake: it has a device, shape and dtype but no data."""
+    return isinstance(tensor, torch.Tensor) and _C.is_fake(tensor)
+
+
+def meta_like(tensor):
+    """A meta-device tensor with the shape, strides and dtype of `tensor`."""
+    return _C.meta_like(tensor)
+
+
+# --- Python paths that read tensor memory without the dispatcher ----------
+
+def _guard_data(name):
+    original = getattr(torch.Tensor, name)
+
+    @functools.wraps(original)
+    def guarded(self, *args, **kwargs):
+        if _C.is_fake(self):
+            raise FakeTensorError(
+                f"Tensor.{name}() reads data, and this tensor is fake (it has a shape "
+                f"and device but no storage); call tdx.materialize_tensor or "
+                f"tdx.materialize_module first")
+        return original(self, *args, **kwargs)
+
+    setattr(torch.Tensor, name, guarded)
+
+
+for _name in ("numpy", "tolist", "item", "__array__"):
+    _guard_data(_name)
+
+_original_repr = torch.Tensor.__repr__
+
+
+def _repr(self, *args, **kwargs):
+    if _C.is_fake(self):
+        extra = ", deferred=True" if _C.is_deferred(self) else ""
+        grad = ", requires_grad=True" if self.requires_grad else ""
+        return (f"tensor(..., size={tuple(self.shape)}, dtype={self.dtype}, "
+                f"device='{self.device}'{grad}, fake=True{extra})")
+    return _original_repr(self, *args, **kwargs)
+
+
+torch.Tensor.__repr__ = _repr
+
+# Tensors built from Python data are built for real, then lifted to fake
+# tensors (recorded as constants while recording).
+_FROM_DATA = ("tensor", "as_tensor", "from_numpy")
+_original_from_data = {name: getattr(torch, name) for name in _FROM_DATA}
+_depth = 0
+
+
+def _lifting(name):
+    original = _original_from_data[name]
+
+    @functools.wraps(original)
+    def lifted(*args, **kwargs):
+        device = kwargs.pop("device", None)
+        with _C.RealMode():
+            real = original(*args, **kwargs)
+        fake = _C.lift_constant(real)
+        if device is not None and torch.device(device) != fake.device:
+            fake = fake.to(device)
+        return fake
+
+    return lifted
+
+
+@contextlib.contextmanager
+def _python_guards(fake_cuda):
+    """Installs the Python-side pieces of fake mode for its duration."""
+    global _depth
+    saved_lazy_init = torch.cuda._lazy_init
+    _depth += 1
+    if _depth == 1:
+        for name in _FROM_DATA:
+            setattr(torch, name, _lifting(name))
+    if fake_cuda:
+        # No CUDA runtime is needed to describe CUDA tensors.
+        torch.cuda._lazy_init = lambda: None
+    try:
+        yield
+    finally:
+        torch.cuda._lazy_init = saved_lazy_init
+        _depth -= 1
+        if _depth == 0:
+            for name, fn in _original_from_data.items():
+                setattr(torch, name, fn)
+
+
+@contextlib.contextmanager
+def fake_mode(*, fake_cuda=False):
+    """Within it, tensor factories make fake tensors: they report a device
+    (cpu, or cuda with ``fake_cuda=True`` even without a GPU), a shape and a
+    dtype computed by meta kernels, and own no storage.
+
+        with tdx.fake_mode(fake_cuda=True):
+            t = torch.ones(10, device="cuda")   # fake=True, no memory
+    """
+    with _python_guards(fake_cuda), _C.FakeMode(fake_cuda):
+        yield
+
+
+# --- Deferred init ---------------------------------------------------------
+
+def deferred_init(module_fn, *args, **kwargs):
+    """Builds ``module_fn(*args, **kwargs)`` with fake parameters and buffers,
+    recording every op (views, in-place ops, ``.data`` assignment,
+    ``torch.nn.init``, tied weights) for later materialization.
+
+    Call ``torch.manual_seed`` before it exactly as you would before eager
+    construction: materializing replays the record from that generator
+    state, so values come out bitwise equal to eager construction.
+    """
+    if not callable(module_fn):
+        raise TypeError(f"deferred_init needs a callable that builds the module, "
+                        f"got {type(module_fn).__name__}")
+    built = []
+    with _python_guards(fake_cuda=True):
+        recording = _C.deferred_init(lambda: built.append(module_fn(*args, **kwargs)))
+    module = built[0]
+    if isinstance(module, torch.nn.Module):
+        # Keep the recording alive as long as the module.
+        object.__setattr__(module, "_tdx_recording", recording)
+    return module
+
+
+def _recording(obj):
+    if isinstance(obj, torch.Tensor):
+        return _C.recording_of(obj) if _C.is_deferred(obj) else None
+    for t in _state_tensors(obj):
+        if _C.is_deferred(t):
+            return _C.recording_of(t)
+    return None
+
+
+def _state_tensors(module):
+    for m in module.modules():
+        for p in m._parameters.values():
+            if p is not None:
+                yield p
+        for b in m._buffers.values():
+            if b is not None:
+                yield b
+
+
+def is_deferred(obj):
+    """Whether a tensor, or any parameter or buffer of a module, is deferred."""
+    if isinstance(obj, torch.Tensor):
+        return _C.is_deferred(obj)
+    if isinstance(obj, torch.nn.Module):
+        return any(_C.is_deferred(t) for t in _state_tensors(obj))
+    raise TypeError(f"is_deferred takes a tensor or an nn.Module, got {type(obj).__name__}")
+
+
+def _materialize_all(tensors, device):
+    by_recording = {}
+    for t in tensors:
+        rec = _C.recording_of(t)
+        if rec is None:
+            raise CaptureError("this deferred tensor's recording is gone (its module "
+                               "was freed); build it again with tdx.deferred_init")
+        by_recording.setdefault(id(rec), (rec, []))[1].append(t)
+    real = {}
+    for rec, ts in by_recording.values():
+        for t, r in zip(ts, rec.materialize(ts, device)):
+            real[id(t)] = r
+    return real
+
+
+def materialize_tensor(tensor, *, device=None):
+    """The real value of a deferred tensor. Replays the whole recording it
+    belongs to (in recorded order), so the value is the one eager construction
+    gives. ``device`` overrides the recorded device (for example "cpu")."""
+    if not isinstance(tensor, torch.Tensor) or not _C.is_deferred(tensor):
+        return tensor
+    real = _materialize_all([tensor], device)[id(tensor)]
+    if isinstance(tensor, torch.nn.Parameter):
+        return torch.nn.Parameter(real, requires_grad=tensor.requires_grad)
+    return real
+
+
+def materialize_module(module, buffers_only=False, check_fn=None, *, device=None):
+    """Replaces the deferred parameters and buffers of ``module`` (and its
+    submodules, where ``check_fn(submodule)`` is true) by real ones, replaying
+    the recording in recorded order. Tied parameters stay tied. Returns the
+    module."""
+    if not isinstance(module, torch.nn.Module):
+        raise TypeError(f"materialize_module takes an nn.Module, got {type(module).__name__}")
+    slots = []  # (dict, name, tensor)
+    for m in module.modules():
+        if check_fn is not None and not check_fn(m):
+            continue
+        if not buffers_only:
+            slots += [(m._parameters, n, p) for n, p in m._parameters.items()
+                      if p is not None and _C.is_deferred(p)]
+        slots += [(m._buffers, n, b) for n, b in m._buffers.items()
+                  if b is not None and _C.is_deferred(b)]
+    unique = list({id(t): t for _, _, t in slots}.values())
+    if not unique:
+        return module
+    real = _materialize_all(unique, device)
+    made = {}
+    for slot, name, t in slots:
+        if id(t) not in made:
+            r = real[id(t)]
+            made[id(t)] = (torch.nn.Parameter(r, requires_grad=t.requires_grad)
+                           if isinstance(t, torch.nn.Parameter) else r)
+        slot[name] = made[id(t)]
+    return module
