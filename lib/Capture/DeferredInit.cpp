@@ -137,6 +137,45 @@ namespace tdx::capture {
 
 std::shared_ptr<Recording> currentRecording() { return tlsRecording; }
 
+void Recording::bindArgument(const at::Tensor &t) {
+  if (!t.defined() || !isFake(t) || known_.count(t.unsafeGetTensorImpl()))
+    return;
+  auto owner = storageOwner_.find(t.storage().unsafeGetStorageImpl());
+  if (owner == storageOwner_.end())
+    return; // not made by this recording; replay reports it if it is used
+  RecordedOp alias;
+  alias.name = "tdx::alias";
+  alias.arguments = {owner->second, c10::IValue(t.sizes().vec()),
+                     c10::IValue(t.strides().vec()), c10::IValue(t.storage_offset())};
+  alias.results = {t};
+  known_[t.unsafeGetTensorImpl()] = true;
+  ops_.push_back(std::move(alias));
+}
+
+void Recording::record(RecordedOp op) {
+  auto forEachTensor = [](const std::vector<c10::IValue> &values, auto fn) {
+    for (const c10::IValue &v : values) {
+      if (v.isTensor())
+        fn(v.toTensor());
+      else if (v.isTensorList())
+        for (const at::Tensor &t : v.toTensorVector())
+          fn(t);
+      else if (v.isList())
+        for (const c10::IValue &e : v.toListRef())
+          if (e.isTensor())
+            fn(e.toTensor());
+    }
+  };
+  forEachTensor(op.arguments, [&](const at::Tensor &t) { bindArgument(t); });
+  forEachTensor(op.results, [&](const at::Tensor &t) {
+    if (!t.defined() || !isFake(t))
+      return;
+    known_[t.unsafeGetTensorImpl()] = true;
+    storageOwner_.emplace(t.storage().unsafeGetStorageImpl(), t);
+  });
+  ops_.push_back(std::move(op));
+}
+
 void registerDeferredStorage(const at::Tensor &tensor) {
   if (!tlsRecording)
     return;
@@ -186,6 +225,20 @@ at::Tensor liftConstant(const at::Tensor &real) {
   return fake;
 }
 
+void recordSetData(const at::Tensor &self, const at::Tensor &newData) {
+  std::shared_ptr<Recording> recording = recordingOf(self);
+  if (!recording)
+    recording = tlsRecording;
+  if (recording && isFake(self)) {
+    RecordedOp op;
+    op.name = "tdx::set_data";
+    op.arguments = {self, newData};
+    recording->record(std::move(op));
+  }
+  at::Tensor target = self;
+  target.set_data(newData);
+}
+
 std::vector<at::Tensor> Recording::materialize(const std::vector<at::Tensor> &tensors,
                                                c10::optional<c10::Device> device) {
   RealMode realMode;
@@ -209,6 +262,24 @@ std::vector<at::Tensor> Recording::materialize(const std::vector<at::Tensor> &te
 
   for (const RecordedOp &op : ops_) {
     std::string full = op.name + (op.overload.empty() ? "" : "." + op.overload);
+    if (op.name == "tdx::alias") {
+      at::Tensor base = real.get(op.arguments[0].toTensor(), full);
+      std::vector<int64_t> sizes = op.arguments[1].toIntVector();
+      std::vector<int64_t> strides = op.arguments[2].toIntVector();
+      int64_t offset = op.arguments[3].toInt();
+      at::Tensor r = (base.sizes() == c10::IntArrayRef(sizes) &&
+                      base.strides() == c10::IntArrayRef(strides) &&
+                      base.storage_offset() == offset)
+                         ? base
+                         : base.as_strided(sizes, strides, offset);
+      real.bind(op.results[0].toTensor(), r);
+      continue;
+    }
+    if (op.name == "tdx::set_data") {
+      at::Tensor self = real.get(op.arguments[0].toTensor(), full);
+      self.set_data(real.get(op.arguments[1].toTensor(), full));
+      continue;
+    }
     if (op.name == "tdx::constant") {
       real.bind(op.results[0].toTensor(), device ? op.arguments[0].toTensor().to(*device)
                                                  : op.arguments[0].toTensor().clone());

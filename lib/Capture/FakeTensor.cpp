@@ -196,6 +196,23 @@ void fakeFallback(const c10::OperatorHandle &op, c10::DispatchKeySet,
   if (outDevice.is_cuda() && !outDevice.has_index())
     outDevice = c10::Device(c10::kCUDA, 0);
 
+  // libtorch 1.13's meta arange makes int64 for floating bounds; give it
+  // the dtype the CPU kernel infers (the default dtype).
+  if (name == "aten::arange") {
+    bool integral = true;
+    int dtypeIndex = -1;
+    for (size_t i = 0; i < numArgs; ++i) {
+      const c10::IValue &v = (*stack)[argBase + i];
+      if (schema.arguments()[i].name() == "dtype")
+        dtypeIndex = static_cast<int>(i);
+      else if (v.isDouble() || (v.isScalar() && !v.toScalar().isIntegral(true)))
+        integral = false;
+    }
+    if (dtypeIndex >= 0 && !integral && (*stack)[argBase + dtypeIndex].isNone())
+      (*stack)[argBase + dtypeIndex] =
+          c10::IValue(static_cast<int64_t>(c10::typeMetaToScalarType(c10::get_default_dtype())));
+  }
+
   // Arguments to meta.
   for (size_t i = 0; i < numArgs; ++i) {
     c10::IValue &v = (*stack)[argBase + i];

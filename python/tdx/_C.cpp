@@ -58,6 +58,7 @@ PYBIND11_MODULE(_C, m) {
   m.def("meta_like", &metaLike, py::arg("tensor"));
   m.def("fake_like", &fakeLike, py::arg("tensor"));
   m.def("lift_constant", &liftConstant, py::arg("tensor"));
+  m.def("record_set_data", &recordSetData, py::arg("self"), py::arg("new_data"));
 
   py::class_<Recording, std::shared_ptr<Recording>>(m, "Recording")
       .def("__len__", &Recording::size)

@@ -92,6 +92,21 @@ def _lifting(name):
     return lifted
 
 
+_original_data = torch.Tensor.data
+
+
+def _set_data(self, new_data):
+    # `tensor.data = x` bypasses libtorch's dispatcher: record it by hand.
+    if _C.is_fake(self) or _C.is_fake(new_data):
+        _C.record_set_data(self, new_data)
+    else:
+        _original_data.__set__(self, new_data)
+
+
+torch.Tensor.data = property(_original_data.__get__, _set_data,
+                             doc=_original_data.__doc__)
+
+
 @contextlib.contextmanager
 def _python_guards(fake_cuda):
     """Installs the Python-side pieces of fake mode for its duration."""
@@ -138,6 +153,10 @@ def deferred_init(module_fn, *args, **kwargs):
     construction: materializing replays the record from that generator
     state, so values come out bitwise equal to eager construction.
     """
+    if isinstance(module_fn, torch.nn.Module):
+        raise TypeError("deferred_init got a module that is already built (and "
+                        "allocated); pass its class or a function that builds it, "
+                        "for example tdx.deferred_init(MyModel, hidden=64)")
     if not callable(module_fn):
         raise TypeError(f"deferred_init needs a callable that builds the module, "
                         f"got {type(module_fn).__name__}")

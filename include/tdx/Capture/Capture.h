@@ -29,6 +29,7 @@
 #include <functional>
 #include <memory>
 #include <string>
+#include <unordered_map>
 #include <vector>
 
 namespace tdx::capture {
@@ -93,6 +94,10 @@ struct RecordedOp {
 
 class Recording;
 
+/// Records `self.set_data(newData)` (Python's `tensor.data = ...`), which
+/// libtorch 1.13 does not route through the dispatcher, then applies it.
+void recordSetData(const at::Tensor &self, const at::Tensor &newData);
+
 /// Runs `build` with fake tensors and records every op. The tensors it makes
 /// are fake and deferred; later ops on them are recorded too.
 std::shared_ptr<Recording> deferredInit(const std::function<void()> &build,
@@ -117,12 +122,18 @@ public:
   size_t size() const { return ops_.size(); }
 
   // Used by the dispatcher fallback.
-  void record(RecordedOp op) { ops_.push_back(std::move(op)); }
+  /// Records `op`. Tensors it reads that the recording has not seen yet
+  /// (Python and autograd make shallow copies that share a storage) are
+  /// first recorded as views of the tensor that made their storage.
+  void record(RecordedOp op);
   void setGeneratorState(at::Tensor state) { generatorState_ = std::move(state); }
 
 private:
+  void bindArgument(const at::Tensor &tensor);
   std::vector<RecordedOp> ops_;
   at::Tensor generatorState_;
+  std::unordered_map<const c10::TensorImpl *, bool> known_;
+  std::unordered_map<const c10::StorageImpl *, at::Tensor> storageOwner_;
 };
 
 } // namespace tdx::capture

@@ -1,0 +1,131 @@
+"""Deferred init: no storage while building, bitwise eager values after."""
+
+import resource
+
+import pytest
+import torch
+
+import tdx
+from models import GPT2, ConvNet, Llama, ViewInit
+
+MODELS = [GPT2, Llama, ConvNet, ViewInit]
+
+
+def eager_state(model_cls, seed):
+    torch.manual_seed(seed)
+    return model_cls().state_dict(keep_vars=True)
+
+
+@pytest.mark.parametrize("model_cls", MODELS, ids=lambda c: c.__name__)
+def test_deferred_init_allocates_no_storage(model_cls):
+    torch.manual_seed(0)
+    m = tdx.deferred_init(model_cls)
+    assert tdx.is_deferred(m)
+    tensors = list(m.parameters()) + list(m.buffers())
+    assert tensors
+    for t in tensors:
+        assert tdx.is_fake(t) and tdx.is_deferred(t)
+        assert t.data_ptr() == 0, "a deferred tensor must own no storage"
+
+
+@pytest.mark.parametrize("model_cls", MODELS, ids=lambda c: c.__name__)
+@pytest.mark.parametrize("seed", [0, 1234])
+def test_materialize_is_bitwise_eager(model_cls, seed):
+    expected = eager_state(model_cls, seed)
+    torch.manual_seed(seed)
+    m = tdx.deferred_init(model_cls)
+    torch.manual_seed(seed + 99)  # whatever happens to the RNG in between
+    torch.rand(7)
+    tdx.materialize_module(m)
+    assert not tdx.is_deferred(m)
+    got = m.state_dict(keep_vars=True)
+    assert list(got) == list(expected)
+    for name, value in expected.items():
+        assert got[name].dtype == value.dtype, name
+        assert got[name].shape == value.shape, name
+        assert torch.equal(got[name], value), f"{name} differs from eager"
+
+
+def test_materialized_model_runs_like_eager():
+    torch.manual_seed(3)
+    eager = GPT2()
+    torch.manual_seed(3)
+    m = tdx.materialize_module(tdx.deferred_init(GPT2))
+    ids = torch.randint(0, 128, (2, 8))
+    assert torch.equal(m(ids), eager(ids))
+
+
+def test_tied_weights_stay_tied():
+    torch.manual_seed(0)
+    m = tdx.deferred_init(GPT2)
+    assert m.lm_head.weight is m.wte.weight
+    tdx.materialize_module(m)
+    assert m.lm_head.weight is m.wte.weight
+    assert not tdx.is_fake(m.wte.weight)
+    assert isinstance(m.wte.weight, torch.nn.Parameter) and m.wte.weight.requires_grad
+
+
+def test_buffers_only_and_check_fn():
+    torch.manual_seed(0)
+    m = tdx.deferred_init(ConvNet)
+    tdx.materialize_module(m, buffers_only=True)
+    assert not tdx.is_fake(m.bn1.running_mean)
+    assert tdx.is_fake(m.conv1.weight)
+    tdx.materialize_module(m, check_fn=lambda mod: isinstance(mod, torch.nn.Conv2d))
+    assert not tdx.is_fake(m.conv1.weight)
+    assert tdx.is_fake(m.fc.weight)
+    tdx.materialize_module(m)
+    assert not tdx.is_deferred(m)
+
+
+def test_materialize_tensor_matches_eager():
+    expected = eager_state(Llama, 5)
+    torch.manual_seed(5)
+    m = tdx.deferred_init(Llama)
+    w = tdx.materialize_tensor(m.layers[1].w2.weight)
+    assert isinstance(w, torch.nn.Parameter)
+    assert torch.equal(w, expected["layers.1.w2.weight"])
+
+
+def test_rss_growth_is_small():
+    """A 64M-parameter model (256 MiB of float32) builds without the memory."""
+    before = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+    m = tdx.deferred_init(
+        lambda: torch.nn.Sequential(*[torch.nn.Linear(4096, 4096) for _ in range(4)]))
+    after = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+    params = sum(p.numel() for p in m.parameters())
+    assert params > 64_000_000
+    assert (after - before) * 1024 < 0.01 * params * 4
+
+
+def test_fake_mode_factories_and_cuda():
+    with tdx.fake_mode(fake_cuda=True):
+        t = torch.ones(10, device="cuda")
+        u = torch.randn(3, 4) @ torch.randn(4, 5)
+    assert tdx.is_fake(t) and t.device.type == "cuda"
+    assert "fake=True" in repr(t)
+    assert u.shape == (3, 5) and tdx.is_fake(u)
+    m = tdx.meta_like(u)
+    assert m.device.type == "meta" and m.shape == u.shape
+
+
+@pytest.mark.parametrize("read", ["item", "tolist", "numpy"])
+def test_reading_fake_data_raises(read):
+    with tdx.fake_mode():
+        t = torch.ones(3)
+    with pytest.raises(tdx.FakeTensorError, match="materialize"):
+        getattr(t, read)()
+
+
+def test_op_without_meta_kernel_is_named():
+    with tdx.fake_mode():
+        t = torch.ones(4, 4)
+        with pytest.raises(NotImplementedError, match=r"tdx: aten::histc has no meta kernel"):
+            torch.histc(t)
+
+
+def test_deferred_init_needs_a_callable():
+    with pytest.raises(TypeError, match="callable"):
+        tdx.deferred_init(42)
+    with pytest.raises(TypeError, match="already built"):
+        tdx.deferred_init(torch.nn.Linear(2, 2))
