@@ -200,6 +200,7 @@ std::shared_ptr<Recording> deferredInit(const std::function<void()> &build,
                                         bool fakeCuda) {
   auto recording = std::make_shared<Recording>();
   recording->setGeneratorState(at::detail::getDefaultCPUGenerator().get_state());
+  recording->setSeed(static_cast<int64_t>(at::detail::getDefaultCPUGenerator().current_seed()));
   RecordingScope scope(recording);
   FakeMode fake(fakeCuda);
   c10::impl::IncludeDispatchKeyGuard include(c10::DispatchKey::DeferredInit);

@@ -73,6 +73,17 @@ PYBIND11_MODULE(_C, m) {
             return r.materialize(tensors, d);
           },
           py::arg("tensors"), py::arg("device") = py::none())
+      .def_property_readonly("seed", &Recording::seed)
+      .def(
+          "to_mlir",
+          [](const Recording &r, const std::vector<std::tuple<std::string, at::Tensor, bool,
+                                                              std::string>> &entries) {
+            std::vector<StateEntry> es;
+            for (const auto &[name, tensor, isBuffer, tiedTo] : entries)
+              es.push_back({name, tensor, isBuffer, tiedTo});
+            return captureToMlir(r, es, r.seed());
+          },
+          py::arg("entries"))
       .def("op_names", [](const Recording &r) {
         std::vector<std::string> names;
         for (const RecordedOp &op : r.ops())
@@ -87,4 +98,12 @@ PYBIND11_MODULE(_C, m) {
       },
       py::arg("build"), py::arg("fake_cuda") = true);
   m.def("recording_of", &recordingOf, py::arg("tensor"));
+  m.def("verify_mlir", &verifyMlir, py::arg("text"));
+  m.def(
+      "run_pipeline",
+      [](const std::string &text, const std::string &pipeline) {
+        py::gil_scoped_release release;
+        return runPipeline(text, pipeline);
+      },
+      py::arg("text"), py::arg("pipeline"));
 }

@@ -14,7 +14,7 @@ import torch  # noqa: F401  (the extension needs libtorch loaded first)
 
 from . import _C  # noqa: F401
 from .errors import CaptureError, FakeTensorError, TdxError
-from .capture import (
+from .deferred import (
     deferred_init,
     fake_mode,
     is_deferred,
@@ -23,9 +23,12 @@ from .capture import (
     materialize_tensor,
     meta_like,
 )
+from .program import Program, capture
 
 __all__ = [
     "CaptureError",
+    "Program",
+    "capture",
     "FakeTensorError",
     "TdxError",
     "deferred_init",

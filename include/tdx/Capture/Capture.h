@@ -127,14 +127,46 @@ public:
   /// first recorded as views of the tensor that made their storage.
   void record(RecordedOp op);
   void setGeneratorState(at::Tensor state) { generatorState_ = std::move(state); }
+  /// The seed of the global generator when recording started: the `seed`
+  /// of the counter-based random ops in captured IR.
+  int64_t seed() const { return seed_; }
+  void setSeed(int64_t seed) { seed_ = seed; }
 
 private:
+  int64_t seed_ = 0;
   void bindArgument(const at::Tensor &tensor);
   std::vector<RecordedOp> ops_;
   at::Tensor generatorState_;
   std::unordered_map<const c10::TensorImpl *, bool> known_;
   std::unordered_map<const c10::StorageImpl *, at::Tensor> storageOwner_;
 };
+
+//===----------------------------------------------------------------------===//
+// Capture into the tdx dialect
+//===----------------------------------------------------------------------===//
+
+/// A parameter or buffer to declare: its qualified name, its (deferred)
+/// tensor, and the name it is tied to when it shares another's value.
+struct StateEntry {
+  std::string name;
+  at::Tensor tensor;
+  bool isBuffer = false;
+  std::string tiedTo;
+};
+
+/// The tdx IR (MLIR text) declaring every entry with its functionalized init
+/// program, built from `recording`: random ops become counter-based tdx
+/// random ops keyed by (seed, stream), views become slice/reshape/transpose
+/// ops and writes through views become scatters into their base; ops
+/// without a first-class tdx op are kept as `tdx.aten`. Throws CaptureError.
+std::string captureToMlir(const Recording &recording,
+                          const std::vector<StateEntry> &entries, int64_t seed);
+
+/// Parses and verifies MLIR text; returns the diagnostics ("" when valid).
+std::string verifyMlir(const std::string &text);
+/// Runs a pass pipeline ("builtin.module(...)" or a comma list of passes) on
+/// MLIR text and returns the result; throws CaptureError with diagnostics.
+std::string runPipeline(const std::string &text, const std::string &pipeline);
 
 } // namespace tdx::capture
 

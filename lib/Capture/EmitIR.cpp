@@ -1,0 +1,716 @@
+//===- EmitIR.cpp - a recording as tdx IR, functionalized -----------------===//
+//
+// Replays a recording symbolically: every fake tensor gets an SSA value,
+// in-place ops and writes through views become new values (a write into a
+// view is scattered back into its base, and other views of the base are
+// recomputed when next read), and each parameter's init program is the
+// backward slice of its final value.
+//
+//===----------------------------------------------------------------------===//
+
+#include "CaptureInternal.h"
+
+#include "tdx/Dialect/TdxOps.h"
+#include "tdx/Passes/Passes.h"
+
+#include "mlir/Dialect/Arith/IR/Arith.h"
+#include "mlir/Dialect/Func/IR/FuncOps.h"
+#include "mlir/Dialect/Linalg/IR/Linalg.h"
+#include "mlir/Dialect/Tensor/IR/Tensor.h"
+#include "mlir/Analysis/SliceAnalysis.h"
+#include "mlir/IR/Builders.h"
+#include "mlir/IR/BuiltinOps.h"
+#include "mlir/IR/Diagnostics.h"
+#include "mlir/IR/IRMapping.h"
+#include "mlir/IR/Verifier.h"
+#include "mlir/Parser/Parser.h"
+#include "mlir/Pass/PassManager.h"
+#include "mlir/Transforms/Passes.h"
+#include "llvm/ADT/SetVector.h"
+
+#include <ATen/ATen.h>
+#include <ATen/core/dispatch/Dispatcher.h>
+
+using namespace mlir;
+using namespace mlir::tdx;
+namespace capture = ::tdx::capture;
+using ::tdx::capture::CaptureError;
+using ::tdx::capture::RecordedOp;
+
+namespace {
+
+void registerAll(MLIRContext &ctx) {
+  DialectRegistry registry;
+  registry.insert<TdxDialect, func::FuncDialect, arith::ArithDialect,
+                  tensor::TensorDialect, linalg::LinalgDialect>();
+  ctx.appendDialectRegistry(registry);
+  ctx.loadAllAvailableDialects();
+}
+
+Type elementType(Builder &b, at::ScalarType t) {
+  switch (t) {
+  case at::kFloat:
+    return b.getF32Type();
+  case at::kDouble:
+    return b.getF64Type();
+  case at::kHalf:
+    return b.getF16Type();
+  case at::kBFloat16:
+    return b.getBF16Type();
+  case at::kLong:
+    return b.getI64Type();
+  case at::kInt:
+    return b.getI32Type();
+  case at::kShort:
+    return b.getI16Type();
+  case at::kChar:
+  case at::kByte:
+    return b.getI8Type();
+  case at::kBool:
+    return b.getI1Type();
+  default:
+    throw CaptureError(std::string("tdx: dtype ") + c10::toString(t) +
+                       " has no tdx element type yet; use a real or integer dtype");
+  }
+}
+
+RankedTensorType tensorType(Builder &b, const at::Tensor &t) {
+  return RankedTensorType::get(t.sizes().vec(), elementType(b, t.scalar_type()));
+}
+
+std::string fullName(const RecordedOp &op) {
+  return op.name + (op.overload.empty() ? "" : "." + op.overload);
+}
+
+/// A non-tensor argument as an attribute, or null to leave it out.
+Attribute toAttribute(Builder &b, const c10::IValue &v) {
+  if (v.isNone() || v.isGenerator())
+    return {};
+  if (v.isBool())
+    return b.getBoolAttr(v.toBool());
+  if (v.isInt())
+    return b.getI64IntegerAttr(v.toInt());
+  if (v.isDouble())
+    return b.getF64FloatAttr(v.toDouble());
+  if (v.isString())
+    return b.getStringAttr(v.toStringRef());
+  if (v.isDevice())
+    return b.getStringAttr(v.toDevice().str());
+  if (v.isIntList())
+    return b.getDenseI64ArrayAttr(v.toIntVector());
+  if (v.isDoubleList()) {
+    SmallVector<Attribute> xs;
+    for (double d : v.toDoubleVector())
+      xs.push_back(b.getF64FloatAttr(d));
+    return b.getArrayAttr(xs);
+  }
+  if (v.isBoolList()) {
+    SmallVector<Attribute> xs;
+    for (bool x : v.toBoolList())
+      xs.push_back(b.getBoolAttr(x));
+    return b.getArrayAttr(xs);
+  }
+  if (v.isScalar()) {
+    c10::Scalar s = v.toScalar();
+    if (s.isIntegral(false))
+      return b.getI64IntegerAttr(s.toLong());
+    if (s.isBoolean())
+      return b.getBoolAttr(s.toBool());
+    return b.getF64FloatAttr(s.toDouble());
+  }
+  std::string text;
+  llvm::raw_string_ostream os(text);
+  os << v.tagKind();
+  return b.getStringAttr(text);
+}
+
+class Functionalizer {
+public:
+  Functionalizer(OpBuilder &b, Location loc, int64_t seed) : b(b), loc(loc), seed(seed) {}
+
+  void run(const std::vector<RecordedOp> &ops) {
+    for (const RecordedOp &op : ops) {
+      current = fullName(op);
+      handle(op);
+    }
+    current = "the module";
+  }
+
+  Value read(const at::Tensor &t) {
+    if (!capture::isFake(t))
+      return constant(t, tensorType(b, t)); // a real tensor: Python scalars, constants
+    c10::TensorImpl *impl = t.unsafeGetTensorImpl();
+    auto storage = t.storage().unsafeGetStorageImpl();
+    if (!cur.count(impl) && !views.count(impl)) {
+      // A shallow copy the recording never saw (Python and autograd make
+      // them): a view of whatever made its storage.
+      auto owner = owners.find(storage);
+      if (owner != owners.end() && owner->second.unsafeGetTensorImpl() != impl)
+        views[impl] = View{owner->second, nullptr, t.sizes().vec(), t.strides().vec(),
+                           t.storage_offset()};
+    }
+    auto view = views.find(impl);
+    if (view != views.end() && (!cur.count(impl) || seen[impl] != version[storage])) {
+      cur[impl] = applyView(read(view->second.base), view->second, t);
+      seen[impl] = version[storage];
+    }
+    auto it = cur.find(impl);
+    if (it == cur.end())
+      throw CaptureError("tdx: " + current +
+                         " uses a tensor that the recording did not make (it was "
+                         "created outside deferred_init)");
+    return it->second;
+  }
+
+private:
+  struct View {
+    at::Tensor base;
+    const RecordedOp *op; // null: identity (alias, detach)
+    std::vector<int64_t> sizes, strides;
+    int64_t offset = 0;
+  };
+
+  OpBuilder &b;
+  Location loc;
+  int64_t seed;
+  std::string current = "the module";
+  int64_t stream = 0;
+  std::unordered_map<c10::TensorImpl *, Value> cur;
+  std::unordered_map<c10::TensorImpl *, int64_t> seen;
+  std::unordered_map<c10::TensorImpl *, View> views;
+  std::unordered_map<c10::StorageImpl *, int64_t> version;
+
+  std::unordered_map<c10::StorageImpl *, at::Tensor> owners;
+
+  void define(const at::Tensor &t, Value v) {
+    c10::TensorImpl *impl = t.unsafeGetTensorImpl();
+    owners.emplace(t.storage().unsafeGetStorageImpl(), t);
+    cur[impl] = v;
+    seen[impl] = version[t.storage().unsafeGetStorageImpl()];
+  }
+
+  void write(const at::Tensor &t, Value v) {
+    c10::TensorImpl *impl = t.unsafeGetTensorImpl();
+    auto view = views.find(impl);
+    if (view != views.end()) {
+      View copy = view->second;
+      Value newBase = scatter(read(copy.base), v, copy, t);
+      write(copy.base, newBase);
+    } else {
+      ++version[t.storage().unsafeGetStorageImpl()];
+    }
+    define(t, v);
+  }
+
+  /// The data of a real tensor as a constant of `type`.
+  Value constant(const at::Tensor &real, RankedTensorType type) {
+    capture::RealMode realMode;
+    at::Tensor data = real.detach().contiguous().to(at::kDouble).flatten();
+    SmallVector<Attribute> values;
+    for (int64_t i = 0; i < data.numel(); ++i) {
+      double v = data[i].item<double>();
+      if (isa<FloatType>(type.getElementType()))
+        values.push_back(b.getFloatAttr(type.getElementType(), v));
+      else
+        values.push_back(b.getIntegerAttr(type.getElementType(), static_cast<int64_t>(v)));
+    }
+    return arith::ConstantOp::create(b, loc, DenseElementsAttr::get(type, values));
+  }
+
+  Value full(double value, RankedTensorType type) {
+    return FullOp::create(b, loc, type, b.getF64FloatAttr(value));
+  }
+
+  /// `v` converted to the type of `t` (dtype cast, then broadcast).
+  Value fit(Value v, RankedTensorType type) {
+    auto vt = cast<RankedTensorType>(v.getType());
+    if (vt.getElementType() != type.getElementType())
+      v = CastOp::create(b, loc, RankedTensorType::get(vt.getShape(), type.getElementType()), v);
+    if (cast<RankedTensorType>(v.getType()).getShape() != type.getShape())
+      v = ExpandOp::create(b, loc, type, v, b.getDenseI64ArrayAttr(type.getShape()));
+    return v;
+  }
+
+  Value operand(const c10::IValue &v, RankedTensorType like) {
+    if (v.isTensor())
+      return read(v.toTensor());
+    auto scalarType = RankedTensorType::get({}, like.getElementType());
+    return full(v.toScalar().toDouble(), scalarType);
+  }
+
+  Value generic(StringRef schema, const RecordedOp &op, ArrayRef<Type> results) {
+    SmallVector<Value> operands;
+    SmallVector<NamedAttribute> args;
+    const c10::FunctionSchema &fs = schemaOf(op);
+    for (size_t i = 0; i < op.arguments.size() && i < fs.arguments().size(); ++i) {
+      const c10::IValue &v = op.arguments[i];
+      const std::string &argName = fs.arguments()[i].name();
+      if (v.isTensor()) {
+        if (v.toTensor().defined())
+          operands.push_back(read(v.toTensor()));
+        continue;
+      }
+      if (v.isTensorList()) {
+        auto list = v.toTensorVector();
+        for (const at::Tensor &t : list)
+          operands.push_back(read(t));
+        args.push_back(b.getNamedAttr(argName, b.getStringAttr(
+                                                   "tensor_list:" + std::to_string(list.size()))));
+        continue;
+      }
+      if (Attribute a = toAttribute(b, v))
+        args.push_back(b.getNamedAttr(argName, a));
+    }
+    auto op2 = AtenOp::create(b, loc, results, b.getStringAttr(schema), operands,
+                              args.empty() ? DictionaryAttr() : b.getDictionaryAttr(args));
+    return op2->getNumResults() ? op2->getResult(0) : Value();
+  }
+
+  static const c10::FunctionSchema &schemaOf(const RecordedOp &op) {
+    return c10::Dispatcher::singleton()
+        .findSchemaOrThrow(op.name.c_str(), op.overload.c_str())
+        .schema();
+  }
+
+  Value applyView(Value base, const View &view, const at::Tensor &result) {
+    RankedTensorType type = tensorType(b, result);
+    if (!view.op)
+      return base.getType() == type ? base : reshapeOrStrided(base, view, type);
+    const RecordedOp &op = *view.op;
+    const std::string &n = op.name;
+    const auto &a = op.arguments;
+    auto baseType = cast<RankedTensorType>(base.getType());
+    if (n == "aten::detach" || n == "aten::alias" || n == "aten::lift_fresh" ||
+        n == "aten::view_as")
+      return base;
+    if (n == "aten::slice")
+      return SliceOp::create(b, loc, type, base, b.getI64IntegerAttr(a[1].toInt()),
+                             b.getI64IntegerAttr(a[2].isNone() ? 0 : a[2].toInt()),
+                             b.getI64IntegerAttr(a[3].isNone() ? INT64_MAX : a[3].toInt()),
+                             b.getI64IntegerAttr(a[4].toInt()));
+    if (n == "aten::select") {
+      int64_t dim = a[1].toInt(), index = a[2].toInt();
+      int64_t size = baseType.getDimSize(*normalizeDim(dim, baseType.getRank()));
+      if (index < 0)
+        index += size;
+      SmallVector<int64_t> kept(baseType.getShape());
+      kept[*normalizeDim(dim, baseType.getRank())] = 1;
+      Value s = SliceOp::create(b, loc, RankedTensorType::get(kept, baseType.getElementType()),
+                                base, b.getI64IntegerAttr(dim), b.getI64IntegerAttr(index),
+                                b.getI64IntegerAttr(index + 1), b.getI64IntegerAttr(1));
+      return ReshapeOp::create(b, loc, type, s, b.getDenseI64ArrayAttr(type.getShape()));
+    }
+    if (n == "aten::t" || n == "aten::transpose") {
+      int64_t d0 = n == "aten::t" ? 0 : a[1].toInt(), d1 = n == "aten::t" ? -1 : a[2].toInt();
+      if (baseType.getRank() < 2)
+        return base;
+      return TransposeOp::create(b, loc, type, base, b.getI64IntegerAttr(d0),
+                                 b.getI64IntegerAttr(d1));
+    }
+    if (n == "aten::permute")
+      return PermuteOp::create(b, loc, type, base, b.getDenseI64ArrayAttr(a[1].toIntVector()));
+    if (n == "aten::view" || n == "aten::reshape" || n == "aten::_reshape_alias" ||
+        n == "aten::unsqueeze" || n == "aten::squeeze" || n == "aten::flatten" ||
+        n == "aten::unflatten" || n == "aten::_unsafe_view")
+      return ReshapeOp::create(b, loc, type, base, b.getDenseI64ArrayAttr(type.getShape()));
+    if (n == "aten::expand")
+      return ExpandOp::create(b, loc, type, base, b.getDenseI64ArrayAttr(type.getShape()));
+    // Any other view (diagonal, unfold, as_strided, ...): by schema name.
+    SmallVector<NamedAttribute> args;
+    const c10::FunctionSchema &fs = schemaOf(op);
+    for (size_t i = 1; i < a.size() && i < fs.arguments().size(); ++i)
+      if (Attribute at = toAttribute(b, a[i]))
+        args.push_back(b.getNamedAttr(fs.arguments()[i].name(), at));
+    return AtenOp::create(b, loc, TypeRange{type}, b.getStringAttr(fullName(op)),
+                          ValueRange{base}, args.empty() ? DictionaryAttr() : b.getDictionaryAttr(args))
+        ->getResult(0);
+  }
+
+  Value reshapeOrStrided(Value base, const View &view, RankedTensorType type) {
+    // An alias with other sizes/strides: as_strided of the base.
+    SmallVector<NamedAttribute> args = {
+        b.getNamedAttr("size", b.getDenseI64ArrayAttr(view.sizes)),
+        b.getNamedAttr("stride", b.getDenseI64ArrayAttr(view.strides)),
+        b.getNamedAttr("storage_offset", b.getI64IntegerAttr(view.offset))};
+    return AtenOp::create(b, loc, TypeRange{type}, b.getStringAttr("aten::as_strided"),
+                          ValueRange{base}, b.getDictionaryAttr(args))
+        ->getResult(0);
+  }
+
+  /// The base after writing `value` into the view `view` of it.
+  Value scatter(Value base, Value value, const View &view, const at::Tensor &result) {
+    auto baseType = cast<RankedTensorType>(base.getType());
+    if (!view.op) {
+      if (value.getType() == baseType)
+        return value;
+      SmallVector<NamedAttribute> args = {
+          b.getNamedAttr("size", b.getDenseI64ArrayAttr(view.sizes)),
+          b.getNamedAttr("stride", b.getDenseI64ArrayAttr(view.strides)),
+          b.getNamedAttr("storage_offset", b.getI64IntegerAttr(view.offset))};
+      return AtenOp::create(b, loc, TypeRange{baseType}, b.getStringAttr("aten::as_strided_scatter"),
+                            ValueRange{base, value}, b.getDictionaryAttr(args))
+          ->getResult(0);
+    }
+    const RecordedOp &op = *view.op;
+    const std::string &n = op.name;
+    const auto &a = op.arguments;
+    if (n == "aten::detach" || n == "aten::alias" || n == "aten::lift_fresh" ||
+        n == "aten::view_as")
+      return value;
+    if (n == "aten::view" || n == "aten::reshape" || n == "aten::_reshape_alias" ||
+        n == "aten::unsqueeze" || n == "aten::squeeze" || n == "aten::flatten" ||
+        n == "aten::unflatten" || n == "aten::_unsafe_view")
+      return ReshapeOp::create(b, loc, baseType, value, b.getDenseI64ArrayAttr(baseType.getShape()));
+    if (n == "aten::t" || n == "aten::transpose") {
+      if (baseType.getRank() < 2)
+        return value;
+      int64_t d0 = n == "aten::t" ? 0 : a[1].toInt(), d1 = n == "aten::t" ? -1 : a[2].toInt();
+      return TransposeOp::create(b, loc, baseType, value, b.getI64IntegerAttr(d0),
+                                 b.getI64IntegerAttr(d1));
+    }
+    if (n == "aten::permute") {
+      std::vector<int64_t> perm = a[1].toIntVector();
+      SmallVector<int64_t> inverse(perm.size());
+      for (size_t i = 0; i < perm.size(); ++i)
+        inverse[*normalizeDim(perm[i], perm.size())] = i;
+      return PermuteOp::create(b, loc, baseType, value, b.getDenseI64ArrayAttr(inverse));
+    }
+    std::string scatterName;
+    if (n == "aten::slice")
+      scatterName = "aten::slice_scatter";
+    else if (n == "aten::select")
+      scatterName = "aten::select_scatter";
+    else if (n == "aten::diagonal")
+      scatterName = "aten::diagonal_scatter";
+    else if (n == "aten::as_strided")
+      scatterName = "aten::as_strided_scatter";
+    else
+      throw CaptureError("tdx: a write through a view made by " + fullName(op) +
+                         " cannot be functionalized yet; write through slice, "
+                         "select, diagonal, transpose, permute or a reshape");
+    SmallVector<NamedAttribute> args;
+    const c10::FunctionSchema &fs = schemaOf(op);
+    for (size_t i = 1; i < a.size() && i < fs.arguments().size(); ++i)
+      if (Attribute at = toAttribute(b, a[i]))
+        args.push_back(b.getNamedAttr(fs.arguments()[i].name(), at));
+    return AtenOp::create(b, loc, TypeRange{baseType}, b.getStringAttr(scatterName),
+                          ValueRange{base, value},
+                          args.empty() ? DictionaryAttr() : b.getDictionaryAttr(args))
+        ->getResult(0);
+  }
+
+  /// The functional value of an op on tensors, or null when unknown.
+  Value functional(const RecordedOp &op, const at::Tensor &out) {
+    const std::string &n = op.name;
+    const auto &a = op.arguments;
+    RankedTensorType type = tensorType(b, out);
+    auto key = [&]() {
+      return std::make_pair(b.getI64IntegerAttr(seed), b.getI64IntegerAttr(stream++));
+    };
+    if (n == "aten::empty" || n == "aten::empty_like" || n == "aten::empty_strided" ||
+        n == "aten::new_empty")
+      return EmptyOp::create(b, loc, type);
+    if (n == "aten::zeros" || n == "aten::zeros_like" || n == "aten::zero_" ||
+        n == "aten::new_zeros")
+      return full(0.0, type);
+    if (n == "aten::ones" || n == "aten::ones_like" || n == "aten::new_ones")
+      return full(1.0, type);
+    if (n == "aten::fill_" && a[1].isScalar())
+      return full(a[1].toScalar().toDouble(), type);
+    if (n == "aten::fill_" && a[1].isTensor())
+      return fit(read(a[1].toTensor()), type);
+    if ((n == "aten::full" || n == "aten::new_full") && a[1].isScalar())
+      return full(a[1].toScalar().toDouble(), type);
+    if (n == "aten::full_like")
+      return full(a[1].toScalar().toDouble(), type);
+    if (n == "aten::uniform_") {
+      auto [s, k] = key();
+      return UniformOp::create(b, loc, type, b.getF64FloatAttr(a[1].toDouble()),
+                               b.getF64FloatAttr(a[2].toDouble()), s, k);
+    }
+    if (n == "aten::normal_") {
+      auto [s, k] = key();
+      return NormalOp::create(b, loc, type, b.getF64FloatAttr(a[1].toDouble()),
+                              b.getF64FloatAttr(a[2].toDouble()), s, k);
+    }
+    if (n == "aten::rand" || n == "aten::rand_like") {
+      auto [s, k] = key();
+      return UniformOp::create(b, loc, type, b.getF64FloatAttr(0.0), b.getF64FloatAttr(1.0), s, k);
+    }
+    if (n == "aten::randn" || n == "aten::randn_like") {
+      auto [s, k] = key();
+      return NormalOp::create(b, loc, type, b.getF64FloatAttr(0.0), b.getF64FloatAttr(1.0), s, k);
+    }
+    if (n == "aten::arange" && type.getRank() == 1) {
+      double start = 0, end, step = 1;
+      if (op.overload.empty()) {
+        end = a[0].toScalar().toDouble();
+      } else {
+        start = a[0].toScalar().toDouble();
+        end = a[1].toScalar().toDouble();
+        if (op.overload == "start_step")
+          step = a[2].toScalar().toDouble();
+      }
+      return ArangeOp::create(b, loc, type, b.getF64FloatAttr(start), b.getF64FloatAttr(end),
+                              b.getF64FloatAttr(step));
+    }
+    if (n == "aten::copy_")
+      return fit(read(a[1].toTensor()), type);
+    if (n == "aten::clone" || n == "aten::contiguous")
+      return read(a[0].toTensor());
+    if ((n == "aten::to" || n == "aten::_to_copy") && a[0].isTensor())
+      return fit(read(a[0].toTensor()), type);
+    static const std::map<std::string, int> binary = {
+        {"aten::add", 0}, {"aten::add_", 0}, {"aten::sub", 1}, {"aten::sub_", 1},
+        {"aten::mul", 2}, {"aten::mul_", 2}, {"aten::div", 3}, {"aten::div_", 3}};
+    auto bin = binary.find(n);
+    if (bin != binary.end() && a.size() >= 2 &&
+        (op.overload == "Tensor" || op.overload == "Scalar") &&
+        !(n.rfind("aten::div", 0) == 0 && a.size() > 2 && !a[2].isNone()) &&
+        isa<FloatType>(type.getElementType())) {
+      Value lhs = fit(operand(a[0], type), RankedTensorType::get(
+                                               cast<RankedTensorType>(operand(a[0], type).getType()).getShape(),
+                                               type.getElementType()));
+      Value rhs = operand(a[1], type);
+      rhs = fit(rhs, RankedTensorType::get(cast<RankedTensorType>(rhs.getType()).getShape(),
+                                           type.getElementType()));
+      // add/sub with alpha: rhs * alpha.
+      if ((bin->second == 0 || bin->second == 1) && a.size() > 2 && a[2].isScalar() &&
+          a[2].toScalar().toDouble() != 1.0) {
+        Value alpha = full(a[2].toScalar().toDouble(), RankedTensorType::get({}, type.getElementType()));
+        SmallVector<Type> t;
+        if (failed(MulOp::inferReturnTypes(b.getContext(), loc, ValueRange{rhs, alpha}, DictionaryAttr(), OpaqueProperties(nullptr), RegionRange(), t)))
+          return {};
+        rhs = MulOp::create(b, loc, t[0], rhs, alpha);
+      }
+      switch (bin->second) {
+      case 0:
+        return AddOp::create(b, loc, type, lhs, rhs);
+      case 1:
+        return SubOp::create(b, loc, type, lhs, rhs);
+      case 2:
+        return MulOp::create(b, loc, type, lhs, rhs);
+      default:
+        return DivOp::create(b, loc, type, lhs, rhs);
+      }
+    }
+    return {};
+  }
+
+  void handle(const RecordedOp &op) {
+    if (op.name == "tdx::constant") {
+      const at::Tensor &fake = op.results[0].toTensor();
+      define(fake, constant(op.arguments[0].toTensor(), tensorType(b, fake)));
+      return;
+    }
+    if (op.name == "tdx::alias" || op.name == "tdx::set_data") {
+      bool isAlias = op.name == "tdx::alias";
+      const at::Tensor &base = op.arguments[isAlias ? 0 : 1].toTensor();
+      const at::Tensor &t = isAlias ? op.results[0].toTensor() : op.arguments[0].toTensor();
+      View v{base, nullptr, t.sizes().vec(), t.strides().vec(), t.storage_offset()};
+      if (isAlias) {
+        v.sizes = op.arguments[1].toIntVector();
+        v.strides = op.arguments[2].toIntVector();
+        v.offset = op.arguments[3].toInt();
+      }
+      views[t.unsafeGetTensorImpl()] = v;
+      cur.erase(t.unsafeGetTensorImpl());
+      return;
+    }
+    const c10::FunctionSchema &fs = schemaOf(op);
+    // Views: results that alias an argument without writing it.
+    bool handled = false;
+    for (size_t i = 0; i < fs.returns().size() && i < op.results.size(); ++i) {
+      const c10::AliasInfo *info = fs.returns()[i].alias_info();
+      if (!info || info->isWrite() || !op.results[i].isTensor())
+        continue;
+      for (size_t j = 0; j < fs.arguments().size(); ++j) {
+        const c10::AliasInfo *ai = fs.arguments()[j].alias_info();
+        if (ai && ai->beforeSets() == info->beforeSets() && op.arguments[j].isTensor()) {
+          const at::Tensor &result = op.results[i].toTensor();
+          views[result.unsafeGetTensorImpl()] = View{op.arguments[j].toTensor(), &op, {}, {}, 0};
+          cur.erase(result.unsafeGetTensorImpl());
+          handled = true;
+        }
+      }
+    }
+    if (handled)
+      return;
+    // In-place (or out=) ops: the written argument gets the op's value.
+    int written = -1;
+    for (size_t j = 0; j < fs.arguments().size(); ++j) {
+      const c10::AliasInfo *ai = fs.arguments()[j].alias_info();
+      if (ai && ai->isWrite() && op.arguments[j].isTensor()) {
+        written = static_cast<int>(j);
+        break;
+      }
+    }
+    if (written >= 0) {
+      const at::Tensor &target = op.arguments[written].toTensor();
+      Value v = functional(op, target);
+      if (!v) {
+        // The functional variant of name_ is name, when libtorch has it.
+        std::string fname = op.name;
+        if (!fname.empty() && fname.back() == '_' &&
+            c10::Dispatcher::singleton().findSchema({fname.substr(0, fname.size() - 1), op.overload}))
+          fname = fname.substr(0, fname.size() - 1);
+        std::string schema = fname + (op.overload.empty() ? "" : "." + op.overload);
+        v = generic(schema, op, {tensorType(b, target)});
+      }
+      write(target, v);
+      for (const c10::IValue &r : op.results)
+        if (r.isTensor() && r.toTensor().defined())
+          define(r.toTensor(), cur[target.unsafeGetTensorImpl()]);
+      return;
+    }
+    // Functional ops.
+    if (op.results.size() == 1 && op.results[0].isTensor()) {
+      const at::Tensor &out = op.results[0].toTensor();
+      Value v = functional(op, out);
+      if (!v)
+        v = generic(fullName(op), op, {tensorType(b, out)});
+      define(out, v);
+      return;
+    }
+    SmallVector<Type> types;
+    for (const c10::IValue &r : op.results)
+      if (r.isTensor())
+        types.push_back(tensorType(b, r.toTensor()));
+    if (types.empty())
+      return; // ops without tensor results change nothing we track
+    SmallVector<Value> operands;
+    Value first = generic(fullName(op), op, types);
+    Operation *g = first ? first.getDefiningOp() : nullptr;
+    size_t k = 0;
+    for (const c10::IValue &r : op.results)
+      if (r.isTensor() && g)
+        define(r.toTensor(), g->getResult(k++));
+  }
+};
+
+} // namespace
+
+namespace tdx::capture {
+
+std::string captureToMlir(const Recording &recording, const std::vector<StateEntry> &entries,
+                          int64_t seed) {
+  MLIRContext ctx;
+  registerAll(ctx);
+  OpBuilder b(&ctx);
+  Location loc = b.getUnknownLoc();
+  OwningOpRef<ModuleOp> module = ModuleOp::create(loc);
+  // The whole recording, functionalized, in a scratch function; each
+  // declaration then takes the slice its value needs.
+  b.setInsertionPointToEnd(module->getBody());
+  auto scratch = func::FuncOp::create(b, loc, "__tdx_init", b.getFunctionType({}, {}));
+  Block *body = scratch.addEntryBlock();
+  b.setInsertionPointToEnd(body);
+  Functionalizer f(b, loc, seed);
+  f.run(recording.ops());
+  std::vector<Value> finals;
+  for (const StateEntry &e : entries)
+    finals.push_back(e.tiedTo.empty() ? f.read(e.tensor) : Value());
+
+  b.setInsertionPoint(scratch);
+  for (auto [i, e] : llvm::enumerate(entries)) {
+    RankedTensorType type = tensorType(b, e.tensor);
+    Operation *decl;
+    if (!e.tiedTo.empty()) {
+      auto tied = FlatSymbolRefAttr::get(&ctx, e.tiedTo);
+      decl = e.isBuffer
+                 ? BufferOp::create(b, loc, e.name, type, tied, ShardingAttr()).getOperation()
+                 : ParameterOp::create(b, loc, e.name, type, tied, ShardingAttr()).getOperation();
+      continue;
+    }
+    decl = e.isBuffer
+               ? BufferOp::create(b, loc, e.name, type, FlatSymbolRefAttr(), ShardingAttr()).getOperation()
+               : ParameterOp::create(b, loc, e.name, type, FlatSymbolRefAttr(), ShardingAttr()).getOperation();
+    Region &region = decl->getRegion(0);
+    Block *init = b.createBlock(&region);
+    OpBuilder ib = OpBuilder::atBlockEnd(init);
+    SetVector<Operation *> slice;
+    BackwardSliceOptions options;
+    options.inclusive = true;
+    Value value = finals[i];
+    if (Operation *def = value.getDefiningOp()) {
+      (void)getBackwardSlice(def, &slice, options);
+    }
+    IRMapping map;
+    for (Operation *op : slice)
+      ib.clone(*op, map);
+    Value yielded = map.lookupOrDefault(value);
+    if (yielded.getType() != type)
+      throw CaptureError("tdx: the init program of " + e.name + " ends in a " +
+                         "value of another type");
+    YieldOp::create(ib, loc, ValueRange{yielded});
+    b.setInsertionPointAfter(decl);
+  }
+  scratch.erase();
+  if (failed(verify(*module))) {
+    std::string text;
+    llvm::raw_string_ostream os(text);
+    module->print(os);
+    throw CaptureError("tdx: the captured IR does not verify (a tdx bug); IR:\n" + text);
+  }
+  std::string text;
+  llvm::raw_string_ostream os(text);
+  module->print(os);
+  return text;
+}
+
+namespace {
+struct Diagnostics {
+  std::string text;
+  std::unique_ptr<ScopedDiagnosticHandler> handler;
+  explicit Diagnostics(MLIRContext &ctx) {
+    handler = std::make_unique<ScopedDiagnosticHandler>(&ctx, [this](Diagnostic &d) {
+      llvm::raw_string_ostream os(text);
+      os << d.getLocation() << ": " << d << "\n";
+      for (Diagnostic &note : d.getNotes())
+        os << note.getLocation() << ": note: " << note << "\n";
+      return success();
+    });
+  }
+};
+} // namespace
+
+std::string verifyMlir(const std::string &text) {
+  MLIRContext ctx;
+  registerAll(ctx);
+  Diagnostics diags(ctx);
+  OwningOpRef<ModuleOp> module = parseSourceString<ModuleOp>(text, &ctx);
+  if (!module)
+    return diags.text.empty() ? "error: cannot parse the module" : diags.text;
+  return diags.text;
+}
+
+std::string runPipeline(const std::string &text, const std::string &pipeline) {
+  static bool registered = [] {
+    mlir::tdx::registerTdxPasses();
+    mlir::registerTransformsPasses();
+    return true;
+  }();
+  (void)registered;
+  MLIRContext ctx;
+  registerAll(ctx);
+  Diagnostics diags(ctx);
+  OwningOpRef<ModuleOp> module = parseSourceString<ModuleOp>(text, &ctx);
+  if (!module)
+    throw CaptureError("tdx: the program does not parse:\n" + diags.text);
+  PassManager pm(&ctx);
+  std::string full = pipeline;
+  if (llvm::StringRef(full).trim().starts_with("builtin.module(") == false)
+    full = "builtin.module(" + full + ")";
+  std::string error;
+  llvm::raw_string_ostream es(error);
+  if (failed(parsePassPipeline(full, pm, es)))
+    throw CaptureError("tdx: cannot parse the pass pipeline '" + pipeline + "': " + error);
+  if (failed(pm.run(*module)))
+    throw CaptureError("tdx: the pipeline '" + pipeline + "' failed:\n" + diags.text);
+  std::string out;
+  llvm::raw_string_ostream os(out);
+  module->print(os);
+  return out;
+}
+
+} // namespace tdx::capture

@@ -1,0 +1,109 @@
+"""tdx.Program: a captured model as an MLIR module in the tdx dialect."""
+
+import os
+import re
+
+import torch
+
+from . import _C
+from .errors import CaptureError
+
+__all__ = ["Program", "capture"]
+
+_DTYPES = {
+    "f32": torch.float32, "f64": torch.float64, "f16": torch.float16,
+    "bf16": torch.bfloat16, "i64": torch.int64, "i32": torch.int32,
+    "i16": torch.int16, "i8": torch.int8, "i1": torch.bool,
+}
+
+
+class Program:
+    """An MLIR module in the tdx dialect: parameters and buffers with their
+    init programs and, when traced, ``func.func @forward``.
+
+    ``str(prog)`` and ``prog.mlir`` give the text, which ``tdx-opt`` parses.
+    """
+
+    def __init__(self, mlir):
+        problems = _C.verify_mlir(mlir)
+        if problems:
+            raise CaptureError(f"the program does not verify:\n{problems}")
+        self._mlir = mlir
+
+    @property
+    def mlir(self):
+        return self._mlir
+
+    def __str__(self):
+        return self._mlir
+
+    def __repr__(self):
+        return f"tdx.Program({len(self.parameters())} parameters and buffers)"
+
+    def save(self, path):
+        """Writes the MLIR text to ``path``."""
+        with open(path, "w") as f:
+            f.write(self._mlir)
+
+    @classmethod
+    def load(cls, path):
+        """Reads and verifies a program saved with ``save`` (or any tdx IR)."""
+        if not os.path.exists(path):
+            raise FileNotFoundError(f"no tdx program at {path!r}")
+        with open(path) as f:
+            return cls(f.read())
+
+    def run_pipeline(self, pipeline):
+        """Runs an MLIR pass pipeline on the program, in place, and returns it:
+        ``prog.run_pipeline("tdx-propagate-sharding,tdx-partition")``."""
+        self._mlir = _C.run_pipeline(self._mlir, pipeline)
+        return self
+
+    def parameters(self):
+        """Qualified name -> (shape, dtype) of every parameter and buffer."""
+        out = {}
+        pattern = re.compile(r'tdx\.(?:parameter|buffer) @("[^"]+"|[\w.$-]+) : tensor<([^>]*)>')
+        for m in pattern.finditer(self._mlir):
+            name = m.group(1).strip('"')
+            *dims, elem = m.group(2).split("x") if "x" in m.group(2) else [m.group(2)]
+            out[name] = (tuple(int(d) for d in dims), _DTYPES.get(elem, elem))
+        return out
+
+
+def _named_state(module, kind, prefix=""):
+    """Every (qualified name, tensor) of one kind, shared ones under each name."""
+    for name, t in getattr(module, kind).items():
+        if t is not None:
+            yield prefix + name, t
+    for name, child in module._modules.items():
+        if child is not None:
+            yield from _named_state(child, kind, prefix + name + ".")
+
+
+def _state_entries(module):
+    """(name, tensor, is_buffer, tied_to): parameters then buffers, in
+    named_parameters order; a tensor seen before is tied to its first name."""
+    entries, owner = [], {}
+    for kind, is_buffer in (("_parameters", False), ("_buffers", True)):
+        for name, t in _named_state(module, kind):
+            entries.append((name, t, is_buffer, owner.get(id(t), "")))
+            owner.setdefault(id(t), name)
+    return entries
+
+
+def capture(module):
+    """The parameters and buffers of a deferred module, with their init
+    programs, as a :class:`Program`. Random init ops become tdx's
+    counter-based random ops with ``(seed, stream)``."""
+    if not isinstance(module, torch.nn.Module):
+        raise TypeError(f"capture takes an nn.Module, got {type(module).__name__}")
+    entries = _state_entries(module)
+    for name, t, _, tied in entries:
+        if not tied and not _C.is_deferred(t):
+            raise CaptureError(
+                f"{name} is not deferred: capture needs a module built with "
+                f"tdx.deferred_init (and not yet materialized)")
+    recording = _C.recording_of(entries[0][1]) if entries else None
+    if recording is None:
+        raise CaptureError("the module has no deferred parameters or buffers to capture")
+    return Program(recording.to_mlir(entries))
