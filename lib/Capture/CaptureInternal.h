@@ -19,6 +19,8 @@ std::shared_ptr<Recording> currentRecording();
 /// Makes the storage of `tensor` belong to the current recording.
 void registerDeferredStorage(const at::Tensor &tensor);
 bool fakeCudaEnabled();
+/// The trace ops on this thread go to, or null.
+Trace *currentTrace();
 
 } // namespace tdx::capture
 

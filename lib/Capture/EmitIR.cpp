@@ -136,6 +136,8 @@ public:
     current = "the module";
   }
 
+  void bindInput(const at::Tensor &t, Value v) { define(t, v); }
+
   Value read(const at::Tensor &t) {
     if (!capture::isFake(t))
       return constant(t, tensorType(b, t)); // a real tensor: Python scalars, constants
@@ -149,6 +151,9 @@ public:
         views[impl] = View{owner->second, nullptr, t.sizes().vec(), t.strides().vec(),
                            t.storage_offset()};
     }
+    if (!cur.count(impl) && !views.count(impl) && resolver)
+      if (Value v = resolver(t))
+        define(t, v);
     auto view = views.find(impl);
     if (view != views.end() && (!cur.count(impl) || seen[impl] != version[storage])) {
       cur[impl] = applyView(read(view->second.base), view->second, t);
@@ -165,10 +170,20 @@ public:
 private:
   struct View {
     at::Tensor base;
-    const RecordedOp *op; // null: identity (alias, detach)
+    const RecordedOp *op; // null: identity (alias, detach), or a slice below
     std::vector<int64_t> sizes, strides;
     int64_t offset = 0;
+    // One piece of split/unbind/chunk: [sliceStart, sliceEnd) of sliceDim,
+    // with the dim dropped when `squeeze`.
+    int64_t sliceDim = -1, sliceStart = 0, sliceEnd = 0;
+    bool squeeze = false;
   };
+
+public:
+  /// Called for a fake tensor that no op made (a parameter in the forward).
+  std::function<Value(const at::Tensor &)> resolver;
+
+private:
 
   OpBuilder &b;
   Location loc;
@@ -274,6 +289,18 @@ private:
 
   Value applyView(Value base, const View &view, const at::Tensor &result) {
     RankedTensorType type = tensorType(b, result);
+    if (!view.op && view.sliceDim >= 0) {
+      auto baseType = cast<RankedTensorType>(base.getType());
+      SmallVector<int64_t> shape(baseType.getShape());
+      shape[view.sliceDim] = view.sliceEnd - view.sliceStart;
+      Value s = SliceOp::create(b, loc, RankedTensorType::get(shape, baseType.getElementType()),
+                                base, b.getI64IntegerAttr(view.sliceDim),
+                                b.getI64IntegerAttr(view.sliceStart),
+                                b.getI64IntegerAttr(view.sliceEnd), b.getI64IntegerAttr(1));
+      if (view.squeeze)
+        s = ReshapeOp::create(b, loc, type, s, b.getDenseI64ArrayAttr(type.getShape()));
+      return s;
+    }
     if (!view.op)
       return base.getType() == type ? base : reshapeOrStrided(base, view, type);
     const RecordedOp &op = *view.op;
@@ -340,6 +367,22 @@ private:
   /// The base after writing `value` into the view `view` of it.
   Value scatter(Value base, Value value, const View &view, const at::Tensor &result) {
     auto baseType = cast<RankedTensorType>(base.getType());
+    if (!view.op && view.sliceDim >= 0) {
+      if (view.squeeze) {
+        SmallVector<int64_t> shape(baseType.getShape());
+        shape[view.sliceDim] = 1;
+        value = ReshapeOp::create(b, loc, RankedTensorType::get(shape, baseType.getElementType()),
+                                  value, b.getDenseI64ArrayAttr(shape));
+      }
+      SmallVector<NamedAttribute> args = {
+          b.getNamedAttr("dim", b.getI64IntegerAttr(view.sliceDim)),
+          b.getNamedAttr("start", b.getI64IntegerAttr(view.sliceStart)),
+          b.getNamedAttr("end", b.getI64IntegerAttr(view.sliceEnd)),
+          b.getNamedAttr("step", b.getI64IntegerAttr(1))};
+      return AtenOp::create(b, loc, TypeRange{baseType}, b.getStringAttr("aten::slice_scatter"),
+                            ValueRange{base, value}, b.getDictionaryAttr(args))
+          ->getResult(0);
+    }
     if (!view.op) {
       if (value.getType() == baseType)
         return value;
@@ -460,6 +503,106 @@ private:
       return read(a[0].toTensor());
     if ((n == "aten::to" || n == "aten::_to_copy") && a[0].isTensor())
       return fit(read(a[0].toTensor()), type);
+    // Elementwise unary ops with first-class tdx ops.
+    auto unary = [&](auto tag) -> Value {
+      using Op = decltype(tag);
+      Value x = read(a[0].toTensor());
+      if (x.getType() != type)
+        return {};
+      return Op::create(b, loc, x);
+    };
+    if (a.size() >= 1 && a[0].isTensor() && op.overload.empty()) {
+      if (n == "aten::neg") return unary(NegOp());
+      if (n == "aten::abs") return unary(AbsOp());
+      if (n == "aten::relu") return unary(ReluOp());
+      if (n == "aten::exp") return unary(ExpOp());
+      if (n == "aten::log") return unary(LogOp());
+      if (n == "aten::sqrt") return unary(SqrtOp());
+      if (n == "aten::rsqrt") return unary(RsqrtOp());
+      if (n == "aten::tanh") return unary(TanhOp());
+      if (n == "aten::sigmoid") return unary(SigmoidOp());
+      if (n == "aten::silu") return unary(SiluOp());
+      if (n == "aten::sin") return unary(SinOp());
+      if (n == "aten::cos") return unary(CosOp());
+    }
+    if (n == "aten::gelu" && read(a[0].toTensor()).getType() == type) {
+      auto approx = a.size() > 1 && a[1].isString() && a[1].toStringRef() == "tanh"
+                        ? GeluApproximation::tanh
+                        : GeluApproximation::none;
+      return GeluOp::create(b, loc, read(a[0].toTensor()), approx);
+    }
+    if ((n == "aten::_to_copy" || n == "aten::to") && a[0].isTensor()) {
+      Value x = read(a[0].toTensor());
+      auto xt = cast<RankedTensorType>(x.getType());
+      if (xt.getShape() == type.getShape())
+        return xt == type ? x : CastOp::create(b, loc, type, x).getResult();
+    }
+    if (n == "aten::_unsafe_view" || n == "aten::reshape" || n == "aten::view") {
+      Value x = read(a[0].toTensor());
+      if (cast<RankedTensorType>(x.getType()).getElementType() == type.getElementType())
+        return ReshapeOp::create(b, loc, type, x, b.getDenseI64ArrayAttr(type.getShape()));
+    }
+    if (n == "aten::mm" || n == "aten::bmm" || n == "aten::matmul")
+      return MatmulOp::create(b, loc, type, read(a[0].toTensor()), read(a[1].toTensor()));
+    if (n == "aten::addmm" && a[3].toScalar().toDouble() == 1.0 &&
+        a[4].toScalar().toDouble() == 1.0) {
+      Value mm = MatmulOp::create(b, loc, type, read(a[1].toTensor()), read(a[2].toTensor()));
+      return AddOp::create(b, loc, type, mm, fit(read(a[0].toTensor()), RankedTensorType::get(
+          cast<RankedTensorType>(read(a[0].toTensor()).getType()).getShape(), type.getElementType())));
+    }
+    if (n == "aten::linear") {
+      SmallVector<Value> ops = {read(a[0].toTensor()), read(a[1].toTensor())};
+      if (a.size() > 2 && a[2].isTensor() && a[2].toTensor().defined())
+        ops.push_back(read(a[2].toTensor()));
+      return LinearOp::create(b, loc, type, ops[0], ops[1], ops.size() > 2 ? ops[2] : Value());
+    }
+    if (n == "aten::_softmax" || n == "aten::_log_softmax" || n == "aten::softmax" ||
+        n == "aten::log_softmax") {
+      Value x = read(a[0].toTensor());
+      if (x.getType() != type)
+        return {};
+      auto dim = b.getI64IntegerAttr(a[1].toInt());
+      if (n.find("log") != std::string::npos)
+        return LogSoftmaxOp::create(b, loc, x, dim);
+      return SoftmaxOp::create(b, loc, x, dim);
+    }
+    if ((n == "aten::mean" || n == "aten::sum" || n == "aten::amax") &&
+        (op.overload == "dim" || op.overload == "dim_IntList" || op.overload.empty()) &&
+        a.size() >= 3 && a[1].isIntList()) {
+      Value x = read(a[0].toTensor());
+      if (cast<RankedTensorType>(x.getType()).getElementType() != type.getElementType())
+        return {};
+      auto dims = b.getDenseI64ArrayAttr(a[1].toIntVector());
+      auto keep = a[2].toBool() ? b.getUnitAttr() : UnitAttr();
+      if (n == "aten::mean")
+        return MeanOp::create(b, loc, type, x, dims, keep);
+      if (n == "aten::sum")
+        return SumOp::create(b, loc, type, x, dims, keep);
+      return MaxOp::create(b, loc, type, x, dims, keep);
+    }
+    if (n == "aten::embedding")
+      return EmbeddingOp::create(b, loc, type, read(a[0].toTensor()), read(a[1].toTensor()),
+                                 a[2].toInt() >= 0 ? b.getI64IntegerAttr(a[2].toInt()) : IntegerAttr());
+    if (n == "aten::masked_fill" && op.overload == "Scalar") {
+      Value x = read(a[0].toTensor());
+      if (x.getType() != type)
+        return {};
+      Value fillValue = full(a[2].toScalar().toDouble(), RankedTensorType::get({}, type.getElementType()));
+      return WhereOp::create(b, loc, type, read(a[1].toTensor()), fillValue, x);
+    }
+    if (n == "aten::cat") {
+      SmallVector<Value> inputs;
+      for (const at::Tensor &t : a[0].toTensorVector())
+        inputs.push_back(read(t));
+      return ConcatOp::create(b, loc, type, inputs, b.getI64IntegerAttr(a[1].toInt()));
+    }
+    if (n == "aten::pow" && op.overload == "Tensor_Scalar") {
+      Value x = read(a[0].toTensor());
+      if (x.getType() != type)
+        return {};
+      return PowOp::create(b, loc, type, x,
+                           full(a[1].toScalar().toDouble(), RankedTensorType::get({}, type.getElementType())));
+    }
     static const std::map<std::string, int> binary = {
         {"aten::add", 0}, {"aten::add_", 0}, {"aten::sub", 1}, {"aten::sub_", 1},
         {"aten::mul", 2}, {"aten::mul_", 2}, {"aten::div", 3}, {"aten::div_", 3}};
@@ -467,7 +610,7 @@ private:
     if (bin != binary.end() && a.size() >= 2 &&
         (op.overload == "Tensor" || op.overload == "Scalar") &&
         !(n.rfind("aten::div", 0) == 0 && a.size() > 2 && !a[2].isNone()) &&
-        isa<FloatType>(type.getElementType())) {
+        (isa<FloatType>(type.getElementType()) || bin->second != 3)) {
       Value lhs = fit(operand(a[0], type), RankedTensorType::get(
                                                cast<RankedTensorType>(operand(a[0], type).getType()).getShape(),
                                                type.getElementType()));
@@ -518,9 +661,48 @@ private:
       return;
     }
     const c10::FunctionSchema &fs = schemaOf(op);
-    // Views: results that alias an argument without writing it.
+    // Pieces: split, split_with_sizes, chunk, unbind.
+    if ((op.name == "aten::split" || op.name == "aten::split_with_sizes" ||
+         op.name == "aten::chunk" || op.name == "aten::unbind" ||
+         op.name == "aten::unsafe_split") &&
+        op.results.size() == 1 && op.results[0].isTensorList()) {
+      const at::Tensor &self = op.arguments[0].toTensor();
+      int64_t dim = op.name == "aten::unbind" ? op.arguments[1].toInt() : op.arguments[2].toInt();
+      dim = *normalizeDim(dim, self.dim());
+      int64_t start = 0;
+      for (const at::Tensor &piece : op.results[0].toTensorVector()) {
+        View v{self, nullptr, {}, {}, 0};
+        v.sliceDim = dim;
+        v.sliceStart = start;
+        v.squeeze = op.name == "aten::unbind";
+        int64_t len = v.squeeze ? 1 : piece.size(dim);
+        v.sliceEnd = start + len;
+        start += len;
+        views[piece.unsafeGetTensorImpl()] = v;
+        cur.erase(piece.unsafeGetTensorImpl());
+      }
+      return;
+    }
+    if (op.name == "aten::native_layer_norm") {
+      const at::Tensor &x = op.arguments[0].toTensor();
+      std::vector<int64_t> normalized = op.arguments[1].toIntVector();
+      SmallVector<Value> ops = {read(x)};
+      Value w, bias;
+      if (op.arguments[2].isTensor() && op.arguments[2].toTensor().defined())
+        w = read(op.arguments[2].toTensor());
+      if (op.arguments[3].isTensor() && op.arguments[3].toTensor().defined())
+        bias = read(op.arguments[3].toTensor());
+      define(op.results[0].toTensor(),
+             LayerNormOp::create(b, loc, tensorType(b, op.results[0].toTensor()), read(x), w, bias,
+                                 b.getDenseI64ArrayAttr(normalized),
+                                 b.getF64FloatAttr(op.arguments[4].toDouble())));
+      return;
+    }
+    // Views: results that alias an argument without writing it. (`to` and
+    // `contiguous` alias only when nothing changes: values, not views.)
     bool handled = false;
-    for (size_t i = 0; i < fs.returns().size() && i < op.results.size(); ++i) {
+    bool mayAlias = op.name != "aten::to" && op.name != "aten::contiguous";
+    for (size_t i = 0; mayAlias && i < fs.returns().size() && i < op.results.size(); ++i) {
       const c10::AliasInfo *info = fs.returns()[i].alias_info();
       if (!info || info->isWrite() || !op.results[i].isTensor())
         continue;
@@ -593,7 +775,7 @@ private:
 namespace tdx::capture {
 
 std::string captureToMlir(const Recording &recording, const std::vector<StateEntry> &entries,
-                          int64_t seed) {
+                          int64_t seed, const ForwardSpec *forward) {
   MLIRContext ctx;
   registerAll(ctx);
   OpBuilder b(&ctx);
@@ -646,6 +828,50 @@ std::string captureToMlir(const Recording &recording, const std::vector<StateEnt
     b.setInsertionPointAfter(decl);
   }
   scratch.erase();
+  if (forward) {
+    b.setInsertionPointToEnd(module->getBody());
+    SmallVector<Type> inputs, outputs;
+    for (const at::Tensor &t : forward->inputs)
+      inputs.push_back(tensorType(b, t));
+    for (const at::Tensor &t : forward->outputs)
+      outputs.push_back(tensorType(b, t));
+    auto fn = func::FuncOp::create(b, loc, "forward", b.getFunctionType(inputs, outputs));
+    Block *entry = fn.addEntryBlock();
+    b.setInsertionPointToEnd(entry);
+    Functionalizer g(b, loc, seed);
+    // Parameters and buffers are read by name where the forward first uses
+    // them (a tied name reads its owner).
+    std::unordered_map<const c10::TensorImpl *, std::string> nameOf;
+    std::unordered_map<const c10::StorageImpl *, std::pair<std::string, at::Tensor>> nameOfStorage;
+    for (const StateEntry &e : entries) {
+      nameOf.emplace(e.tensor.unsafeGetTensorImpl(), e.tiedTo.empty() ? e.name : e.tiedTo);
+      if (e.tiedTo.empty())
+        nameOfStorage.emplace(e.tensor.storage().unsafeGetStorageImpl(), std::make_pair(e.name, e.tensor));
+    }
+    g.resolver = [&](const at::Tensor &t) -> Value {
+      auto it = nameOf.find(t.unsafeGetTensorImpl());
+      std::string name;
+      at::Tensor declared = t;
+      if (it != nameOf.end()) {
+        name = it->second;
+      } else {
+        auto st = nameOfStorage.find(t.storage().unsafeGetStorageImpl());
+        if (st == nameOfStorage.end() || st->second.second.sizes() != t.sizes())
+          return {};
+        name = st->second.first;
+        declared = st->second.second;
+      }
+      return ParamRefOp::create(b, loc, tensorType(b, declared),
+                                FlatSymbolRefAttr::get(&ctx, name));
+    };
+    for (auto [i, t] : llvm::enumerate(forward->inputs))
+      g.bindInput(t, entry->getArgument(i));
+    g.run(forward->trace->ops);
+    SmallVector<Value> results;
+    for (const at::Tensor &t : forward->outputs)
+      results.push_back(g.read(t));
+    func::ReturnOp::create(b, loc, results);
+  }
   if (failed(verify(*module))) {
     std::string text;
     llvm::raw_string_ostream os(text);

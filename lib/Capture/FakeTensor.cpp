@@ -14,6 +14,7 @@ using namespace tdx::capture;
 namespace {
 
 thread_local bool tlsFakeCuda = false;
+thread_local std::shared_ptr<Trace> tlsTrace;
 
 c10::DispatchKeySet fakeKeys(c10::Device device, bool deferred) {
   auto ks = c10::DispatchKeySet(device.is_cuda() ? c10::DispatchKey::CUDA
@@ -49,6 +50,20 @@ at::Tensor toMeta(const at::Tensor &t) {
 namespace tdx::capture {
 
 bool fakeCudaEnabled() { return tlsFakeCuda; }
+
+Trace *currentTrace() { return tlsTrace.get(); }
+
+TraceMode::TraceMode(std::shared_ptr<Trace> trace)
+    : previous_(tlsTrace), fake_(/*fakeCuda=*/true),
+      previousExclude_(c10::impl::tls_is_dispatch_key_excluded(c10::DispatchKey::DeferredInit)) {
+  tlsTrace = std::move(trace);
+  c10::impl::tls_set_dispatch_key_excluded(c10::DispatchKey::DeferredInit, true);
+}
+
+TraceMode::~TraceMode() {
+  tlsTrace = previous_;
+  c10::impl::tls_set_dispatch_key_excluded(c10::DispatchKey::DeferredInit, previousExclude_);
+}
 
 FakeMode::FakeMode(bool fakeCuda)
     : previousInclude_(c10::impl::tls_is_dispatch_key_included(c10::DispatchKey::Fake)),
@@ -133,6 +148,13 @@ void fakeFallback(const c10::OperatorHandle &op, c10::DispatchKeySet,
   const std::string &name = schema.name();
   size_t numArgs = schema.arguments().size();
   size_t argBase = stack->size() - numArgs;
+  Trace *trace = currentTrace();
+  RecordedOp traced;
+  if (trace) {
+    traced.name = name;
+    traced.overload = schema.overload_name();
+    traced.arguments.assign(stack->begin() + argBase, stack->end());
+  }
 
   bool anyFake = false;
   c10::optional<c10::Device> device, explicitDevice;
@@ -283,6 +305,10 @@ void fakeFallback(const c10::OperatorHandle &op, c10::DispatchKeySet,
         list.push_back(wrap(t, aliased, false));
       r = list;
     }
+  }
+  if (trace) {
+    traced.results.assign(stack->begin() + retBase, stack->end());
+    trace->ops.push_back(std::move(traced));
   }
 }
 

@@ -76,14 +76,21 @@ PYBIND11_MODULE(_C, m) {
       .def_property_readonly("seed", &Recording::seed)
       .def(
           "to_mlir",
-          [](const Recording &r, const std::vector<std::tuple<std::string, at::Tensor, bool,
-                                                              std::string>> &entries) {
+          [](const Recording &r,
+             const std::vector<std::tuple<std::string, at::Tensor, bool, std::string>> &entries,
+             std::shared_ptr<Trace> trace, const std::vector<at::Tensor> &inputs,
+             const std::vector<at::Tensor> &outputs) {
             std::vector<StateEntry> es;
             for (const auto &[name, tensor, isBuffer, tiedTo] : entries)
               es.push_back({name, tensor, isBuffer, tiedTo});
-            return captureToMlir(r, es, r.seed());
+            if (!trace)
+              return captureToMlir(r, es, r.seed());
+            ForwardSpec spec{trace.get(), inputs, outputs};
+            return captureToMlir(r, es, r.seed(), &spec);
           },
-          py::arg("entries"))
+          py::arg("entries"), py::arg("trace") = nullptr,
+          py::arg("inputs") = std::vector<at::Tensor>{},
+          py::arg("outputs") = std::vector<at::Tensor>{})
       .def("op_names", [](const Recording &r) {
         std::vector<std::string> names;
         for (const RecordedOp &op : r.ops())
@@ -98,6 +105,20 @@ PYBIND11_MODULE(_C, m) {
       },
       py::arg("build"), py::arg("fake_cuda") = true);
   m.def("recording_of", &recordingOf, py::arg("tensor"));
+
+  py::class_<Trace, std::shared_ptr<Trace>>(m, "Trace")
+      .def(py::init<>())
+      .def("op_names", [](const Trace &t) {
+        std::vector<std::string> names;
+        for (const RecordedOp &op : t.ops)
+          names.push_back(op.name + (op.overload.empty() ? "" : "." + op.overload));
+        return names;
+      });
+  using TraceGuard = ModeGuard<TraceMode, std::shared_ptr<Trace>>;
+  py::class_<TraceGuard>(m, "TraceMode")
+      .def(py::init([](std::shared_ptr<Trace> t) { return TraceGuard{{t}, nullptr}; }))
+      .def("__enter__", [](TraceGuard &g) { g.enter(); })
+      .def("__exit__", [](TraceGuard &g, py::args) { g.exit(); });
   m.def("verify_mlir", &verifyMlir, py::arg("text"));
   m.def(
       "run_pipeline",

@@ -23,12 +23,13 @@ from .deferred import (
     materialize_tensor,
     meta_like,
 )
-from .program import Program, capture
+from .program import Program, capture, trace
 
 __all__ = [
     "CaptureError",
     "Program",
     "capture",
+    "trace",
     "FakeTensorError",
     "TdxError",
     "deferred_init",

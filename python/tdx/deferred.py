@@ -55,6 +55,26 @@ def _guard_data(name):
 for _name in ("numpy", "tolist", "item", "__array__"):
     _guard_data(_name)
 
+def _guard_conversion(name):
+    original = getattr(torch.Tensor, name)
+
+    def guarded(self, *args, **kwargs):
+        if _C.is_fake(self):
+            import inspect
+            caller = inspect.stack()[1]
+            raise FakeTensorError(
+                f"data-dependent control flow at {caller.filename}:{caller.lineno}: "
+                f"{name} of a fake tensor needs its data, which it does not have; "
+                f"capture code whose control flow depends only on shapes, or "
+                f"materialize first")
+        return original(self, *args, **kwargs)
+
+    setattr(torch.Tensor, name, guarded)
+
+
+for _name in ("__bool__", "__int__", "__float__", "__index__"):
+    _guard_conversion(_name)
+
 _original_repr = torch.Tensor.__repr__
 
 

@@ -8,7 +8,7 @@ import torch
 from . import _C
 from .errors import CaptureError
 
-__all__ = ["Program", "capture"]
+__all__ = ["Program", "capture", "trace"]
 
 _DTYPES = {
     "f32": torch.float32, "f64": torch.float64, "f16": torch.float16,
@@ -91,19 +91,60 @@ def _state_entries(module):
     return entries
 
 
-def capture(module):
-    """The parameters and buffers of a deferred module, with their init
-    programs, as a :class:`Program`. Random init ops become tdx's
-    counter-based random ops with ``(seed, stream)``."""
+def _checked_entries(module, what):
     if not isinstance(module, torch.nn.Module):
-        raise TypeError(f"capture takes an nn.Module, got {type(module).__name__}")
+        raise TypeError(f"{what} takes an nn.Module, got {type(module).__name__}")
     entries = _state_entries(module)
     for name, t, _, tied in entries:
         if not tied and not _C.is_deferred(t):
             raise CaptureError(
-                f"{name} is not deferred: capture needs a module built with "
+                f"{name} is not deferred: {what} needs a module built with "
                 f"tdx.deferred_init (and not yet materialized)")
     recording = _C.recording_of(entries[0][1]) if entries else None
     if recording is None:
-        raise CaptureError("the module has no deferred parameters or buffers to capture")
+        raise CaptureError(f"the module has no deferred parameters or buffers to {what}")
+    return entries, recording
+
+
+def capture(module):
+    """The parameters and buffers of a deferred module, with their init
+    programs, as a :class:`Program`. Random init ops become tdx's
+    counter-based random ops with ``(seed, stream)``."""
+    entries, recording = _checked_entries(module, "capture")
     return Program(recording.to_mlir(entries))
+
+
+def _flatten(value, what):
+    if isinstance(value, torch.Tensor):
+        return [value]
+    if isinstance(value, (tuple, list)):
+        return [t for v in value for t in _flatten(v, what)]
+    if isinstance(value, dict):
+        return [t for v in value.values() for t in _flatten(v, what)]
+    raise CaptureError(f"{what} must be tensors (or tuples, lists, dicts of them), "
+                       f"got {type(value).__name__}")
+
+
+def trace(module, *example_inputs):
+    """Like :func:`capture`, plus ``func.func @forward`` recorded from
+    ``module(*example_inputs)`` on fake tensors (the inputs' values are never
+    read; only shapes and dtypes matter). Parameters are read by qualified
+    name with ``tdx.param_ref``; shapes are global."""
+    from .deferred import _python_guards
+    entries, recording = _checked_entries(module, "trace")
+    inputs = []
+    for i, x in enumerate(example_inputs):
+        if not isinstance(x, torch.Tensor):
+            raise CaptureError(f"example input #{i} is a {type(x).__name__}; trace takes "
+                               f"tensors (constants belong in the module)")
+        inputs.append(x if _C.is_fake(x) else _C.fake_like(x))
+    log = _C.Trace()
+    before = len(recording)
+    with _python_guards(fake_cuda=True), _C.TraceMode(log):
+        out = module(*inputs)
+    if len(recording) != before:
+        raise CaptureError("the forward pass changed the module's deferred state")
+    outputs = _flatten(out, "the forward's outputs")
+    prog = Program(recording.to_mlir(entries, log, inputs, outputs))
+    prog.forward_op_names = log.op_names()
+    return prog

@@ -142,6 +142,31 @@ private:
 };
 
 //===----------------------------------------------------------------------===//
+// Forward tracing
+//===----------------------------------------------------------------------===//
+
+/// The ops of one forward pass on fake tensors, as they reach the fake
+/// backend: after autograd, so composite ops are decomposed as make_fx
+/// sees them.
+struct Trace {
+  std::vector<RecordedOp> ops;
+};
+
+/// While alive: factories make fake tensors, ops on fake tensors are
+/// appended to `trace`, and nothing is recorded into deferred-init
+/// recordings (the forward pass does not change the module).
+class TraceMode {
+public:
+  explicit TraceMode(std::shared_ptr<Trace> trace);
+  ~TraceMode();
+
+private:
+  std::shared_ptr<Trace> previous_;
+  FakeMode fake_;
+  bool previousExclude_;
+};
+
+//===----------------------------------------------------------------------===//
 // Capture into the tdx dialect
 //===----------------------------------------------------------------------===//
 
@@ -159,8 +184,16 @@ struct StateEntry {
 /// random ops keyed by (seed, stream), views become slice/reshape/transpose
 /// ops and writes through views become scatters into their base; ops
 /// without a first-class tdx op are kept as `tdx.aten`. Throws CaptureError.
+/// With `forward`, also `func.func @forward(inputs) -> outputs` from the
+/// trace, reading parameters and buffers by name with `tdx.param_ref`.
+struct ForwardSpec {
+  const Trace *trace;
+  std::vector<at::Tensor> inputs;
+  std::vector<at::Tensor> outputs;
+};
 std::string captureToMlir(const Recording &recording,
-                          const std::vector<StateEntry> &entries, int64_t seed);
+                          const std::vector<StateEntry> &entries, int64_t seed,
+                          const ForwardSpec *forward = nullptr);
 
 /// Parses and verifies MLIR text; returns the diagnostics ("" when valid).
 std::string verifyMlir(const std::string &text);
