@@ -30,13 +30,16 @@ struct ModeGuard {
 PYBIND11_MODULE(_C, m) {
   m.doc() = "tdx native extension: fake tensors, deferred init, capture";
 
-  static py::exception<CaptureError> captureError(m, "CaptureError", PyExc_RuntimeError);
+  // CaptureError is raised as tdx.CaptureError (errors.py hands the class
+  // over at import); RuntimeError until then.
+  static py::object captureErrorType = py::reinterpret_borrow<py::object>(PyExc_RuntimeError);
+  m.def("_set_capture_error_type", [](py::object type) { captureErrorType = type; });
   py::register_exception_translator([](std::exception_ptr p) {
     try {
       if (p)
         std::rethrow_exception(p);
     } catch (const CaptureError &e) {
-      captureError(e.what());
+      PyErr_SetString(captureErrorType.ptr(), e.what());
     }
   });
 

@@ -1,0 +1,161 @@
+"""tdx.capture / tdx.trace: IR that tdx-opt verifies, shapes and op counts
+that agree with make_fx, counter-based random init."""
+
+import collections
+import os
+import re
+import subprocess
+
+import pytest
+import torch
+from torch.fx.experimental.proxy_tensor import make_fx
+
+import tdx
+from models import GPT2, ConvNet, Llama, ViewInit
+
+TDX_OPT = os.path.join(os.path.dirname(tdx.__file__), "..", "..", "bin", "tdx-opt")
+
+CASES = {
+    "GPT2": (GPT2, lambda: torch.randint(0, 128, (2, 8))),
+    "Llama": (Llama, lambda: torch.randint(0, 96, (2, 8))),
+    "ConvNet": (ConvNet, lambda: torch.randn(2, 3, 8, 8)),
+}
+
+
+def tdx_opt(text, *args):
+    return subprocess.run([TDX_OPT, "-", *args], input=text, capture_output=True,
+                          text=True, timeout=120)
+
+
+def build(name):
+    cls, make_input = CASES[name]
+    torch.manual_seed(0)
+    m = tdx.deferred_init(cls)
+    m.eval()
+    return cls, m, make_input()
+
+
+@pytest.mark.parametrize("name", list(CASES) + ["ViewInit"])
+def test_capture_verifies_in_tdx_opt(name):
+    cls = CASES[name][0] if name in CASES else ViewInit
+    prog = tdx.capture(tdx.deferred_init(cls))
+    result = tdx_opt(prog.mlir)
+    assert result.returncode == 0, result.stderr
+    torch.manual_seed(0)
+    eager = cls()
+    expected = {n: (tuple(t.shape), t.dtype) for n, t in eager.state_dict().items()}
+    params = prog.parameters()
+    for n, shape_dtype in expected.items():
+        assert params[n] == shape_dtype, n
+
+
+@pytest.mark.parametrize("name", list(CASES))
+def test_trace_matches_make_fx(name):
+    cls, m, x = build(name)
+    prog = tdx.trace(m, x)
+    result = tdx_opt(prog.mlir)
+    assert result.returncode == 0, result.stderr
+
+    torch.manual_seed(0)
+    eager = cls().eval()
+    graph = make_fx(eager)(x).graph
+    expected_out = eager(x)
+    # Output shapes: the signature of @forward.
+    sig = re.search(r"func\.func @forward\(([^)]*)\) -> ([^{]*)\{", prog.mlir)
+    assert sig, prog.mlir
+    out_type = sig.group(2).strip()
+    dims = "x".join(str(d) for d in expected_out.shape)
+    assert out_type == f"tensor<{dims}xf32>"
+    # aten op counts: make_fx records, besides, dead detaches that autograd
+    # takes to save tensors for backward; they compute nothing.
+    theirs = collections.Counter(
+        n.target.overloadpacket._qualified_op_name for n in graph.nodes
+        if n.op == "call_function" and hasattr(n.target, "overloadpacket")
+        and not (n.target.overloadpacket._qualified_op_name == "aten::detach" and not n.users))
+    ours = collections.Counter(n.split(".")[0] for n in prog.forward_op_names)
+    assert ours == theirs
+
+
+def test_random_init_is_counter_based_and_tied_weights_are_tied():
+    torch.manual_seed(7)
+    prog = tdx.capture(tdx.deferred_init(GPT2))
+    text = prog.mlir
+    streams = re.findall(r"tdx\.normal\([^)]*\) seed\((\d+), (\d+)\)", text)
+    assert streams, text
+    assert all(seed == "7" for seed, _ in streams)
+    # Every random op of the recording has its own stream (each parameter's
+    # program is cut from one functionalized recording).
+    assert len({s for _, s in streams}) == len(streams)
+    assert re.search(r"tdx\.parameter @lm_head\.weight : tensor<128x32xf32> tied_to @wte\.weight", text)
+
+
+def test_views_and_in_place_become_values():
+    prog = tdx.capture(tdx.deferred_init(ViewInit))
+    text = prog.mlir
+    # a.weight[:, :2].zero_() and friends: scattered back into the base.
+    assert '"aten::slice_scatter"' in text and '"aten::select_scatter"' in text
+    # kaiming_uniform_ with a=sqrt(5) on an 8-wide fan: bound 1/sqrt(8).
+    assert re.search(r"tdx\.uniform\(-0\.353553390593273\d*, 0\.353553390593273\d*\) "
+                     r"seed\(-?\d+, \d+\) : tensor<4x8xf32>", text), text
+
+
+def test_program_save_load_run_pipeline(tmp_path):
+    prog = tdx.trace(tdx.deferred_init(torch.nn.Linear, 4, 3), torch.randn(2, 4))
+    path = tmp_path / "linear.mlir"
+    prog.save(path)
+    loaded = tdx.Program.load(path)
+    assert loaded.mlir == prog.mlir
+    assert loaded.parameters() == {"weight": ((3, 4), torch.float32), "bias": ((3,), torch.float32)}
+    loaded.run_pipeline("canonicalize,cse")
+    assert "func.func @forward" in loaded.mlir
+    with pytest.raises(tdx.CaptureError, match="cannot parse the pass pipeline"):
+        loaded.run_pipeline("no-such-pass")
+    with pytest.raises(FileNotFoundError):
+        tdx.Program.load(tmp_path / "missing.mlir")
+    bad = tmp_path / "bad.mlir"
+    bad.write_text("tdx.parameter @w : tensor<4xf32>\n")
+    with pytest.raises(tdx.CaptureError, match="has no init region"):
+        tdx.Program.load(bad)
+
+
+class DataDependent(torch.nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.fc = torch.nn.Linear(4, 4)
+
+    def forward(self, x):
+        y = self.fc(x)
+        if y.sum() > 0:
+            return y
+        return -y
+
+
+class ReadsData(torch.nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.fc = torch.nn.Linear(4, 4)
+
+    def forward(self, x):
+        return self.fc(x) * len(x.tolist())
+
+
+def test_data_dependent_control_flow_is_named():
+    m = tdx.deferred_init(DataDependent)
+    with pytest.raises(tdx.FakeTensorError, match=r"data-dependent control flow at .*test_capture\.py:\d+"):
+        tdx.trace(m, torch.randn(2, 4))
+
+
+def test_reading_data_in_forward_is_an_error():
+    m = tdx.deferred_init(ReadsData)
+    with pytest.raises(tdx.FakeTensorError, match="tolist"):
+        tdx.trace(m, torch.randn(2, 4))
+
+
+def test_capture_needs_a_deferred_module():
+    with pytest.raises(tdx.CaptureError, match="tdx.deferred_init"):
+        tdx.capture(torch.nn.Linear(2, 2))
+    m = tdx.materialize_module(tdx.deferred_init(torch.nn.Linear, 2, 2))
+    with pytest.raises(tdx.CaptureError, match="not yet materialized"):
+        tdx.capture(m)
+    with pytest.raises(TypeError):
+        tdx.capture("model")
