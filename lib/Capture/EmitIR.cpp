@@ -924,12 +924,13 @@ std::string runPipeline(const std::string &text, const std::string &pipeline) {
   if (!module)
     throw CaptureError("tdx: the program does not parse:\n" + diags.text);
   PassManager pm(&ctx);
-  std::string full = pipeline;
-  if (llvm::StringRef(full).trim().starts_with("builtin.module(") == false)
-    full = "builtin.module(" + full + ")";
+  // The manager is anchored on builtin.module: parse what runs inside it.
+  llvm::StringRef inner = llvm::StringRef(pipeline).trim();
+  if (inner.consume_front("builtin.module(") && inner.consume_back(")"))
+    inner = inner.trim();
   std::string error;
   llvm::raw_string_ostream es(error);
-  if (failed(parsePassPipeline(full, pm, es)))
+  if (failed(parsePassPipeline(inner, pm, es)))
     throw CaptureError("tdx: cannot parse the pass pipeline '" + pipeline + "': " + error);
   if (failed(pm.run(*module)))
     throw CaptureError("tdx: the pipeline '" + pipeline + "' failed:\n" + diags.text);

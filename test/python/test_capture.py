@@ -108,6 +108,9 @@ def test_program_save_load_run_pipeline(tmp_path):
     assert loaded.parameters() == {"weight": ((3, 4), torch.float32), "bias": ((3,), torch.float32)}
     loaded.run_pipeline("canonicalize,cse")
     assert "func.func @forward" in loaded.mlir
+    summary = tmp_path / "summary.txt"
+    loaded.run_pipeline(f"builtin.module(tdx-model-summary{{output={summary}}})")
+    assert "total parameters: 2 (0 tied), 15 elements" in summary.read_text()
     with pytest.raises(tdx.CaptureError, match="cannot parse the pass pipeline"):
         loaded.run_pipeline("no-such-pass")
     with pytest.raises(FileNotFoundError):
