@@ -37,6 +37,8 @@ bool readsData(const std::string &name) {
 at::Tensor toMeta(const at::Tensor &t) {
   if (!t.defined() || t.device().is_meta())
     return t;
+  if (t.storage_offset() == 0 && t.is_non_overlapping_and_dense())
+    return at::empty_strided(t.sizes(), t.strides(), t.options().device(c10::kMeta));
   // Keep strides and the offset: views of one storage stay views.
   int64_t storageElements =
       static_cast<int64_t>(t.storage().nbytes() / std::max<size_t>(t.itemsize(), 1));

@@ -162,3 +162,15 @@ def test_capture_needs_a_deferred_module():
         tdx.capture(m)
     with pytest.raises(TypeError):
         tdx.capture("model")
+
+
+def test_module_changed_after_deferred_init():
+    m = tdx.deferred_init(torch.nn.Linear, 4, 3)
+    # Recorded changes are part of the module's program ...
+    with torch.no_grad():
+        m.weight.mul_(2.0)
+    assert "tdx.mul" in tdx.capture(m).mlir
+    # ... a real tensor swapped in behind the recording's back is named.
+    m.bias = torch.nn.Parameter(torch.zeros(3))
+    with pytest.raises(tdx.CaptureError, match=r"bias is not deferred"):
+        tdx.capture(m)
