@@ -169,6 +169,18 @@ def run(cmd, repeat):
     return best, proc
 
 
+TDX_PIPELINE = ["--tdx-propagate-sharding", "--tdx-insert-collectives", "--tdx-partition"]
+
+
+def measure_tdx(tdx_opt, path, repeat):
+    """Wall time, pass time and the comm report of tdx's pipeline on a file."""
+    wall, _ = run([tdx_opt, path, *TDX_PIPELINE, "-o", os.devnull], repeat)
+    _, timed = run([tdx_opt, path, *TDX_PIPELINE, "-mlir-timing", "-o", os.devnull], 1)
+    passes = pass_seconds(timed.stderr, ["PropagateSharding", "InsertCollectives", "Partition"])
+    _, rep = run([tdx_opt, path, *TDX_PIPELINE, "--tdx-comm-report=format=json", "-o", os.devnull], 1)
+    return wall, passes, json.loads(rep.stdout)
+
+
 def pass_seconds(timing_text, names):
     total = 0.0
     for line in timing_text.splitlines():
@@ -199,7 +211,6 @@ def main():
         if not os.path.exists(tool):
             sys.exit(f"bench: {tool} not found; build tdx first (scripts/build.sh)")
     work = tempfile.mkdtemp(prefix="tdx-bench-sharding-")
-    ours_passes = ["tdx-propagate-sharding", "tdx-insert-collectives", "tdx-partition"]
     theirs_passes = ["sharding-propagation", "cse", "shard-partition"]
 
     print(f"Megatron MLP stacks: x {TOKENS}x{HIDDEN}, ffn {FFN}, {TP} ranks over one axis; "
@@ -214,14 +225,7 @@ def main():
         theirs_in = os.path.join(work, f"up-{layers}.mlir")
         open(ours_in, "w").write(tdx_mlp(layers))
         open(theirs_in, "w").write(upstream_mlp(layers))
-        ours_wall, _ = run([tdx_opt, ours_in, "--tdx-propagate-sharding", "--tdx-insert-collectives",
-                            "--tdx-partition", "-o", os.devnull], args.repeat)
-        _, timed = run([tdx_opt, ours_in, "--tdx-propagate-sharding", "--tdx-insert-collectives",
-                        "--tdx-partition", "-mlir-timing", "-o", os.devnull], 1)
-        ours_pass = pass_seconds(timed.stderr, ["PropagateSharding", "InsertCollectives", "Partition"] + ours_passes)
-        _, rep = run([tdx_opt, ours_in, "--tdx-propagate-sharding", "--tdx-insert-collectives",
-                      "--tdx-partition", "--tdx-comm-report=format=json", "-o", os.devnull], 1)
-        report = json.loads(rep.stdout)
+        ours_wall, ours_pass, report = measure_tdx(tdx_opt, ours_in, args.repeat)
         ours_coll, ours_bytes = len(report), sum(e["bytes"] for e in report)
         pipeline = "--pass-pipeline=builtin.module(func.func(sharding-propagation,cse,shard-partition))"
         theirs_wall, out = run([mlir_opt, theirs_in, pipeline], args.repeat)
@@ -246,14 +250,7 @@ def main():
         text, nops = gpt(layers)
         path = os.path.join(work, f"gpt-{layers}.mlir")
         open(path, "w").write(text)
-        wall, _ = run([tdx_opt, path, "--tdx-propagate-sharding", "--tdx-insert-collectives",
-                       "--tdx-partition", "-o", os.devnull], args.repeat)
-        _, timed = run([tdx_opt, path, "--tdx-propagate-sharding", "--tdx-insert-collectives",
-                        "--tdx-partition", "-mlir-timing", "-o", os.devnull], 1)
-        p = pass_seconds(timed.stderr, ["PropagateSharding", "InsertCollectives", "Partition"] + ours_passes)
-        _, rep = run([tdx_opt, path, "--tdx-propagate-sharding", "--tdx-insert-collectives",
-                      "--tdx-partition", "--tdx-comm-report=format=json", "-o", os.devnull], 1)
-        report = json.loads(rep.stdout)
+        wall, p, report = measure_tdx(tdx_opt, path, args.repeat)
         print(f"{layers:>6} {nops:>6} {len(report):>11} {sum(e['bytes'] for e in report):>12} "
               f"{wall:>8.3f} {p:>8.3f} {1e6 * p / nops:>7.1f}")
     shutil.rmtree(work)

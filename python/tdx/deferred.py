@@ -35,45 +35,33 @@ def meta_like(tensor):
     return _C.meta_like(tensor)
 
 
-# --- Python paths that read tensor memory without the dispatcher ----------
-
-def _guard_data(name):
+def _guard(name, message):
+    """Makes Tensor.<name> raise FakeTensorError(message(caller)) on fakes."""
     original = getattr(torch.Tensor, name)
 
     @functools.wraps(original)
     def guarded(self, *args, **kwargs):
         if _C.is_fake(self):
-            raise FakeTensorError(
-                f"Tensor.{name}() reads data, and this tensor is fake (it has a shape "
-                f"and device but no storage); call tdx.materialize_tensor or "
-                f"tdx.materialize_module first")
-        return original(self, *args, **kwargs)
-
-    setattr(torch.Tensor, name, guarded)
-
-
-for _name in ("numpy", "tolist", "item", "__array__"):
-    _guard_data(_name)
-
-def _guard_conversion(name):
-    original = getattr(torch.Tensor, name)
-
-    def guarded(self, *args, **kwargs):
-        if _C.is_fake(self):
             import inspect
             caller = inspect.stack()[1]
-            raise FakeTensorError(
-                f"data-dependent control flow at {caller.filename}:{caller.lineno}: "
-                f"{name} of a fake tensor needs its data, which it does not have; "
-                f"capture code whose control flow depends only on shapes, or "
-                f"materialize first")
+            raise FakeTensorError(message(f"{caller.filename}:{caller.lineno}"))
         return original(self, *args, **kwargs)
 
     setattr(torch.Tensor, name, guarded)
 
 
+# Python paths that read tensor memory without the dispatcher.
+for _name in ("numpy", "tolist", "item", "__array__"):
+    _guard(_name, lambda where, n=_name: (
+        f"Tensor.{n}() at {where} reads data, and this tensor is fake (it has a "
+        f"shape and device but no storage); call tdx.materialize_tensor or "
+        f"tdx.materialize_module first"))
+# Python control flow on tensor values.
 for _name in ("__bool__", "__int__", "__float__", "__index__"):
-    _guard_conversion(_name)
+    _guard(_name, lambda where, n=_name: (
+        f"data-dependent control flow at {where}: {n} of a fake tensor needs its "
+        f"data, which it does not have; capture code whose control flow depends "
+        f"only on shapes, or materialize first"))
 
 _original_repr = torch.Tensor.__repr__
 
