@@ -3,6 +3,7 @@
 #include "tdx/Dialect/TdxOps.h"
 
 #include "mlir/Dialect/Traits.h"
+#include "mlir/IR/PatternMatch.h"
 
 using namespace mlir;
 using namespace mlir::tdx;
@@ -270,3 +271,53 @@ LogicalResult LinearOp::verify() { return verifyInferredType(*this); }
 LogicalResult LayerNormOp::verify() { return verifyInferredType(*this); }
 LogicalResult RmsNormOp::verify() { return verifyInferredType(*this); }
 LogicalResult EmbeddingOp::verify() { return verifyInferredType(*this); }
+
+//===----------------------------------------------------------------------===//
+// MatmulOp canonicalization
+//===----------------------------------------------------------------------===//
+
+namespace {
+/// reshape [L..., m, k] -> [prod(L), m, k] and [L..., k, n] -> [prod(L), k, n],
+/// matmul, reshape [prod(L), m, n] -> [L..., m, n]: one matmul over L.
+struct FoldBatchReshapes : public OpRewritePattern<MatmulOp> {
+  using OpRewritePattern::OpRewritePattern;
+
+  LogicalResult matchAndRewrite(MatmulOp op, PatternRewriter &rewriter) const override {
+    auto lhs = op.getLhs().getDefiningOp<ReshapeOp>();
+    auto rhs = op.getRhs().getDefiningOp<ReshapeOp>();
+    if (!lhs || !rhs || !op->hasOneUse())
+      return failure();
+    auto out = dyn_cast<ReshapeOp>(*op->getUsers().begin());
+    if (!out)
+      return failure();
+    auto x = cast<RankedTensorType>(lhs.getInput().getType());
+    auto y = cast<RankedTensorType>(rhs.getInput().getType());
+    auto a = cast<RankedTensorType>(op.getLhs().getType());
+    auto b = cast<RankedTensorType>(op.getRhs().getType());
+    auto r = cast<RankedTensorType>(out.getType());
+    if (a.getRank() != 3 || b.getRank() != 3 || x.getRank() < 3 ||
+        x.getRank() != y.getRank() || r.getRank() != x.getRank() ||
+        !x.hasStaticShape() || !y.hasStaticShape() || !r.hasStaticShape())
+      return failure();
+    int64_t rank = x.getRank();
+    ArrayRef<int64_t> lead = x.getShape().drop_back(2);
+    if (lead != y.getShape().drop_back(2) || lead != r.getShape().drop_back(2))
+      return failure();
+    int64_t batch = 1;
+    for (int64_t d : lead)
+      batch *= d;
+    // The reshapes only merge the leading dims.
+    if (a.getShape() != ArrayRef<int64_t>{batch, x.getDimSize(rank - 2), x.getDimSize(rank - 1)} ||
+        b.getShape() != ArrayRef<int64_t>{batch, y.getDimSize(rank - 2), y.getDimSize(rank - 1)} ||
+        r.getDimSize(rank - 2) != x.getDimSize(rank - 2) ||
+        r.getDimSize(rank - 1) != y.getDimSize(rank - 1))
+      return failure();
+    rewriter.replaceOpWithNewOp<MatmulOp>(out, r, lhs.getInput(), rhs.getInput());
+    return success();
+  }
+};
+} // namespace
+
+void MatmulOp::getCanonicalizationPatterns(RewritePatternSet &results, MLIRContext *context) {
+  results.add<FoldBatchReshapes>(context);
+}

@@ -19,6 +19,10 @@ def Tdx_MatmulOp : Tdx_InferredOp<"matmul"> {
   let results = (outs Tdx_Tensor:$result);
   let assemblyFormat =
     "$lhs `,` $rhs attr-dict `:` functional-type(operands, results)";
+  // Folds reshape(merge batch dims) -> matmul -> reshape(split) back into one
+  // batched matmul: the form PyTorch's decomposition of torch.matmul takes,
+  // which would otherwise hide the batch dims from sharding.
+  let hasCanonicalizer = 1;
 }
 
 def Tdx_LinearOp : Tdx_InferredOp<"linear"> {

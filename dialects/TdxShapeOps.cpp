@@ -226,3 +226,24 @@ LogicalResult PermuteOp::verify() { return verifyInferredType(*this); }
 LogicalResult SliceOp::verify() { return verifyInferredType(*this); }
 LogicalResult ConcatOp::verify() { return verifyInferredType(*this); }
 LogicalResult ExpandOp::verify() { return verifyInferredType(*this); }
+
+//===----------------------------------------------------------------------===//
+// Folders
+//===----------------------------------------------------------------------===//
+
+OpFoldResult ReshapeOp::fold(FoldAdaptor) {
+  // A reshape to the same type, or back to the type a reshape came from.
+  // (Chains are kept otherwise: their dims tell sharding which factors move.)
+  if (getInput().getType() == getType())
+    return getInput();
+  if (auto inner = getInput().getDefiningOp<ReshapeOp>())
+    if (inner.getInput().getType() == getType())
+      return inner.getInput();
+  return {};
+}
+
+OpFoldResult ExpandOp::fold(FoldAdaptor) {
+  if (getInput().getType() == getType())
+    return getInput();
+  return {};
+}

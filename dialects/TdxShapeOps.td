@@ -23,6 +23,7 @@ def Tdx_ReshapeOp : Tdx_InferredOp<"reshape"> {
   let arguments = (ins Tdx_Tensor:$input, DenseI64ArrayAttr:$shape);
   let results = (outs Tdx_Tensor:$result);
   let assemblyFormat = "$input $shape attr-dict `:` type($input) `->` type($result)";
+  let hasFolder = 1;
 }
 
 def Tdx_TransposeOp : Tdx_InferredOp<"transpose"> {
@@ -99,6 +100,7 @@ def Tdx_ExpandOp : Tdx_InferredOp<"expand"> {
   let arguments = (ins Tdx_Tensor:$input, DenseI64ArrayAttr:$sizes);
   let results = (outs Tdx_Tensor:$result);
   let assemblyFormat = "$input $sizes attr-dict `:` type($input) `->` type($result)";
+  let hasFolder = 1;
 }
 
 #endif // TDX_DIALECT_TDXSHAPEOPS_TD

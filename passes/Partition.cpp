@@ -196,6 +196,11 @@ LogicalResult FunctionPartitioner::run() {
 struct PartitionPass : public mlir::tdx::impl::PartitionBase<PartitionPass> {
   void runOnOperation() override {
     ModuleOp module = getOperation();
+    if (module->hasAttr("tdx.partitioned")) {
+      module.emitError("tdx-partition: the module is already partitioned (its types "
+                       "are per-rank); partition the global program once");
+      return signalPassFailure();
+    }
     for (auto fn : module.getOps<func::FuncOp>()) {
       if (fn.isExternal())
         continue;

@@ -123,6 +123,29 @@ private:
     // torch.chunk of the dim equals chunking the factor only when it divides.
     return rule.factorSizes[dims[dim].front()] % meshShape[axis] == 0;
   }
+  /// Whether sharding factor `f` over `axis` can be expressed in every
+  /// operand and result that has it: there it must be a dim's major factor,
+  /// and divide evenly when that dim is made of several factors. Otherwise
+  /// the local computation would not match the local types.
+  bool expressible(const ShardingRule &rule, int64_t f, int64_t axis) const {
+    if (f < 0)
+      return true;
+    if (rule.factorKinds[f] == FactorKind::Replicated)
+      return false;
+    auto check = [&](const TensorFactors &dims) {
+      for (const DimFactors &fs : dims) {
+        auto it = llvm::find(fs, f);
+        if (it == fs.end())
+          continue;
+        if (it != fs.begin())
+          return false;
+        if (fs.size() > 1 && rule.factorSizes[f] % meshShape[axis] != 0)
+          return false;
+      }
+      return true;
+    };
+    return llvm::all_of(rule.operands, check) && llvm::all_of(rule.results, check);
+  }
   PlacementAttr requiredOperand(const ShardingRule &rule, size_t i, int64_t f,
                                 int64_t axis);
   PlacementAttr producedResult(const ShardingRule &rule, size_t j, int64_t f,
@@ -316,14 +339,15 @@ FailureOr<bool> FunctionPropagation::propagateOp(Operation *op, int level) {
       if (s.placement.isShard()) {
         int64_t d = s.placement.getDim();
         f = ShardingRule::majorFactor(dims, d);
-        if (f < 0 || rule.factorKinds[f] == FactorKind::Replicated ||
-            !canShard(rule, dims, d, axis))
+        if (f < 0 || !expressible(rule, f, axis))
           return;
       } else if (s.placement.isPartial() && isResult) {
         auto it = llvm::find(rule.factorKinds, FactorKind::Reduction);
         if (it == rule.factorKinds.end())
           return;
         f = it - rule.factorKinds.begin();
+        if (!expressible(rule, f, axis))
+          return;
       } else {
         return;
       }
@@ -477,8 +501,7 @@ void FunctionPropagation::decideOp(Operation *op) {
   for (int64_t axis = 0; axis < rank; ++axis) {
     SmallVector<int64_t> candidates = {-1};
     auto add = [&](int64_t f) {
-      if (f >= 0 && rule.factorKinds[f] != FactorKind::Replicated &&
-          !llvm::is_contained(candidates, f))
+      if (f >= 0 && expressible(rule, f, axis) && !llvm::is_contained(candidates, f))
         candidates.push_back(f);
     };
     for (auto [i, v] : llvm::enumerate(op->getOperands())) {

@@ -5,6 +5,10 @@
 
 #include "tdx/Capture/Capture.h"
 
+namespace mlir {
+class MLIRContext;
+} // namespace mlir
+
 namespace tdx::capture {
 
 /// A fake tensor with `meta`'s sizes, strides and dtype on `device`, sharing
@@ -19,6 +23,8 @@ std::shared_ptr<Recording> currentRecording();
 /// Makes the storage of `tensor` belong to the current recording.
 void registerDeferredStorage(const at::Tensor &tensor);
 bool fakeCudaEnabled();
+/// Loads the dialects tdx programs use into `ctx`.
+void registerProgramDialects(mlir::MLIRContext &ctx);
 /// The trace ops on this thread go to, or null.
 Trace *currentTrace();
 

@@ -39,14 +39,6 @@ using ::tdx::capture::RecordedOp;
 
 namespace {
 
-void registerAll(MLIRContext &ctx) {
-  DialectRegistry registry;
-  registry.insert<TdxDialect, func::FuncDialect, arith::ArithDialect,
-                  tensor::TensorDialect, linalg::LinalgDialect>();
-  ctx.appendDialectRegistry(registry);
-  ctx.loadAllAvailableDialects();
-}
-
 Type elementType(Builder &b, at::ScalarType t) {
   switch (t) {
   case at::kFloat:
@@ -590,6 +582,18 @@ private:
       Value fillValue = full(a[2].toScalar().toDouble(), RankedTensorType::get({}, type.getElementType()));
       return WhereOp::create(b, loc, type, read(a[1].toTensor()), fillValue, x);
     }
+    if (n == "aten::stack") {
+      // stack = concat of the inputs with a new dim of size 1.
+      int64_t dim = *normalizeDim(a[1].toInt(), type.getRank());
+      SmallVector<Value> inputs;
+      for (const at::Tensor &t : a[0].toTensorVector()) {
+        SmallVector<int64_t> shape(t.sizes().begin(), t.sizes().end());
+        shape.insert(shape.begin() + dim, 1);
+        auto ut = RankedTensorType::get(shape, elementType(b, t.scalar_type()));
+        inputs.push_back(ReshapeOp::create(b, loc, ut, read(t), b.getDenseI64ArrayAttr(shape)));
+      }
+      return ConcatOp::create(b, loc, type, inputs, b.getI64IntegerAttr(dim));
+    }
     if (n == "aten::cat") {
       SmallVector<Value> inputs;
       for (const at::Tensor &t : a[0].toTensorVector())
@@ -777,7 +781,7 @@ namespace tdx::capture {
 std::string captureToMlir(const Recording &recording, const std::vector<StateEntry> &entries,
                           int64_t seed, const ForwardSpec *forward) {
   MLIRContext ctx;
-  registerAll(ctx);
+  capture::registerProgramDialects(ctx);
   OpBuilder b(&ctx);
   Location loc = b.getUnknownLoc();
   OwningOpRef<ModuleOp> module = ModuleOp::create(loc);
@@ -882,62 +886,6 @@ std::string captureToMlir(const Recording &recording, const std::vector<StateEnt
   llvm::raw_string_ostream os(text);
   module->print(os);
   return text;
-}
-
-namespace {
-struct Diagnostics {
-  std::string text;
-  std::unique_ptr<ScopedDiagnosticHandler> handler;
-  explicit Diagnostics(MLIRContext &ctx) {
-    handler = std::make_unique<ScopedDiagnosticHandler>(&ctx, [this](Diagnostic &d) {
-      llvm::raw_string_ostream os(text);
-      os << d.getLocation() << ": " << d << "\n";
-      for (Diagnostic &note : d.getNotes())
-        os << note.getLocation() << ": note: " << note << "\n";
-      return success();
-    });
-  }
-};
-} // namespace
-
-std::string verifyMlir(const std::string &text) {
-  MLIRContext ctx;
-  registerAll(ctx);
-  Diagnostics diags(ctx);
-  OwningOpRef<ModuleOp> module = parseSourceString<ModuleOp>(text, &ctx);
-  if (!module)
-    return diags.text.empty() ? "error: cannot parse the module" : diags.text;
-  return diags.text;
-}
-
-std::string runPipeline(const std::string &text, const std::string &pipeline) {
-  static bool registered = [] {
-    mlir::tdx::registerTdxPasses();
-    mlir::registerTransformsPasses();
-    return true;
-  }();
-  (void)registered;
-  MLIRContext ctx;
-  registerAll(ctx);
-  Diagnostics diags(ctx);
-  OwningOpRef<ModuleOp> module = parseSourceString<ModuleOp>(text, &ctx);
-  if (!module)
-    throw CaptureError("tdx: the program does not parse:\n" + diags.text);
-  PassManager pm(&ctx);
-  // The manager is anchored on builtin.module: parse what runs inside it.
-  llvm::StringRef inner = llvm::StringRef(pipeline).trim();
-  if (inner.consume_front("builtin.module(") && inner.consume_back(")"))
-    inner = inner.trim();
-  std::string error;
-  llvm::raw_string_ostream es(error);
-  if (failed(parsePassPipeline(inner, pm, es)))
-    throw CaptureError("tdx: cannot parse the pass pipeline '" + pipeline + "': " + error);
-  if (failed(pm.run(*module)))
-    throw CaptureError("tdx: the pipeline '" + pipeline + "' failed:\n" + diags.text);
-  std::string out;
-  llvm::raw_string_ostream os(out);
-  module->print(os);
-  return out;
 }
 
 } // namespace tdx::capture

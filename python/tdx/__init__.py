@@ -24,8 +24,28 @@ from .deferred import (
     meta_like,
 )
 from .program import Program, capture, trace
+from .sharding import (
+    ColwiseParallel,
+    DeviceMesh,
+    Partial,
+    Replicate,
+    RowwiseParallel,
+    Shard,
+    VocabParallel,
+    init_device_mesh,
+    parallelize,
+)
 
 __all__ = [
+    "ColwiseParallel",
+    "DeviceMesh",
+    "Partial",
+    "Replicate",
+    "RowwiseParallel",
+    "Shard",
+    "VocabParallel",
+    "init_device_mesh",
+    "parallelize",
     "CaptureError",
     "Program",
     "capture",

@@ -59,6 +59,32 @@ class Program:
         self._mlir = _C.run_pipeline(self._mlir, pipeline)
         return self
 
+    def annotate(self, name, mesh, placements):
+        """Places a parameter or buffer (by qualified name) or the i-th forward
+        input (``"input:<i>"``) on ``mesh`` with one placement per mesh axis:
+        ``prog.annotate("fc.weight", mesh, [tdx.Replicate(), tdx.Shard(0)])``."""
+        from .sharding import _annotate
+        return _annotate(self, name, mesh, placements)
+
+    def propagate(self, *, bandwidth=None, latency=None, flops=None):
+        """Runs tdx-propagate-sharding: every value gets a placement. The cost
+        model takes bytes/s and seconds per mesh axis and device FLOP/s."""
+        from .sharding import _propagate
+        return _propagate(self, bandwidth=bandwidth, latency=latency, flops=flops)
+
+    def partition(self):
+        """Inserts the collectives and rewrites the program per rank
+        (propagating first if that has not run)."""
+        from .sharding import _partition
+        return _partition(self)
+
+    def comm_report(self):
+        """The collectives of one forward step: a list of dicts with ``kind``,
+        ``mesh_axes``, ``bytes`` (per rank), ``group_size`` and ``location``.
+        The program itself is not changed."""
+        from .sharding import _comm_report
+        return _comm_report(self)
+
     def parameters(self):
         """Qualified name -> (shape, dtype) of every parameter and buffer."""
         out = {}

@@ -24,3 +24,10 @@ func.func @annotated(%x: tensor<8xf32> {tdx.sharding = #tdx.sharding<@mesh, [Sha
   %0 = tdx.annotate %x <@mesh, [Shard(0)]> : tensor<8xf32>
   return %0 : tensor<8xf32>
 }
+
+// -----
+
+// expected-error @+1 {{tdx-partition: the module is already partitioned (its types are per-rank); partition the global program once}}
+module attributes {tdx.partitioned} {
+  func.func @f() { return }
+}

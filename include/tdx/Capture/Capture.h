@@ -201,6 +201,17 @@ std::string verifyMlir(const std::string &text);
 /// MLIR text and returns the result; throws CaptureError with diagnostics.
 std::string runPipeline(const std::string &text, const std::string &pipeline);
 
+/// Places `target` of the program `text` on a mesh and returns the new text.
+/// `target` is a parameter or buffer's qualified name (a tied name places
+/// the value it shares) or "input:<i>" for the i-th forward input. The mesh
+/// `meshName` is declared with `shape` and `axes` unless the program has it
+/// already (then they must match). `placements` is DTensor-style text:
+/// "[Shard(0), Replicate]". Throws CaptureError naming what is wrong.
+std::string annotate(const std::string &text, const std::string &target,
+                     const std::string &meshName, const std::vector<int64_t> &shape,
+                     const std::vector<std::string> &axes,
+                     const std::string &placements);
+
 } // namespace tdx::capture
 
 #endif // TDX_CAPTURE_CAPTURE_H

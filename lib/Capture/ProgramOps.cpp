@@ -1,0 +1,184 @@
+//===- ProgramOps.cpp - verify, run passes on and annotate tdx programs ---===//
+//
+// What the Python `tdx.Program` does to its MLIR text: verify it, run pass
+// pipelines on it, and place its parameters and inputs on a mesh.
+//
+//===----------------------------------------------------------------------===//
+
+#include "CaptureInternal.h"
+
+#include "tdx/Dialect/TdxOps.h"
+#include "tdx/Passes/Passes.h"
+
+#include "mlir/Dialect/Arith/IR/Arith.h"
+#include "mlir/Dialect/Func/IR/FuncOps.h"
+#include "mlir/Dialect/Linalg/IR/Linalg.h"
+#include "mlir/Dialect/Tensor/IR/Tensor.h"
+#include "mlir/AsmParser/AsmParser.h"
+#include "mlir/IR/AsmState.h"
+#include "mlir/IR/Builders.h"
+#include "mlir/IR/BuiltinOps.h"
+#include "mlir/IR/Diagnostics.h"
+#include "mlir/IR/Verifier.h"
+#include "mlir/Parser/Parser.h"
+#include "mlir/Pass/PassManager.h"
+#include "mlir/Transforms/Passes.h"
+
+using namespace mlir;
+using namespace mlir::tdx;
+using ::tdx::capture::CaptureError;
+
+namespace tdx::capture {
+
+void registerProgramDialects(MLIRContext &ctx) {
+  DialectRegistry registry;
+  registry.insert<TdxDialect, func::FuncDialect, arith::ArithDialect,
+                  tensor::TensorDialect, linalg::LinalgDialect>();
+  ctx.appendDialectRegistry(registry);
+  ctx.loadAllAvailableDialects();
+}
+
+namespace {
+struct Diagnostics {
+  std::string text;
+  std::unique_ptr<ScopedDiagnosticHandler> handler;
+  explicit Diagnostics(MLIRContext &ctx) {
+    handler = std::make_unique<ScopedDiagnosticHandler>(&ctx, [this](Diagnostic &d) {
+      llvm::raw_string_ostream os(text);
+      os << d.getLocation() << ": " << d << "\n";
+      for (Diagnostic &note : d.getNotes())
+        os << note.getLocation() << ": note: " << note << "\n";
+      return success();
+    });
+  }
+};
+} // namespace
+
+std::string verifyMlir(const std::string &text) {
+  MLIRContext ctx;
+  registerProgramDialects(ctx);
+  Diagnostics diags(ctx);
+  OwningOpRef<ModuleOp> module = parseSourceString<ModuleOp>(text, &ctx);
+  if (!module)
+    return diags.text.empty() ? "error: cannot parse the module" : diags.text;
+  return diags.text;
+}
+
+std::string runPipeline(const std::string &text, const std::string &pipeline) {
+  static bool registered = [] {
+    mlir::tdx::registerTdxPasses();
+    mlir::registerTransformsPasses();
+    return true;
+  }();
+  (void)registered;
+  MLIRContext ctx;
+  registerProgramDialects(ctx);
+  Diagnostics diags(ctx);
+  OwningOpRef<ModuleOp> module = parseSourceString<ModuleOp>(text, &ctx);
+  if (!module)
+    throw CaptureError("tdx: the program does not parse:\n" + diags.text);
+  PassManager pm(&ctx);
+  // The manager is anchored on builtin.module: parse what runs inside it.
+  llvm::StringRef inner = llvm::StringRef(pipeline).trim();
+  if (inner.consume_front("builtin.module(") && inner.consume_back(")"))
+    inner = inner.trim();
+  std::string error;
+  llvm::raw_string_ostream es(error);
+  if (failed(parsePassPipeline(inner, pm, es)))
+    throw CaptureError("tdx: cannot parse the pass pipeline '" + pipeline + "': " + error);
+  if (failed(pm.run(*module)))
+    throw CaptureError("tdx: the pipeline '" + pipeline + "' failed:\n" + diags.text);
+  std::string out;
+  llvm::raw_string_ostream os(out);
+  module->print(os);
+  return out;
+}
+
+std::string annotate(const std::string &text, const std::string &target,
+                     const std::string &meshName, const std::vector<int64_t> &shape,
+                     const std::vector<std::string> &axes,
+                     const std::string &placements) {
+  MLIRContext ctx;
+  registerProgramDialects(ctx);
+  Diagnostics diags(ctx);
+  OwningOpRef<ModuleOp> module = parseSourceString<ModuleOp>(text, &ctx);
+  if (!module)
+    throw CaptureError("tdx: the program does not parse:\n" + diags.text);
+  OpBuilder b(&ctx);
+  SymbolTable symbols(*module);
+
+  // The mesh.
+  auto mesh = symbols.lookup<MeshOp>(meshName);
+  if (!mesh) {
+    if (symbols.lookup(meshName))
+      throw CaptureError("tdx: '" + meshName + "' already names something that is not a mesh");
+    b.setInsertionPointToStart(module->getBody());
+    SmallVector<StringRef> names(axes.begin(), axes.end());
+    mesh = MeshOp::create(b, module->getLoc(), meshName, b.getDenseI64ArrayAttr(shape),
+                          b.getStrArrayAttr(names));
+    symbols.insert(mesh);
+    if (failed(verify(mesh)))
+      throw CaptureError("tdx: invalid mesh:\n" + diags.text);
+  } else {
+    SmallVector<std::string> have;
+    for (StringRef a : mesh.getAxes().getAsValueRange<StringAttr>())
+      have.push_back(a.str());
+    if (mesh.getShape() != ArrayRef<int64_t>(shape) ||
+        !std::equal(have.begin(), have.end(), axes.begin(), axes.end()))
+      throw CaptureError("tdx: the program already has a mesh '" + meshName +
+                         "' of another shape or axis names; use one mesh per program");
+  }
+
+  std::string attrText = "#tdx.sharding<@" + meshName + ", " + placements + ">";
+  auto sharding = dyn_cast_or_null<ShardingAttr>(parseAttribute(attrText, &ctx));
+  if (!sharding)
+    throw CaptureError("tdx: invalid placements " + placements + ":\n" + diags.text);
+
+  SymbolTableCollection collection;
+  llvm::StringRef t(target);
+  if (t.consume_front("input:")) {
+    unsigned index;
+    auto fn = symbols.lookup<func::FuncOp>("forward");
+    if (!fn)
+      throw CaptureError("tdx: the program has no forward function; trace the model "
+                         "(tdx.trace) to place its inputs");
+    if (t.getAsInteger(10, index) || index >= fn.getNumArguments())
+      throw CaptureError("tdx: '" + target + "' is not an input of forward, which takes " +
+                         std::to_string(fn.getNumArguments()) + " input(s): input:0 ...");
+    if (failed(sharding.verifyFor(fn, fn.getArgumentTypes()[index], collection,
+                                  "sharding of " + target)))
+      throw CaptureError("tdx: cannot place " + target + ":\n" + diags.text);
+    fn.setArgAttr(index, "tdx.sharding", sharding);
+  } else {
+    Operation *decl = symbols.lookup(target);
+    auto param = dyn_cast_or_null<ParameterOp>(decl);
+    auto buffer = dyn_cast_or_null<BufferOp>(decl);
+    if (!param && !buffer)
+      throw CaptureError("tdx: the program has no parameter or buffer named '" + target +
+                         "' (names are as in named_parameters(), or input:<i>)");
+    FlatSymbolRefAttr tied = param ? param.getTiedToAttr() : buffer.getTiedToAttr();
+    if (tied) {
+      decl = symbols.lookup(tied.getValue());
+      param = dyn_cast_or_null<ParameterOp>(decl);
+      buffer = dyn_cast_or_null<BufferOp>(decl);
+    }
+    Operation *op = param ? param.getOperation() : buffer.getOperation();
+    Type type = param ? param.getType() : buffer.getType();
+    if (failed(sharding.verifyFor(op, type, collection, "sharding of " + target)))
+      throw CaptureError("tdx: cannot place " + target + ":\n" + diags.text);
+    ShardingAttr existing = param ? param.getShardingAttr() : buffer.getShardingAttr();
+    if (tied && existing && existing != sharding)
+      throw CaptureError("tdx: " + target + " is tied to " + tied.getValue().str() +
+                         ", which is already placed otherwise; tied names share one placement");
+    if (param)
+      param.setShardingAttr(sharding);
+    else
+      buffer.setShardingAttr(sharding);
+  }
+  std::string out;
+  llvm::raw_string_ostream os(out);
+  module->print(os);
+  return out;
+}
+
+} // namespace tdx::capture

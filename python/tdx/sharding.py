@@ -1,0 +1,248 @@
+"""Meshes, DTensor-style placements, parallel plans, and the sharding passes
+from Python. Everything here edits or runs passes on a tdx.Program; the
+compiler work is in the C++ passes (docs/sharding.md)."""
+
+import fnmatch
+import json
+import os
+import re
+import tempfile
+
+import torch
+
+from . import _C
+from .errors import CaptureError
+
+__all__ = [
+    "DeviceMesh", "init_device_mesh", "Shard", "Replicate", "Partial",
+    "ColwiseParallel", "RowwiseParallel", "VocabParallel", "parallelize",
+]
+
+
+class DeviceMesh:
+    """An N-D mesh of devices, like torch.distributed.DeviceMesh.
+
+    ``mesh`` holds the ranks; tdx lays ranks out row-major, so it must be
+    ``arange(n).reshape(shape)``. ``mesh_dim_names`` name the axes (default
+    ``dim0``, ``dim1``, ...)."""
+
+    def __init__(self, device_type, mesh, mesh_dim_names=None, *, name="mesh"):
+        ranks = torch.as_tensor(mesh, dtype=torch.long) if not isinstance(mesh, torch.Tensor) \
+            else mesh.to(torch.long)
+        if ranks.dim() == 0 or ranks.numel() == 0:
+            raise ValueError("a DeviceMesh needs at least one device")
+        expected = torch.arange(ranks.numel()).reshape(ranks.shape)
+        if not torch.equal(ranks, expected):
+            raise ValueError(f"tdx meshes lay ranks out row-major: the mesh must be "
+                             f"{expected.tolist()}, got {ranks.tolist()}")
+        self.device_type = device_type
+        self.shape = tuple(ranks.shape)
+        names = tuple(mesh_dim_names) if mesh_dim_names is not None else \
+            tuple(f"dim{i}" for i in range(len(self.shape)))
+        if len(names) != len(self.shape):
+            raise ValueError(f"mesh_dim_names has {len(names)} names for a {len(self.shape)}-D mesh")
+        if len(set(names)) != len(names):
+            raise ValueError(f"mesh_dim_names must be unique, got {names}")
+        self.mesh_dim_names = names
+        self.name = name
+
+    @property
+    def ndim(self):
+        return len(self.shape)
+
+    def size(self, dim=None):
+        if dim is None:
+            n = 1
+            for s in self.shape:
+                n *= s
+            return n
+        return self.shape[dim]
+
+    def axis(self, name):
+        if name not in self.mesh_dim_names:
+            raise ValueError(f"mesh has no axis {name!r}; its axes are {self.mesh_dim_names}")
+        return self.mesh_dim_names.index(name)
+
+    def __repr__(self):
+        return f"DeviceMesh({self.device_type!r}, shape={self.shape}, mesh_dim_names={self.mesh_dim_names})"
+
+
+def init_device_mesh(device_type, mesh_shape, mesh_dim_names=None):
+    """A DeviceMesh of ``mesh_shape`` over ranks 0..n-1 in row-major order."""
+    n = 1
+    for s in mesh_shape:
+        n *= s
+    return DeviceMesh(device_type, torch.arange(n).reshape(tuple(mesh_shape)), mesh_dim_names)
+
+
+class Shard:
+    def __init__(self, dim):
+        if not isinstance(dim, int) or dim < 0:
+            raise ValueError(f"Shard dim must be a non-negative int, got {dim!r}")
+        self.dim = dim
+
+    def __str__(self):
+        return f"Shard({self.dim})"
+
+    __repr__ = __str__
+
+    def __eq__(self, other):
+        return isinstance(other, Shard) and other.dim == self.dim
+
+
+class Replicate:
+    def __str__(self):
+        return "Replicate"
+
+    def __repr__(self):
+        return "Replicate()"
+
+    def __eq__(self, other):
+        return isinstance(other, Replicate)
+
+
+class Partial:
+    def __init__(self, reduce_op="sum"):
+        if reduce_op not in ("sum", "avg", "max", "min"):
+            raise ValueError(f"Partial reduce_op must be sum, avg, max or min, got {reduce_op!r}")
+        self.reduce_op = reduce_op
+
+    def __str__(self):
+        return f"Partial({self.reduce_op})"
+
+    __repr__ = __str__
+
+    def __eq__(self, other):
+        return isinstance(other, Partial) and other.reduce_op == self.reduce_op
+
+
+def _annotate(prog, name, mesh, placements):
+    placements = list(placements)
+    if len(placements) != mesh.ndim:
+        raise ValueError(f"{len(placements)} placement(s) for a {mesh.ndim}-D mesh "
+                         f"{mesh.mesh_dim_names}; give one per mesh axis")
+    for p in placements:
+        if not isinstance(p, (Shard, Replicate, Partial)):
+            raise TypeError(f"placements are tdx.Shard, tdx.Replicate or tdx.Partial, got {p!r}")
+    text = "[" + ", ".join(str(p) for p in placements) + "]"
+    prog._mlir = _C.annotate(prog._mlir, name, mesh.name, list(mesh.shape),
+                             list(mesh.mesh_dim_names), text)
+    return prog
+
+
+def _propagate(prog, *, bandwidth=None, latency=None, flops=None):
+    options = []
+    if bandwidth is not None:
+        options.append("bandwidth=" + ",".join(str(float(x)) for x in _as_list(bandwidth)))
+    if latency is not None:
+        options.append("latency=" + ",".join(str(float(x)) for x in _as_list(latency)))
+    if flops is not None:
+        options.append(f"flops={float(flops)}")
+    suffix = "{" + " ".join(options) + "}" if options else ""
+    # canonicalize first: it folds the reshapes around batched matmuls that
+    # PyTorch's decomposition of torch.matmul adds, so heads stay sharded.
+    return prog.run_pipeline("canonicalize,tdx-propagate-sharding" + suffix)
+
+
+def _as_list(x):
+    return list(x) if isinstance(x, (list, tuple)) else [x]
+
+
+def _is_partitioned(text):
+    return re.match(r"\s*module attributes \{[^}]*\btdx\.partitioned\b", text) is not None
+
+
+def _partition(prog):
+    if _is_partitioned(prog._mlir):
+        raise CaptureError("the program is already partitioned (its types are per-rank); "
+                           "partition the global program once")
+    if "tdx.shardings" not in prog._mlir:
+        _propagate(prog)
+    return prog.run_pipeline("tdx-insert-collectives,tdx-partition")
+
+
+def _comm_report(prog):
+    """[{kind, mesh_axes, bytes, group_size, location}] for one forward step;
+    partitions a copy of the program first if needed."""
+    from .program import Program
+    work = Program(prog._mlir)
+    if not _is_partitioned(work._mlir):
+        _partition(work)
+    fd, path = tempfile.mkstemp(suffix=".json")
+    os.close(fd)
+    try:
+        work.run_pipeline(f"tdx-comm-report{{format=json output={path}}}")
+        with open(path) as f:
+            return json.load(f)
+    finally:
+        os.unlink(path)
+
+
+# --- Parallel plans ----------------------------------------------------------
+
+class _Style:
+    def __init__(self, mesh_axis="tp"):
+        self.mesh_axis = mesh_axis
+
+    def __repr__(self):
+        return f"{type(self).__name__}(mesh_axis={self.mesh_axis!r})"
+
+
+class ColwiseParallel(_Style):
+    """A Linear split by output features: weight Shard(0), bias Shard(0)."""
+    placements = {"weight": Shard(0), "bias": Shard(0)}
+
+
+class RowwiseParallel(_Style):
+    """A Linear split by input features: weight Shard(1), bias replicated
+    (added once, after the reduction)."""
+    placements = {"weight": Shard(1), "bias": Replicate()}
+
+
+class VocabParallel(_Style):
+    """An Embedding (or tied output projection) split by vocabulary: weight
+    Shard(0). The compiler does not yet emit the masked lookup a
+    vocabulary-sharded embedding needs, so it gathers the table first
+    (docs/sharding.md, Limits)."""
+    placements = {"weight": Shard(0)}
+
+
+def parallelize(prog, mesh, plan, *, data_parallel=None):
+    """Places a traced program's parameters by a plan: ``plan`` maps module
+    name patterns (fnmatch, ``"layers.*.attn.wq"``) to ColwiseParallel(),
+    RowwiseParallel() or VocabParallel() over their mesh axis (default
+    ``"tp"``); ``data_parallel`` names the mesh axis that splits every forward
+    input's batch dim. Every other mesh axis replicates. Returns the program."""
+    if not isinstance(mesh, DeviceMesh):
+        raise TypeError(f"parallelize takes a tdx.DeviceMesh, got {type(mesh).__name__}")
+    params = prog.parameters()
+    used = set()
+    for name in params:
+        module, _, leaf = name.rpartition(".")
+        for pattern, style in plan.items():
+            if not isinstance(style, _Style):
+                raise TypeError(f"plan[{pattern!r}] is {style!r}; use ColwiseParallel(), "
+                                f"RowwiseParallel() or VocabParallel()")
+            if not fnmatch.fnmatchcase(module, pattern) or leaf not in style.placements:
+                continue
+            axis = mesh.axis(style.mesh_axis)
+            placements = [Replicate()] * mesh.ndim
+            placements[axis] = style.placements[leaf]
+            _annotate(prog, name, mesh, placements)
+            used.add(pattern)
+            break
+    unused = [p for p in plan if p not in used]
+    if unused:
+        raise ValueError(f"plan patterns {unused} match no module with parameters; module "
+                         f"names are like {sorted({n.rpartition('.')[0] for n in params})[:5]}")
+    if data_parallel is not None:
+        axis = mesh.axis(data_parallel)
+        signature = prog._mlir.split("func.func @forward(", 1)
+        if len(signature) != 2:
+            raise CaptureError("data parallelism places the forward's inputs; trace the model first")
+        count = signature[1].split(")", 1)[0].count("%arg")
+        for i in range(count):
+            placements = [Replicate()] * mesh.ndim
+            placements[axis] = Shard(0)
+            _annotate(prog, f"input:{i}", mesh, placements)
+    return prog
