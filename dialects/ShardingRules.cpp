@@ -262,9 +262,9 @@ ShardingRule RmsNormOp::getShardingRule() {
 ShardingRule EmbeddingOp::getShardingRule() {
   ShardingRule rule;
   auto w = tensorType(getWeight()), idx = tensorType(getIndices());
-  // Sharding the vocabulary would need a masked lookup per rank; it stays
-  // replicated until the partitioner emits one.
-  int64_t v = rule.addFactor(w.getDimSize(0), FactorKind::Replicated);
+  // Vocabulary-parallel: with the table's rows split, each rank looks up
+  // the ids it owns (zeros elsewhere), so the result is a Partial sum.
+  int64_t v = rule.addFactor(w.getDimSize(0), FactorKind::Reduction);
   TensorFactors idxDims;
   for (int64_t size : idx.getShape())
     idxDims.push_back({rule.addFactor(size)});
@@ -289,10 +289,18 @@ ShardingRule CrossEntropyOp::getShardingRule() {
                          : getReduction() == LossReduction::sum
                              ? FactorKind::Reduction
                              : FactorKind::Replicated;
+  // Vocabulary-parallel: with the classes split, the loss is a Partial sum
+  // (the partitioner reduces the max and the sum of exponentials across
+  // ranks inside). Only plain class-index targets: smoothing and
+  // probability targets keep the classes whole.
+  bool classesShardable = isa<IntegerType>(t.getElementType()) &&
+                          getLabelSmoothing().convertToDouble() == 0.0;
   TensorFactors xDims, lossDims;
   for (int64_t d = 0; d < x.getRank(); ++d) {
     if (d == classDim) {
-      xDims.push_back({rule.addFactor(x.getDimSize(d), FactorKind::Replicated)});
+      xDims.push_back({rule.addFactor(x.getDimSize(d), classesShardable
+                                                           ? FactorKind::Reduction
+                                                           : FactorKind::Replicated)});
       continue;
     }
     xDims.push_back({rule.addFactor(x.getDimSize(d), batchKind)});

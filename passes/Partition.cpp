@@ -3,6 +3,7 @@
 #include "tdx/Dialect/TdxOps.h"
 #include "tdx/Passes/Passes.h"
 #include "tdx/Sharding/Layout.h"
+#include "tdx/Sharding/VocabParallel.h"
 
 #include "mlir/IR/Builders.h"
 
@@ -37,7 +38,68 @@ private:
   }
   LogicalResult lowerRedistribute(RedistributeOp op);
   LogicalResult retype(Operation *op);
+  LogicalResult lowerVocabParallel(Operation *op);
+  /// The layout a value has: its producer's `tdx.shardings`, its
+  /// argument's `tdx.sharding`, or replicated.
+  Layout layoutOfValue(Value v);
 };
+
+Layout FunctionPartitioner::layoutOfValue(Value v) {
+  ShardingAttr sharding;
+  if (auto arg = dyn_cast<BlockArgument>(v)) {
+    sharding = fn.getArgAttrOfType<ShardingAttr>(arg.getArgNumber(), "tdx.sharding");
+  } else if (auto attr = v.getDefiningOp()->getAttrOfType<ArrayAttr>("tdx.shardings")) {
+    unsigned index = cast<OpResult>(v).getResultNumber();
+    if (index < attr.size())
+      sharding = dyn_cast<ShardingAttr>(attr[index]);
+  }
+  return sharding ? layoutOf(sharding) : replicatedLayout(fn.getContext(), meshShape.size());
+}
+
+LogicalResult FunctionPartitioner::lowerVocabParallel(Operation *op) {
+  auto embedding = dyn_cast<EmbeddingOp>(op);
+  auto loss = dyn_cast<CrossEntropyOp>(op);
+  if (!embedding && !loss)
+    return success();
+  Value split = embedding ? embedding.getWeight() : loss.getInput();
+  int64_t dim = embedding ? 0 : (cast<RankedTensorType>(split.getType()).getRank() == 1 ? 0 : 1);
+  Layout layout = layoutOfValue(split);
+  SmallVector<int64_t> axes;
+  for (auto [axis, p] : llvm::enumerate(layout))
+    if (p.isShard() && p.getDim() == dim)
+      axes.push_back(axis);
+  if (axes.empty())
+    return success();
+  if (axes.size() > 1)
+    return op->emitOpError("splits its vocabulary over several mesh axes; split it over one");
+  // The global size of the split dim: from the value's producer type before
+  // partitioning is gone, so recompute it from the local size when even.
+  auto global = [&]() -> int64_t {
+    Operation *def = split.getDefiningOp();
+    if (auto ref = dyn_cast_or_null<ParamRefOp>(def)) {
+      auto param = SymbolTable::lookupNearestSymbolFrom<ParameterOp>(ref, ref.getNameAttr());
+      if (param && param.getTiedToAttr())
+        param = SymbolTable::lookupNearestSymbolFrom<ParameterOp>(ref, param.getTiedToAttr());
+      if (param)
+        return param.getTensorType().getDimSize(dim);
+    }
+    int64_t local = cast<RankedTensorType>(split.getType()).getDimSize(dim);
+    return ShapedType::isDynamic(local) ? ShapedType::kDynamic : local * meshShape[axes[0]];
+  }();
+  if (ShapedType::isDynamic(global))
+    return op->emitOpError("cannot tell the global vocabulary size of its split operand");
+  ArrayAttr shardings = op->getAttrOfType<ArrayAttr>("tdx.shardings");
+  FailureOr<Value> replacement =
+      embedding ? lowerVocabParallelEmbedding(b, embedding, mesh, axes[0], global)
+                : lowerVocabParallelCrossEntropy(b, loss, mesh, axes[0], global);
+  if (failed(replacement))
+    return failure();
+  if (Operation *def = replacement->getDefiningOp(); def && shardings)
+    def->setAttr("tdx.shardings", shardings);
+  op->getResult(0).replaceAllUsesWith(*replacement);
+  op->erase();
+  return success();
+}
 
 LogicalResult FunctionPartitioner::lowerRedistribute(RedistributeOp op) {
   auto global = cast<RankedTensorType>(op.getType());
@@ -113,6 +175,8 @@ LogicalResult FunctionPartitioner::lowerRedistribute(RedistributeOp op) {
     collective->setAttr("tdx.payload_bytes", b.getI64IntegerAttr(payload));
     result = collective->getResult(0);
   }
+  if (Operation *def = result.getDefiningOp(); def && def != input.getDefiningOp())
+    def->setAttr("tdx.shardings", b.getArrayAttr({op.getTarget()}));
   op.getResult().replaceAllUsesWith(result);
   op.erase();
   return success();
@@ -184,7 +248,7 @@ LogicalResult FunctionPartitioner::run() {
     if (isa<AnnotateOp>(op))
       return op->emitOpError("is still here; run tdx-propagate-sharding before "
                              "tdx-partition");
-    if (failed(retype(op)))
+    if (failed(retype(op)) || failed(lowerVocabParallel(op)))
       return failure();
   }
   auto ret = cast<func::ReturnOp>(fn.getBody().back().getTerminator());

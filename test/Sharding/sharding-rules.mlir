@@ -31,11 +31,11 @@ func.func @rules(%a: tensor<4x1xf32>, %b: tensor<8xf32>, %m: tensor<2x1x8x16xf32
   %10 = tdx.layer_norm %x weight %g bias %g normalized_shape = [16] eps = 1.0e-5 : (tensor<2x8x16xf32>, tensor<16xf32>, tensor<16xf32>) -> tensor<2x8x16xf32>
   // expected-remark @+1 {{sharding rule: ([i, j, k], [k]) -> ([i, j, k]) {i=2, j=8, k=16} replicated={k}}}
   %11 = tdx.rms_norm %x weight %g normalized_shape = [16] eps = 1.0e-5 : (tensor<2x8x16xf32>, tensor<16xf32>) -> tensor<2x8x16xf32>
-  // expected-remark @+1 {{sharding rule: ([i, l], [j, k]) -> ([j, k, l]) {i=100, j=2, k=8, l=16} replicated={i}}}
+  // expected-remark @+1 {{sharding rule: ([i, l], [j, k]) -> ([j, k, l]) {i=100, j=2, k=8, l=16} reduction={i} partial=sum}}
   %12 = tdx.embedding %emb, %ids : (tensor<100x16xf32>, tensor<2x8xi64>) -> tensor<2x8x16xf32>
-  // expected-remark @+1 {{sharding rule: ([i, j], [i]) -> ([]) {i=16, j=100} reduction={i} partial=sum replicated={j}}}
+  // expected-remark @+1 {{sharding rule: ([i, j], [i]) -> ([]) {i=16, j=100} reduction={i, j} partial=sum}}
   %13 = tdx.cross_entropy %logits, %labels reduction = sum : (tensor<16x100xf32>, tensor<16xi64>) -> tensor<f32>
-  // expected-remark @+1 {{sharding rule: ([i, j], [i]) -> ([i]) {i=16, j=100} replicated={j}}}
+  // expected-remark @+1 {{sharding rule: ([i, j], [i]) -> ([i]) {i=16, j=100} reduction={j} partial=sum}}
   %14 = tdx.cross_entropy %logits, %labels reduction = none : (tensor<16x100xf32>, tensor<16xi64>) -> tensor<16xf32>
   // expected-remark @+1 {{sharding rule: ([i, j, kl]) -> ([i, j, k, l]) {i=2, j=8, k=4, l=4}}}
   %15 = tdx.reshape %x [2, 8, 4, 4] : tensor<2x8x16xf32> -> tensor<2x8x4x4xf32>

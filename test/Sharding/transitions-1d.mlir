@@ -5,7 +5,7 @@
 tdx.mesh @mesh shape = [4] axes = ["tp"]
 // CHECK-LABEL: func.func @shard_to_replicate
 // CHECK-SAME: (%[[X:.*]]: tensor<2x16xf32>
-// CHECK: tdx.all_gather %[[X]] on @mesh axes = ["tp"] dim = 0 {tdx.payload_bytes = 128 : i64} : tensor<2x16xf32> -> tensor<8x16xf32>
+// CHECK: tdx.all_gather %[[X]] on @mesh axes = ["tp"] dim = 0 {tdx.payload_bytes = 128 : i64{{.*}}} : tensor<2x16xf32> -> tensor<8x16xf32>
 func.func @shard_to_replicate(%x: tensor<8x16xf32> {tdx.sharding = #tdx.sharding<@mesh, [Shard(0)]>}) -> tensor<8x16xf32> {
   %0 = tdx.redistribute %x <@mesh, [Shard(0)]> to <@mesh, [Replicate]> {tdx.shardings = [#tdx.sharding<@mesh, [Replicate]>]} : tensor<8x16xf32>
   return %0 : tensor<8x16xf32>
@@ -47,7 +47,7 @@ tdx.mesh @mesh shape = [4] axes = ["tp"]
 // Replicate to Shard is a local slice: this rank's chunk, by its coordinate.
 // CHECK-LABEL: func.func @replicate_to_shard
 // CHECK: %[[C:.*]] = tdx.mesh_coord @mesh axis = "tp" : tensor<i64>
-// CHECK: tdx.chunk %{{.*}}[%[[C]]] chunks = 4 dim = 1 : tensor<8x16xf32>, tensor<i64> -> tensor<8x4xf32>
+// CHECK: tdx.chunk %{{.*}}[%[[C]]] chunks = 4 dim = 1 {{.*}}: tensor<8x16xf32>, tensor<i64> -> tensor<8x4xf32>
 // CHECK-NOT: tdx.all_
 func.func @replicate_to_shard(%x: tensor<8x16xf32>) -> tensor<8x16xf32> {
   %0 = tdx.redistribute %x <@mesh, [Replicate]> to <@mesh, [Shard(1)]> {tdx.shardings = [#tdx.sharding<@mesh, [Shard(1)]>]} : tensor<8x16xf32>
@@ -95,7 +95,7 @@ func.func @through_replicate(%x: tensor<8x16xf32> {tdx.sharding = #tdx.sharding<
 tdx.mesh @mesh shape = [4] axes = ["tp"]
 // CHECK-LABEL: func.func @uneven
 // CHECK-SAME: (%[[X:.*]]: tensor<?x16xf32> {{.*}}) -> tensor<5x16xf32>
-// CHECK: tdx.all_gather %[[X]] on @mesh axes = ["tp"] dim = 0 {tdx.payload_bytes = 128 : i64} : tensor<?x16xf32> -> tensor<5x16xf32>
+// CHECK: tdx.all_gather %[[X]] on @mesh axes = ["tp"] dim = 0 {tdx.payload_bytes = 128 : i64{{.*}}} : tensor<?x16xf32> -> tensor<5x16xf32>
 func.func @uneven(%x: tensor<5x16xf32> {tdx.sharding = #tdx.sharding<@mesh, [Shard(0)]>}) -> tensor<5x16xf32> {
   %0 = tdx.redistribute %x <@mesh, [Shard(0)]> to <@mesh, [Replicate]> {tdx.shardings = [#tdx.sharding<@mesh, [Replicate]>]} : tensor<5x16xf32>
   return %0 : tensor<5x16xf32>

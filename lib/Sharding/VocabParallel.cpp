@@ -1,0 +1,183 @@
+//===- VocabParallel.cpp - per-rank programs of vocab-split ops -----------===//
+
+#include "tdx/Sharding/VocabParallel.h"
+
+using namespace mlir;
+using namespace mlir::tdx;
+
+namespace {
+
+/// Small helpers that infer result types as the ops do.
+struct Emitter {
+  OpBuilder &b;
+  Location loc;
+
+  RankedTensorType scalar(Type elem) { return RankedTensorType::get({}, elem); }
+  Value full(double v, RankedTensorType t) { return FullOp::create(b, loc, t, b.getF64FloatAttr(v)); }
+
+  template <typename Op>
+  Value binary(Value l, Value r) {
+    SmallVector<Type> types;
+    if (failed(Op::inferReturnTypes(b.getContext(), loc, ValueRange{l, r}, DictionaryAttr(),
+                                    OpaqueProperties(nullptr), RegionRange(), types)))
+      return {};
+    return Op::create(b, loc, types[0], l, r);
+  }
+  Value cmp(CmpPredicate p, Value l, Value r) {
+    SmallVector<Type> types;
+    if (failed(CmpOp::inferReturnTypes(b.getContext(), loc, ValueRange{l, r}, DictionaryAttr(),
+                                       OpaqueProperties(nullptr), RegionRange(), types)))
+      return {};
+    return CmpOp::create(b, loc, types[0], p, l, r);
+  }
+  Value where(Value c, Value l, Value r) {
+    SmallVector<Type> types;
+    if (failed(WhereOp::inferReturnTypes(b.getContext(), loc, ValueRange{c, l, r},
+                                         DictionaryAttr(), OpaqueProperties(nullptr),
+                                         RegionRange(), types)))
+      return {};
+    return WhereOp::create(b, loc, types[0], c, l, r);
+  }
+  Value reshape(Value v, ArrayRef<int64_t> shape) {
+    auto t = cast<RankedTensorType>(v.getType());
+    return ReshapeOp::create(b, loc, RankedTensorType::get(shape, t.getElementType()), v,
+                             b.getDenseI64ArrayAttr(shape));
+  }
+  Value castTo(Value v, Type elem) {
+    auto t = cast<RankedTensorType>(v.getType());
+    if (t.getElementType() == elem)
+      return v;
+    return CastOp::create(b, loc, RankedTensorType::get(t.getShape(), elem), v);
+  }
+  template <typename Op>
+  Value reduce(Value v, int64_t dim, bool keepdim) {
+    auto t = cast<RankedTensorType>(v.getType());
+    SmallVector<int64_t> shape;
+    for (int64_t d = 0; d < t.getRank(); ++d)
+      if (d != dim)
+        shape.push_back(t.getDimSize(d));
+      else if (keepdim)
+        shape.push_back(1);
+    return Op::create(b, loc, RankedTensorType::get(shape, t.getElementType()), v,
+                      b.getDenseI64ArrayAttr({dim}), keepdim ? b.getUnitAttr() : UnitAttr());
+  }
+  Value allReduce(Value v, MeshOp mesh, int64_t axis, ReduceKind kind) {
+    auto t = cast<RankedTensorType>(v.getType());
+    auto op = AllReduceOp::create(b, loc, t, v, FlatSymbolRefAttr::get(mesh.getSymNameAttr()),
+                                  b.getArrayAttr({mesh.getAxes()[axis]}),
+                                  ReduceKindAttr::get(b.getContext(), kind));
+    if (t.hasStaticShape())
+      op->setAttr("tdx.payload_bytes",
+                  b.getI64IntegerAttr(t.getNumElements() *
+                                      ((t.getElementTypeBitWidth() + 7) / 8)));
+    return op;
+  }
+  /// This rank's first global row: coordinate * ceil(total / k).
+  Value offset(MeshOp mesh, int64_t axis, int64_t total, Type elem) {
+    Value coord = MeshCoordOp::create(b, loc, scalar(b.getI64Type()),
+                                      FlatSymbolRefAttr::get(mesh.getSymNameAttr()),
+                                      cast<StringAttr>(mesh.getAxes()[axis]));
+    int64_t k = mesh.getShape()[axis];
+    Value chunk = full(static_cast<double>((total + k - 1) / k), scalar(b.getI64Type()));
+    return castTo(binary<MulOp>(coord, chunk), elem);
+  }
+};
+
+} // namespace
+
+FailureOr<Value> mlir::tdx::lowerVocabParallelEmbedding(OpBuilder &b, EmbeddingOp op,
+                                                        MeshOp mesh, int64_t axis,
+                                                        int64_t vocab) {
+  b.setInsertionPoint(op);
+  Emitter e{b, op.getLoc()};
+  Value ids = op.getIndices();
+  auto idsType = cast<RankedTensorType>(ids.getType());
+  Type idElem = idsType.getElementType();
+  int64_t k = mesh.getShape()[axis];
+  int64_t chunk = (vocab + k - 1) / k;
+  Value start = e.offset(mesh, axis, vocab, idElem);
+  Value local = e.binary<SubOp>(ids, start);
+  Value zero = e.full(0, e.scalar(idElem));
+  // This rank holds rows [start, min(start + chunk, vocab)).
+  Value end = e.binary<MinimumOp>(e.binary<AddOp>(start, e.full(chunk, e.scalar(idElem))),
+                                  e.full(vocab, e.scalar(idElem)));
+  Value rows = e.binary<SubOp>(end, start);
+  Value owned = e.where(e.cmp(CmpPredicate::ge, local, zero), e.cmp(CmpPredicate::lt, local, rows),
+                        e.full(0, e.scalar(b.getI1Type())));
+  Value safe = e.where(owned, local, zero);
+  auto resultType = cast<RankedTensorType>(op.getType());
+  Value rowsOut = EmbeddingOp::create(b, op.getLoc(), resultType, op.getWeight(), safe,
+                                      op.getPaddingIdxAttr());
+  SmallVector<int64_t> maskShape(idsType.getShape());
+  maskShape.push_back(1);
+  Value mask = e.reshape(owned, maskShape);
+  Value out = e.where(mask, rowsOut, e.full(0, e.scalar(resultType.getElementType())));
+  if (!out)
+    return op.emitOpError("cannot build its vocabulary-parallel form");
+  return out;
+}
+
+FailureOr<Value> mlir::tdx::lowerVocabParallelCrossEntropy(OpBuilder &b, CrossEntropyOp op,
+                                                           MeshOp mesh, int64_t axis,
+                                                           int64_t classes) {
+  b.setInsertionPoint(op);
+  Emitter e{b, op.getLoc()};
+  Value x = op.getInput(), t = op.getTarget();
+  auto xt = cast<RankedTensorType>(x.getType());
+  auto tt = cast<RankedTensorType>(t.getType());
+  int64_t cd = xt.getRank() == 1 ? 0 : 1;
+  int64_t localClasses = xt.getDimSize(cd);
+  if (ShapedType::isDynamic(localClasses) || !isa<IntegerType>(tt.getElementType()))
+    return op.emitOpError() << "vocabulary-parallel cross_entropy needs class-index targets "
+                               "and classes that split evenly over mesh axis \""
+                            << cast<StringAttr>(mesh.getAxes()[axis]).getValue() << "\"";
+  Type f = xt.getElementType();
+  // log-sum-exp over all classes: the max and the sum cross the axis.
+  Value mx = e.allReduce(e.reduce<MaxOp>(x, cd, true), mesh, axis, ReduceKind::Max);
+  Value se = e.allReduce(e.reduce<SumOp>(ExpOp::create(b, op.getLoc(), e.binary<SubOp>(x, mx)),
+                                         cd, true),
+                         mesh, axis, ReduceKind::Sum);
+  Value lse = e.binary<AddOp>(LogOp::create(b, op.getLoc(), se), mx);
+  SmallVector<int64_t> lossShape(xt.getShape());
+  lossShape.erase(lossShape.begin() + cd);
+  lse = e.reshape(lse, lossShape);
+  // The target's logit, on the rank that holds it (zero elsewhere).
+  Type idElem = tt.getElementType();
+  Value local = e.binary<SubOp>(t, e.offset(mesh, axis, classes, idElem));
+  SmallVector<int64_t> keep(tt.getShape());
+  keep.insert(keep.begin() + cd, 1);
+  SmallVector<int64_t> classShape(xt.getRank(), 1);
+  classShape[cd] = localClasses;
+  Value ids = ArangeOp::create(b, op.getLoc(), RankedTensorType::get({localClasses}, idElem),
+                               b.getF64FloatAttr(0), b.getF64FloatAttr(localClasses),
+                               b.getF64FloatAttr(1));
+  Value hit = e.cmp(CmpPredicate::eq, e.reshape(local, keep), e.reshape(ids, classShape));
+  Value picked = e.reduce<SumOp>(e.where(hit, x, e.full(0, e.scalar(f))), cd, false);
+  // Partial sum: coordinate 0 adds the log-sum-exp once.
+  Value coord = MeshCoordOp::create(b, op.getLoc(), e.scalar(b.getI64Type()),
+                                    FlatSymbolRefAttr::get(mesh.getSymNameAttr()),
+                                    cast<StringAttr>(mesh.getAxes()[axis]));
+  Value first = e.cmp(CmpPredicate::eq, coord, e.full(0, e.scalar(b.getI64Type())));
+  Value loss = e.binary<SubOp>(e.where(first, lse, e.full(0, e.scalar(f))), picked);
+  Value valid = e.cmp(CmpPredicate::ne, t,
+                      e.full(static_cast<double>(op.getIgnoreIndex()), e.scalar(idElem)));
+  loss = e.where(valid, loss, e.full(0, e.scalar(f)));
+  auto all = [&](Value v) {
+    auto vt = cast<RankedTensorType>(v.getType());
+    SmallVector<int64_t> dims;
+    for (int64_t d = 0; d < vt.getRank(); ++d)
+      dims.push_back(d);
+    return SumOp::create(b, op.getLoc(), RankedTensorType::get({}, vt.getElementType()), v,
+                         b.getDenseI64ArrayAttr(dims), UnitAttr())
+        .getResult();
+  };
+  switch (op.getReduction()) {
+  case LossReduction::none:
+    return loss;
+  case LossReduction::sum:
+    return all(loss);
+  case LossReduction::mean:
+    return e.binary<DivOp>(all(loss), all(e.castTo(valid, f)));
+  }
+  return failure();
+}
