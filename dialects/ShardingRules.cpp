@@ -79,7 +79,11 @@ TDX_BROADCAST_RULE(MaximumOp)
 TDX_BROADCAST_RULE(MinimumOp)
 TDX_BROADCAST_RULE(CmpOp)
 TDX_BROADCAST_RULE(WhereOp)
-TDX_BROADCAST_RULE(NegOp)
+ShardingRule NegOp::getShardingRule() {
+  ShardingRule rule = broadcastRule(*this);
+  rule.linear = true;
+  return rule;
+}
 TDX_BROADCAST_RULE(AbsOp)
 TDX_BROADCAST_RULE(ReluOp)
 TDX_BROADCAST_RULE(ExpOp)
@@ -376,6 +380,7 @@ ShardingRule ReshapeOp::getShardingRule() {
   rule.operands = {inDims};
   rule.addedAfterReduction = {false};
   rule.results = {outDims};
+  rule.linear = true;
   return rule;
 }
 
@@ -384,6 +389,7 @@ ShardingRule TransposeOp::getShardingRule() {
   int64_t rank = tensorType(getInput()).getRank();
   std::swap(rule.results[0][*normalizeDim(static_cast<int64_t>(getDim0()), rank)],
             rule.results[0][*normalizeDim(static_cast<int64_t>(getDim1()), rank)]);
+  rule.linear = true;
   return rule;
 }
 
@@ -394,6 +400,7 @@ ShardingRule PermuteOp::getShardingRule() {
   for (int64_t p : getPermutation())
     permuted.push_back(rule.operands[0][*normalizeDim(p, rank)]);
   rule.results[0] = permuted;
+  rule.linear = true;
   return rule;
 }
 
@@ -410,6 +417,7 @@ ShardingRule SliceOp::getShardingRule() {
                                FactorKind::Replicated);
     rule.results[0][dim] = {f};
   }
+  rule.linear = true;
   return rule;
 }
 
@@ -449,5 +457,6 @@ ShardingRule ExpandOp::getShardingRule() {
   rule.operands = {inDims};
   rule.addedAfterReduction = {false};
   rule.results = {outDims};
+  rule.linear = true;
   return rule;
 }

@@ -39,6 +39,9 @@ std::string seconds(double s) {
   return buf;
 }
 
+/// A candidate of linear ops: keep the operand's Partial through the op.
+constexpr int64_t kPartialThrough = -2;
+
 constexpr int kUnknownPriority = std::numeric_limits<int>::max();
 
 /// The proposal for one value on one mesh axis.
@@ -161,6 +164,8 @@ PlacementAttr FunctionPropagation::requiredOperand(const ShardingRule &rule,
                                                    size_t i, int64_t f,
                                                    int64_t axis) {
   MLIRContext *ctx = fn.getContext();
+  if (f == kPartialThrough)
+    return PlacementAttr::partial(ctx, ReduceKind::Sum);
   if (f < 0)
     return PlacementAttr::replicate(ctx);
   int64_t d = ShardingRule::dimOfFactor(rule.operands[i], f);
@@ -175,6 +180,8 @@ PlacementAttr FunctionPropagation::producedResult(const ShardingRule &rule,
                                                   size_t j, int64_t f,
                                                   int64_t axis) {
   MLIRContext *ctx = fn.getContext();
+  if (f == kPartialThrough)
+    return PlacementAttr::partial(ctx, ReduceKind::Sum);
   if (f < 0)
     return PlacementAttr::replicate(ctx);
   int64_t d = ShardingRule::dimOfFactor(rule.results[j], f);
@@ -220,13 +227,15 @@ double FunctionPropagation::candidateCost(Operation *op, const ShardingRule &rul
   double flops = 2.0;
   for (int64_t size : rule.factorSizes)
     flops *= static_cast<double>(std::max<int64_t>(size, 1));
-  if (f >= 0)
+  if (f >= 0 && rule.factorKinds[f] != FactorKind::Replicated)
     flops /= static_cast<double>(meshShape[axis]);
   return seconds + flops / cost.flopsPerSecond;
 }
 
 std::string FunctionPropagation::describe(const ShardingRule &rule, Operation *op,
                                           int64_t f) {
+  if (f == kPartialThrough)
+    return "Partial(sum) kept through the op";
   if (f < 0)
     return "no factor (replicated)";
   std::string s;
@@ -527,6 +536,12 @@ void FunctionPropagation::decideOp(Operation *op) {
         if (it != rule.factorKinds.end())
           add(it - rule.factorKinds.begin());
       }
+    }
+    // A linear op may keep a Partial(sum) operand Partial.
+    if (rule.linear && op->getNumOperands() == 1 && isTensor(op->getOperand(0))) {
+      PlacementAttr p = state(op->getOperand(0))[axis].placement;
+      if (p && p.isPartial() && p.getReduce() == ReduceKind::Sum)
+        candidates.push_back(kPartialThrough);
     }
     double bestCost = std::numeric_limits<double>::infinity();
     SmallVector<double> costs;

@@ -687,6 +687,30 @@ private:
       }
       return;
     }
+    // cross_entropy reaches the fake backend as log_softmax + nll_loss:
+    // one tdx.cross_entropy again (its sharding rule knows the classes).
+    if (op.name == "aten::nll_loss_forward" && op.results.size() == 2 &&
+        (op.arguments[2].isNone() ||
+         (op.arguments[2].isTensor() && !op.arguments[2].toTensor().defined()))) {
+      Value logp = read(op.arguments[0].toTensor());
+      auto ls = logp.getDefiningOp<LogSoftmaxOp>();
+      auto lt = cast<RankedTensorType>(logp.getType());
+      int64_t classDim = lt.getRank() == 1 ? 0 : 1;
+      if (ls && normalizeDim(static_cast<int64_t>(ls.getDim()), lt.getRank()) == classDim) {
+        static const LossReduction reductions[] = {LossReduction::none, LossReduction::mean,
+                                                   LossReduction::sum};
+        int64_t r = op.arguments[3].toInt();
+        if (r >= 0 && r <= 2) {
+          const at::Tensor &out = op.results[0].toTensor();
+          define(out, CrossEntropyOp::create(
+                          b, loc, tensorType(b, out), ls.getInput(),
+                          read(op.arguments[1].toTensor()),
+                          LossReductionAttr::get(b.getContext(), reductions[r]),
+                          b.getI64IntegerAttr(op.arguments[4].toInt()), b.getF64FloatAttr(0.0)));
+          return;
+        }
+      }
+    }
     if (op.name == "aten::native_layer_norm") {
       const at::Tensor &x = op.arguments[0].toTensor();
       std::vector<int64_t> normalized = op.arguments[1].toIntVector();

@@ -181,4 +181,49 @@ std::string annotate(const std::string &text, const std::string &target,
   return out;
 }
 
+std::string annotateUses(const std::string &text, const std::string &param,
+                         const std::string &meshName, const std::string &placements) {
+  MLIRContext ctx;
+  registerProgramDialects(ctx);
+  Diagnostics diags(ctx);
+  OwningOpRef<ModuleOp> module = parseSourceString<ModuleOp>(text, &ctx);
+  if (!module)
+    throw CaptureError("tdx: the program does not parse:\n" + diags.text);
+  auto fn = SymbolTable::lookupNearestSymbolFrom<func::FuncOp>(
+      *module, StringAttr::get(&ctx, "forward"));
+  if (!fn)
+    throw CaptureError("tdx: the program has no forward function; trace the model first");
+  std::string attrText = "#tdx.sharding<@" + meshName + ", " + placements + ">";
+  auto sharding = dyn_cast_or_null<ShardingAttr>(parseAttribute(attrText, &ctx));
+  if (!sharding)
+    throw CaptureError("tdx: invalid placements " + placements + ":\n" + diags.text);
+  OpBuilder b(&ctx);
+  SymbolTableCollection symbols;
+  int64_t placed = 0;
+  SmallVector<Operation *> users;
+  fn.walk([&](ParamRefOp ref) {
+    if (ref.getName() != param)
+      return;
+    for (Operation *user : ref->getUsers())
+      if (user->getNumResults() == 1 && isa<RankedTensorType>(user->getResult(0).getType()))
+        users.push_back(user);
+  });
+  for (Operation *user : users) {
+    Value result = user->getResult(0);
+    b.setInsertionPointAfter(user);
+    auto annotate = AnnotateOp::create(b, user->getLoc(), result, sharding, b.getI64IntegerAttr(0));
+    if (failed(sharding.verifyFor(annotate, result.getType(), symbols,
+                                  "sharding of the output of " + param + "'s user")))
+      throw CaptureError("tdx: cannot place the users of " + param + ":\n" + diags.text);
+    result.replaceAllUsesExcept(annotate.getResult(), annotate);
+    ++placed;
+  }
+  if (!placed)
+    throw CaptureError("tdx: the forward does not use parameter '" + param + "'");
+  std::string out;
+  llvm::raw_string_ostream os(out);
+  module->print(os);
+  return out;
+}
+
 } // namespace tdx::capture

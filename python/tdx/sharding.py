@@ -15,7 +15,7 @@ from .errors import CaptureError
 
 __all__ = [
     "DeviceMesh", "init_device_mesh", "Shard", "Replicate", "Partial",
-    "ColwiseParallel", "RowwiseParallel", "VocabParallel", "parallelize",
+    "ColwiseParallel", "RowwiseParallel", "SequenceParallel", "VocabParallel", "parallelize",
 ]
 
 
@@ -130,6 +130,27 @@ def _annotate(prog, name, mesh, placements):
     return prog
 
 
+def _ensure_mesh(prog, mesh):
+    """Declares ``mesh`` in the program (no-op when it is there already)."""
+    names = prog.parameters()
+    if not names:
+        raise CaptureError("the program has no parameters to place")
+    first = next(iter(names))
+    # Re-placing a parameter with its current placement declares the mesh.
+    if f"tdx.mesh @{mesh.name} " not in prog._mlir:
+        prog._mlir = _C.annotate(prog._mlir, first, mesh.name, list(mesh.shape),
+                                 list(mesh.mesh_dim_names),
+                                 "[" + ", ".join(["Replicate"] * mesh.ndim) + "]") \
+            if "sharding <@" not in _decl_line(prog._mlir, first) else prog._mlir
+
+
+def _decl_line(text, name):
+    for line in text.splitlines():
+        if f"@{name} " in line or f'@"{name}" ' in line:
+            return line
+    return ""
+
+
 def _propagate(prog, *, bandwidth=None, latency=None, flops=None):
     options = []
     if bandwidth is not None:
@@ -207,34 +228,60 @@ class VocabParallel(_Style):
     placements = {"weight": Shard(0)}
 
 
+class SequenceParallel(_Style):
+    """A norm (LayerNorm, RMSNorm) whose output stays split by sequence
+    (``Shard(seq_dim)`` over the axis) between tensor-parallel regions: the
+    rowwise linear before it reduce-scatters instead of all-reducing, the
+    colwise linear after it all-gathers. Matches the modules that own a
+    ``weight``; their uses in the forward are placed."""
+    placements = {"weight": None}
+
+    def __init__(self, mesh_axis="tp", seq_dim=1):
+        super().__init__(mesh_axis)
+        self.seq_dim = seq_dim
+
+
 def parallelize(prog, mesh, plan, *, data_parallel=None):
-    """Places a traced program's parameters by a plan: ``plan`` maps module
-    name patterns (fnmatch, ``"layers.*.attn.wq"``) to ColwiseParallel(),
-    RowwiseParallel() or VocabParallel() over their mesh axis (default
+    """Places a traced program by a plan: ``plan`` maps module name patterns
+    (fnmatch, ``"layers.*.attn.wq"``) to ColwiseParallel(), RowwiseParallel(),
+    SequenceParallel() or VocabParallel() over their mesh axis (default
     ``"tp"``); ``data_parallel`` names the mesh axis that splits every forward
     input's batch dim. Every other mesh axis replicates. Returns the program."""
     if not isinstance(mesh, DeviceMesh):
         raise TypeError(f"parallelize takes a tdx.DeviceMesh, got {type(mesh).__name__}")
     params = prog.parameters()
     used = set()
+    sequence_parallel = []
     for name in params:
         module, _, leaf = name.rpartition(".")
         for pattern, style in plan.items():
             if not isinstance(style, _Style):
                 raise TypeError(f"plan[{pattern!r}] is {style!r}; use ColwiseParallel(), "
-                                f"RowwiseParallel() or VocabParallel()")
+                                f"RowwiseParallel(), SequenceParallel() or VocabParallel()")
             if not fnmatch.fnmatchcase(module, pattern) or leaf not in style.placements:
                 continue
             axis = mesh.axis(style.mesh_axis)
             placements = [Replicate()] * mesh.ndim
-            placements[axis] = style.placements[leaf]
-            _annotate(prog, name, mesh, placements)
+            if isinstance(style, SequenceParallel):
+                sequence_parallel.append((name, axis, style.seq_dim))
+            else:
+                placements[axis] = style.placements[leaf]
+                _annotate(prog, name, mesh, placements)
             used.add(pattern)
             break
     unused = [p for p in plan if p not in used]
     if unused:
         raise ValueError(f"plan patterns {unused} match no module with parameters; module "
                          f"names are like {sorted({n.rpartition('.')[0] for n in params})[:5]}")
+    dp_axis = mesh.axis(data_parallel) if data_parallel is not None else None
+    for name, axis, seq_dim in sequence_parallel:
+        placements = [Replicate()] * mesh.ndim
+        placements[axis] = Shard(seq_dim)
+        if dp_axis is not None:
+            placements[dp_axis] = Shard(0)
+        _ensure_mesh(prog, mesh)
+        prog._mlir = _C.annotate_uses(prog._mlir, name, mesh.name,
+                                      "[" + ", ".join(str(p) for p in placements) + "]")
     if data_parallel is not None:
         axis = mesh.axis(data_parallel)
         signature = prog._mlir.split("func.func @forward(", 1)

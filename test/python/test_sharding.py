@@ -102,3 +102,48 @@ def test_bad_meshes_and_placements_are_named():
         tdx.parallelize(traced(Llama), MESH, {"layers.*.wq": tdx.ColwiseParallel("mp")})
     with pytest.raises(tdx.CaptureError, match="'bandwidth' option has 3 values"):
         tdx.parallelize(traced(Llama), MESH, LLAMA_PLAN).propagate(bandwidth=[1, 2, 3])
+
+
+def test_llama_sequence_parallel_reduce_scatters_and_gathers():
+    plan = dict(LLAMA_PLAN)
+    plan["layers.*.attention_norm"] = tdx.SequenceParallel()
+    plan["layers.*.ffn_norm"] = tdx.SequenceParallel()
+    prog = tdx.parallelize(traced(Llama), MESH, plan, data_parallel="dp")
+    # Megatron sequence parallelism: the norms run on a sequence-split
+    # residual stream; before each colwise block the sequence is gathered
+    # (1024 bytes: half the tokens), after each rowwise block the partial
+    # sums are reduce-scattered; the final norm's output is gathered for the
+    # head. The same volume as tensor parallelism, with activations split.
+    layer = [("all_gather", ("tp",), 2, 1024), ("reduce_scatter", ("tp",), 2, 2048)] * 2
+    assert summary(prog.comm_report()) == layer * 2 + [("all_gather", ("tp",), 2, 1024)]
+
+
+class TiedLM(torch.nn.Module):
+    def __init__(self, vocab=64, d=16):
+        super().__init__()
+        self.wte = torch.nn.Embedding(vocab, d)
+        self.fc = torch.nn.Linear(d, d)
+        self.lm_head = torch.nn.Linear(d, vocab, bias=False)
+        self.lm_head.weight = self.wte.weight
+
+    def forward(self, ids, labels):
+        logits = self.lm_head(torch.tanh(self.fc(self.wte(ids))))
+        return torch.nn.functional.cross_entropy(logits.view(-1, logits.shape[-1]), labels.view(-1))
+
+
+def test_vocab_parallel_embedding_head_and_loss():
+    torch.manual_seed(0)
+    ids = torch.zeros(4, 8, dtype=torch.long)
+    prog = tdx.trace(tdx.deferred_init(TiedLM), ids, ids)
+    tdx.parallelize(prog, MESH, {"wte": tdx.VocabParallel()})
+    # The embedding's masked lookup: one all_reduce of [4, 8, 16] floats; the
+    # tied head computes this rank's 32 classes without a collective; the
+    # loss needs the max and the sum of exponentials over the vocabulary
+    # ([32, 1] each) and is returned as a Partial sum over "tp" (an
+    # annotation asking for Replicate would add one 4-byte all_reduce).
+    assert summary(prog.comm_report()) == [
+        ("all_reduce", ("tp",), 2, 2048), ("all_reduce", ("tp",), 2, 128),
+        ("all_reduce", ("tp",), 2, 128)]
+    prog.propagate()
+    assert "-> (tensor<f32>" in prog.mlir or "-> tensor<f32>" in prog.mlir
+    assert "tdx.cross_entropy" in prog.mlir and "Partial(sum)]>]} : (tensor<32x64xf32>" in prog.mlir

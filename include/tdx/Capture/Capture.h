@@ -212,6 +212,13 @@ std::string annotate(const std::string &text, const std::string &target,
                      const std::vector<std::string> &axes,
                      const std::string &placements);
 
+/// Places the results of the forward ops that use the parameter `param`
+/// (for example a norm's weight) with `placements` on the mesh, by
+/// annotating them (sequence parallelism: a norm's output stays split by
+/// sequence). Returns the new text; throws CaptureError.
+std::string annotateUses(const std::string &text, const std::string &param,
+                         const std::string &meshName, const std::string &placements);
+
 } // namespace tdx::capture
 
 #endif // TDX_CAPTURE_CAPTURE_H

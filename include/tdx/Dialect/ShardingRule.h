@@ -41,6 +41,9 @@ struct ShardingRule {
   /// Operands that are added to the reduced value (a linear's bias): when a
   /// reduction factor is sharded they must be Partial too, not Replicate.
   llvm::SmallVector<bool> addedAfterReduction;
+  /// The op is linear in its single tensor operand (a reshape, transpose,
+  /// slice, negation, ...): a Partial operand can stay Partial through it.
+  bool linear = false;
 
   int64_t addFactor(int64_t size, FactorKind kind = FactorKind::Parallel) {
     factorSizes.push_back(size);
