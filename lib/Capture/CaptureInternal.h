@@ -19,9 +19,10 @@ at::Tensor makeFake(const at::Tensor &meta, c10::Device device,
                     c10::optional<c10::Storage> storage, bool deferred);
 
 /// The recording ops on this thread go to, or null.
-std::shared_ptr<Recording> currentRecording();
-/// Makes the storage of `tensor` belong to the current recording.
-void registerDeferredStorage(const at::Tensor &tensor);
+Recording *currentRecording();
+/// The DataPtr of a new fake storage: no data; for a deferred tensor its
+/// context refers (weakly) to the recording the tensor belongs to.
+c10::DataPtr fakeDataPtr(c10::Device device, Recording *recording);
 bool fakeCudaEnabled();
 /// Loads the dialects tdx programs use into `ctx`.
 void registerProgramDialects(mlir::MLIRContext &ctx);

@@ -8,42 +8,36 @@
 #include <c10/core/impl/LocalDispatchKeySet.h>
 #include <torch/library.h>
 
-#include <mutex>
 #include <unordered_map>
 
 using namespace tdx::capture;
 
 namespace {
 
-thread_local std::shared_ptr<Recording> tlsRecording;
-
-/// Which recording a deferred storage belongs to.
-std::mutex registryMutex;
-std::unordered_map<const c10::StorageImpl *, std::shared_ptr<Recording>> &registry() {
-  static std::unordered_map<const c10::StorageImpl *, std::shared_ptr<Recording>> r;
-  return r;
-}
+thread_local Recording *tlsRecording = nullptr;
 
 struct RecordingScope {
-  std::shared_ptr<Recording> previous;
-  explicit RecordingScope(std::shared_ptr<Recording> r) : previous(tlsRecording) {
-    tlsRecording = std::move(r);
-  }
+  Recording *previous;
+  explicit RecordingScope(Recording *r) : previous(tlsRecording) { tlsRecording = r; }
   ~RecordingScope() { tlsRecording = previous; }
 };
 
-std::shared_ptr<Recording> recordingOfArgs(const c10::OperatorHandle &op,
-                                           const torch::jit::Stack &stack) {
+void deleteRecordingRef(void *context) {
+  delete static_cast<std::weak_ptr<Recording> *>(context);
+}
+
+Recording *recordingOfArgs(const c10::OperatorHandle &op, const torch::jit::Stack &stack,
+                           std::shared_ptr<Recording> &keep) {
   size_t n = op.schema().arguments().size();
   for (size_t i = stack.size() - n; i < stack.size(); ++i) {
     const c10::IValue &v = stack[i];
     if (v.isTensor()) {
-      if (auto r = recordingOf(v.toTensor()))
-        return r;
+      if ((keep = recordingOf(v.toTensor())))
+        return keep.get();
     } else if (v.isTensorList()) {
       for (const at::Tensor &t : v.toTensorVector())
-        if (auto r = recordingOf(t))
-          return r;
+        if ((keep = recordingOf(t)))
+          return keep.get();
     }
   }
   return nullptr;
@@ -51,9 +45,10 @@ std::shared_ptr<Recording> recordingOfArgs(const c10::OperatorHandle &op,
 
 void deferredInitFallback(const c10::OperatorHandle &op, c10::DispatchKeySet,
                           torch::jit::Stack *stack) {
-  std::shared_ptr<Recording> recording = tlsRecording;
+  Recording *recording = tlsRecording;
+  std::shared_ptr<Recording> keep; // ops after deferred_init: the tensor's recording
   if (!recording)
-    recording = recordingOfArgs(op, *stack);
+    recording = recordingOfArgs(op, *stack, keep);
   size_t numArgs = op.schema().arguments().size();
   RecordedOp record;
   record.name = op.schema().name();
@@ -135,10 +130,17 @@ TORCH_LIBRARY_IMPL(_, DeferredInit, m) {
 
 namespace tdx::capture {
 
-std::shared_ptr<Recording> currentRecording() { return tlsRecording; }
+Recording *currentRecording() { return tlsRecording; }
+
+c10::DataPtr fakeDataPtr(c10::Device device, Recording *recording) {
+  if (!recording)
+    return c10::DataPtr(nullptr, device);
+  return c10::DataPtr(nullptr, new std::weak_ptr<Recording>(recording->weak_from_this()),
+                      &deleteRecordingRef, device);
+}
 
 void Recording::bindArgument(const at::Tensor &t) {
-  if (!t.defined() || !isFake(t) || known_.count(t.unsafeGetTensorImpl()))
+  if (!t.defined() || !isFake(t) || !known_.emplace(t.unsafeGetTensorImpl(), true).second)
     return;
   auto owner = storageOwner_.find(t.storage().unsafeGetStorageImpl());
   if (owner == storageOwner_.end())
@@ -148,7 +150,6 @@ void Recording::bindArgument(const at::Tensor &t) {
   alias.arguments = {owner->second, c10::IValue(t.sizes().vec()),
                      c10::IValue(t.strides().vec()), c10::IValue(t.storage_offset())};
   alias.results = {t};
-  known_[t.unsafeGetTensorImpl()] = true;
   ops_.push_back(std::move(alias));
 }
 
@@ -176,19 +177,13 @@ void Recording::record(RecordedOp op) {
   ops_.push_back(std::move(op));
 }
 
-void registerDeferredStorage(const at::Tensor &tensor) {
-  if (!tlsRecording)
-    return;
-  std::lock_guard<std::mutex> lock(registryMutex);
-  registry()[tensor.storage().unsafeGetStorageImpl()] = tlsRecording;
-}
-
 std::shared_ptr<Recording> recordingOf(const at::Tensor &tensor) {
   if (!isDeferred(tensor))
     return nullptr;
-  std::lock_guard<std::mutex> lock(registryMutex);
-  auto it = registry().find(tensor.storage().unsafeGetStorageImpl());
-  return it == registry().end() ? nullptr : it->second;
+  const c10::DataPtr &data = tensor.storage().data_ptr();
+  if (data.get_deleter() != &deleteRecordingRef)
+    return nullptr;
+  return static_cast<std::weak_ptr<Recording> *>(data.get_context())->lock();
 }
 
 bool isDeferred(const at::Tensor &tensor) {
@@ -201,7 +196,7 @@ std::shared_ptr<Recording> deferredInit(const std::function<void()> &build,
   auto recording = std::make_shared<Recording>();
   recording->setGeneratorState(at::detail::getDefaultCPUGenerator().get_state());
   recording->setSeed(static_cast<int64_t>(at::detail::getDefaultCPUGenerator().current_seed()));
-  RecordingScope scope(recording);
+  RecordingScope scope(recording.get());
   FakeMode fake(fakeCuda);
   c10::impl::IncludeDispatchKeyGuard include(c10::DispatchKey::DeferredInit);
   build();
@@ -209,7 +204,7 @@ std::shared_ptr<Recording> deferredInit(const std::function<void()> &build,
 }
 
 at::Tensor liftConstant(const at::Tensor &real) {
-  std::shared_ptr<Recording> recording = tlsRecording;
+  Recording *recording = tlsRecording;
   at::Tensor fake;
   {
     RealMode realMode;
@@ -227,9 +222,8 @@ at::Tensor liftConstant(const at::Tensor &real) {
 }
 
 void recordSetData(const at::Tensor &self, const at::Tensor &newData) {
-  std::shared_ptr<Recording> recording = recordingOf(self);
-  if (!recording)
-    recording = tlsRecording;
+  std::shared_ptr<Recording> owned = recordingOf(self);
+  Recording *recording = owned ? owned.get() : tlsRecording;
   if (recording && isFake(self)) {
     RecordedOp op;
     op.name = "tdx::set_data";

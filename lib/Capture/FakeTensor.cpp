@@ -7,6 +7,7 @@
 #include <c10/core/impl/LocalDispatchKeySet.h>
 #include <torch/library.h>
 
+#include <unordered_map>
 #include <unordered_set>
 
 using namespace tdx::capture;
@@ -37,14 +38,16 @@ bool readsData(const std::string &name) {
 at::Tensor toMeta(const at::Tensor &t) {
   if (!t.defined() || t.device().is_meta())
     return t;
-  if (t.storage_offset() == 0 && t.is_non_overlapping_and_dense())
-    return at::empty_strided(t.sizes(), t.strides(), t.options().device(c10::kMeta));
-  // Keep strides and the offset: views of one storage stay views.
-  int64_t storageElements =
-      static_cast<int64_t>(t.storage().nbytes() / std::max<size_t>(t.itemsize(), 1));
-  at::Tensor base = at::empty({std::max<int64_t>(storageElements, 0)},
-                              t.options().device(c10::kMeta));
-  return base.as_strided(t.sizes(), t.strides(), t.storage_offset());
+  // A meta tensor with the same storage size, sizes, strides and offset,
+  // built directly (this runs for every fake argument of every op).
+  c10::Storage storage(c10::make_intrusive<c10::StorageImpl>(
+      c10::StorageImpl::use_byte_size_t(), t.storage().nbytes(),
+      c10::DataPtr(nullptr, c10::Device(c10::kMeta)), /*allocator=*/nullptr,
+      /*resizable=*/false));
+  at::Tensor meta = at::detail::make_tensor<c10::TensorImpl>(
+      std::move(storage), c10::DispatchKeySet(c10::DispatchKey::Meta), t.dtype());
+  meta.unsafeGetTensorImpl()->set_sizes_and_strides(t.sizes(), t.strides(), t.storage_offset());
+  return meta;
 }
 
 } // namespace
@@ -103,13 +106,12 @@ at::Tensor makeFake(const at::Tensor &meta, c10::Device device,
   if (!storage)
     storage = c10::Storage(c10::make_intrusive<c10::StorageImpl>(
         c10::StorageImpl::use_byte_size_t(), meta.storage().nbytes(),
-        c10::DataPtr(nullptr, device), /*allocator=*/nullptr, /*resizable=*/false));
+        fakeDataPtr(device, deferred ? currentRecording() : nullptr), /*allocator=*/nullptr,
+        /*resizable=*/false));
   at::Tensor t = at::detail::make_tensor<c10::TensorImpl>(
       std::move(*storage), fakeKeys(device, deferred), meta.dtype());
   t.unsafeGetTensorImpl()->set_sizes_and_strides(meta.sizes(), meta.strides(),
                                                  meta.storage_offset());
-  if (deferred)
-    registerDeferredStorage(t);
   return t;
 }
 
@@ -128,6 +130,44 @@ at::Tensor metaLike(const at::Tensor &tensor) {
 } // namespace tdx::capture
 
 namespace {
+
+/// What the fallback needs to know about an operator, computed once.
+struct OpFacts {
+  std::vector<int> deviceArgs;      // Device / Device? arguments
+  std::vector<int> optionalDevice;  // Device? arguments
+  std::vector<int> aliased;         // per return: the argument it aliases, or -1
+  std::vector<bool> writes;         // per return: written in place
+  bool readsData = false;
+  bool isArange = false;
+};
+
+int aliasedArgument(const c10::FunctionSchema &schema, const c10::Argument &ret);
+
+const OpFacts &factsOf(const c10::FunctionSchema &schema) {
+  thread_local std::unordered_map<const c10::FunctionSchema *, OpFacts> cache;
+  auto it = cache.find(&schema);
+  if (it != cache.end())
+    return it->second;
+  OpFacts f;
+  for (size_t i = 0; i < schema.arguments().size(); ++i) {
+    const c10::TypePtr &type = schema.arguments()[i].type();
+    bool optional = type->kind() == c10::TypeKind::OptionalType;
+    c10::TypeKind kind =
+        optional ? type->castRaw<c10::OptionalType>()->getElementType()->kind() : type->kind();
+    if (kind == c10::TypeKind::DeviceObjType) {
+      f.deviceArgs.push_back(static_cast<int>(i));
+      if (optional)
+        f.optionalDevice.push_back(static_cast<int>(i));
+    }
+  }
+  for (const c10::Argument &ret : schema.returns()) {
+    f.aliased.push_back(aliasedArgument(schema, ret));
+    f.writes.push_back(ret.alias_info() && ret.alias_info()->isWrite());
+  }
+  f.readsData = readsData(schema.name());
+  f.isArange = schema.name() == "aten::arange";
+  return cache.emplace(&schema, std::move(f)).first->second;
+}
 
 /// Finds the argument a result aliases (same alias set), or -1.
 int aliasedArgument(const c10::FunctionSchema &schema, const c10::Argument &ret) {
@@ -185,16 +225,9 @@ void fakeFallback(const c10::OperatorHandle &op, c10::DispatchKeySet,
     }
   }
   // Factories (no tensor arguments) make fake tensors on the device asked.
-  bool hasDeviceArg = false;
-  for (size_t i = 0; i < numArgs; ++i) {
-    const c10::TypePtr &type = schema.arguments()[i].type();
-    bool isDevice = type->kind() == c10::TypeKind::DeviceObjType ||
-                    (type->kind() == c10::TypeKind::OptionalType &&
-                     type->castRaw<c10::OptionalType>()->getElementType()->kind() ==
-                         c10::TypeKind::DeviceObjType);
-    if (!isDevice)
-      continue;
-    hasDeviceArg = true;
+  const OpFacts &facts = factsOf(schema);
+  bool hasDeviceArg = !facts.deviceArgs.empty();
+  for (int i : facts.deviceArgs) {
     c10::IValue &v = (*stack)[argBase + i];
     if (v.isDevice())
       explicitDevice = v.toDevice();
@@ -204,7 +237,7 @@ void fakeFallback(const c10::OperatorHandle &op, c10::DispatchKeySet,
     op.callBoxed(stack);
     return;
   }
-  if (readsData(name))
+  if (facts.readsData)
     TORCH_CHECK(false, "tdx: ", name,
                 " reads the data of a fake tensor, which has none; materialize it "
                 "first (tdx.materialize_tensor / tdx.materialize_module)");
@@ -222,7 +255,7 @@ void fakeFallback(const c10::OperatorHandle &op, c10::DispatchKeySet,
 
   // libtorch 1.13's meta arange makes int64 for floating bounds; give it
   // the dtype the CPU kernel infers (the default dtype).
-  if (name == "aten::arange") {
+  if (facts.isArange) {
     bool integral = true;
     int dtypeIndex = -1;
     for (size_t i = 0; i < numArgs; ++i) {
@@ -256,14 +289,9 @@ void fakeFallback(const c10::OperatorHandle &op, c10::DispatchKeySet,
       v = c10::IValue(c10::Device(c10::kMeta));
     }
   }
-  for (size_t i = 0; i < numArgs; ++i) {
-    const c10::TypePtr &type = schema.arguments()[i].type();
-    if (type->kind() == c10::TypeKind::OptionalType &&
-        type->castRaw<c10::OptionalType>()->getElementType()->kind() ==
-            c10::TypeKind::DeviceObjType &&
-        (*stack)[argBase + i].isNone())
+  for (int i : facts.optionalDevice)
+    if ((*stack)[argBase + i].isNone())
       (*stack)[argBase + i] = c10::IValue(c10::Device(c10::kMeta));
-  }
 
   try {
     op.callBoxed(stack);
@@ -296,9 +324,8 @@ void fakeFallback(const c10::OperatorHandle &op, c10::DispatchKeySet,
   };
   for (size_t i = 0; i < numRets; ++i) {
     c10::IValue &r = (*stack)[retBase + i];
-    const c10::Argument &ret = schema.returns()[i];
-    int aliased = aliasedArgument(schema, ret);
-    bool write = ret.alias_info() && ret.alias_info()->isWrite();
+    int aliased = facts.aliased[i];
+    bool write = facts.writes[i];
     if (r.isTensor()) {
       r = wrap(r.toTensor(), aliased, write);
     } else if (r.isTensorList()) {

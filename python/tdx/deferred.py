@@ -172,10 +172,25 @@ def deferred_init(module_fn, *args, **kwargs):
     with _python_guards(fake_cuda=True):
         recording = _C.deferred_init(lambda: built.append(module_fn(*args, **kwargs)))
     module = built[0]
+    # The recording lives as long as what it built: the module, or the
+    # tensors returned.
     if isinstance(module, torch.nn.Module):
-        # Keep the recording alive as long as the module.
         object.__setattr__(module, "_tdx_recording", recording)
+    else:
+        for t in _tensors_in(module):
+            t._tdx_recording = recording
     return module
+
+
+def _tensors_in(value):
+    if isinstance(value, torch.Tensor):
+        yield value
+    elif isinstance(value, (list, tuple)):
+        for v in value:
+            yield from _tensors_in(v)
+    elif isinstance(value, dict):
+        for v in value.values():
+            yield from _tensors_in(v)
 
 
 def _recording(obj):
@@ -211,8 +226,9 @@ def _materialize_all(tensors, device):
     for t in tensors:
         rec = _C.recording_of(t)
         if rec is None:
-            raise CaptureError("this deferred tensor's recording is gone (its module "
-                               "was freed); build it again with tdx.deferred_init")
+            raise CaptureError("this deferred tensor's recording is gone (the module "
+                               "or tensors deferred_init returned were freed); keep "
+                               "them alive, or build again with tdx.deferred_init")
         by_recording.setdefault(id(rec), (rec, []))[1].append(t)
     real = {}
     for rec, ts in by_recording.values():

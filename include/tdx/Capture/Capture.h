@@ -108,8 +108,15 @@ bool isDeferred(const at::Tensor &tensor);
 /// The recording a deferred tensor belongs to, or null.
 std::shared_ptr<Recording> recordingOf(const at::Tensor &tensor);
 
-class Recording {
+/// A recording lives as long as its owner holds it (the module built by
+/// deferred_init keeps it); deferred tensors refer to it weakly.
+class Recording : public std::enable_shared_from_this<Recording> {
 public:
+  Recording() {
+    ops_.reserve(4096);
+    known_.reserve(4096);
+    storageOwner_.reserve(2048);
+  }
   /// Replays every recorded op through ATen, in recorded order, with the
   /// generator state recording started with (the global generator is
   /// restored afterwards), and returns the real tensor of each of `tensors`
