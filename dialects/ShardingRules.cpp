@@ -324,7 +324,8 @@ ShardingRule CrossEntropyOp::getShardingRule() {
 ShardingRule ReshapeOp::getShardingRule() {
   auto in = tensorType(getInput());
   auto out = cast<RankedTensorType>(getType());
-  if (!in.hasStaticShape() || !out.hasStaticShape())
+  if (!in.hasStaticShape() || !out.hasStaticShape() || in.getNumElements() == 0 ||
+      out.getNumElements() == 0)
     return ShardingRule::replicated(*this);
   ShardingRule rule;
   TensorFactors inDims(in.getRank()), outDims(out.getRank());
@@ -348,10 +349,12 @@ ShardingRule ReshapeOp::getShardingRule() {
     size_t i0 = i, j0 = j;
     int64_t pa = a[i++], pb = b[j++];
     while (pa != pb) {
-      if (pa < pb)
+      if (pa < pb && i < a.size())
         pa *= a[i++];
-      else
+      else if (pb < pa && j < b.size())
         pb *= b[j++];
+      else
+        return ShardingRule::replicated(*this); // products never meet
     }
     size_t na = i - i0, nb = j - j0;
     if (na == 1 && nb == 1) {
@@ -407,8 +410,9 @@ ShardingRule PermuteOp::getShardingRule() {
 ShardingRule SliceOp::getShardingRule() {
   auto in = tensorType(getInput());
   int64_t dim = *normalizeDim(static_cast<int64_t>(getDim()), in.getRank());
-  bool whole = in.getDimSize(dim) == cast<RankedTensorType>(getType()).getDimSize(dim) &&
-               static_cast<int64_t>(getStep()) == 1;
+  int64_t n = in.getDimSize(dim);
+  bool whole = !ShapedType::isDynamic(n) && static_cast<int64_t>(getStart()) == 0 &&
+               static_cast<int64_t>(getEnd()) >= n && static_cast<int64_t>(getStep()) == 1;
   ShardingRule rule = sameShapeRule(*this, whole ? ArrayRef<int64_t>{}
                                                  : ArrayRef<int64_t>{dim});
   // The sliced dim changes size: give the result its own factor there.

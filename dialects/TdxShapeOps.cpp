@@ -3,6 +3,7 @@
 #include "tdx/Dialect/TdxOps.h"
 
 #include "llvm/ADT/SmallSet.h"
+#include "llvm/Support/MathExtras.h"
 
 using namespace mlir;
 using namespace mlir::tdx;
@@ -41,8 +42,9 @@ LogicalResult ReshapeOp::inferReturnTypes(MLIRContext *, std::optional<Location>
     } else if (d < 0) {
       return emitOptionalError(loc, "'", getOperationName(), "' op shape has invalid size ",
                                d, "; sizes are >= 0, or -1 to infer one");
-    } else {
-      known *= d;
+    } else if (llvm::MulOverflow(known, d, known)) {
+      return emitOptionalError(loc, "'", getOperationName(),
+                               "' op shape has more elements than an int64 counts");
     }
   }
   if (!in.hasStaticShape()) {
@@ -168,9 +170,13 @@ LogicalResult ConcatOp::inferReturnTypes(MLIRContext *, std::optional<Location> 
     for (int64_t d = 0; d < t.getRank(); ++d) {
       int64_t a = shape[d], b = t.getDimSize(d);
       if (d == *dim) {
-        shape[d] = ShapedType::isDynamic(a) || ShapedType::isDynamic(b)
-                       ? ShapedType::kDynamic
-                       : a + b;
+        int64_t sum = 0;
+        if (!ShapedType::isDynamic(a) && !ShapedType::isDynamic(b) &&
+            llvm::AddOverflow(a, b, sum))
+          return emitOptionalError(loc, "'", getOperationName(),
+                                   "' op concatenated size overflows int64");
+        shape[d] = ShapedType::isDynamic(a) || ShapedType::isDynamic(b) ? ShapedType::kDynamic
+                                                                         : sum;
       } else if (!ShapedType::isDynamic(a) && !ShapedType::isDynamic(b) && a != b) {
         return emitOptionalError(loc, "'", getOperationName(), "' op input #", i + 1,
                                  " has size ", b, " in dim ", d, " but input #0 has ",

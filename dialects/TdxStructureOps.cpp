@@ -142,9 +142,14 @@ LogicalResult ParamRefOp::verifySymbolUses(SymbolTableCollection &symbols) {
   // In a partitioned module a reference reads this rank's shard.
   auto module = (*this)->getParentOfType<ModuleOp>();
   if (module && module->hasAttr("tdx.partitioned")) {
-    ShardingAttr sharding = isa<ParameterOp>(target)
-                                ? cast<ParameterOp>(target).getShardingAttr()
-                                : cast<BufferOp>(target).getShardingAttr();
+    // A tied name reads the value it shares, placed as that one is.
+    FlatSymbolRefAttr tied = isa<ParameterOp>(target) ? cast<ParameterOp>(target).getTiedToAttr()
+                                                      : cast<BufferOp>(target).getTiedToAttr();
+    Operation *owner = tied ? symbols.lookupNearestSymbolFrom(*this, tied) : target;
+    if (!owner || !isa<ParameterOp, BufferOp>(owner))
+      owner = target;
+    ShardingAttr sharding = isa<ParameterOp>(owner) ? cast<ParameterOp>(owner).getShardingAttr()
+                                                    : cast<BufferOp>(owner).getShardingAttr();
     if (sharding)
       if (auto mesh = symbols.lookupNearestSymbolFrom<MeshOp>(*this, sharding.getMesh()))
         declared = localType(cast<RankedTensorType>(declared),

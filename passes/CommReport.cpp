@@ -2,6 +2,7 @@
 
 #include "tdx/Dialect/TdxOps.h"
 #include "tdx/Passes/Passes.h"
+#include "tdx/Sharding/Layout.h"
 
 #include "mlir/Support/FileUtilities.h"
 #include "llvm/Support/JSON.h"
@@ -31,7 +32,7 @@ int64_t payloadBytes(Operation *op) {
   auto t = cast<RankedTensorType>(op->getOperand(0).getType());
   if (!t.hasStaticShape())
     return -1;
-  return t.getNumElements() * ((t.getElementTypeBitWidth() + 7) / 8);
+  return t.getNumElements() * elementBytes(t.getElementType());
 }
 
 struct CommReportPass : public mlir::tdx::impl::CommReportBase<CommReportPass> {

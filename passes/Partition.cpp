@@ -29,6 +29,7 @@ private:
   MeshOp mesh;
   ArrayRef<int64_t> meshShape;
   OpBuilder b;
+  SymbolTableCollection symbols;
 
   FlatSymbolRefAttr meshRef() {
     return FlatSymbolRefAttr::get(mesh.getSymNameAttr());
@@ -194,6 +195,11 @@ LogicalResult FunctionPartitioner::retype(Operation *op) {
     auto global = dyn_cast<RankedTensorType>(result.getType());
     if (!sharding || !global)
       return op->emitOpError("has a malformed 'tdx.shardings' attribute");
+    if (failed(sharding.verifyFor(op, global, symbols, "result placement")))
+      return failure();
+    if (sharding.getMesh().getAttr() != mesh.getSymNameAttr())
+      return op->emitOpError() << "is placed on mesh " << sharding.getMesh()
+                               << " but its function on @" << mesh.getSymName();
     result.setType(localType(global, sharding.getPlacements(), meshShape));
   }
   // Ops whose attributes spell out result sizes follow their result.
@@ -231,8 +237,16 @@ LogicalResult FunctionPartitioner::run() {
   for (BlockArgument arg : fn.getArguments()) {
     auto global = dyn_cast<RankedTensorType>(arg.getType());
     auto sharding = fn.getArgAttrOfType<ShardingAttr>(arg.getArgNumber(), "tdx.sharding");
-    if (global && sharding)
-      arg.setType(localType(global, sharding.getPlacements(), meshShape));
+    if (!global || !sharding)
+      continue;
+    if (failed(sharding.verifyFor(fn, global, symbols,
+                                  "placement of argument #" + std::to_string(arg.getArgNumber()))))
+      return failure();
+    if (sharding.getMesh().getAttr() != mesh.getSymNameAttr())
+      return fn.emitError() << "argument #" << arg.getArgNumber() << " is placed on mesh "
+                            << sharding.getMesh() << " but the function on @"
+                            << mesh.getSymName();
+    arg.setType(localType(global, sharding.getPlacements(), meshShape));
   }
   SmallVector<Operation *> ops;
   fn.walk([&](Operation *op) {

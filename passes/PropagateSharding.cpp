@@ -22,6 +22,7 @@
 #include "llvm/ADT/MapVector.h"
 
 #include <limits>
+#include <set>
 
 namespace mlir::tdx {
 #define GEN_PASS_DEF_PROPAGATESHARDING
@@ -147,6 +148,12 @@ private:
       }
       return true;
     };
+    // A max or min over an uneven split leaves a rank with no elements, and
+    // those reductions have no identity to give it.
+    if (rule.factorKinds[f] == FactorKind::Reduction &&
+        (rule.reduction == ReduceKind::Max || rule.reduction == ReduceKind::Min) &&
+        rule.factorSizes[f] % meshShape[axis] != 0)
+      return false;
     return llvm::all_of(rule.operands, check) && llvm::all_of(rule.results, check);
   }
   PlacementAttr requiredOperand(const ShardingRule &rule, size_t i, int64_t f,
@@ -282,6 +289,11 @@ LogicalResult FunctionPropagation::seed() {
     if (!inserted)
       leader[ref.getResult()] = it->second;
     if (sharding) {
+      if (sharding.getMesh().getAttr() != mesh.getSymNameAttr() ||
+          static_cast<int64_t>(sharding.getPlacements().size()) != rank)
+        return op->emitError() << "reads " << ref.getNameAttr() << ", placed on mesh "
+                               << sharding.getMesh() << ", but the function uses mesh @"
+                               << mesh.getSymName() << "; one function is placed on one mesh";
       State &s = state(ref.getResult());
       for (auto [axis, p] : llvm::enumerate(sharding.getPlacements()))
         s[axis] = {p, 0, target, true};
@@ -291,7 +303,8 @@ LogicalResult FunctionPropagation::seed() {
     auto sharding = fn.getArgAttrOfType<ShardingAttr>(arg.getArgNumber(), "tdx.sharding");
     if (!sharding || !isTensor(arg))
       continue;
-    if (sharding.getMesh().getAttr() != mesh.getSymNameAttr())
+    if (sharding.getMesh().getAttr() != mesh.getSymNameAttr() ||
+        static_cast<int64_t>(sharding.getPlacements().size()) != rank)
       return fn.emitError() << "argument #" << arg.getArgNumber()
                             << " is placed on mesh " << sharding.getMesh()
                             << " but the function uses mesh @" << mesh.getSymName()
@@ -664,11 +677,12 @@ void FunctionPropagation::rewrite() {
 LogicalResult FunctionPropagation::run() {
   if (failed(seed()))
     return failure();
-  int maxLevel = 0;
+  // One propagation per priority that occurs, highest (0) first.
+  std::set<int> levels = {0};
   for (Operation *op : ops)
     if (auto annotate = dyn_cast<AnnotateOp>(op))
-      maxLevel = std::max(maxLevel, static_cast<int>(annotate.getPriority()));
-  for (int level = 0; level <= maxLevel; ++level)
+      levels.insert(static_cast<int>(annotate.getPriority()));
+  for (int level : levels)
     if (failed(propagateLevel(level)))
       return failure();
   decide();
@@ -687,6 +701,14 @@ FailureOr<MeshOp> meshOfFunction(func::FuncOp fn, SymbolTableCollection &symbols
       uses.push_back({r.getSource().getMesh(), op->getLoc()});
     else if (auto ref = dyn_cast<ParamRefOp>(op)) {
       Operation *t = symbols.lookupNearestSymbolFrom(op, ref.getNameAttr());
+      // A tied name is placed where the value it shares is.
+      FlatSymbolRefAttr tied;
+      if (auto p = dyn_cast_or_null<ParameterOp>(t))
+        tied = p.getTiedToAttr();
+      if (auto b = dyn_cast_or_null<BufferOp>(t))
+        tied = b.getTiedToAttr();
+      if (tied)
+        t = symbols.lookupNearestSymbolFrom(op, tied);
       if (auto p = dyn_cast_or_null<ParameterOp>(t); p && p.getShardingAttr())
         uses.push_back({p.getShardingAttr().getMesh(), p.getLoc()});
       if (auto b = dyn_cast_or_null<BufferOp>(t); b && b.getShardingAttr())

@@ -222,6 +222,12 @@ at::Tensor liftConstant(const at::Tensor &real) {
 }
 
 void recordSetData(const at::Tensor &self, const at::Tensor &newData) {
+  // `t.data = t` (as Module._apply does when nothing changes) is a no-op.
+  if (self.unsafeGetTensorImpl() == newData.unsafeGetTensorImpl() ||
+      (self.storage().is_alias_of(newData.storage()) && self.sizes() == newData.sizes() &&
+       self.strides() == newData.strides() &&
+       self.storage_offset() == newData.storage_offset() && self.dtype() == newData.dtype()))
+    return;
   std::shared_ptr<Recording> owned = recordingOf(self);
   Recording *recording = owned ? owned.get() : tlsRecording;
   if (recording && isFake(self)) {

@@ -135,6 +135,9 @@ public:
       return constant(t, tensorType(b, t)); // a real tensor: Python scalars, constants
     c10::TensorImpl *impl = t.unsafeGetTensorImpl();
     auto storage = t.storage().unsafeGetStorageImpl();
+    if (!cur.count(impl) && !views.count(impl) && resolver)
+      if (Value v = resolver(t))
+        define(t, v);
     if (!cur.count(impl) && !views.count(impl)) {
       // A shallow copy the recording never saw (Python and autograd make
       // them): a view of whatever made its storage.
@@ -143,12 +146,16 @@ public:
         views[impl] = View{owner->second, nullptr, t.sizes().vec(), t.strides().vec(),
                            t.storage_offset()};
     }
-    if (!cur.count(impl) && !views.count(impl) && resolver)
-      if (Value v = resolver(t))
-        define(t, v);
     auto view = views.find(impl);
     if (view != views.end() && (!cur.count(impl) || seen[impl] != version[storage])) {
-      cur[impl] = applyView(read(view->second.base), view->second, t);
+      if (++depth > 10000)
+        throw CaptureError("tdx: " + current +
+                           " reads a tensor whose views lead back to itself; this is a "
+                           "tdx bug, please report it with the module");
+      View v = view->second;
+      Value base = read(v.base);
+      --depth;
+      cur[impl] = applyView(base, v, t);
       seen[impl] = version[storage];
     }
     auto it = cur.find(impl);
@@ -181,6 +188,7 @@ private:
   Location loc;
   int64_t seed;
   std::string current = "the module";
+  int depth = 0;
   int64_t stream = 0;
   std::unordered_map<c10::TensorImpl *, Value> cur;
   std::unordered_map<c10::TensorImpl *, int64_t> seen;
@@ -212,14 +220,15 @@ private:
   /// The data of a real tensor as a constant of `type`.
   Value constant(const at::Tensor &real, RankedTensorType type) {
     capture::RealMode realMode;
-    at::Tensor data = real.detach().contiguous().to(at::kDouble).flatten();
+    bool isFloat = isa<FloatType>(type.getElementType());
+    at::Tensor data =
+        real.detach().contiguous().to(isFloat ? at::kDouble : at::kLong).flatten();
     SmallVector<Attribute> values;
     for (int64_t i = 0; i < data.numel(); ++i) {
-      double v = data[i].item<double>();
-      if (isa<FloatType>(type.getElementType()))
-        values.push_back(b.getFloatAttr(type.getElementType(), v));
+      if (isFloat)
+        values.push_back(b.getFloatAttr(type.getElementType(), data[i].item<double>()));
       else
-        values.push_back(b.getIntegerAttr(type.getElementType(), static_cast<int64_t>(v)));
+        values.push_back(b.getIntegerAttr(type.getElementType(), data[i].item<int64_t>()));
     }
     return arith::ConstantOp::create(b, loc, DenseElementsAttr::get(type, values));
   }
@@ -654,6 +663,8 @@ private:
       bool isAlias = op.name == "tdx::alias";
       const at::Tensor &base = op.arguments[isAlias ? 0 : 1].toTensor();
       const at::Tensor &t = isAlias ? op.results[0].toTensor() : op.arguments[0].toTensor();
+      if (base.unsafeGetTensorImpl() == t.unsafeGetTensorImpl())
+        return;
       View v{base, nullptr, t.sizes().vec(), t.strides().vec(), t.storage_offset()};
       if (isAlias) {
         v.sizes = op.arguments[1].toIntVector();

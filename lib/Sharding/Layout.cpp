@@ -44,6 +44,14 @@ std::string mlir::tdx::layoutToString(ArrayRef<PlacementAttr> layout) {
   return s;
 }
 
+int64_t mlir::tdx::elementBytes(Type type) {
+  if (type.isIntOrFloat())
+    return (type.getIntOrFloatBitWidth() + 7) / 8;
+  if (auto complex = dyn_cast<ComplexType>(type))
+    return 2 * elementBytes(complex.getElementType());
+  return 8; // index and anything else: a machine word
+}
+
 int64_t mlir::tdx::localBytes(RankedTensorType global, ArrayRef<PlacementAttr> layout,
                               ArrayRef<int64_t> meshShape) {
   int64_t elements = 1;
@@ -53,8 +61,7 @@ int64_t mlir::tdx::localBytes(RankedTensorType global, ArrayRef<PlacementAttr> l
       return -1;
     elements *= chunkSize(size, shardGroupsOfDim(layout, meshShape, d)).max;
   }
-  int64_t width = global.getElementTypeBitWidth();
-  return elements * ((width + 7) / 8);
+  return elements * elementBytes(global.getElementType());
 }
 
 CostModel CostModel::uniform(int64_t rank, double bandwidth, double latency) {

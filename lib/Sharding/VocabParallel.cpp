@@ -40,8 +40,13 @@ struct Emitter {
   }
   Value reshape(Value v, ArrayRef<int64_t> shape) {
     auto t = cast<RankedTensorType>(v.getType());
+    // A rank-dependent (`?`) size is the one size the reshape infers.
+    SmallVector<int64_t> sizes(shape);
+    for (int64_t &s : sizes)
+      if (ShapedType::isDynamic(s))
+        s = -1;
     return ReshapeOp::create(b, loc, RankedTensorType::get(shape, t.getElementType()), v,
-                             b.getDenseI64ArrayAttr(shape));
+                             b.getDenseI64ArrayAttr(sizes));
   }
   Value castTo(Value v, Type elem) {
     auto t = cast<RankedTensorType>(v.getType());
@@ -106,8 +111,9 @@ FailureOr<Value> mlir::tdx::lowerVocabParallelEmbedding(OpBuilder &b, EmbeddingO
                         e.full(0, e.scalar(b.getI1Type())));
   Value safe = e.where(owned, local, zero);
   auto resultType = cast<RankedTensorType>(op.getType());
+  // padding_idx only shapes gradients; the local table has other row numbers.
   Value rowsOut = EmbeddingOp::create(b, op.getLoc(), resultType, op.getWeight(), safe,
-                                      op.getPaddingIdxAttr());
+                                      IntegerAttr());
   SmallVector<int64_t> maskShape(idsType.getShape());
   maskShape.push_back(1);
   Value mask = e.reshape(owned, maskShape);

@@ -133,3 +133,11 @@ func.func @expand_new_dim(%x: tensor<3x1xf32>) {
   %0 = tdx.expand %x [-1, 3, 1] : tensor<3x1xf32> -> tensor<1x3x1xf32>
   return
 }
+
+// -----
+
+func.func @reshape_overflow(%x: tensor<16xf32>) {
+  // expected-error @+1 {{'tdx.reshape' op shape has more elements than an int64 counts}}
+  %0 = tdx.reshape %x [1152921504606846977, 16] : tensor<16xf32> -> tensor<1152921504606846977x16xf32>
+  return
+}

@@ -31,3 +31,11 @@ func.func @annotated(%x: tensor<8xf32> {tdx.sharding = #tdx.sharding<@mesh, [Sha
 module attributes {tdx.partitioned} {
   func.func @f() { return }
 }
+
+// -----
+
+tdx.mesh @mesh shape = [2] axes = ["tp"]
+// expected-error @+1 {{'func.func' op placement of argument #0 has 2 placement(s) but mesh @mesh has 1 axes ("tp")}}
+func.func @bad_arg(%x: tensor<8xf32> {tdx.sharding = #tdx.sharding<@mesh, [Shard(0), Replicate]>}) -> tensor<8xf32> {
+  return %x : tensor<8xf32>
+}

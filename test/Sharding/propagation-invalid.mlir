@@ -33,3 +33,23 @@ module attributes {tdx.partitioned} {
   // expected-error @-1 {{tdx-propagate-sharding runs on the global view, but this module is already partitioned}}
   func.func @f() { return }
 }
+
+// -----
+
+tdx.mesh @mesh shape = [2] axes = ["tp"]
+tdx.mesh @other shape = [2, 2] axes = ["a", "b"]
+// expected-note @+1 {{mesh @other here}}
+tdx.parameter @w : tensor<8xf32> sharding <@other, [Shard(0), Replicate]> init {
+  %0 = tdx.full 0.0 : tensor<8xf32>
+  tdx.yield %0 : tensor<8xf32>
+}
+tdx.parameter @v : tensor<8xf32> tied_to @w
+// A tied name is placed where its owner is: two meshes in one function.
+// expected-error @+1 {{uses two meshes}}
+func.func @tied_mesh(%x: tensor<8xf32>) -> tensor<8xf32> {
+  // expected-note @+1 {{mesh @mesh here}}
+  %xs = tdx.annotate %x <@mesh, [Shard(0)]> : tensor<8xf32>
+  %v = tdx.param_ref @v : tensor<8xf32>
+  %s = tdx.add %xs, %v : (tensor<8xf32>, tensor<8xf32>) -> tensor<8xf32>
+  return %s : tensor<8xf32>
+}

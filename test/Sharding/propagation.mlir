@@ -82,3 +82,15 @@ func.func @uneven(%x: tensor<5x3xf32>) -> tensor<5x3xf32> {
   %e = tdx.exp %xs : tensor<5x3xf32>
   return %e : tensor<5x3xf32>
 }
+
+// -----
+
+// A huge priority is just a low priority (no loop over the numbers between).
+tdx.mesh @mesh shape = [2] axes = ["tp"]
+// CHECK-LABEL: func.func @huge_priority
+// CHECK: tdx.exp %{{.*}} {tdx.shardings = [#tdx.sharding<@mesh, [Shard(0)]>]}
+func.func @huge_priority(%x: tensor<8xf32>) -> tensor<8xf32> {
+  %xs = tdx.annotate %x <@mesh, [Shard(0)]> priority 2147483647 : tensor<8xf32>
+  %e = tdx.exp %xs : tensor<8xf32>
+  return %e : tensor<8xf32>
+}

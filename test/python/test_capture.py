@@ -174,3 +174,27 @@ def test_module_changed_after_deferred_init():
     m.bias = torch.nn.Parameter(torch.zeros(3))
     with pytest.raises(tdx.CaptureError, match=r"bias is not deferred"):
         tdx.capture(m)
+
+
+def test_module_apply_after_deferred_init_captures():
+    # Module._apply sets `p.data = fn(p)`, a self-assignment when nothing
+    # changes (.float() on a float model).
+    m = tdx.deferred_init(lambda: torch.nn.Linear(4, 4).float())
+    assert "tdx.parameter @weight" in tdx.capture(m).mlir
+
+
+class SharedStorage(torch.nn.Module):
+    def __init__(self):
+        super().__init__()
+        w = torch.randn(8, 4)
+        self.a = torch.nn.Parameter(w[:4])
+        self.b = torch.nn.Parameter(w[4:])
+
+    def forward(self, x):
+        return x @ self.a.t() + x @ self.b.t()
+
+
+def test_parameters_sharing_a_storage_are_read_by_name():
+    prog = tdx.trace(tdx.deferred_init(SharedStorage), torch.randn(2, 4))
+    assert "tdx.param_ref @a" in prog.mlir and "tdx.param_ref @b" in prog.mlir
+    assert tdx_opt(prog.mlir).returncode == 0
