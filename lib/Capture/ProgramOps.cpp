@@ -23,6 +23,10 @@
 #include "mlir/Parser/Parser.h"
 #include "mlir/Pass/PassManager.h"
 #include "mlir/Transforms/Passes.h"
+#include "llvm/Support/FormatVariadic.h"
+#include "llvm/Support/JSON.h"
+
+#include <cmath>
 
 using namespace mlir;
 using namespace mlir::tdx;
@@ -223,6 +227,127 @@ std::string annotateUses(const std::string &text, const std::string &param,
   std::string out;
   llvm::raw_string_ostream os(out);
   module->print(os);
+  return out;
+}
+
+namespace {
+
+llvm::json::Value typeToJson(Type type) {
+  auto t = dyn_cast<RankedTensorType>(type);
+  if (!t)
+    return llvm::json::Object{{"other", llvm::formatv("{0}", type).str()}};
+  llvm::json::Array shape;
+  for (int64_t d : t.getShape())
+    shape.push_back(ShapedType::isDynamic(d) ? llvm::json::Value(nullptr) : llvm::json::Value(d));
+  std::string dtype;
+  llvm::raw_string_ostream os(dtype);
+  t.getElementType().print(os);
+  return llvm::json::Object{{"shape", std::move(shape)}, {"dtype", dtype}};
+}
+
+llvm::json::Value attrToJson(Attribute a) {
+  if (auto i = dyn_cast<IntegerAttr>(a))
+    return i.getType().isInteger(1) ? llvm::json::Value(i.getValue().getBoolValue())
+                                    : llvm::json::Value(i.getValue().getSExtValue());
+  if (auto f = dyn_cast<FloatAttr>(a)) {
+    double v = f.getValueAsDouble();
+    if (!std::isfinite(v)) // JSON has no infinities: "inf", "-inf", "nan"
+      return std::isnan(v) ? "nan" : (v > 0 ? "inf" : "-inf");
+    return v;
+  }
+  if (auto b = dyn_cast<BoolAttr>(a))
+    return b.getValue();
+  if (auto s = dyn_cast<StringAttr>(a))
+    return s.getValue().str();
+  if (isa<UnitAttr>(a))
+    return true;
+  if (auto d = dyn_cast<DenseI64ArrayAttr>(a)) {
+    llvm::json::Array out;
+    for (int64_t x : d.asArrayRef())
+      out.push_back(x);
+    return out;
+  }
+  if (auto arr = dyn_cast<ArrayAttr>(a)) {
+    llvm::json::Array out;
+    for (Attribute e : arr)
+      out.push_back(attrToJson(e));
+    return out;
+  }
+  if (auto dict = dyn_cast<DictionaryAttr>(a)) {
+    llvm::json::Object out;
+    for (NamedAttribute n : dict)
+      out[n.getName().str()] = attrToJson(n.getValue());
+    return out;
+  }
+  if (auto dense = dyn_cast<DenseElementsAttr>(a)) {
+    llvm::json::Array out;
+    if (isa<FloatType>(dense.getElementType()))
+      for (APFloat v : dense.getValues<APFloat>()) {
+        double d = v.convertToDouble();
+        if (std::isfinite(d))
+          out.push_back(d);
+        else
+          out.push_back(std::isnan(d) ? "nan" : (d > 0 ? "inf" : "-inf"));
+      }
+    else
+      for (APInt v : dense.getValues<APInt>())
+        out.push_back(v.getSExtValue());
+    return llvm::json::Object{{"dense", std::move(out)}};
+  }
+  if (auto sym = dyn_cast<FlatSymbolRefAttr>(a))
+    return sym.getValue().str();
+  std::string text;
+  llvm::raw_string_ostream os(text);
+  a.print(os);
+  return text;
+}
+
+} // namespace
+
+std::string functionToJson(const std::string &text, const std::string &function) {
+  MLIRContext ctx;
+  registerProgramDialects(ctx);
+  Diagnostics diags(ctx);
+  OwningOpRef<ModuleOp> module = parseSourceString<ModuleOp>(text, &ctx);
+  if (!module)
+    throw CaptureError("tdx: the program does not parse:\n" + diags.text);
+  auto fn = SymbolTable::lookupNearestSymbolFrom<func::FuncOp>(
+      *module, StringAttr::get(&ctx, function));
+  if (!fn)
+    throw CaptureError("tdx: the program has no function @" + function);
+  DenseMap<Value, std::string> names;
+  llvm::json::Array args;
+  for (BlockArgument arg : fn.getArguments()) {
+    names[arg] = "arg" + std::to_string(arg.getArgNumber());
+    llvm::json::Object a{{"type", typeToJson(arg.getType())}};
+    if (auto s = fn.getArgAttr(arg.getArgNumber(), "tdx.sharding"))
+      a["sharding"] = attrToJson(s);
+    args.push_back(std::move(a));
+  }
+  llvm::json::Array ops;
+  int counter = 0;
+  for (Operation &op : fn.getBody().front()) {
+    llvm::json::Object o{{"name", op.getName().getStringRef().str()}};
+    llvm::json::Array operands, results, types;
+    for (Value v : op.getOperands())
+      operands.push_back(names.lookup(v));
+    for (Value r : op.getResults()) {
+      names[r] = "v" + std::to_string(counter++);
+      results.push_back(names[r]);
+      types.push_back(typeToJson(r.getType()));
+    }
+    llvm::json::Object attrs;
+    for (NamedAttribute n : op.getAttrs())
+      attrs[n.getName().str()] = attrToJson(n.getValue());
+    o["operands"] = std::move(operands);
+    o["results"] = std::move(results);
+    o["types"] = std::move(types);
+    o["attrs"] = std::move(attrs);
+    ops.push_back(std::move(o));
+  }
+  std::string out;
+  llvm::raw_string_ostream os(out);
+  os << llvm::json::Value(llvm::json::Object{{"args", std::move(args)}, {"ops", std::move(ops)}});
   return out;
 }
 

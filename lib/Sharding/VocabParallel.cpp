@@ -166,7 +166,7 @@ FailureOr<Value> mlir::tdx::lowerVocabParallelCrossEntropy(OpBuilder &b, CrossEn
   Value first = e.cmp(CmpPredicate::eq, coord, e.full(0, e.scalar(b.getI64Type())));
   Value loss = e.binary<SubOp>(e.where(first, lse, e.full(0, e.scalar(f))), picked);
   Value valid = e.cmp(CmpPredicate::ne, t,
-                      e.full(static_cast<double>(op.getIgnoreIndex()), e.scalar(idElem)));
+                      e.full(static_cast<double>(static_cast<int64_t>(op.getIgnoreIndex())), e.scalar(idElem)));
   loss = e.where(valid, loss, e.full(0, e.scalar(f)));
   auto all = [&](Value v) {
     auto vt = cast<RankedTensorType>(v.getType());

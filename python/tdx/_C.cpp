@@ -123,6 +123,7 @@ PYBIND11_MODULE(_C, m) {
       .def("__enter__", [](TraceGuard &g) { g.enter(); })
       .def("__exit__", [](TraceGuard &g, py::args) { g.exit(); });
   m.def("verify_mlir", &verifyMlir, py::arg("text"));
+  m.def("function_to_json", &functionToJson, py::arg("text"), py::arg("function") = "forward");
   m.def("annotate_uses", &annotateUses, py::arg("text"), py::arg("param"),
         py::arg("mesh_name"), py::arg("placements"));
   m.def("annotate", &annotate, py::arg("text"), py::arg("target"), py::arg("mesh_name"),

@@ -226,6 +226,14 @@ std::string annotate(const std::string &text, const std::string &target,
 std::string annotateUses(const std::string &text, const std::string &param,
                          const std::string &meshName, const std::string &placements);
 
+/// The ops of `func.func @<function>` as JSON, for tools that interpret
+/// programs (the test suite's reference executor): a list of
+/// {"name", "operands", "results", "types", "attrs"} in program order, with
+/// value names "argN" / "vN", types as {"shape", "dtype"}, and attributes as
+/// JSON numbers, strings, lists and objects (placements as their text).
+/// Also "args": the function's argument types and "tdx.sharding" texts.
+std::string functionToJson(const std::string &text, const std::string &function);
+
 } // namespace tdx::capture
 
 #endif // TDX_CAPTURE_CAPTURE_H
