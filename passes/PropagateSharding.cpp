@@ -156,6 +156,8 @@ private:
       return false;
     return llvm::all_of(rule.operands, check) && llvm::all_of(rule.results, check);
   }
+  PlacementAttr placementFor(const ShardingRule &rule, const TensorFactors &dims,
+                             int64_t f, int64_t axis, bool partialWithout);
   PlacementAttr requiredOperand(const ShardingRule &rule, size_t i, int64_t f,
                                 int64_t axis);
   PlacementAttr producedResult(const ShardingRule &rule, size_t j, int64_t f,
@@ -167,36 +169,34 @@ private:
   std::string describe(const ShardingRule &rule, Operation *op, int64_t f);
 };
 
-PlacementAttr FunctionPropagation::requiredOperand(const ShardingRule &rule,
-                                                   size_t i, int64_t f,
-                                                   int64_t axis) {
+/// The placement on `axis` of a tensor with factors `dims` when the op
+/// shards factor `f` there. Without `f` the tensor is replicated, or Partial
+/// when `f` is a reduction factor and `partialWithout` (results; operands
+/// added after the reduction).
+PlacementAttr FunctionPropagation::placementFor(const ShardingRule &rule,
+                                                const TensorFactors &dims, int64_t f,
+                                                int64_t axis, bool partialWithout) {
   MLIRContext *ctx = fn.getContext();
   if (f == kPartialThrough)
     return PlacementAttr::partial(ctx, ReduceKind::Sum);
   if (f < 0)
     return PlacementAttr::replicate(ctx);
-  int64_t d = ShardingRule::dimOfFactor(rule.operands[i], f);
-  if (d >= 0 && canShard(rule, rule.operands[i], d, axis))
+  int64_t d = ShardingRule::dimOfFactor(dims, f);
+  if (d >= 0 && canShard(rule, dims, d, axis))
     return PlacementAttr::shard(ctx, d);
-  if (rule.factorKinds[f] == FactorKind::Reduction && rule.addedAfterReduction[i])
+  if (rule.factorKinds[f] == FactorKind::Reduction && partialWithout)
     return PlacementAttr::partial(ctx, rule.reduction);
   return PlacementAttr::replicate(ctx);
 }
 
-PlacementAttr FunctionPropagation::producedResult(const ShardingRule &rule,
-                                                  size_t j, int64_t f,
-                                                  int64_t axis) {
-  MLIRContext *ctx = fn.getContext();
-  if (f == kPartialThrough)
-    return PlacementAttr::partial(ctx, ReduceKind::Sum);
-  if (f < 0)
-    return PlacementAttr::replicate(ctx);
-  int64_t d = ShardingRule::dimOfFactor(rule.results[j], f);
-  if (d >= 0 && canShard(rule, rule.results[j], d, axis))
-    return PlacementAttr::shard(ctx, d);
-  if (rule.factorKinds[f] == FactorKind::Reduction)
-    return PlacementAttr::partial(ctx, rule.reduction);
-  return PlacementAttr::replicate(ctx);
+PlacementAttr FunctionPropagation::requiredOperand(const ShardingRule &rule, size_t i,
+                                                   int64_t f, int64_t axis) {
+  return placementFor(rule, rule.operands[i], f, axis, rule.addedAfterReduction[i]);
+}
+
+PlacementAttr FunctionPropagation::producedResult(const ShardingRule &rule, size_t j,
+                                                  int64_t f, int64_t axis) {
+  return placementFor(rule, rule.results[j], f, axis, /*partialWithout=*/true);
 }
 
 double FunctionPropagation::changeCost(Value v, ArrayRef<PlacementAttr> from,

@@ -56,16 +56,37 @@ struct Diagnostics {
     });
   }
 };
+/// A program parsed in a context of its own, with its diagnostics collected.
+struct ParsedProgram {
+  MLIRContext ctx;
+  Diagnostics diags{ctx};
+  OwningOpRef<ModuleOp> module;
+
+  explicit ParsedProgram(const std::string &text) {
+    registerProgramDialects(ctx);
+    module = parseSourceString<ModuleOp>(text, &ctx);
+  }
+  /// The module, or a CaptureError with the parse errors.
+  ModuleOp get() {
+    if (!module)
+      throw CaptureError("tdx: the program does not parse:\n" + diags.text);
+    return *module;
+  }
+  std::string print() {
+    std::string out;
+    llvm::raw_string_ostream os(out);
+    module->print(os);
+    return out;
+  }
+};
+
 } // namespace
 
 std::string verifyMlir(const std::string &text) {
-  MLIRContext ctx;
-  registerProgramDialects(ctx);
-  Diagnostics diags(ctx);
-  OwningOpRef<ModuleOp> module = parseSourceString<ModuleOp>(text, &ctx);
-  if (!module)
-    return diags.text.empty() ? "error: cannot parse the module" : diags.text;
-  return diags.text;
+  ParsedProgram program(text);
+  if (!program.module)
+    return program.diags.text.empty() ? "error: cannot parse the module" : program.diags.text;
+  return program.diags.text;
 }
 
 std::string runPipeline(const std::string &text, const std::string &pipeline) {
@@ -75,12 +96,10 @@ std::string runPipeline(const std::string &text, const std::string &pipeline) {
     return true;
   }();
   (void)registered;
-  MLIRContext ctx;
-  registerProgramDialects(ctx);
-  Diagnostics diags(ctx);
-  OwningOpRef<ModuleOp> module = parseSourceString<ModuleOp>(text, &ctx);
-  if (!module)
-    throw CaptureError("tdx: the program does not parse:\n" + diags.text);
+  ParsedProgram program(text);
+  ModuleOp module = program.get();
+  MLIRContext &ctx = program.ctx;
+  std::string &diagText = program.diags.text;
   PassManager pm(&ctx);
   // The manager is anchored on builtin.module: parse what runs inside it.
   llvm::StringRef inner = llvm::StringRef(pipeline).trim();
@@ -90,35 +109,30 @@ std::string runPipeline(const std::string &text, const std::string &pipeline) {
   llvm::raw_string_ostream es(error);
   if (failed(parsePassPipeline(inner, pm, es)))
     throw CaptureError("tdx: cannot parse the pass pipeline '" + pipeline + "': " + error);
-  if (failed(pm.run(*module)))
-    throw CaptureError("tdx: the pipeline '" + pipeline + "' failed:\n" + diags.text);
-  std::string out;
-  llvm::raw_string_ostream os(out);
-  module->print(os);
-  return out;
+  if (failed(pm.run(module)))
+    throw CaptureError("tdx: the pipeline '" + pipeline + "' failed:\n" + diagText);
+  return program.print();
 }
 
 std::string annotate(const std::string &text, const std::string &target,
                      const std::string &meshName, const std::vector<int64_t> &shape,
                      const std::vector<std::string> &axes,
                      const std::string &placements) {
-  MLIRContext ctx;
-  registerProgramDialects(ctx);
-  Diagnostics diags(ctx);
-  OwningOpRef<ModuleOp> module = parseSourceString<ModuleOp>(text, &ctx);
-  if (!module)
-    throw CaptureError("tdx: the program does not parse:\n" + diags.text);
+  ParsedProgram program(text);
+  ModuleOp module = program.get();
+  MLIRContext &ctx = program.ctx;
+  Diagnostics &diags = program.diags;
   OpBuilder b(&ctx);
-  SymbolTable symbols(*module);
+  SymbolTable symbols(module);
 
   // The mesh.
   auto mesh = symbols.lookup<MeshOp>(meshName);
   if (!mesh) {
     if (symbols.lookup(meshName))
       throw CaptureError("tdx: '" + meshName + "' already names something that is not a mesh");
-    b.setInsertionPointToStart(module->getBody());
+    b.setInsertionPointToStart(module.getBody());
     SmallVector<StringRef> names(axes.begin(), axes.end());
-    mesh = MeshOp::create(b, module->getLoc(), meshName, b.getDenseI64ArrayAttr(shape),
+    mesh = MeshOp::create(b, module.getLoc(), meshName, b.getDenseI64ArrayAttr(shape),
                           b.getStrArrayAttr(names));
     symbols.insert(mesh);
     if (failed(verify(mesh)))
@@ -179,22 +193,17 @@ std::string annotate(const std::string &text, const std::string &target,
     else
       buffer.setShardingAttr(sharding);
   }
-  std::string out;
-  llvm::raw_string_ostream os(out);
-  module->print(os);
-  return out;
+  return program.print();
 }
 
 std::string annotateUses(const std::string &text, const std::string &param,
                          const std::string &meshName, const std::string &placements) {
-  MLIRContext ctx;
-  registerProgramDialects(ctx);
-  Diagnostics diags(ctx);
-  OwningOpRef<ModuleOp> module = parseSourceString<ModuleOp>(text, &ctx);
-  if (!module)
-    throw CaptureError("tdx: the program does not parse:\n" + diags.text);
+  ParsedProgram program(text);
+  ModuleOp module = program.get();
+  MLIRContext &ctx = program.ctx;
+  Diagnostics &diags = program.diags;
   auto fn = SymbolTable::lookupNearestSymbolFrom<func::FuncOp>(
-      *module, StringAttr::get(&ctx, "forward"));
+      module, StringAttr::get(&ctx, "forward"));
   if (!fn)
     throw CaptureError("tdx: the program has no forward function; trace the model first");
   std::string attrText = "#tdx.sharding<@" + meshName + ", " + placements + ">";
@@ -224,10 +233,7 @@ std::string annotateUses(const std::string &text, const std::string &param,
   }
   if (!placed)
     throw CaptureError("tdx: the forward does not use parameter '" + param + "'");
-  std::string out;
-  llvm::raw_string_ostream os(out);
-  module->print(os);
-  return out;
+  return program.print();
 }
 
 namespace {
@@ -305,14 +311,11 @@ llvm::json::Value attrToJson(Attribute a) {
 } // namespace
 
 std::string functionToJson(const std::string &text, const std::string &function) {
-  MLIRContext ctx;
-  registerProgramDialects(ctx);
-  Diagnostics diags(ctx);
-  OwningOpRef<ModuleOp> module = parseSourceString<ModuleOp>(text, &ctx);
-  if (!module)
-    throw CaptureError("tdx: the program does not parse:\n" + diags.text);
+  ParsedProgram program(text);
+  ModuleOp module = program.get();
+  MLIRContext &ctx = program.ctx;
   auto fn = SymbolTable::lookupNearestSymbolFrom<func::FuncOp>(
-      *module, StringAttr::get(&ctx, function));
+      module, StringAttr::get(&ctx, function));
   if (!fn)
     throw CaptureError("tdx: the program has no function @" + function);
   DenseMap<Value, std::string> names;
