@@ -5,11 +5,14 @@
 #     op counts), canonicalize and cse;
 #  2. shard a GPT-style decoder on a 2x2 (dp, tp) mesh (examples/gpt-2x2.mlir):
 #     propagate placements, insert collectives, partition into the per-rank
-#     program, and print the communication report.
+#     program, and print the communication report;
+#  3. the same from Python (examples/gpt_2x2.py): deferred-init a GPT-style
+#     model, trace it, parallelize it on a 2x2 mesh, report its
+#     communication, and materialize it bitwise equal to eager.
 set -euo pipefail
 root="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 build="${TDX_BUILD_DIR:-$root/build}"
-"$root/scripts/build.sh" tdx-opt
+"$root/scripts/build.sh"
 model="$root/examples/gpt2-tiny.mlir"
 sharded="$root/examples/gpt-2x2.mlir"
 
@@ -29,3 +32,7 @@ echo "== tdx-opt $(basename "$sharded") --tdx-propagate-sharding --tdx-insert-co
 echo
 echo "== the per-rank forward, first 12 lines (all in $build/gpt-2x2.local.mlir)"
 sed -n '/func.func @forward/,$p' "$build/gpt-2x2.local.mlir" | head -12
+
+echo
+echo "== /usr/bin/python3 examples/gpt_2x2.py"
+(. "$build/env.sh" && /usr/bin/python3 "$root/examples/gpt_2x2.py")
