@@ -234,6 +234,12 @@ LogicalResult FunctionPartitioner::retype(Operation *op) {
 }
 
 LogicalResult FunctionPartitioner::run() {
+  // The global signature stays on the function for whoever feeds the per-rank
+  // program global tensors (the model binaries' driver).
+  for (auto [i, t] : llvm::enumerate(fn.getFunctionType().getInputs()))
+    fn.setArgAttr(i, "tdx.global_type", TypeAttr::get(t));
+  for (auto [i, t] : llvm::enumerate(fn.getFunctionType().getResults()))
+    fn.setResultAttr(i, "tdx.global_type", TypeAttr::get(t));
   for (BlockArgument arg : fn.getArguments()) {
     auto global = dyn_cast<RankedTensorType>(arg.getType());
     auto sharding = fn.getArgAttrOfType<ShardingAttr>(arg.getArgNumber(), "tdx.sharding");

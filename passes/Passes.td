@@ -123,7 +123,8 @@ def Partition : Pass<"tdx-partition", "::mlir::ModuleOp"> {
     rank-dependent `tdx.chunk` / zeroing through `tdx.mesh_coord`. Each
     collective records its largest per-rank payload in `tdx.payload_bytes`.
     Parameter declarations keep their global type and sharding; references
-    read the local shard. The module is marked `tdx.partitioned`.
+    read the local shard; each function argument and result keeps its global
+    type in `tdx.global_type`. The module is marked `tdx.partitioned`.
   }];
 }
 

@@ -24,6 +24,7 @@ from .deferred import (
     meta_like,
 )
 from .program import Program, capture, trace
+from .compile import Executable, compile
 from .sharding import (
     ColwiseParallel,
     DeviceMesh,
@@ -38,6 +39,8 @@ from .sharding import (
 )
 
 __all__ = [
+    "Executable",
+    "compile",
     "ColwiseParallel",
     "DeviceMesh",
     "Partial",

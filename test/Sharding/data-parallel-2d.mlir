@@ -8,7 +8,7 @@ tdx.parameter @w : tensor<32x16xf32> sharding <@mesh, [Replicate, Replicate]> in
   tdx.yield %0 : tensor<32x16xf32>
 }
 // CHECK-LABEL: func.func @forward
-// CHECK-SAME: tensor<2x8x16xf32> {tdx.sharding = #tdx.sharding<@mesh, [Shard(0), Shard(0)]>}
+// CHECK-SAME: tensor<2x8x16xf32> {tdx.global_type = {{[^,]*}}, tdx.sharding = #tdx.sharding<@mesh, [Shard(0), Shard(0)]>}
 // CHECK: tdx.linear {{.*}} : (tensor<2x8x16xf32>, tensor<32x16xf32>) -> tensor<2x8x32xf32>
 // CHECK: tdx.relu {{.*}} : tensor<2x8x32xf32>
 // CHECK: tdx.sum {{.*}} {tdx.shardings = [#tdx.sharding<@mesh, [Shard(0), Shard(0)]>]} : tensor<2x8x32xf32> -> tensor<2x8xf32>

@@ -12,7 +12,7 @@ tdx.parameter @w2 : tensor<16x64xf32> sharding <@mesh, [Replicate, Shard(1)]> in
   tdx.yield %0 : tensor<16x64xf32>
 }
 // CHECK-LABEL: func.func @forward
-// CHECK-SAME: (%[[X:.*]]: tensor<4x16xf32> {tdx.sharding = #tdx.sharding<@mesh, [Shard(0), Replicate]>}) -> tensor<4x16xf32>
+// CHECK-SAME: (%[[X:.*]]: tensor<4x16xf32> {tdx.global_type = tensor<8x16xf32>, tdx.sharding = #tdx.sharding<@mesh, [Shard(0), Replicate]>}) -> (tensor<4x16xf32> {tdx.global_type = {{.*}}})
 // CHECK: tdx.linear %[[X]], %{{.*}} : (tensor<4x16xf32>, tensor<32x16xf32>) -> tensor<4x32xf32>
 // CHECK: %[[P:.*]] = tdx.linear {{.*}} {tdx.shardings = [#tdx.sharding<@mesh, [Shard(0), Partial(sum)]>]} : (tensor<4x32xf32>, tensor<16x32xf32>) -> tensor<4x16xf32>
 // CHECK: %[[Y:.*]] = tdx.all_reduce %[[P]] on @mesh axes = ["tp"] reduce = sum {{.*}} : tensor<4x16xf32> -> tensor<4x16xf32>

@@ -25,7 +25,7 @@ tdx.parameter @fc2.bias : tensor<16xf32> init {
 // CHECK: tdx.parameter @fc1.bias : tensor<64xf32> sharding <@mesh, [Shard(0)]>
 // CHECK: tdx.parameter @fc2.bias : tensor<16xf32> sharding <@mesh, [Replicate]>
 // CHECK-LABEL: func.func @forward
-// CHECK-SAME: (%[[X:.*]]: tensor<8x16xf32> {tdx.sharding = #tdx.sharding<@mesh, [Replicate]>}) -> tensor<8x16xf32>
+// CHECK-SAME: (%[[X:.*]]: tensor<8x16xf32> {tdx.global_type = {{[^,]*}}, tdx.sharding = #tdx.sharding<@mesh, [Replicate]>}) -> (tensor<8x16xf32> {tdx.global_type = {{.*}}})
 // CHECK: %[[W1:.*]] = tdx.param_ref @fc1.weight {{.*}} : tensor<16x16xf32>
 // CHECK: %[[B1:.*]] = tdx.param_ref @fc1.bias {{.*}} : tensor<16xf32>
 // CHECK: %[[H:.*]] = tdx.linear %[[X]], %[[W1]], %[[B1]] {tdx.shardings = [#tdx.sharding<@mesh, [Shard(1)]>]} : (tensor<8x16xf32>, tensor<16x16xf32>, tensor<16xf32>) -> tensor<8x16xf32>

@@ -94,7 +94,7 @@ func.func @through_replicate(%x: tensor<8x16xf32> {tdx.sharding = #tdx.sharding<
 // the local dim is '?' and gathering gives back all 5.
 tdx.mesh @mesh shape = [4] axes = ["tp"]
 // CHECK-LABEL: func.func @uneven
-// CHECK-SAME: (%[[X:.*]]: tensor<?x16xf32> {{.*}}) -> tensor<5x16xf32>
+// CHECK-SAME: (%[[X:.*]]: tensor<?x16xf32> {{.*}}) -> (tensor<5x16xf32> {tdx.global_type = {{.*}}})
 // CHECK: tdx.all_gather %[[X]] on @mesh axes = ["tp"] dim = 0 {tdx.payload_bytes = 128 : i64{{.*}}} : tensor<?x16xf32> -> tensor<5x16xf32>
 func.func @uneven(%x: tensor<5x16xf32> {tdx.sharding = #tdx.sharding<@mesh, [Shard(0)]>}) -> tensor<5x16xf32> {
   %0 = tdx.redistribute %x <@mesh, [Shard(0)]> to <@mesh, [Replicate]> {tdx.shardings = [#tdx.sharding<@mesh, [Replicate]>]} : tensor<5x16xf32>

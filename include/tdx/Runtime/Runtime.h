@@ -1,0 +1,137 @@
+//===- Runtime.h - the CPU runtime of tdx model binaries ---------*- C++ -*-===//
+//
+// What the C++ that `tdx-translate --tdx-to-cpp` emits calls into: compute
+// through ATen (numerics as in PyTorch eager), collectives over mesh-axis
+// sub-groups on MPI, sharded init through the counter-based generator, and
+// the driver (`runMain`) that gives every model binary the same command line:
+//
+//   mpirun -np N ./model --inputs in.safetensors --outputs out.safetensors
+//                        [--params params.safetensors] [--seed S] [--verbose]
+//
+// This header includes ATen and MPI; only emitted programs and the runtime
+// include it.
+//
+//===----------------------------------------------------------------------===//
+
+#ifndef TDX_RUNTIME_RUNTIME_H
+#define TDX_RUNTIME_RUNTIME_H
+
+#include <ATen/ATen.h>
+
+#include <functional>
+#include <map>
+#include <string>
+#include <vector>
+
+namespace tdx::rt {
+
+/// One placement per mesh axis: {'S', dim}, {'R', 0} or {'P', reduce}.
+struct Placement {
+  char kind;
+  int64_t value;
+};
+using Layout = std::vector<Placement>;
+/// Parses "[Shard(0), Replicate, Partial(sum)]".
+Layout parseLayout(const std::string &text);
+
+enum Reduce : int64_t { Sum = 0, Avg = 1, Max = 2, Min = 3 };
+
+class Context {
+public:
+  Context(std::vector<int64_t> meshShape, std::vector<std::string> axes, uint64_t seed,
+          bool verbose);
+  ~Context();
+
+  int rank() const { return rank_; }
+  int worldSize() const { return world_; }
+  uint64_t seed() const { return seed_; }
+  int64_t coord(const std::string &axis) const;
+  const std::vector<int64_t> &coords() const { return coords_; }
+  const std::vector<int64_t> &meshShape() const { return meshShape_; }
+
+  // Collectives over the ranks that differ only on `axes`.
+  at::Tensor allReduce(const at::Tensor &x, const std::vector<std::string> &axes, int64_t reduce);
+  at::Tensor allGather(const at::Tensor &x, const std::vector<std::string> &axes, int64_t dim);
+  at::Tensor reduceScatter(const at::Tensor &x, const std::vector<std::string> &axes,
+                           int64_t reduce, int64_t dim);
+  at::Tensor allToAll(const at::Tensor &x, const std::vector<std::string> &axes, int64_t split,
+                      int64_t concat);
+  /// This rank's torch.chunk piece of dim `dim` over `chunks` pieces.
+  static at::Tensor chunk(const at::Tensor &x, int64_t chunks, int64_t index, int64_t dim);
+
+  /// The part of a global tensor this rank holds under `layout`.
+  at::Tensor localPart(const at::Tensor &global, const Layout &layout) const;
+  /// The offsets and sizes of this rank's box of `globalShape`.
+  void box(const std::vector<int64_t> &globalShape, const Layout &layout,
+           std::vector<int64_t> &offset, std::vector<int64_t> &size) const;
+
+  // Sharded init: this rank's box of a random or constant global tensor.
+  at::Tensor uniform(const std::vector<int64_t> &shape, const Layout &layout, at::ScalarType dtype,
+                     uint64_t seed, uint64_t stream, double low, double high) const;
+  at::Tensor normal(const std::vector<int64_t> &shape, const Layout &layout, at::ScalarType dtype,
+                    uint64_t seed, uint64_t stream, double mean, double std) const;
+  at::Tensor truncNormal(const std::vector<int64_t> &shape, const Layout &layout,
+                         at::ScalarType dtype, uint64_t seed, uint64_t stream, double mean,
+                         double std, double a, double b) const;
+  at::Tensor full(const std::vector<int64_t> &shape, const Layout &layout, at::ScalarType dtype,
+                  double value) const;
+
+  /// The global tensor on rank 0 (undefined elsewhere) from every rank's part.
+  at::Tensor gather(const at::Tensor &local, const std::vector<int64_t> &globalShape,
+                    const Layout &layout);
+
+  /// Bytes this rank sent through collectives so far.
+  int64_t bytesCommunicated() const { return bytes_; }
+  bool verbose() const { return verbose_; }
+
+private:
+  std::vector<int64_t> meshShape_;
+  std::vector<std::string> axes_;
+  std::vector<int64_t> coords_;
+  int rank_ = 0, world_ = 1;
+  uint64_t seed_;
+  bool verbose_;
+  int64_t bytes_ = 0;
+  std::map<std::vector<std::string>, void *> groups_; // axes -> MPI_Comm*
+  void *group(const std::vector<std::string> &axes, int &size, int &index);
+};
+
+/// Calls an ATen operator by schema name ("aten::triu", "aten::add.Tensor")
+/// through the dispatcher: tensor arguments from `tensors` in schema order,
+/// the others from `args` by schema name or from the schema's defaults.
+std::vector<at::Tensor> callAten(const std::string &schema, const std::vector<at::Tensor> &tensors,
+                                 const std::vector<std::pair<std::string, c10::IValue>> &args);
+
+using State = std::map<std::string, at::Tensor>;
+
+struct Program {
+  std::vector<int64_t> meshShape;
+  std::vector<std::string> axes;
+  /// Parameters and buffers: global shape, dtype and layout, for --params.
+  struct Param {
+    std::string name;
+    std::vector<int64_t> shape;
+    at::ScalarType dtype;
+    std::string layout;
+  };
+  std::vector<Param> params;
+  struct Value {
+    std::vector<int64_t> shape;
+    at::ScalarType dtype;
+    std::string layout;
+  };
+  std::vector<Value> inputs, outputs;
+  std::function<void(Context &, State &)> init;
+  std::function<std::vector<at::Tensor>(Context &, State &, const std::vector<at::Tensor> &)>
+      forward;
+};
+
+/// The driver of a model binary. Returns the process exit code.
+int runMain(int argc, char **argv, const Program &program);
+
+std::map<std::string, at::Tensor> loadSafetensors(const std::string &path);
+void saveSafetensors(const std::string &path, const std::map<std::string, at::Tensor> &tensors);
+
+} // namespace tdx::rt
+
+#endif // TDX_RUNTIME_RUNTIME_H

@@ -1,0 +1,478 @@
+//===- EmitCpp.cpp - tdx programs as C++ on the CPU runtime ---------------===//
+
+#include "tdx/Target/Cpp.h"
+#include "tdx/Dialect/TdxOps.h"
+
+#include "mlir/Dialect/Arith/IR/Arith.h"
+#include "mlir/Dialect/Func/IR/FuncOps.h"
+#include "llvm/ADT/TypeSwitch.h"
+#include "llvm/Support/FormatVariadic.h"
+
+#include <cmath>
+
+using namespace mlir;
+using namespace mlir::tdx;
+
+namespace {
+
+std::string dtype(Type t) {
+  if (t.isF32())
+    return "at::kFloat";
+  if (t.isF64())
+    return "at::kDouble";
+  if (t.isF16())
+    return "at::kHalf";
+  if (t.isBF16())
+    return "at::kBFloat16";
+  if (t.isInteger(64))
+    return "at::kLong";
+  if (t.isInteger(32))
+    return "at::kInt";
+  if (t.isInteger(1))
+    return "at::kBool";
+  return "";
+}
+
+std::string list(ArrayRef<int64_t> xs) {
+  std::string s = "{";
+  for (auto [i, x] : llvm::enumerate(xs))
+    s += (i ? ", " : "") + std::to_string(x);
+  return s + "}";
+}
+
+std::string number(double v) {
+  if (std::isinf(v))
+    return v > 0 ? "INFINITY" : "-INFINITY";
+  if (std::isnan(v))
+    return "NAN";
+  return llvm::formatv("{0:e17}", v).str();
+}
+
+std::string strings(ArrayAttr axes) {
+  std::string s = "{";
+  for (auto [i, a] : llvm::enumerate(axes.getAsValueRange<StringAttr>()))
+    s += (i ? ", \"" : "\"") + a.str() + "\"";
+  return s + "}";
+}
+
+std::string layoutText(ShardingAttr sharding, int64_t rank) {
+  if (!sharding) {
+    std::string s = "[";
+    for (int64_t i = 0; i < rank; ++i)
+      s += i ? ", Replicate" : "Replicate";
+    return s + "]";
+  }
+  std::string text;
+  llvm::raw_string_ostream os(text);
+  static_cast<Attribute>(sharding).print(os);
+  return text.substr(text.find('['), text.rfind(']') - text.find('[') + 1);
+}
+
+class Emitter {
+public:
+  Emitter(ModuleOp module, MeshOp mesh, llvm::raw_ostream &os)
+      : module(module), mesh(mesh), os(os) {}
+
+  std::string name(Value v) {
+    auto it = names.find(v);
+    if (it != names.end())
+      return it->second;
+    return names[v] = "v" + std::to_string(names.size());
+  }
+
+  LogicalResult emitOp(Operation *op);
+  LogicalResult emitReduce(Operation *op, StringRef fn, std::optional<ArrayRef<int64_t>> dims,
+                           bool keep);
+  LogicalResult emitInit(Operation *decl, StringRef name, RankedTensorType type,
+                         ShardingAttr sharding);
+
+  ModuleOp module;
+  MeshOp mesh;
+  llvm::raw_ostream &os;
+  DenseMap<Value, std::string> names;
+  int tmps = 0;
+};
+
+LogicalResult Emitter::emitInit(Operation *decl, StringRef name, RankedTensorType type,
+                                ShardingAttr sharding) {
+  std::string layout = "parseLayout(\"" + layoutText(sharding, mesh.getShape().size()) + "\")";
+  std::string shape = list(type.getShape()), dt = dtype(type.getElementType());
+  auto yield = cast<YieldOp>(decl->getRegion(0).front().getTerminator());
+  Operation *def = yield.getValues().front().getDefiningOp();
+  // --seed S is mixed into the captured seed; S = 0 reproduces the init the
+  // program was captured with.
+  auto seed = [](IntegerAttr a) {
+    return "(ctx.seed() ^ " + std::to_string(a.getValue().getZExtValue()) + "ull)";
+  };
+  auto stream = [](IntegerAttr a) { return std::to_string(a.getValue().getZExtValue()) + "ull"; };
+  std::string call;
+  if (auto u = dyn_cast_or_null<UniformOp>(def))
+    call = llvm::formatv("ctx.uniform({0}, {1}, {2}, {3}, {4}, {5}, {6})", shape, layout, dt,
+                         seed(u.getSeedAttr()), stream(u.getStreamAttr()),
+                         number(u.getLow().convertToDouble()), number(u.getHigh().convertToDouble()));
+  else if (auto n = dyn_cast_or_null<NormalOp>(def))
+    call = llvm::formatv("ctx.normal({0}, {1}, {2}, {3}, {4}, {5}, {6})", shape, layout, dt,
+                         seed(n.getSeedAttr()), stream(n.getStreamAttr()),
+                         number(n.getMean().convertToDouble()), number(n.getStd().convertToDouble()));
+  else if (auto t = dyn_cast_or_null<TruncNormalOp>(def))
+    call = llvm::formatv("ctx.truncNormal({0}, {1}, {2}, {3}, {4}, {5}, {6}, {7}, {8})", shape,
+                         layout, dt, seed(t.getSeedAttr()), stream(t.getStreamAttr()),
+                         number(t.getMean().convertToDouble()), number(t.getStd().convertToDouble()),
+                         number(t.getA().convertToDouble()), number(t.getB().convertToDouble()));
+  else if (auto f = dyn_cast_or_null<FullOp>(def))
+    call = llvm::formatv("ctx.full({0}, {1}, {2}, {3})", shape, layout, dt,
+                         number(f.getValue().convertToDouble()));
+  else if (isa_and_nonnull<EmptyOp>(def))
+    call = llvm::formatv("ctx.full({0}, {1}, {2}, 0.0)", shape, layout, dt);
+  if (call.empty()) {
+    // Programs beyond one creation op: made shard by shard in a later step;
+    // until then such a model takes its weights from --params.
+    os << "  throw std::runtime_error(\"tdx: the init program of '" << name
+       << "' is not one creation op, which the CPU backend makes shard by shard; pass "
+          "--params\");\n";
+    return success();
+  }
+  os << "  s[\"" << name << "\"] = " << call << ";\n";
+  return success();
+}
+
+LogicalResult Emitter::emitOp(Operation *op) {
+  auto out = [&](size_t i = 0) { return name(op->getResult(i)); };
+  auto in = [&](size_t i) { return name(op->getOperand(i)); };
+  auto assign = [&](const std::string &expr) {
+    os << "  at::Tensor " << out() << " = " << expr << ";\n";
+    return success();
+  };
+  auto type = [&]() { return cast<RankedTensorType>(op->getResult(0).getType()); };
+  auto opts = [&]() { return "at::TensorOptions().dtype(" + dtype(type().getElementType()) + ")"; };
+  return llvm::TypeSwitch<Operation *, LogicalResult>(op)
+      .Case([&](ParamRefOp o) {
+        // A tied name reads the value it shares.
+        auto target = SymbolTable::lookupNearestSymbolFrom(o, o.getNameAttr());
+        StringRef n = o.getName();
+        if (auto p = dyn_cast_or_null<ParameterOp>(target); p && p.getTiedToAttr())
+          n = p.getTiedToAttr().getValue();
+        if (auto b = dyn_cast_or_null<BufferOp>(target); b && b.getTiedToAttr())
+          n = b.getTiedToAttr().getValue();
+        return assign("s.at(\"" + n.str() + "\")");
+      })
+      .Case([&](FullOp o) {
+        return assign("at::full(" + list(type().getShape()) + ", " +
+                      number(o.getValue().convertToDouble()) + ", " + opts() + ")");
+      })
+      .Case([&](EmptyOp) { return assign("at::zeros(" + list(type().getShape()) + ", " + opts() + ")"); })
+      .Case([&](ArangeOp o) {
+        return assign("at::arange(" + number(o.getStart().convertToDouble()) + ", " +
+                      number(o.getEnd().convertToDouble()) + ", " +
+                      number(o.getStep().convertToDouble()) + ", " + opts() + ")");
+      })
+      .Case([&](arith::ConstantOp o) -> LogicalResult {
+        auto dense = dyn_cast<DenseElementsAttr>(o.getValue());
+        if (!dense)
+          return o.emitOpError("is not a dense tensor constant");
+        std::string values = "{";
+        bool isFloat = isa<FloatType>(dense.getElementType());
+        int64_t i = 0;
+        if (isFloat)
+          for (APFloat v : dense.getValues<APFloat>())
+            values += (i++ ? ", " : "") + number(v.convertToDouble());
+        else
+          for (APInt v : dense.getValues<APInt>())
+            values += (i++ ? ", " : "") + std::to_string(v.getSExtValue()) + ".0";
+        values += "}";
+        return assign("at::tensor(std::vector<double>" + values + ", at::kDouble).to(" +
+                      dtype(type().getElementType()) + ").reshape(" + list(type().getShape()) + ")");
+      })
+      .Case([&](ReshapeOp o) { return assign(in(0) + ".reshape(" + list(o.getShape()) + ")"); })
+      .Case([&](TransposeOp o) {
+        return assign(in(0) + ".transpose(" + std::to_string(static_cast<int64_t>(o.getDim0())) +
+                      ", " + std::to_string(static_cast<int64_t>(o.getDim1())) + ")");
+      })
+      .Case([&](PermuteOp o) { return assign(in(0) + ".permute(" + list(o.getPermutation()) + ")"); })
+      .Case([&](SliceOp o) {
+        return assign(in(0) + ".slice(" + std::to_string(static_cast<int64_t>(o.getDim())) + ", " +
+                      std::to_string(static_cast<int64_t>(o.getStart())) + ", " +
+                      std::to_string(static_cast<int64_t>(o.getEnd())) + ", " +
+                      std::to_string(static_cast<int64_t>(o.getStep())) + ")");
+      })
+      .Case([&](ConcatOp o) {
+        std::string xs = "{";
+        for (auto [i, v] : llvm::enumerate(o.getInputs()))
+          xs += (i ? ", " : "") + name(v);
+        return assign("at::cat(" + xs + "}, " + std::to_string(static_cast<int64_t>(o.getDim())) + ")");
+      })
+      .Case([&](ExpandOp o) { return assign(in(0) + ".expand(" + list(o.getSizes()) + ")"); })
+      .Case([&](AddOp) { return assign("at::add(" + in(0) + ", " + in(1) + ")"); })
+      .Case([&](SubOp) { return assign("at::sub(" + in(0) + ", " + in(1) + ")"); })
+      .Case([&](MulOp) { return assign("at::mul(" + in(0) + ", " + in(1) + ")"); })
+      .Case([&](DivOp) { return assign("at::div(" + in(0) + ", " + in(1) + ")"); })
+      .Case([&](PowOp) { return assign("at::pow(" + in(0) + ", " + in(1) + ")"); })
+      .Case([&](MaximumOp) { return assign("at::maximum(" + in(0) + ", " + in(1) + ")"); })
+      .Case([&](MinimumOp) { return assign("at::minimum(" + in(0) + ", " + in(1) + ")"); })
+      .Case([&](CmpOp o) {
+        static const char *fns[] = {"eq", "ne", "lt", "le", "gt", "ge"};
+        return assign(std::string("at::") + fns[static_cast<int>(o.getPredicate())] + "(" + in(0) +
+                      ", " + in(1) + ")");
+      })
+      .Case([&](WhereOp) { return assign("at::where(" + in(0) + ", " + in(1) + ", " + in(2) + ")"); })
+      .Case([&](NegOp) { return assign("at::neg(" + in(0) + ")"); })
+      .Case([&](AbsOp) { return assign("at::abs(" + in(0) + ")"); })
+      .Case([&](ReluOp) { return assign("at::relu(" + in(0) + ")"); })
+      .Case([&](ExpOp) { return assign("at::exp(" + in(0) + ")"); })
+      .Case([&](LogOp) { return assign("at::log(" + in(0) + ")"); })
+      .Case([&](SqrtOp) { return assign("at::sqrt(" + in(0) + ")"); })
+      .Case([&](RsqrtOp) { return assign("at::rsqrt(" + in(0) + ")"); })
+      .Case([&](TanhOp) { return assign("at::tanh(" + in(0) + ")"); })
+      .Case([&](SigmoidOp) { return assign("at::sigmoid(" + in(0) + ")"); })
+      .Case([&](SiluOp) { return assign("at::silu(" + in(0) + ")"); })
+      .Case([&](SinOp) { return assign("at::sin(" + in(0) + ")"); })
+      .Case([&](CosOp) { return assign("at::cos(" + in(0) + ")"); })
+      .Case([&](GeluOp o) {
+        return assign("at::gelu(" + in(0) + ", \"" +
+                      (o.getApproximate() == GeluApproximation::tanh ? "tanh" : "none") + "\")");
+      })
+      .Case([&](CastOp) { return assign(in(0) + ".to(" + dtype(type().getElementType()) + ")"); })
+      .Case([&](MatmulOp) { return assign("at::matmul(" + in(0) + ", " + in(1) + ")"); })
+      .Case([&](LinearOp o) {
+        return assign("at::linear(" + in(0) + ", " + in(1) + ", " +
+                      (o.getBias() ? name(o.getBias()) : std::string("{}")) + ")");
+      })
+      .Case([&](SumOp o) { return emitReduce(op, "at::sum", o.getDims(), o.getKeepdim()); })
+      .Case([&](MeanOp o) { return emitReduce(op, "at::mean", o.getDims(), o.getKeepdim()); })
+      .Case([&](MaxOp o) { return emitReduce(op, "at::amax", o.getDims(), o.getKeepdim()); })
+      .Case([&](SoftmaxOp o) {
+        return assign("at::softmax(" + in(0) + ", " + std::to_string(static_cast<int64_t>(o.getDim())) + ")");
+      })
+      .Case([&](LogSoftmaxOp o) {
+        return assign("at::log_softmax(" + in(0) + ", " +
+                      std::to_string(static_cast<int64_t>(o.getDim())) + ")");
+      })
+      .Case([&](LayerNormOp o) {
+        return assign("at::layer_norm(" + in(0) + ", " + list(o.getNormalizedShape()) + ", " +
+                      (o.getWeight() ? name(o.getWeight()) : std::string("{}")) + ", " +
+                      (o.getBias() ? name(o.getBias()) : std::string("{}")) + ", " +
+                      number(o.getEps().convertToDouble()) + ")");
+      })
+      .Case([&](RmsNormOp o) {
+        std::vector<int64_t> dims;
+        for (int64_t d = -static_cast<int64_t>(o.getNormalizedShape().size()); d < 0; ++d)
+          dims.push_back(d);
+        std::string x = in(0);
+        std::string e = x + " * at::rsqrt(" + x + ".pow(2).mean(" + list(dims) + ", true) + " +
+                        number(o.getEps().convertToDouble()) + ")";
+        if (o.getWeight())
+          e = "(" + e + ") * " + name(o.getWeight());
+        return assign(e);
+      })
+      .Case([&](EmbeddingOp) { return assign("at::embedding(" + in(0) + ", " + in(1) + ")"); })
+      .Case([&](CrossEntropyOp o) {
+        return assign("at::cross_entropy_loss(" + in(0) + ", " + in(1) + ", {}, " +
+                      std::to_string(static_cast<int>(o.getReduction())) + ", " +
+                      std::to_string(static_cast<int64_t>(o.getIgnoreIndex())) + ", " +
+                      number(o.getLabelSmoothing().convertToDouble()) + ")");
+      })
+      .Case([&](MeshCoordOp o) {
+        return assign("at::scalar_tensor(ctx.coord(\"" + o.getAxis().str() + "\"), at::kLong)");
+      })
+      .Case([&](ChunkOp o) {
+        return assign("Context::chunk(" + in(0) + ", " + std::to_string(static_cast<int64_t>(o.getChunks())) +
+                      ", " + in(1) + ".item<int64_t>(), " +
+                      std::to_string(static_cast<int64_t>(o.getDim())) + ")");
+      })
+      .Case([&](AllReduceOp o) {
+        return assign("ctx.allReduce(" + in(0) + ", " + strings(o.getMeshAxes()) + ", " +
+                      std::to_string(static_cast<int>(o.getReduce())) + ")");
+      })
+      .Case([&](AllGatherOp o) {
+        return assign("ctx.allGather(" + in(0) + ", " + strings(o.getMeshAxes()) + ", " +
+                      std::to_string(static_cast<int64_t>(o.getGatherDim())) + ")");
+      })
+      .Case([&](ReduceScatterOp o) {
+        return assign("ctx.reduceScatter(" + in(0) + ", " + strings(o.getMeshAxes()) + ", " +
+                      std::to_string(static_cast<int>(o.getReduce())) + ", " +
+                      std::to_string(static_cast<int64_t>(o.getScatterDim())) + ")");
+      })
+      .Case([&](AllToAllOp o) {
+        return assign("ctx.allToAll(" + in(0) + ", " + strings(o.getMeshAxes()) + ", " +
+                      std::to_string(static_cast<int64_t>(o.getSplitDim())) + ", " +
+                      std::to_string(static_cast<int64_t>(o.getConcatDim())) + ")");
+      })
+      .Case([&](AtenOp o) -> LogicalResult {
+        std::string tensors = "{", args = "{";
+        for (auto [i, v] : llvm::enumerate(o.getOperands()))
+          tensors += (i ? ", " : "") + name(v);
+        if (DictionaryAttr dict = o.getArgsAttr())
+          for (NamedAttribute kv : dict) {
+            std::string value;
+            Attribute a = kv.getValue();
+            if (auto b = dyn_cast<BoolAttr>(a))
+              value = b.getValue() ? "true" : "false";
+            else if (auto i = dyn_cast<IntegerAttr>(a))
+              value = "int64_t(" + std::to_string(i.getValue().getSExtValue()) + ")";
+            else if (auto f = dyn_cast<FloatAttr>(a))
+              value = "double(" + number(f.getValueAsDouble()) + ")";
+            else if (auto xs = dyn_cast<DenseI64ArrayAttr>(a))
+              value = "std::vector<int64_t>" + list(xs.asArrayRef());
+            else if (isa<UnitAttr>(a))
+              value = "";
+            else if (auto str = dyn_cast<StringAttr>(a); str && !str.getValue().starts_with("tensor_list:"))
+              value = "std::string(\"" + str.getValue().str() + "\")";
+            else
+              return o.emitOpError() << "argument '" << kv.getName().getValue() << "' = " << a
+                                     << " has no C++ lowering yet";
+            args += (args.size() > 1 ? ", {\"" : "{\"") + kv.getName().getValue().str() +
+                    "\", c10::IValue(" + value + ")}";
+          }
+        std::string results = "r" + std::to_string(tmps++);
+        os << "  std::vector<at::Tensor> " << results << " = callAten(\"" << o.getSchema()
+           << "\", " << tensors << "}, " << args << "});\n";
+        for (auto [i, r] : llvm::enumerate(o.getResults()))
+          os << "  at::Tensor " << name(r) << " = " << results << ".at(" << i << ");\n";
+        return success();
+      })
+      .Case([&](func::ReturnOp o) {
+        os << "  return {";
+        for (auto [i, v] : llvm::enumerate(o.getOperands()))
+          os << (i ? ", " : "") << name(v);
+        os << "};\n";
+        return success();
+      })
+      .Default([&](Operation *other) {
+        return other->emitOpError()
+               << "has no C++ lowering yet; the CPU backend supports the first-class tdx "
+                  "ops and the collectives (generic ops: not yet)";
+      });
+}
+
+LogicalResult Emitter::emitReduce(Operation *op, StringRef fn,
+                                  std::optional<ArrayRef<int64_t>> dims, bool keep) {
+  std::string x = name(op->getOperand(0));
+  std::string e;
+  if (!dims || dims->empty())
+    e = (fn + "(" + x + ")").str();
+  else
+    e = (fn + "(" + x + ", " + list(*dims) + ", " + (keep ? "true" : "false") + ")").str();
+  os << "  at::Tensor " << name(op->getResult(0)) << " = " << e << ";\n";
+  return success();
+}
+
+/// The global type and layout text of each function argument and result.
+struct Signature {
+  SmallVector<std::pair<RankedTensorType, std::string>> inputs, outputs;
+};
+
+FailureOr<Signature> signatureOf(func::FuncOp fn, int64_t meshRank) {
+  Signature sig;
+  FunctionType type = fn.getFunctionType();
+  for (auto [i, local] : llvm::enumerate(type.getInputs())) {
+    Type t = local;
+    if (auto global = fn.getArgAttrOfType<TypeAttr>(i, "tdx.global_type"))
+      t = global.getValue();
+    auto ranked = dyn_cast<RankedTensorType>(t);
+    if (!ranked || dtype(ranked.getElementType()).empty())
+      return fn.emitError() << "argument #" << i << " has type " << t
+                            << ", which the CPU backend cannot pass; use a ranked tensor of "
+                               "f32/f64/f16/bf16/i64/i32/i1";
+    sig.inputs.push_back(
+        {ranked, layoutText(fn.getArgAttrOfType<ShardingAttr>(i, "tdx.sharding"), meshRank)});
+  }
+  auto ret = cast<func::ReturnOp>(fn.getBody().front().getTerminator());
+  for (auto [i, local] : llvm::enumerate(type.getResults())) {
+    Type t = local;
+    if (auto global = fn.getResultAttrOfType<TypeAttr>(i, "tdx.global_type"))
+      t = global.getValue();
+    auto ranked = dyn_cast<RankedTensorType>(t);
+    if (!ranked || dtype(ranked.getElementType()).empty())
+      return fn.emitError() << "result #" << i << " has type " << t
+                            << ", which the CPU backend cannot return";
+    ShardingAttr sharding;
+    Value v = ret.getOperand(i);
+    if (auto arg = dyn_cast<BlockArgument>(v))
+      sharding = fn.getArgAttrOfType<ShardingAttr>(arg.getArgNumber(), "tdx.sharding");
+    else if (auto attr = v.getDefiningOp()->getAttrOfType<ArrayAttr>("tdx.shardings"))
+      sharding = dyn_cast<ShardingAttr>(attr[cast<OpResult>(v).getResultNumber()]);
+    sig.outputs.push_back({ranked, layoutText(sharding, meshRank)});
+  }
+  return sig;
+}
+
+} // namespace
+
+LogicalResult mlir::tdx::emitCpp(ModuleOp module, llvm::raw_ostream &os) {
+  if (!module->hasAttr("tdx.partitioned"))
+    return module.emitError("the module is not partitioned; run `tdx-opt --tdx-propagate-sharding "
+                            "--tdx-insert-collectives --tdx-partition` first (tdx-compile runs "
+                            "them for you)");
+  SmallVector<MeshOp> meshes(module.getOps<MeshOp>());
+  if (meshes.size() != 1)
+    return module.emitError() << "the CPU backend needs exactly one tdx.mesh, found "
+                              << meshes.size();
+  MeshOp mesh = meshes.front();
+  auto fn = module.lookupSymbol<func::FuncOp>("forward");
+  if (!fn) {
+    SmallVector<func::FuncOp> fns(module.getOps<func::FuncOp>());
+    if (fns.size() != 1)
+      return module.emitError("the CPU backend needs one entry function (named @forward when "
+                              "there are several)");
+    fn = fns.front();
+  }
+  if (!fn.getBody().hasOneBlock())
+    return fn.emitError("has more than one block; the CPU backend emits straight-line code");
+  int64_t meshRank = mesh.getShape().size();
+  FailureOr<Signature> sig = signatureOf(fn, meshRank);
+  if (failed(sig))
+    return failure();
+
+  std::string body;
+  llvm::raw_string_ostream bs(body);
+  Emitter e(module, mesh, bs);
+
+  bs << "static void init(Context &ctx, State &s) {\n";
+  SmallVector<std::tuple<std::string, RankedTensorType, std::string>> params;
+  for (Operation &op : module.getBody()->getOperations()) {
+    if (!isa<ParameterOp, BufferOp>(op))
+      continue;
+    auto name = op.getAttrOfType<StringAttr>(SymbolTable::getSymbolAttrName()).getValue();
+    auto type = cast<RankedTensorType>(op.getAttrOfType<TypeAttr>("type").getValue());
+    auto sharding = op.getAttrOfType<ShardingAttr>("sharding");
+    if (op.getAttr("tied_to"))
+      continue;
+    if (dtype(type.getElementType()).empty())
+      return op.emitOpError() << "has element type " << type.getElementType()
+                              << ", which the CPU backend does not support";
+    params.push_back({name.str(), type, layoutText(sharding, meshRank)});
+    if (failed(e.emitInit(&op, name, type, sharding)))
+      return failure();
+  }
+  bs << "}\n\n";
+
+  bs << "static std::vector<at::Tensor> forward(Context &ctx, State &s, "
+        "const std::vector<at::Tensor> &in) {\n";
+  for (BlockArgument arg : fn.getArguments())
+    bs << "  const at::Tensor &" << e.name(arg) << " = in[" << arg.getArgNumber() << "];\n";
+  for (Operation &op : fn.getBody().front())
+    if (failed(e.emitOp(&op)))
+      return failure();
+  bs << "}\n";
+
+  os << "// Generated by tdx-translate --tdx-to-cpp from a partitioned tdx program.\n"
+        "// Build: c++ -std=c++17 this.cpp -ltdx_runtime_cpu (tdx-compile does it).\n"
+        "#include \"tdx/Runtime/Runtime.h\"\n\n"
+        "#include <cmath>\n#include <stdexcept>\n\n"
+        "using namespace tdx::rt;\n\n";
+  os << body << "\n";
+  os << "int main(int argc, char **argv) {\n  Program p;\n";
+  os << "  p.meshShape = " << list(mesh.getShape()) << ";\n";
+  os << "  p.axes = " << strings(mesh.getAxes()) << ";\n";
+  for (auto &[name, type, layout] : params)
+    os << "  p.params.push_back({\"" << name << "\", " << list(type.getShape()) << ", "
+       << dtype(type.getElementType()) << ", \"" << layout << "\"});\n";
+  for (auto &[type, layout] : sig->inputs)
+    os << "  p.inputs.push_back({" << list(type.getShape()) << ", " << dtype(type.getElementType())
+       << ", \"" << layout << "\"});\n";
+  for (auto &[type, layout] : sig->outputs)
+    os << "  p.outputs.push_back({" << list(type.getShape()) << ", "
+       << dtype(type.getElementType()) << ", \"" << layout << "\"});\n";
+  os << "  p.init = init;\n  p.forward = forward;\n  return runMain(argc, argv, p);\n}\n";
+  return success();
+}

@@ -1,0 +1,108 @@
+"""Compiled model binaries: `tdx.compile(prog)` and `Executable.run`."""
+
+import os
+import shutil
+import subprocess
+import tempfile
+
+import torch
+
+from . import safetensors
+from .errors import TdxError
+
+
+def _tool(name):
+    here = os.path.dirname(os.path.abspath(__file__))
+    built = os.path.join(here, "..", "..", "bin", name)
+    path = built if os.path.exists(built) else shutil.which(name)
+    if not path:
+        raise TdxError(f"cannot find {name}; build tdx (scripts/build.sh) and source build/env.sh")
+    return path
+
+
+class Executable:
+    """A model binary for one mesh; runs under mpirun on CPU ranks."""
+
+    def __init__(self, path, world_size):
+        self.path = path
+        self.world_size = world_size
+
+    def _launch(self, nprocs, args, timeout):
+        nprocs = self.world_size if nprocs is None else nprocs
+        if nprocs != self.world_size:
+            raise TdxError(f"the program's mesh has {self.world_size} devices but nprocs={nprocs}; "
+                           f"run with nprocs={self.world_size} or parallelize on another mesh")
+        cmd = ["mpirun", "--oversubscribe", "--allow-run-as-root", "-np", str(nprocs),
+               self.path] + args
+        try:
+            done = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout)
+        except subprocess.TimeoutExpired:
+            raise TdxError(f"the model binary did not finish in {timeout} s") from None
+        if done.returncode != 0:
+            raise TdxError(f"the model binary failed (exit {done.returncode}):\n"
+                           f"{done.stderr.strip()}")
+        return done.stdout
+
+    def _params_args(self, params, tmp):
+        if params is None:
+            return []
+        if isinstance(params, str):
+            return ["--params", params]
+        path = os.path.join(tmp, "params.safetensors")
+        safetensors.save({k: v for k, v in params.items()}, path)
+        return ["--params", path]
+
+    def run(self, *inputs, nprocs=None, params=None, seed=0, verbose=False, timeout=300):
+        """Runs one forward step; returns the gathered global outputs.
+
+        `params` is a state dict (e.g. an eager model's) or a safetensors
+        file; without it, every rank makes its own shards from the init
+        programs with `seed`."""
+        with tempfile.TemporaryDirectory() as tmp:
+            inp, out = os.path.join(tmp, "in.safetensors"), os.path.join(tmp, "out.safetensors")
+            safetensors.save({f"input:{i}": x for i, x in enumerate(inputs)}, inp)
+            args = ["--inputs", inp, "--outputs", out, "--seed", str(seed)]
+            args += self._params_args(params, tmp) + (["--verbose"] if verbose else [])
+            self.last_log = self._launch(nprocs, args, timeout)
+            got = safetensors.load(out)
+        return tuple(got[f"output:{i}"] for i in range(len(got)))
+
+    def materialize(self, nprocs=None, seed=0, timeout=300):
+        """The gathered global parameters after sharded init, by qualified name."""
+        with tempfile.TemporaryDirectory() as tmp:
+            path = os.path.join(tmp, "params.safetensors")
+            self._launch(nprocs, ["--dump-params", path, "--seed", str(seed)], timeout)
+            return safetensors.load(path)
+
+    def save(self, path):
+        shutil.copyfile(self.path, path)
+        os.chmod(path, 0o755)
+
+    @classmethod
+    def load(cls, path, world_size):
+        if not os.path.exists(path):
+            raise TdxError(f"no model binary at {path}")
+        return cls(os.path.abspath(path), world_size)
+
+
+def compile(prog, target="cpu", output=None):
+    """Compiles a (parallelized) program into a model binary."""
+    if target != "cpu":
+        raise TdxError(f"target '{target}' is not supported yet; use target='cpu'")
+    text = prog.mlir
+    out_dir = tempfile.mkdtemp(prefix="tdx-")
+    src = os.path.join(out_dir, "model.mlir")
+    with open(src, "w") as f:
+        f.write(text)
+    binary = output or os.path.join(out_dir, "model")
+    done = subprocess.run([_tool("tdx-compile"), src, "-o", binary], capture_output=True,
+                          text=True)
+    if done.returncode != 0:
+        raise TdxError(f"tdx-compile failed:\n{done.stderr.strip()}")
+    world = 1
+    import re
+    m = re.search(r"tdx\.mesh @\S+ shape = \[([0-9, ]*)\]", text)
+    if m and m.group(1).strip():
+        for n in m.group(1).split(","):
+            world *= int(n)
+    return Executable(os.path.abspath(binary), world)

@@ -1,0 +1,43 @@
+// RUN: tdx-opt %s --tdx-propagate-sharding --tdx-insert-collectives --tdx-partition \
+// RUN:   | tdx-translate --tdx-to-cpp | FileCheck %s
+
+// A Megatron MLP on 2 tensor-parallel ranks: the row-parallel linear's
+// partial sum becomes an all_reduce over "tp"; init makes local shards.
+tdx.mesh @mesh shape = [2] axes = ["tp"]
+tdx.parameter @fc : tensor<8x4xf32> sharding <@mesh, [Shard(0)]> init {
+  %0 = tdx.normal(0.0, 0.02) seed(0, 1) : tensor<8x4xf32>
+  tdx.yield %0 : tensor<8x4xf32>
+}
+tdx.parameter @proj : tensor<4x8xf32> sharding <@mesh, [Shard(1)]> init {
+  %0 = tdx.uniform(-0.5, 0.5) seed(0, 2) : tensor<4x8xf32>
+  tdx.yield %0 : tensor<4x8xf32>
+}
+func.func @forward(%x: tensor<3x4xf32>) -> tensor<3x4xf32> {
+  %w1 = tdx.param_ref @fc : tensor<8x4xf32>
+  %h = tdx.linear %x, %w1 : (tensor<3x4xf32>, tensor<8x4xf32>) -> tensor<3x8xf32>
+  %g = tdx.relu %h : tensor<3x8xf32>
+  %w2 = tdx.param_ref @proj : tensor<4x8xf32>
+  %y = tdx.linear %g, %w2 : (tensor<3x8xf32>, tensor<4x8xf32>) -> tensor<3x4xf32>
+  %t = tdx.aten "aten::triu"(%y) {args = {diagonal = 1 : i64}} : (tensor<3x4xf32>) -> tensor<3x4xf32>
+  return %t : tensor<3x4xf32>
+}
+
+// CHECK: #include "tdx/Runtime/Runtime.h"
+// CHECK-LABEL: static void init(Context &ctx, State &s) {
+// CHECK-NEXT: s["fc"] = ctx.normal({8, 4}, parseLayout("[Shard(0)]"), at::kFloat, (ctx.seed() ^ 0ull), 1ull,
+// CHECK-NEXT: s["proj"] = ctx.uniform({4, 8}, parseLayout("[Shard(1)]"), at::kFloat, (ctx.seed() ^ 0ull), 2ull,
+// CHECK-LABEL: static std::vector<at::Tensor> forward(
+// CHECK: at::linear(
+// CHECK: at::relu(
+// CHECK: [[P:v[0-9]+]] = at::linear(
+// CHECK: [[R:v[0-9]+]] = ctx.allReduce([[P]], {"tp"}, 0);
+// CHECK: [[T:r[0-9]+]] = callAten("aten::triu", {[[R]]}, {{[{][{]}}"diagonal", c10::IValue(int64_t(1))}});
+// CHECK: return {
+// CHECK-LABEL: int main(
+// CHECK: p.meshShape = {2};
+// CHECK: p.axes = {"tp"};
+// CHECK: p.params.push_back({"fc", {8, 4}, at::kFloat, "[Shard(0)]"});
+// CHECK: p.inputs.push_back({{[{][{]}}3, 4}, at::kFloat, "[Replicate]"});
+// CHECK: p.outputs.push_back({{[{][{]}}3, 4}, at::kFloat, "[Replicate]"});
+// CHECK: return runMain(argc, argv, p);
+

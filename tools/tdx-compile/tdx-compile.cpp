@@ -1,0 +1,113 @@
+//===- tdx-compile.cpp - tdx programs to model binaries -------------------===//
+//
+//   tdx-compile model.mlir -o model [--target cpu] [--emit-source]
+//
+// Runs whatever of the pipeline has not run yet (sharding propagation,
+// collective insertion, partitioning), lowers the partitioned program to C++
+// on the CPU runtime, and compiles and links it into a binary that runs as
+//   mpirun -np N ./model --inputs in.safetensors --outputs out.safetensors
+//
+//===----------------------------------------------------------------------===//
+
+#include "tdx/Dialect/TdxDialect.h"
+#include "tdx/Passes/Passes.h"
+#include "tdx/Target/Cpp.h"
+
+#include "mlir/Dialect/Arith/IR/Arith.h"
+#include "mlir/Dialect/Func/IR/FuncOps.h"
+#include "mlir/IR/MLIRContext.h"
+#include "mlir/Parser/Parser.h"
+#include "mlir/Pass/PassManager.h"
+#include "llvm/Support/CommandLine.h"
+#include "llvm/Support/FileSystem.h"
+#include "llvm/Support/InitLLVM.h"
+#include "llvm/Support/Program.h"
+#include "llvm/Support/SourceMgr.h"
+#include "llvm/Support/ToolOutputFile.h"
+
+#include "CompileConfig.inc"
+
+using namespace llvm;
+
+static cl::opt<std::string> input(cl::Positional, cl::desc("<model.mlir>"), cl::Required);
+static cl::opt<std::string> output("o", cl::desc("the model binary to write"),
+                                   cl::value_desc("path"), cl::Required);
+static cl::opt<std::string> target("target", cl::desc("cpu (ATen + MPI); cuda is not built yet"),
+                                   cl::init("cpu"));
+static cl::opt<bool> emitSource("emit-source",
+                                cl::desc("keep the emitted C++ next to the binary (<o>.cpp)"));
+static cl::opt<bool> verbose("v", cl::desc("print the compiler command"));
+
+int main(int argc, char **argv) {
+  InitLLVM init(argc, argv);
+  cl::ParseCommandLineOptions(
+      argc, argv,
+      "tdx-compile: a tdx program to a model binary\n\n"
+      "Runs --tdx-propagate-sharding, --tdx-insert-collectives and --tdx-partition unless the\n"
+      "program is already partitioned, emits C++ (as tdx-translate --tdx-to-cpp) and compiles\n"
+      "it against the CPU runtime. Run the result with\n"
+      "  mpirun -np N ./model --inputs in.safetensors --outputs out.safetensors\n");
+  if (target != "cpu") {
+    errs() << "tdx-compile: --target " << target
+           << " is not supported yet; the CPU target (--target cpu) is the one built\n";
+    return 2;
+  }
+  mlir::DialectRegistry registry;
+  registry.insert<mlir::tdx::TdxDialect, mlir::func::FuncDialect, mlir::arith::ArithDialect>();
+  mlir::MLIRContext context(registry);
+  llvm::SourceMgr sources;
+  mlir::SourceMgrDiagnosticHandler diagnostics(sources, &context);
+  auto file = MemoryBuffer::getFileOrSTDIN(input);
+  if (!file) {
+    errs() << "tdx-compile: cannot read " << input << ": " << file.getError().message() << "\n";
+    return 1;
+  }
+  sources.AddNewSourceBuffer(std::move(*file), SMLoc());
+  mlir::OwningOpRef<mlir::ModuleOp> module =
+      mlir::parseSourceFile<mlir::ModuleOp>(sources, &context);
+  if (!module)
+    return 1;
+  if (!(*module)->hasAttr("tdx.partitioned")) {
+    auto pm = mlir::PassManager::on<mlir::ModuleOp>(&context);
+    pm.addPass(mlir::tdx::createPropagateSharding());
+    pm.addPass(mlir::tdx::createInsertCollectives());
+    pm.addPass(mlir::tdx::createPartition());
+    if (failed(pm.run(*module)))
+      return 1;
+  }
+  std::string source = output + ".cpp";
+  {
+    std::error_code ec;
+    ToolOutputFile out(source, ec, sys::fs::OF_Text);
+    if (ec) {
+      errs() << "tdx-compile: cannot write " << source << ": " << ec.message() << "\n";
+      return 1;
+    }
+    if (failed(mlir::tdx::emitCpp(*module, out.os())))
+      return 1;
+    out.keep();
+  }
+  SmallVector<std::string> args = {kCompiler, "-std=c++17", "-O2", "-ffp-contract=off",
+                                   "-o",      output,       source};
+  for (const char *dir : kIncludes)
+    args.push_back(std::string("-I") + dir);
+  for (const char *lib : kLibraries)
+    args.push_back(lib);
+  args.push_back("-Wl,-rpath,/usr/lib/x86_64-linux-gnu");
+  SmallVector<StringRef> refs(args.begin(), args.end());
+  if (verbose) {
+    for (StringRef a : refs)
+      errs() << a << " ";
+    errs() << "\n";
+  }
+  std::string error;
+  int rc = sys::ExecuteAndWait(kCompiler, refs, std::nullopt, {}, 0, 0, &error);
+  if (!emitSource)
+    sys::fs::remove(source);
+  if (rc != 0) {
+    errs() << "tdx-compile: compiling the emitted C++ failed (" << (error.empty() ? "exit " + std::to_string(rc) : error)
+           << "); rerun with --emit-source -v to see the source and the command\n";
+    return 1;
+  }
+  return 0;
+}
