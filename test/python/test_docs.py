@@ -1,4 +1,5 @@
-"""The python blocks of docs/capture.md and docs/sharding.md run as written."""
+"""The python blocks of docs/capture.md, docs/sharding.md and docs/runtime.md run
+as written."""
 
 import os
 import re
@@ -6,7 +7,7 @@ import re
 import pytest
 
 DOCS = os.path.join(os.path.dirname(__file__), "..", "..", "docs")
-BLOCKS = [block for page in ("capture.md", "sharding.md")
+BLOCKS = [block for page in ("capture.md", "sharding.md", "runtime.md")
           for block in re.findall(r"```python\n(.*?)```", open(os.path.join(DOCS, page)).read(), re.S)]
 
 
