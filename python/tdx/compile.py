@@ -52,7 +52,8 @@ class Executable:
         safetensors.save({k: v for k, v in params.items()}, path)
         return ["--params", path]
 
-    def run(self, *inputs, nprocs=None, params=None, seed=0, verbose=False, timeout=300):
+    def run(self, *inputs, nprocs=None, params=None, seed=0, verbose=False, steps=1,
+            timeout=300):
         """Runs one forward step; returns the gathered global outputs.
 
         `params` is a state dict (e.g. an eager model's) or a safetensors
@@ -61,7 +62,7 @@ class Executable:
         with tempfile.TemporaryDirectory() as tmp:
             inp, out = os.path.join(tmp, "in.safetensors"), os.path.join(tmp, "out.safetensors")
             safetensors.save({f"input:{i}": x for i, x in enumerate(inputs)}, inp)
-            args = ["--inputs", inp, "--outputs", out, "--seed", str(seed)]
+            args = ["--inputs", inp, "--outputs", out, "--seed", str(seed), "--steps", str(steps)]
             args += self._params_args(params, tmp) + (["--verbose"] if verbose else [])
             self.last_log = self._launch(nprocs, args, timeout)
             got = safetensors.load(out)

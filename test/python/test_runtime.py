@@ -3,6 +3,7 @@ what PyTorch eager computes on the same weights; sharded init gathers to the
 same tensors on every mesh."""
 
 import functools
+import os
 import itertools
 
 import pytest
@@ -82,3 +83,40 @@ def test_save_and_load(tmp_path):
     assert torch.allclose(a, eager(IDS), rtol=1e-5, atol=1e-5)
     with pytest.raises(tdx.TdxError, match="no model binary"):
         tdx.Executable.load(str(tmp_path / "missing"), world_size=2)
+
+
+def test_a_lost_rank_ends_the_job_with_its_name(tmp_path):
+    import re
+    import signal
+    import subprocess
+    import time
+    exe = compiled("gpt2", "tp2")
+    torch.manual_seed(0)
+    tdx.safetensors.save({"input:0": IDS}, str(tmp_path / "in.safetensors"))
+    job = subprocess.Popen(["mpirun", "--oversubscribe", "--allow-run-as-root", "-np", "2",
+                            exe.path, "--inputs", str(tmp_path / "in.safetensors"),
+                            "--steps", "1000000"],
+                           stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    try:
+        ranks = []
+        for _ in range(100):
+            ranks = subprocess.run(["pgrep", "-P", str(job.pid)], capture_output=True,
+                                   text=True).stdout.split()
+            if len(ranks) == 2:
+                break
+            time.sleep(0.1)
+        assert len(ranks) == 2, "the ranks did not start"
+        time.sleep(1.0)  # mid-run: both ranks are in their forward loop
+        victim = int(ranks[1])
+        environ = open(f"/proc/{victim}/environ", "rb").read().split(b"\0")
+        rank = [e.split(b"=")[1].decode() for e in environ
+                if e.startswith(b"OMPI_COMM_WORLD_RANK=")][0]
+        os.kill(victim, signal.SIGKILL)
+        start = time.monotonic()
+        _, err = job.communicate(timeout=30)
+        assert time.monotonic() - start < 30
+    finally:
+        if job.poll() is None:
+            job.kill()
+    assert job.returncode != 0
+    assert re.search(rf"process rank {rank} with PID \d+ on node \S+ exited on signal 9", err), err

@@ -2,8 +2,8 @@
 //
 //   tdx-compile model.mlir -o model [--target cpu] [--emit-source]
 //
-// Runs whatever of the pipeline has not run yet (sharding propagation,
-// collective insertion, partitioning), lowers the partitioned program to C++
+// Runs whatever of the pipeline has not run yet (sharding propagation unless
+// values carry placements already, collective insertion, partitioning), lowers the partitioned program to C++
 // on the CPU runtime, and compiles and links it into a binary that runs as
 //   mpirun -np N ./model --inputs in.safetensors --outputs out.safetensors
 //
@@ -18,6 +18,7 @@
 #include "mlir/IR/MLIRContext.h"
 #include "mlir/Parser/Parser.h"
 #include "mlir/Pass/PassManager.h"
+#include "mlir/Transforms/Passes.h"
 #include "llvm/Support/CommandLine.h"
 #include "llvm/Support/FileSystem.h"
 #include "llvm/Support/InitLLVM.h"
@@ -69,7 +70,19 @@ int main(int argc, char **argv) {
     return 1;
   if (!(*module)->hasAttr("tdx.partitioned")) {
     auto pm = mlir::PassManager::on<mlir::ModuleOp>(&context);
-    pm.addPass(mlir::tdx::createPropagateSharding());
+    // Propagation runs once: a program it placed already (tdx.parallelize
+    // does) keeps its placements.
+    bool placed = false;
+    module->walk([&](mlir::Operation *op) {
+      placed |= op->hasAttr("tdx.shardings");
+      return placed ? mlir::WalkResult::interrupt() : mlir::WalkResult::advance();
+    });
+    if (!placed) {
+      // As tdx.parallelize does: canonicalize folds the reshapes around the
+      // batched matmuls of torch.matmul's decomposition, so heads stay sharded.
+      pm.addPass(mlir::createCanonicalizerPass());
+      pm.addPass(mlir::tdx::createPropagateSharding());
+    }
     pm.addPass(mlir::tdx::createInsertCollectives());
     pm.addPass(mlir::tdx::createPartition());
     if (failed(pm.run(*module)))

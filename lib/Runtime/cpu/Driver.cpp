@@ -6,6 +6,7 @@
 
 #include <mpi.h>
 
+#include <algorithm>
 #include <chrono>
 #include <cstdio>
 #include <fstream>
@@ -143,6 +144,7 @@ void tdx::rt::saveSafetensors(const std::string &path,
 int tdx::rt::runMain(int argc, char **argv, const Program &program) {
   std::string inputs, outputs, params, dumpParams;
   uint64_t seed = 0;
+  int64_t steps = 1;
   bool verbose = false;
   for (int i = 1; i < argc; ++i) {
     std::string a = argv[i];
@@ -161,13 +163,16 @@ int tdx::rt::runMain(int argc, char **argv, const Program &program) {
       dumpParams = value();
     else if (a == "--seed")
       seed = std::stoull(value());
+    else if (a == "--steps")
+      steps = std::max<int64_t>(1, std::stoll(value()));
     else if (a == "--verbose")
       verbose = true;
     else if (a == "--help" || a == "-h") {
       std::cout << "usage: mpirun -np N " << argv[0]
                 << " --inputs in.safetensors --outputs out.safetensors\n"
                    "       [--params params.safetensors] [--dump-params out.safetensors]\n"
-                   "       [--seed S] [--verbose]\n";
+                   "       [--seed S] [--steps N] [--verbose]\n"
+                   "--steps N runs the forward N times (step time is their mean).\n";
       return 0;
     } else {
       std::cerr << "tdx: unknown option " << a << " (see --help)\n";
@@ -215,7 +220,9 @@ int tdx::rt::runMain(int argc, char **argv, const Program &program) {
         local.push_back(ctx.localPart(it->second, parseLayout(program.inputs[i].layout)));
       }
       auto t2 = std::chrono::steady_clock::now();
-      std::vector<at::Tensor> out = program.forward(ctx, state, local);
+      std::vector<at::Tensor> out;
+      for (int64_t step = 0; step < steps; ++step)
+        out = program.forward(ctx, state, local);
       auto t3 = std::chrono::steady_clock::now();
       std::map<std::string, at::Tensor> saved;
       for (size_t i = 0; i < out.size(); ++i) {
@@ -231,7 +238,8 @@ int tdx::rt::runMain(int argc, char **argv, const Program &program) {
       if (verbose && rank == 0)
         std::printf("tdx: %d ranks: init %.3f ms, step %.3f ms, %lld bytes communicated\n",
                     ctx.worldSize(), std::chrono::duration<double, std::milli>(t1 - t0).count(),
-                    std::chrono::duration<double, std::milli>(t3 - t2).count(), total);
+                    std::chrono::duration<double, std::milli>(t3 - t2).count() / steps,
+                    total / steps);
     }
     MPI_Barrier(MPI_COMM_WORLD);
     MPI_Finalize();

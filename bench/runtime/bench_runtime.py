@@ -1,0 +1,152 @@
+"""tdx model binaries next to their peers, in one run, on one GPT-style model
+and one batch of token ids:
+
+  - torch eager, one process (the numerical oracle and the 1-rank baseline);
+  - a hand-written Megatron tensor-parallel forward on torch.distributed with
+    the gloo backend (column-parallel q/k/v and fc, row-parallel wo and proj,
+    one all_reduce after each row-parallel linear), on 1, 2 and 4 processes;
+  - the tdx binary (tdx.compile of the same model with the same Megatron
+    plan) under mpirun on 1, 2 and 4 ranks.
+
+Every process uses one ATen thread (the machine has 2 cores; 4 ranks are
+oversubscribed for both peers alike). Step time is the mean of --steps
+forwards after one warm-up; bytes are what all ranks send per step.
+
+    . build/env.sh && /usr/bin/python3 bench/runtime/bench_runtime.py [--steps 20]
+"""
+
+import argparse
+import math
+import os
+import sys
+import time
+
+import torch
+import torch.distributed as dist
+import torch.multiprocessing as mp
+import torch.nn.functional as F
+
+sys.path.insert(0, os.path.join(os.path.dirname(__file__), "..", "..", "examples"))
+import tdx  # noqa: E402
+from gpt_2x2 import GPT  # noqa: E402
+
+CONFIG = dict(vocab=512, d=128, heads=4, layers=4, context=64)
+BATCH, SEQ = 8, 64
+PLAN = {"h.*.wq": tdx.ColwiseParallel(), "h.*.wk": tdx.ColwiseParallel(),
+        "h.*.wv": tdx.ColwiseParallel(), "h.*.wo": tdx.RowwiseParallel(),
+        "h.*.fc": tdx.ColwiseParallel(), "h.*.proj": tdx.RowwiseParallel()}
+
+
+def eager_model():
+    torch.manual_seed(0)
+    return GPT(**CONFIG).eval()
+
+
+def ids():
+    return torch.randint(0, CONFIG["vocab"], (BATCH, SEQ), generator=torch.Generator().manual_seed(1))
+
+
+def megatron_worker(rank, world, steps, port, out):
+    torch.set_num_threads(1)
+    os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port))
+    dist.init_process_group("gloo", rank=rank, world_size=world)
+    model, x = eager_model(), ids()
+    sd = model.state_dict()
+    d, heads = CONFIG["d"], CONFIG["heads"]
+    hl = heads // world
+    col = lambda w: w.chunk(world, 0)[rank]
+    row = lambda w: w.chunk(world, 1)[rank]
+    sent = [0]
+
+    def all_reduce(t):
+        if world > 1:
+            dist.all_reduce(t)
+            sent[0] += t.numel() * t.element_size()
+        return t
+
+    def forward(tokens):
+        b, t = tokens.shape
+        h = F.embedding(tokens, sd["wte.weight"]) + sd["wpe.weight"][:t]
+        for i in range(CONFIG["layers"]):
+            p = lambda n: sd[f"h.{i}.{n}"]
+            a = F.layer_norm(h, (d,), p("ln_1.weight"), p("ln_1.bias"))
+            split = lambda y: y.view(b, t, hl, d // heads).transpose(1, 2)
+            q, k, v = (split(F.linear(a, col(p(f"{n}.weight")), col(p(f"{n}.bias"))))
+                       for n in ("wq", "wk", "wv"))
+            att = (q @ k.transpose(-2, -1) / math.sqrt(d // heads)).softmax(dim=-1)
+            o = F.linear((att @ v).transpose(1, 2).reshape(b, t, d // world), row(p("wo.weight")))
+            h = h + all_reduce(o) + p("wo.bias")
+            m = F.gelu(F.linear(F.layer_norm(h, (d,), p("ln_2.weight"), p("ln_2.bias")),
+                                col(p("fc.weight")), col(p("fc.bias"))), approximate="tanh")
+            h = h + all_reduce(F.linear(m, row(p("proj.weight")))) + p("proj.bias")
+        return F.linear(F.layer_norm(h, (d,), sd["ln_f.weight"], sd["ln_f.bias"]), sd["wte.weight"])
+
+    with torch.no_grad():
+        y = forward(x)
+        dist.barrier()
+        sent[0] = 0
+        t0 = time.perf_counter()
+        for _ in range(steps):
+            y = forward(x)
+        dist.barrier()
+        ms = (time.perf_counter() - t0) * 1e3 / steps
+    total = torch.tensor([sent[0] // steps])
+    dist.all_reduce(total)
+    if rank == 0:
+        out.put((ms, int(total), y))
+    dist.destroy_process_group()
+
+
+def run_megatron(world, steps, port):
+    ctx = mp.get_context("spawn")
+    q = ctx.Queue()
+    procs = [ctx.Process(target=megatron_worker, args=(r, world, steps, port, q)) for r in range(world)]
+    for p in procs:
+        p.start()
+    result = q.get(timeout=600)
+    for p in procs:
+        p.join(timeout=60)
+    return result
+
+
+def run_tdx(world, steps, weights):
+    prog = tdx.trace(tdx.deferred_init(GPT, **CONFIG), ids())
+    mesh = tdx.init_device_mesh("cpu", (world,), mesh_dim_names=("tp",))
+    tdx.parallelize(prog, mesh, PLAN)
+    exe = tdx.compile(prog)
+    exe.run(ids(), params=weights, steps=1)  # warm-up (page cache, MPI start)
+    (y,) = exe.run(ids(), params=weights, steps=steps, verbose=True)
+    # "tdx: N ranks: init A ms, step B ms, C bytes communicated"
+    words = exe.last_log.split()
+    return float(words[words.index("step") + 1]), int(words[words.index("bytes") - 1]), y
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--steps", type=int, default=20)
+    ap.add_argument("--ranks", default="1,2,4")
+    args = ap.parse_args()
+    os.environ["OMP_NUM_THREADS"] = "1"
+    torch.set_num_threads(1)
+    model, x = eager_model(), ids()
+    weights = dict(model.named_parameters(), **dict(model.named_buffers()))
+    with torch.no_grad():
+        want = model(x)
+        t0 = time.perf_counter()
+        for _ in range(args.steps):
+            model(x)
+        eager_ms = (time.perf_counter() - t0) * 1e3 / args.steps
+    print(f"GPT {CONFIG}, batch {BATCH}x{SEQ}, {args.steps} steps, 1 ATen thread per process")
+    print(f"torch eager, 1 process: {eager_ms:.2f} ms/step\n")
+    print(f"{'ranks':>5} | {'tdx ms':>8} {'gloo ms':>8} {'gloo/tdx':>8} | "
+          f"{'tdx bytes':>10} {'gloo bytes':>10} | {'tdx/eager':>9} | {'tdx err':>8} {'gloo err':>8}")
+    for i, world in enumerate(int(r) for r in args.ranks.split(",")):
+        t_ms, t_bytes, t_y = run_tdx(world, args.steps, weights)
+        g_ms, g_bytes, g_y = run_megatron(world, args.steps, 29500 + i)
+        err = lambda y: ((y - want).norm() / want.norm()).item()
+        print(f"{world:>5} | {t_ms:>8.2f} {g_ms:>8.2f} {g_ms / t_ms:>8.2f} | "
+              f"{t_bytes:>10} {g_bytes:>10} | {t_ms / eager_ms:>9.2f} | {err(t_y):>8.1e} {err(g_y):>8.1e}")
+
+
+if __name__ == "__main__":
+    main()
