@@ -120,3 +120,39 @@ def test_a_lost_rank_ends_the_job_with_its_name(tmp_path):
             job.kill()
     assert job.returncode != 0
     assert re.search(rf"process rank {rank} with PID \d+ on node \S+ exited on signal 9", err), err
+
+
+def test_a_stuck_rank_times_out_every_rank(tmp_path):
+    import signal
+    import subprocess
+    import time
+    exe = compiled("gpt2", "tp2")
+    tdx.safetensors.save({"input:0": IDS}, str(tmp_path / "in.safetensors"))
+    job = subprocess.Popen(["mpirun", "--oversubscribe", "--allow-run-as-root", "-np", "2",
+                            exe.path, "--inputs", str(tmp_path / "in.safetensors"),
+                            "--steps", "1000000", "--collective-timeout", "3"],
+                           stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    try:
+        ranks = []
+        for _ in range(100):
+            ranks = subprocess.run(["pgrep", "-P", str(job.pid)], capture_output=True,
+                                   text=True).stdout.split()
+            if len(ranks) == 2:
+                break
+            time.sleep(0.1)
+        assert len(ranks) == 2, "the ranks did not start"
+        time.sleep(1.0)
+        os.kill(int(ranks[1]), signal.SIGSTOP)  # alive but stuck: no process exits
+        start = time.monotonic()
+        _, err = job.communicate(timeout=30)
+        assert time.monotonic() - start < 30
+    finally:
+        if job.poll() is None:
+            job.kill()
+        for pid in ranks:
+            try:
+                os.kill(int(pid), signal.SIGKILL)
+            except ProcessLookupError:
+                pass
+    assert job.returncode != 0
+    assert "over mesh axes {tp} did not complete in 3 s" in err, err

@@ -80,6 +80,13 @@ public:
   at::Tensor gather(const at::Tensor &local, const std::vector<int64_t> &globalShape,
                     const Layout &layout);
 
+  /// Every collective waits at most this long, then throws naming its group
+  /// (the driver then aborts every rank): a lost or stuck rank never hangs.
+  void setCollectiveTimeout(double seconds) { timeout_ = seconds; }
+  /// The sum of `value` over all ranks (every rank gets it).
+  int64_t sumOverWorld(int64_t value);
+  void barrier();
+
   /// Bytes this rank sent through collectives so far.
   int64_t bytesCommunicated() const { return bytes_; }
   bool verbose() const { return verbose_; }
@@ -92,6 +99,8 @@ private:
   uint64_t seed_;
   bool verbose_;
   int64_t bytes_ = 0;
+  double timeout_ = 300;
+  void complete(void *request, const char *what, const std::vector<std::string> &axes);
   std::map<std::vector<std::string>, void *> groups_; // axes -> MPI_Comm*
   void *group(const std::vector<std::string> &axes, int &size, int &index);
 };

@@ -5,7 +5,9 @@
 
 #include <mpi.h>
 
+#include <chrono>
 #include <numeric>
+#include <thread>
 #include <sstream>
 #include <stdexcept>
 
@@ -56,6 +58,30 @@ std::pair<int64_t, int64_t> chunkRange(int64_t n, int64_t k, int64_t c) {
 }
 
 } // namespace
+
+void Context::complete(void *request, const char *what, const std::vector<std::string> &axes) {
+  MPI_Request *r = static_cast<MPI_Request *>(request);
+  auto deadline = std::chrono::steady_clock::now() + std::chrono::duration<double>(timeout_);
+  for (int64_t spins = 0;; ++spins) {
+    int done = 0;
+    check(MPI_Test(r, &done, MPI_STATUS_IGNORE), what);
+    if (done)
+      return;
+    if (spins % 1024 == 1023) {
+      if (std::chrono::steady_clock::now() > deadline) {
+        std::string group;
+        for (const std::string &a : axes)
+          group += (group.empty() ? "" : ",") + a;
+        throw std::runtime_error(
+            std::string("tdx: ") + what + " over mesh axes {" + (group.empty() ? "all" : group) +
+            "} did not complete in " + std::to_string(static_cast<int64_t>(timeout_)) +
+            " s: a rank of its group is lost or stuck (raise the limit with "
+            "--collective-timeout S)");
+      }
+      std::this_thread::yield();
+    }
+  }
+}
 
 Layout tdx::rt::parseLayout(const std::string &text) {
   Layout out;
@@ -164,9 +190,11 @@ at::Tensor Context::allReduce(const at::Tensor &x, const std::vector<std::string
   MPI_Comm comm = *static_cast<MPI_Comm *>(group(axes, size, index));
   at::Tensor out = x.contiguous().clone();
   bytes_ += out.nbytes();
-  check(MPI_Allreduce(MPI_IN_PLACE, out.data_ptr(), static_cast<int>(out.numel()),
-                      mpiType(out.scalar_type()), mpiOp(reduce), comm),
+  MPI_Request request;
+  check(MPI_Iallreduce(MPI_IN_PLACE, out.data_ptr(), static_cast<int>(out.numel()),
+                       mpiType(out.scalar_type()), mpiOp(reduce), comm, &request),
         "all_reduce");
+  complete(&request, "all_reduce", axes);
   if (reduce == Avg)
     out.div_(size);
   return out;
@@ -180,7 +208,10 @@ at::Tensor Context::allGather(const at::Tensor &x, const std::vector<std::string
   at::Tensor front = x.transpose(0, dim).contiguous();
   int64_t mine = front.size(0);
   std::vector<int64_t> sizes(size);
-  check(MPI_Allgather(&mine, 1, MPI_INT64_T, sizes.data(), 1, MPI_INT64_T, comm), "all_gather");
+  MPI_Request request;
+  check(MPI_Iallgather(&mine, 1, MPI_INT64_T, sizes.data(), 1, MPI_INT64_T, comm, &request),
+        "all_gather");
+  complete(&request, "all_gather", axes);
   int64_t row = mine ? front.nbytes() / mine : 0;
   if (!row) {
     std::vector<int64_t> shape = front.sizes().vec();
@@ -198,10 +229,27 @@ at::Tensor Context::allGather(const at::Tensor &x, const std::vector<std::string
   shape[0] = total;
   at::Tensor gathered = at::empty(shape, front.options());
   bytes_ += front.nbytes();
-  check(MPI_Allgatherv(front.data_ptr(), static_cast<int>(front.nbytes()), MPI_BYTE,
-                       gathered.data_ptr(), counts.data(), displs.data(), MPI_BYTE, comm),
+  check(MPI_Iallgatherv(front.data_ptr(), static_cast<int>(front.nbytes()), MPI_BYTE,
+                        gathered.data_ptr(), counts.data(), displs.data(), MPI_BYTE, comm,
+                        &request),
         "all_gather");
+  complete(&request, "all_gather", axes);
   return gathered.transpose(0, dim).contiguous();
+}
+
+int64_t Context::sumOverWorld(int64_t value) {
+  int64_t total = 0;
+  MPI_Request request;
+  check(MPI_Iallreduce(&value, &total, 1, MPI_INT64_T, MPI_SUM, MPI_COMM_WORLD, &request),
+        "all_reduce");
+  complete(&request, "all_reduce", {});
+  return total;
+}
+
+void Context::barrier() {
+  MPI_Request request;
+  check(MPI_Ibarrier(MPI_COMM_WORLD, &request), "barrier");
+  complete(&request, "barrier", {});
 }
 
 at::Tensor Context::chunk(const at::Tensor &x, int64_t chunks, int64_t index, int64_t dim) {
@@ -222,9 +270,11 @@ at::Tensor Context::allToAll(const at::Tensor &x, const std::vector<std::string>
   MPI_Comm comm = *static_cast<MPI_Comm *>(group(axes, size, index));
   // Everyone's shape, to know the pieces received.
   std::vector<int64_t> shape = x.sizes().vec(), shapes(size * shape.size());
-  check(MPI_Allgather(shape.data(), static_cast<int>(shape.size()), MPI_INT64_T, shapes.data(),
-                      static_cast<int>(shape.size()), MPI_INT64_T, comm),
+  MPI_Request request;
+  check(MPI_Iallgather(shape.data(), static_cast<int>(shape.size()), MPI_INT64_T, shapes.data(),
+                       static_cast<int>(shape.size()), MPI_INT64_T, comm, &request),
         "all_to_all");
+  complete(&request, "all_to_all", axes);
   std::vector<at::Tensor> send;
   std::vector<int> sendCounts(size), sendDispls(size), recvCounts(size), recvDispls(size);
   int64_t offset = 0;
@@ -253,9 +303,11 @@ at::Tensor Context::allToAll(const at::Tensor &x, const std::vector<std::string>
   }
   at::Tensor recvBuffer = at::empty({offset}, x.options().dtype(at::kByte));
   bytes_ += sendBuffer.nbytes();
-  check(MPI_Alltoallv(sendBuffer.data_ptr(), sendCounts.data(), sendDispls.data(), MPI_BYTE,
-                      recvBuffer.data_ptr(), recvCounts.data(), recvDispls.data(), MPI_BYTE, comm),
+  check(MPI_Ialltoallv(sendBuffer.data_ptr(), sendCounts.data(), sendDispls.data(), MPI_BYTE,
+                       recvBuffer.data_ptr(), recvCounts.data(), recvDispls.data(), MPI_BYTE,
+                       comm, &request),
         "all_to_all");
+  complete(&request, "all_to_all", axes);
   for (int r = 0; r < size; ++r)
     std::memcpy(received[r].data_ptr(),
                 static_cast<uint8_t *>(recvBuffer.data_ptr()) + recvDispls[r], recvCounts[r]);
@@ -346,8 +398,11 @@ at::Tensor Context::gather(const at::Tensor &local, const std::vector<int64_t> &
   at::Tensor mine = local.contiguous();
   int64_t nbytes = mine.nbytes();
   std::vector<int64_t> counts(world_);
-  check(MPI_Gather(&nbytes, 1, MPI_INT64_T, counts.data(), 1, MPI_INT64_T, 0, MPI_COMM_WORLD),
+  MPI_Request request;
+  check(MPI_Igather(&nbytes, 1, MPI_INT64_T, counts.data(), 1, MPI_INT64_T, 0, MPI_COMM_WORLD,
+                    &request),
         "gather");
+  complete(&request, "gather", {});
   std::vector<int> recvCounts(world_), displs(world_);
   int64_t total = 0;
   for (int r = 0; r < world_; ++r) {
@@ -356,9 +411,10 @@ at::Tensor Context::gather(const at::Tensor &local, const std::vector<int64_t> &
     total += counts[r];
   }
   at::Tensor buffer = at::empty({rank_ == 0 ? total : 0}, at::TensorOptions().dtype(at::kByte));
-  check(MPI_Gatherv(mine.data_ptr(), static_cast<int>(nbytes), MPI_BYTE, buffer.data_ptr(),
-                    recvCounts.data(), displs.data(), MPI_BYTE, 0, MPI_COMM_WORLD),
+  check(MPI_Igatherv(mine.data_ptr(), static_cast<int>(nbytes), MPI_BYTE, buffer.data_ptr(),
+                     recvCounts.data(), displs.data(), MPI_BYTE, 0, MPI_COMM_WORLD, &request),
         "gather");
+  complete(&request, "gather", {});
   if (rank_ != 0)
     return at::Tensor();
   at::Tensor out = at::zeros(globalShape, mine.options());

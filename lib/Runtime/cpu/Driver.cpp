@@ -145,6 +145,7 @@ int tdx::rt::runMain(int argc, char **argv, const Program &program) {
   std::string inputs, outputs, params, dumpParams;
   uint64_t seed = 0;
   int64_t steps = 1;
+  double timeout = 300;
   bool verbose = false;
   for (int i = 1; i < argc; ++i) {
     std::string a = argv[i];
@@ -163,6 +164,8 @@ int tdx::rt::runMain(int argc, char **argv, const Program &program) {
       dumpParams = value();
     else if (a == "--seed")
       seed = std::stoull(value());
+    else if (a == "--collective-timeout")
+      timeout = std::stod(value());
     else if (a == "--steps")
       steps = std::max<int64_t>(1, std::stoll(value()));
     else if (a == "--verbose")
@@ -171,8 +174,10 @@ int tdx::rt::runMain(int argc, char **argv, const Program &program) {
       std::cout << "usage: mpirun -np N " << argv[0]
                 << " --inputs in.safetensors --outputs out.safetensors\n"
                    "       [--params params.safetensors] [--dump-params out.safetensors]\n"
-                   "       [--seed S] [--steps N] [--verbose]\n"
-                   "--steps N runs the forward N times (step time is their mean).\n";
+                   "       [--seed S] [--steps N] [--collective-timeout S] [--verbose]\n"
+                   "--steps N runs the forward N times (step time is their mean).\n"
+                   "--collective-timeout S (default 300): a collective that does not complete\n"
+                   "in S seconds ends every rank with an error naming its mesh axes.\n";
       return 0;
     } else {
       std::cerr << "tdx: unknown option " << a << " (see --help)\n";
@@ -183,6 +188,7 @@ int tdx::rt::runMain(int argc, char **argv, const Program &program) {
   try {
     Context ctx(program.meshShape, program.axes, seed, verbose);
     rank = ctx.rank();
+    ctx.setCollectiveTimeout(timeout);
     auto t0 = std::chrono::steady_clock::now();
     State state;
     if (!params.empty()) {
@@ -233,15 +239,14 @@ int tdx::rt::runMain(int argc, char **argv, const Program &program) {
       }
       if (rank == 0 && !outputs.empty())
         saveSafetensors(outputs, saved);
-      long long bytes = ctx.bytesCommunicated(), total = 0;
-      MPI_Reduce(&bytes, &total, 1, MPI_LONG_LONG, MPI_SUM, 0, MPI_COMM_WORLD);
+      long long total = ctx.sumOverWorld(ctx.bytesCommunicated());
       if (verbose && rank == 0)
         std::printf("tdx: %d ranks: init %.3f ms, step %.3f ms, %lld bytes communicated\n",
                     ctx.worldSize(), std::chrono::duration<double, std::milli>(t1 - t0).count(),
                     std::chrono::duration<double, std::milli>(t3 - t2).count() / steps,
                     total / steps);
     }
-    MPI_Barrier(MPI_COMM_WORLD);
+    ctx.barrier();
     MPI_Finalize();
     return 0;
   } catch (const std::exception &e) {
