@@ -156,3 +156,25 @@ def test_a_stuck_rank_times_out_every_rank(tmp_path):
                 pass
     assert job.returncode != 0
     assert "over mesh axes {tp} did not complete in 3 s" in err, err
+
+
+def test_sharded_init_peak_memory_is_the_shard():
+    """Each rank's peak memory grows by its shard (plus a bounded block), not
+    by the global tensor: a 64 MiB weight over 4 ranks."""
+    import re
+    import subprocess
+    torch.manual_seed(0)
+    prog = tdx.trace(tdx.deferred_init(torch.nn.Linear, 2048, 8192, bias=False),
+                     torch.zeros(2, 2048))
+    tdx.parallelize(prog, tdx.init_device_mesh("cpu", (4,), ("tp",)),
+                    {"": tdx.ColwiseParallel()})
+    exe = tdx.compile(prog)
+    done = subprocess.run(["mpirun", "--oversubscribe", "--allow-run-as-root", "-np", "4",
+                           exe.path, "--verbose"], capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, done.stderr
+    rows = re.findall(r"local parameters ([\d.]+) MiB, peak RSS grew ([\d.]+) MiB", done.stdout)
+    assert len(rows) == 4, done.stdout
+    for local, grew in rows:
+        local, grew = float(local), float(grew)
+        assert local == 16.0
+        assert 0.9 * local <= grew <= local + 4, (local, grew)  # the global tensor is 64 MiB

@@ -343,22 +343,31 @@ at::Tensor fillBox(const Context &ctx, const std::vector<int64_t> &shape, const 
                    at::ScalarType dtype, Fn value) {
   std::vector<int64_t> offset, size;
   ctx.box(shape, layout, offset, size);
-  at::Tensor out = at::empty(size, at::TensorOptions().dtype(at::kDouble));
-  double *data = out.data_ptr<double>();
+  // Values are computed in double and rounded once to `dtype`, a block at a
+  // time: the workspace is one block, whatever the shard's size.
+  constexpr int64_t kBlock = 1 << 16;
+  at::Tensor out = at::empty(size, at::TensorOptions().dtype(dtype));
+  at::Tensor flat = out.view({-1});
   int64_t n = out.numel();
+  at::Tensor block = at::empty({std::min(n, kBlock)}, at::TensorOptions().dtype(at::kDouble));
+  double *data = block.data_ptr<double>();
   std::vector<int64_t> local(size.size(), 0);
-  for (int64_t e = 0; e < n; ++e) {
-    uint64_t g = 0;
-    for (size_t d = 0; d < size.size(); ++d)
-      g = g * shape[d] + offset[d] + local[d];
-    data[e] = value(g);
-    for (int64_t d = static_cast<int64_t>(size.size()) - 1; d >= 0; --d) {
-      if (++local[d] < size[d])
-        break;
-      local[d] = 0;
+  for (int64_t begin = 0; begin < n; begin += kBlock) {
+    int64_t count = std::min(kBlock, n - begin);
+    for (int64_t e = 0; e < count; ++e) {
+      uint64_t g = 0;
+      for (size_t d = 0; d < size.size(); ++d)
+        g = g * shape[d] + offset[d] + local[d];
+      data[e] = value(g);
+      for (int64_t d = static_cast<int64_t>(size.size()) - 1; d >= 0; --d) {
+        if (++local[d] < size[d])
+          break;
+        local[d] = 0;
+      }
     }
+    flat.narrow(0, begin, count).copy_(block.narrow(0, 0, count));
   }
-  return out.to(dtype);
+  return out;
 }
 } // namespace
 

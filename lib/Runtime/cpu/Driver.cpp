@@ -6,6 +6,8 @@
 
 #include <mpi.h>
 
+#include <sys/resource.h>
+
 #include <algorithm>
 #include <chrono>
 #include <cstdio>
@@ -141,6 +143,12 @@ void tdx::rt::saveSafetensors(const std::string &path,
     throw std::runtime_error("tdx: cannot write " + path);
 }
 
+static long peakRssKiB() {
+  struct rusage usage;
+  getrusage(RUSAGE_SELF, &usage);
+  return usage.ru_maxrss;
+}
+
 int tdx::rt::runMain(int argc, char **argv, const Program &program) {
   std::string inputs, outputs, params, dumpParams;
   uint64_t seed = 0;
@@ -189,6 +197,7 @@ int tdx::rt::runMain(int argc, char **argv, const Program &program) {
     Context ctx(program.meshShape, program.axes, seed, verbose);
     rank = ctx.rank();
     ctx.setCollectiveTimeout(timeout);
+    long rssBefore = peakRssKiB();
     auto t0 = std::chrono::steady_clock::now();
     State state;
     if (!params.empty()) {
@@ -206,6 +215,16 @@ int tdx::rt::runMain(int argc, char **argv, const Program &program) {
       program.init(ctx, state);
     }
     auto t1 = std::chrono::steady_clock::now();
+    if (verbose) {
+      // Growth of this rank's peak resident memory while making its shards.
+      int64_t local = 0;
+      for (const auto &[name, t] : state)
+        local += t.nbytes();
+      std::printf("tdx: rank %d: init %.3f ms, local parameters %.1f MiB, peak RSS grew %.1f MiB\n",
+                  rank, std::chrono::duration<double, std::milli>(t1 - t0).count(),
+                  local / 1048576.0, (peakRssKiB() - rssBefore) / 1024.0);
+      std::fflush(stdout);
+    }
     if (!dumpParams.empty()) {
       std::map<std::string, at::Tensor> all;
       for (const Program::Param &p : program.params) {
