@@ -1,11 +1,10 @@
 """Compiled model binaries: `tdx.compile(prog)` and `Executable.run`."""
 
 import os
+import re
 import shutil
 import subprocess
 import tempfile
-
-import torch
 
 from . import safetensors
 from .errors import TdxError
@@ -49,7 +48,7 @@ class Executable:
         if isinstance(params, str):
             return ["--params", params]
         path = os.path.join(tmp, "params.safetensors")
-        safetensors.save({k: v for k, v in params.items()}, path)
+        safetensors.save(params, path)
         return ["--params", path]
 
     def run(self, *inputs, nprocs=None, params=None, seed=0, verbose=False, steps=1,
@@ -101,7 +100,6 @@ def compile(prog, target="cpu", output=None):
     if done.returncode != 0:
         raise TdxError(f"tdx-compile failed:\n{done.stderr.strip()}")
     world = 1
-    import re
     m = re.search(r"tdx\.mesh @\S+ shape = \[([0-9, ]*)\]", text)
     if m and m.group(1).strip():
         for n in m.group(1).split(","):

@@ -85,75 +85,68 @@ def test_save_and_load(tmp_path):
         tdx.Executable.load(str(tmp_path / "missing"), world_size=2)
 
 
-def test_a_lost_rank_ends_the_job_with_its_name(tmp_path):
-    import re
-    import signal
+def start_two_ranks(tmp_path, *options):
+    """Starts the 2-rank GPT-2 binary in a long forward loop; returns the
+    mpirun process and the two rank pids once both run."""
     import subprocess
     import time
     exe = compiled("gpt2", "tp2")
-    torch.manual_seed(0)
     tdx.safetensors.save({"input:0": IDS}, str(tmp_path / "in.safetensors"))
     job = subprocess.Popen(["mpirun", "--oversubscribe", "--allow-run-as-root", "-np", "2",
                             exe.path, "--inputs", str(tmp_path / "in.safetensors"),
-                            "--steps", "1000000"],
+                            "--steps", "1000000", *options],
                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    ranks = []
+    for _ in range(100):
+        ranks = subprocess.run(["pgrep", "-P", str(job.pid)], capture_output=True,
+                               text=True).stdout.split()
+        if len(ranks) == 2:
+            break
+        time.sleep(0.1)
+    if len(ranks) != 2:
+        job.kill()
+        pytest.fail("the ranks did not start")
+    time.sleep(1.0)  # mid-run: both ranks are in their forward loop
+    return job, [int(r) for r in ranks]
+
+
+def end_within_30s(job, ranks):
+    """Waits for mpirun to end; returns its stderr. Kills what is left."""
+    import signal
+    import time
     try:
-        ranks = []
-        for _ in range(100):
-            ranks = subprocess.run(["pgrep", "-P", str(job.pid)], capture_output=True,
-                                   text=True).stdout.split()
-            if len(ranks) == 2:
-                break
-            time.sleep(0.1)
-        assert len(ranks) == 2, "the ranks did not start"
-        time.sleep(1.0)  # mid-run: both ranks are in their forward loop
-        victim = int(ranks[1])
-        environ = open(f"/proc/{victim}/environ", "rb").read().split(b"\0")
-        rank = [e.split(b"=")[1].decode() for e in environ
-                if e.startswith(b"OMPI_COMM_WORLD_RANK=")][0]
-        os.kill(victim, signal.SIGKILL)
         start = time.monotonic()
         _, err = job.communicate(timeout=30)
         assert time.monotonic() - start < 30
+        return err
     finally:
         if job.poll() is None:
             job.kill()
+        for pid in ranks:
+            try:
+                os.kill(pid, signal.SIGKILL)
+            except ProcessLookupError:
+                pass
+
+
+def test_a_lost_rank_ends_the_job_with_its_name(tmp_path):
+    import re
+    import signal
+    job, ranks = start_two_ranks(tmp_path)
+    environ = open(f"/proc/{ranks[1]}/environ", "rb").read().split(b"\0")
+    rank = [e.split(b"=")[1].decode() for e in environ
+            if e.startswith(b"OMPI_COMM_WORLD_RANK=")][0]
+    os.kill(ranks[1], signal.SIGKILL)
+    err = end_within_30s(job, ranks)
     assert job.returncode != 0
     assert re.search(rf"process rank {rank} with PID \d+ on node \S+ exited on signal 9", err), err
 
 
 def test_a_stuck_rank_times_out_every_rank(tmp_path):
     import signal
-    import subprocess
-    import time
-    exe = compiled("gpt2", "tp2")
-    tdx.safetensors.save({"input:0": IDS}, str(tmp_path / "in.safetensors"))
-    job = subprocess.Popen(["mpirun", "--oversubscribe", "--allow-run-as-root", "-np", "2",
-                            exe.path, "--inputs", str(tmp_path / "in.safetensors"),
-                            "--steps", "1000000", "--collective-timeout", "3"],
-                           stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
-    try:
-        ranks = []
-        for _ in range(100):
-            ranks = subprocess.run(["pgrep", "-P", str(job.pid)], capture_output=True,
-                                   text=True).stdout.split()
-            if len(ranks) == 2:
-                break
-            time.sleep(0.1)
-        assert len(ranks) == 2, "the ranks did not start"
-        time.sleep(1.0)
-        os.kill(int(ranks[1]), signal.SIGSTOP)  # alive but stuck: no process exits
-        start = time.monotonic()
-        _, err = job.communicate(timeout=30)
-        assert time.monotonic() - start < 30
-    finally:
-        if job.poll() is None:
-            job.kill()
-        for pid in ranks:
-            try:
-                os.kill(int(pid), signal.SIGKILL)
-            except ProcessLookupError:
-                pass
+    job, ranks = start_two_ranks(tmp_path, "--collective-timeout", "3")
+    os.kill(ranks[1], signal.SIGSTOP)  # alive but stuck: no process exits
+    err = end_within_30s(job, ranks)
     assert job.returncode != 0
     assert "over mesh axes {tp} did not complete in 3 s" in err, err
 

@@ -103,6 +103,10 @@ private:
   void complete(void *request, const char *what, const std::vector<std::string> &axes);
   std::map<std::vector<std::string>, void *> groups_; // axes -> MPI_Comm*
   void *group(const std::vector<std::string> &axes, int &size, int &index);
+  std::vector<int64_t> coordsOf(int rank) const;
+  void boxAt(const std::vector<int64_t> &coords, const std::vector<int64_t> &globalShape,
+             const Layout &layout, std::vector<int64_t> &offset,
+             std::vector<int64_t> &size) const;
 };
 
 /// Calls an ATen operator by schema name ("aten::triu", "aten::add.Tensor")

@@ -130,11 +130,16 @@ Context::Context(std::vector<int64_t> meshShape, std::vector<std::string> axes, 
     os << ") but " << world_ << " were started; run it with mpirun -np " << ranks;
     throw std::runtime_error(os.str());
   }
-  coords_.resize(meshShape_.size());
-  for (int64_t r = rank_, a = static_cast<int64_t>(meshShape_.size()) - 1; a >= 0; --a) {
-    coords_[a] = r % meshShape_[a];
+  coords_ = coordsOf(rank_);
+}
+
+std::vector<int64_t> Context::coordsOf(int rank) const {
+  std::vector<int64_t> coords(meshShape_.size());
+  for (int64_t r = rank, a = static_cast<int64_t>(meshShape_.size()) - 1; a >= 0; --a) {
+    coords[a] = r % meshShape_[a];
     r /= meshShape_[a];
   }
+  return coords;
 }
 
 Context::~Context() {
@@ -316,13 +321,19 @@ at::Tensor Context::allToAll(const at::Tensor &x, const std::vector<std::string>
 
 void Context::box(const std::vector<int64_t> &globalShape, const Layout &layout,
                   std::vector<int64_t> &offset, std::vector<int64_t> &size) const {
+  boxAt(coords_, globalShape, layout, offset, size);
+}
+
+void Context::boxAt(const std::vector<int64_t> &coords, const std::vector<int64_t> &globalShape,
+                    const Layout &layout, std::vector<int64_t> &offset,
+                    std::vector<int64_t> &size) const {
   offset.assign(globalShape.size(), 0);
   size = globalShape;
   for (size_t a = 0; a < layout.size() && a < meshShape_.size(); ++a) {
     if (layout[a].kind != 'S')
       continue;
     int64_t d = layout[a].value;
-    auto [start, end] = chunkRange(size[d], meshShape_[a], coords_[a]);
+    auto [start, end] = chunkRange(size[d], meshShape_[a], coords[a]);
     offset[d] += start;
     size[d] = end - start;
   }
@@ -428,23 +439,13 @@ at::Tensor Context::gather(const at::Tensor &local, const std::vector<int64_t> &
     return at::Tensor();
   at::Tensor out = at::zeros(globalShape, mine.options());
   for (int r = 0; r < world_; ++r) {
-    std::vector<int64_t> coords(meshShape_.size());
-    for (int64_t rr = r, a = static_cast<int64_t>(meshShape_.size()) - 1; a >= 0; --a) {
-      coords[a] = rr % meshShape_[a];
-      rr /= meshShape_[a];
-    }
+    // Replicated copies beyond coordinate 0 hold nothing new.
+    std::vector<int64_t> coords = coordsOf(r);
     bool duplicate = false;
-    std::vector<int64_t> offset(globalShape.size(), 0), size = globalShape;
-    for (size_t a = 0; a < layout.size(); ++a) {
-      if (layout[a].kind == 'R' && coords[a] != 0)
-        duplicate = true;
-      if (layout[a].kind == 'S') {
-        int64_t d = layout[a].value;
-        auto [start, end] = chunkRange(size[d], meshShape_[a], coords[a]);
-        offset[d] += start;
-        size[d] = end - start;
-      }
-    }
+    for (size_t a = 0; a < layout.size(); ++a)
+      duplicate |= layout[a].kind == 'R' && coords[a] != 0;
+    std::vector<int64_t> offset, size;
+    boxAt(coords, globalShape, layout, offset, size);
     if (duplicate)
       continue;
     at::Tensor part = at::empty(size, mine.options());

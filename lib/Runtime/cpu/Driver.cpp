@@ -20,36 +20,24 @@ using namespace tdx::rt;
 
 namespace {
 
+// The safetensors dtype names of the element types model binaries store.
+const std::pair<const char *, at::ScalarType> kDtypes[] = {
+    {"F32", at::kFloat}, {"F64", at::kDouble}, {"F16", at::kHalf}, {"BF16", at::kBFloat16},
+    {"I64", at::kLong},  {"I32", at::kInt},    {"BOOL", at::kBool}};
+
 const char *dtypeName(at::ScalarType t) {
-  switch (t) {
-  case at::kFloat:
-    return "F32";
-  case at::kDouble:
-    return "F64";
-  case at::kHalf:
-    return "F16";
-  case at::kBFloat16:
-    return "BF16";
-  case at::kLong:
-    return "I64";
-  case at::kInt:
-    return "I32";
-  case at::kBool:
-    return "BOOL";
-  default:
-    throw std::runtime_error(std::string("tdx: cannot store ") + c10::toString(t) +
-                             " tensors in safetensors here");
-  }
+  for (const auto &[name, type] : kDtypes)
+    if (type == t)
+      return name;
+  throw std::runtime_error(std::string("tdx: cannot store ") + c10::toString(t) +
+                           " tensors in safetensors here");
 }
 
 at::ScalarType dtypeOf(const std::string &name) {
-  static const std::map<std::string, at::ScalarType> types = {
-      {"F32", at::kFloat}, {"F64", at::kDouble}, {"F16", at::kHalf}, {"BF16", at::kBFloat16},
-      {"I64", at::kLong},  {"I32", at::kInt},    {"BOOL", at::kBool}};
-  auto it = types.find(name);
-  if (it == types.end())
-    throw std::runtime_error("tdx: unsupported safetensors dtype " + name);
-  return it->second;
+  for (const auto &[n, type] : kDtypes)
+    if (name == n)
+      return type;
+  throw std::runtime_error("tdx: unsupported safetensors dtype " + name);
 }
 
 } // namespace
