@@ -70,8 +70,7 @@ std::string layoutText(ShardingAttr sharding, int64_t rank) {
 
 class Emitter {
 public:
-  Emitter(ModuleOp module, MeshOp mesh, llvm::raw_ostream &os)
-      : module(module), mesh(mesh), os(os) {}
+  Emitter(MeshOp mesh, llvm::raw_ostream &os) : mesh(mesh), os(os) {}
 
   std::string name(Value v) {
     auto it = names.find(v);
@@ -86,7 +85,6 @@ public:
   LogicalResult emitInit(Operation *decl, StringRef name, RankedTensorType type,
                          ShardingAttr sharding);
 
-  ModuleOp module;
   MeshOp mesh;
   llvm::raw_ostream &os;
   DenseMap<Value, std::string> names;
@@ -425,7 +423,7 @@ LogicalResult mlir::tdx::emitCpp(ModuleOp module, llvm::raw_ostream &os) {
 
   std::string body;
   llvm::raw_string_ostream bs(body);
-  Emitter e(module, mesh, bs);
+  Emitter e(mesh, bs);
 
   bs << "static void init(Context &ctx, State &s) {\n";
   SmallVector<std::tuple<std::string, RankedTensorType, std::string>> params;
