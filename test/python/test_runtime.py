@@ -171,3 +171,29 @@ def test_sharded_init_peak_memory_is_the_shard():
         local, grew = float(local), float(grew)
         assert local == 16.0
         assert 0.9 * local <= grew <= local + 4, (local, grew)  # the global tensor is 64 MiB
+
+
+def test_bad_params_files_are_named(tmp_path):
+    exe = compiled("gpt2", "tp2")
+    torch.manual_seed(0)
+    weights = state(GPT2())
+    good = tmp_path / "params.safetensors"
+    tdx.safetensors.save(weights, str(good))
+    cut = tmp_path / "cut.safetensors"
+    cut.write_bytes(good.read_bytes()[:-100])
+    with pytest.raises(tdx.TdxError, match="do not match its shape \\(truncated or corrupt file\\)"):
+        exe.run(IDS, params=str(cut))
+    junk = tmp_path / "junk.safetensors"
+    junk.write_bytes(b"\x10\x00\x00\x00\x00\x00\x00\x00{not json at all")
+    with pytest.raises(tdx.TdxError, match="corrupt safetensors header"):
+        exe.run(IDS, params=str(junk))
+    with pytest.raises(tdx.TdxError, match="cannot open"):
+        exe.run(IDS, params=str(tmp_path / "missing.safetensors"))
+    del weights["wte.weight"]
+    with pytest.raises(tdx.TdxError, match="has no parameter 'wte.weight'"):
+        exe.run(IDS, params=weights)
+
+
+def test_unsupported_target_is_refused():
+    with pytest.raises(tdx.TdxError, match="target 'cuda' is not supported yet"):
+        tdx.compile(tdx.trace(tdx.deferred_init(GPT2), IDS), target="cuda")
