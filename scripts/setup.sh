@@ -11,7 +11,7 @@ PACKAGES=(
   # Python bindings and tests
   pybind11-dev python3-pybind11 python3-dev python3-pytest
   # MPI runtime for the multi-rank backends
-  libopenmpi-dev openmpi-bin
+  libopenmpi-dev openmpi-bin libsleef-dev
   # build tools
   cmake ninja-build ccache g++ libgtest-dev
 )

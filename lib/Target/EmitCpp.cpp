@@ -2,6 +2,7 @@
 
 #include "tdx/Target/Cpp.h"
 #include "tdx/Dialect/TdxOps.h"
+#include "tdx/Target/Fusion.h"
 
 #include "mlir/Dialect/Arith/IR/Arith.h"
 #include "mlir/Dialect/Func/IR/FuncOps.h"
@@ -80,6 +81,7 @@ public:
   }
 
   LogicalResult emitOp(Operation *op);
+  void emitKernelCall(const FusedKernel &k);
   LogicalResult emitReduce(Operation *op, StringRef fn, std::optional<ArrayRef<int64_t>> dims,
                            bool keep);
   LogicalResult emitInit(Operation *decl, StringRef name, RankedTensorType type,
@@ -200,36 +202,6 @@ LogicalResult Emitter::emitOp(Operation *op) {
         return assign("at::cat(" + xs + "}, " + std::to_string(static_cast<int64_t>(o.getDim())) + ")");
       })
       .Case([&](ExpandOp o) { return assign(in(0) + ".expand(" + list(o.getSizes()) + ")"); })
-      .Case([&](AddOp) { return assign("at::add(" + in(0) + ", " + in(1) + ")"); })
-      .Case([&](SubOp) { return assign("at::sub(" + in(0) + ", " + in(1) + ")"); })
-      .Case([&](MulOp) { return assign("at::mul(" + in(0) + ", " + in(1) + ")"); })
-      .Case([&](DivOp) { return assign("at::div(" + in(0) + ", " + in(1) + ")"); })
-      .Case([&](PowOp) { return assign("at::pow(" + in(0) + ", " + in(1) + ")"); })
-      .Case([&](MaximumOp) { return assign("at::maximum(" + in(0) + ", " + in(1) + ")"); })
-      .Case([&](MinimumOp) { return assign("at::minimum(" + in(0) + ", " + in(1) + ")"); })
-      .Case([&](CmpOp o) {
-        static const char *fns[] = {"eq", "ne", "lt", "le", "gt", "ge"};
-        return assign(std::string("at::") + fns[static_cast<int>(o.getPredicate())] + "(" + in(0) +
-                      ", " + in(1) + ")");
-      })
-      .Case([&](WhereOp) { return assign("at::where(" + in(0) + ", " + in(1) + ", " + in(2) + ")"); })
-      .Case([&](NegOp) { return assign("at::neg(" + in(0) + ")"); })
-      .Case([&](AbsOp) { return assign("at::abs(" + in(0) + ")"); })
-      .Case([&](ReluOp) { return assign("at::relu(" + in(0) + ")"); })
-      .Case([&](ExpOp) { return assign("at::exp(" + in(0) + ")"); })
-      .Case([&](LogOp) { return assign("at::log(" + in(0) + ")"); })
-      .Case([&](SqrtOp) { return assign("at::sqrt(" + in(0) + ")"); })
-      .Case([&](RsqrtOp) { return assign("at::rsqrt(" + in(0) + ")"); })
-      .Case([&](TanhOp) { return assign("at::tanh(" + in(0) + ")"); })
-      .Case([&](SigmoidOp) { return assign("at::sigmoid(" + in(0) + ")"); })
-      .Case([&](SiluOp) { return assign("at::silu(" + in(0) + ")"); })
-      .Case([&](SinOp) { return assign("at::sin(" + in(0) + ")"); })
-      .Case([&](CosOp) { return assign("at::cos(" + in(0) + ")"); })
-      .Case([&](GeluOp o) {
-        return assign("at::gelu(" + in(0) + ", \"" +
-                      (o.getApproximate() == GeluApproximation::tanh ? "tanh" : "none") + "\")");
-      })
-      .Case([&](CastOp) { return assign(in(0) + ".to(" + dtype(type().getElementType()) + ")"); })
       .Case([&](MatmulOp) { return assign("at::matmul(" + in(0) + ", " + in(1) + ")"); })
       .Case([&](LinearOp o) {
         return assign("at::linear(" + in(0) + ", " + in(1) + ", " +
@@ -336,9 +308,13 @@ LogicalResult Emitter::emitOp(Operation *op) {
         return success();
       })
       .Default([&](Operation *other) {
+        if (isElementwise(other))
+          return other->emitOpError()
+                 << "on these element types has no kernel yet; the backends fuse elementwise "
+                    "ops on f32/f64/i64/i32/i1 (cast the operands to f32 first)";
         return other->emitOpError()
                << "has no C++ lowering yet; the CPU backend supports the first-class tdx "
-                  "ops and the collectives (generic ops: not yet)";
+                  "ops and the collectives";
       });
 }
 
@@ -352,6 +328,64 @@ LogicalResult Emitter::emitReduce(Operation *op, StringRef fn,
     e = (fn + "(" + x + ", " + list(*dims) + ", " + (keep ? "true" : "false") + ")").str();
   os << "  at::Tensor " << name(op->getResult(0)) << " = " << e << ";\n";
   return success();
+}
+
+/// The CPU loop over one row of kernel `k` (see tdx::rt::KernelRow): whole
+/// vector lanes when every input steps by 1 or 0, then element by element.
+void emitKernelRow(const FusedKernel &k, llvm::raw_ostream &os) {
+  auto elem = [](Value v) { return cType(cast<RankedTensorType>(v.getType()).getElementType()); };
+  size_t nin = k.inputs.size();
+  os << "static void " << k.name << "_row(char *const *p, const int64_t *s, int64_t n) {\n";
+  for (auto [i, v] : llvm::enumerate(k.inputs))
+    os << "  const " << elem(v) << " *a" << i << " = reinterpret_cast<const " << elem(v)
+       << " *>(p[" << i << "]);\n";
+  for (auto [i, v] : llvm::enumerate(k.outputs))
+    os << "  " << elem(v) << " *y" << i << " = reinterpret_cast<" << elem(v) << " *>(p["
+       << nin + i << "]);\n";
+  os << "  int64_t j = 0;\n";
+  if (k.vectorizable) {
+    std::string t = elem(k.outputs.front());
+    os << "  if (true";
+    for (size_t i = 0; i < nin; ++i)
+      os << " && s[" << i << "] <= 1";
+    os << ") {\n    using V = at::vec::Vectorized<" << t << ">;\n"
+       << "    for (; j + V::size() <= n; j += V::size()) {\n      V";
+    for (size_t i = 0; i < k.outputs.size(); ++i)
+      os << (i ? ", r" : " r") << i;
+    os << ";\n      " << k.name << "<V>(";
+    for (size_t i = 0; i < nin; ++i)
+      os << (i ? ", " : "") << "s[" << i << "] ? V::loadu(a" << i << " + j) : V(a" << i << "[0])";
+    for (size_t i = 0; i < k.outputs.size(); ++i)
+      os << (i || nin ? ", " : "") << "r" << i;
+    os << ");\n";
+    for (size_t i = 0; i < k.outputs.size(); ++i)
+      os << "      r" << i << ".store(y" << i << " + j);\n";
+    os << "    }\n  }\n";
+  }
+  os << "  for (; j < n; ++j)\n    " << k.name
+     << (k.vectorizable ? "<" + elem(k.outputs.front()) + ">(" : std::string("("));
+  for (size_t i = 0; i < nin; ++i)
+    os << (i ? ", " : "") << "a" << i << "[j * s[" << i << "]]";
+  for (size_t i = 0; i < k.outputs.size(); ++i)
+    os << (i || nin ? ", " : "") << "y" << i << "[j]";
+  os << ");\n}\n\n";
+}
+
+void Emitter::emitKernelCall(const FusedKernel &k) {
+  std::string shape = "{";
+  for (auto [i, d] : llvm::enumerate(k.space.getShape()))
+    shape += (i ? ", " : "") + std::to_string(ShapedType::isDynamic(d) ? -1 : d);
+  shape += "}";
+  std::string ins = "{", types = "{";
+  for (auto [i, v] : llvm::enumerate(k.inputs))
+    ins += (i ? ", " : "") + name(v);
+  for (auto [i, v] : llvm::enumerate(k.outputs))
+    types += (i ? ", " : "") + dtype(cast<RankedTensorType>(v.getType()).getElementType());
+  std::string results = "r" + std::to_string(tmps++);
+  os << "  std::vector<at::Tensor> " << results << " = elementwise(" << shape << ", " << ins
+     << "}, " << types << "}, " << k.name << "_row);\n";
+  for (auto [i, v] : llvm::enumerate(k.outputs))
+    os << "  at::Tensor " << name(v) << " = " << results << "[" << i << "];\n";
 }
 
 /// The global type and layout text of each function argument and result.
@@ -448,17 +482,36 @@ LogicalResult mlir::tdx::emitCpp(ModuleOp module, llvm::raw_ostream &os) {
         "const std::vector<at::Tensor> &in) {\n";
   for (BlockArgument arg : fn.getArguments())
     bs << "  const at::Tensor &" << e.name(arg) << " = in[" << arg.getArgNumber() << "];\n";
-  for (Operation &op : fn.getBody().front())
+  FusionPlan plan = planFusion(fn.getBody().front());
+  for (Operation &op : fn.getBody().front()) {
+    if (plan.inlinedConstants.contains(&op))
+      continue;
+    if (auto it = plan.kernelOf.find(&op); it != plan.kernelOf.end()) {
+      const FusedKernel &k = plan.kernels[it->second];
+      if (k.ops.back() == &op && !k.outputs.empty())
+        e.emitKernelCall(k);
+      continue;
+    }
     if (failed(e.emitOp(&op)))
       return failure();
+  }
   bs << "}\n";
+
+  std::string kernels;
+  llvm::raw_string_ostream ks(kernels);
+  for (const FusedKernel &k : plan.kernels) {
+    if (k.outputs.empty())
+      continue;
+    emitKernelBody(k, ks);
+    emitKernelRow(k, ks);
+  }
 
   os << "// Generated by tdx-translate --tdx-to-cpp from a partitioned tdx program.\n"
         "// Build: c++ -std=c++17 this.cpp -ltdx_runtime_cpu (tdx-compile does it).\n"
         "#include \"tdx/Runtime/Runtime.h\"\n\n"
         "#include <cmath>\n#include <stdexcept>\n\n"
         "using namespace tdx::rt;\n\n";
-  os << body << "\n";
+  os << kernels << "\n" << body << "\n";
   os << "int main(int argc, char **argv) {\n  Program p;\n";
   os << "  p.meshShape = " << list(mesh.getShape()) << ";\n";
   os << "  p.axes = " << strings(mesh.getAxes()) << ";\n";

@@ -102,6 +102,11 @@ int main(int argc, char **argv) {
   }
   SmallVector<std::string> args = {kCompiler, "-std=c++17", "-O2", "-ffp-contract=off",
                                    "-o",      output,       source};
+  // Emitted kernels run on ATen's vector lanes; use the widest ATen's
+  // headers offer that this machine runs (the binary is built where it runs).
+  __builtin_cpu_init();
+  if (__builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma"))
+    args.append({"-mavx2", "-mfma", "-DCPU_CAPABILITY=AVX2", "-DCPU_CAPABILITY_AVX2"});
   for (const char *dir : kIncludes)
     args.push_back(std::string("-I") + dir);
   for (const char *lib : kLibraries)

@@ -18,6 +18,9 @@
 
 #include <ATen/ATen.h>
 
+#define TDX_KERNEL_VECTORIZED
+#include "tdx/Runtime/Kernel.h"
+
 #include <functional>
 #include <map>
 #include <string>
@@ -114,6 +117,20 @@ private:
 /// the others from `args` by schema name or from the schema's defaults.
 std::vector<at::Tensor> callAten(const std::string &schema, const std::vector<at::Tensor> &tensors,
                                  const std::vector<std::pair<std::string, c10::IValue>> &args);
+
+/// One row of an emitted elementwise kernel: `operands[i]` points at the
+/// row's first element of input i (then the outputs), `strides[i]` is input
+/// i's element stride along the row (0 when broadcast; outputs are dense).
+using KernelRow = void (*)(char *const *operands, const int64_t *strides, int64_t n);
+
+/// Runs an emitted elementwise kernel over `shape` (-1: the broadcast size of
+/// the inputs there): every input is broadcast to it, every output is a new
+/// dense tensor of its dtype. Dims that are contiguous for every operand are
+/// merged so rows are as long as possible; rows run in parallel on ATen's
+/// intra-op threads.
+std::vector<at::Tensor> elementwise(std::vector<int64_t> shape,
+                                    const std::vector<at::Tensor> &inputs,
+                                    const std::vector<at::ScalarType> &outputTypes, KernelRow row);
 
 using State = std::map<std::string, at::Tensor>;
 

@@ -1,0 +1,84 @@
+//===- Elementwise.cpp - the CPU loop around emitted kernel bodies --------===//
+
+#include "tdx/Runtime/Runtime.h"
+
+#include <ATen/Parallel.h>
+
+#include <stdexcept>
+
+std::vector<at::Tensor> tdx::rt::elementwise(std::vector<int64_t> shape,
+                                             const std::vector<at::Tensor> &inputs,
+                                             const std::vector<at::ScalarType> &outputTypes,
+                                             KernelRow row) {
+  if (std::count(shape.begin(), shape.end(), -1)) {
+    std::vector<int64_t> known;
+    for (const at::Tensor &t : inputs)
+      known = at::infer_size(known, t.sizes());
+    if (known.size() != shape.size())
+      throw std::runtime_error("tdx: an elementwise kernel's inputs do not broadcast to its shape");
+    for (size_t d = 0; d < shape.size(); ++d)
+      if (shape[d] == -1)
+        shape[d] = known[d];
+  }
+  std::vector<at::Tensor> operands;
+  for (const at::Tensor &t : inputs)
+    operands.push_back(t.expand(shape));
+  std::vector<at::Tensor> outputs;
+  for (at::ScalarType type : outputTypes)
+    outputs.push_back(at::empty(shape, at::TensorOptions().dtype(type)));
+  operands.insert(operands.end(), outputs.begin(), outputs.end());
+  int64_t numel = 1;
+  for (int64_t s : shape)
+    numel *= s;
+  if (numel == 0)
+    return outputs;
+
+  // Merge a dim into the one inside it when every operand steps over both as
+  // one (size-1 dims merge always).
+  size_t count = operands.size();
+  std::vector<int64_t> sizes;                 // innermost first
+  std::vector<std::vector<int64_t>> strides(count);
+  for (int64_t d = static_cast<int64_t>(shape.size()) - 1; d >= 0; --d) {
+    if (shape[d] == 1)
+      continue;
+    bool merge = !sizes.empty();
+    for (size_t i = 0; merge && i < count; ++i)
+      merge = operands[i].stride(d) == strides[i].back() * sizes.back();
+    if (merge) {
+      sizes.back() *= shape[d];
+      continue;
+    }
+    sizes.push_back(shape[d]);
+    for (size_t i = 0; i < count; ++i)
+      strides[i].push_back(operands[i].stride(d));
+  }
+  if (sizes.empty()) {
+    sizes.push_back(1);
+    for (size_t i = 0; i < count; ++i)
+      strides[i].push_back(0);
+  }
+  int64_t n = sizes.front(), rows = numel / n;
+  std::vector<char *> base(count);
+  std::vector<int64_t> itemsize(count), inner(count);
+  for (size_t i = 0; i < count; ++i) {
+    base[i] = static_cast<char *>(operands[i].data_ptr());
+    itemsize[i] = operands[i].element_size();
+    inner[i] = strides[i].front();
+  }
+  int64_t grain = std::max<int64_t>(1, 32768 / n);
+  at::parallel_for(0, rows, grain, [&](int64_t begin, int64_t end) {
+    std::vector<char *> ptrs(count);
+    for (int64_t r = begin; r < end; ++r) {
+      for (size_t i = 0; i < count; ++i) {
+        int64_t rest = r, offset = 0;
+        for (size_t d = 1; d < sizes.size(); ++d) {
+          offset += (rest % sizes[d]) * strides[i][d];
+          rest /= sizes[d];
+        }
+        ptrs[i] = base[i] + offset * itemsize[i];
+      }
+      row(ptrs.data(), inner.data(), n);
+    }
+  });
+  return outputs;
+}

@@ -1,0 +1,235 @@
+//===- Fusion.cpp - elementwise kernels shared by the tdx backends --------===//
+
+#include "tdx/Target/Fusion.h"
+#include "tdx/Dialect/TdxOps.h"
+
+#include "mlir/Dialect/Arith/IR/Arith.h"
+#include "llvm/ADT/TypeSwitch.h"
+#include "llvm/Support/FormatVariadic.h"
+
+#include <cmath>
+
+using namespace mlir;
+using namespace mlir::tdx;
+
+namespace {
+
+constexpr int64_t kMaxRank = 8;
+
+RankedTensorType tensorType(Value v) { return dyn_cast<RankedTensorType>(v.getType()); }
+
+bool isFloatType(Type t) { return t.isF32() || t.isF64(); }
+
+/// The scalar a splat constant holds, if `v` is one.
+std::optional<double> splatValue(Value v) {
+  Operation *def = v.getDefiningOp();
+  if (auto full = dyn_cast_or_null<FullOp>(def))
+    return full.getValue().convertToDouble();
+  if (auto c = dyn_cast_or_null<arith::ConstantOp>(def)) {
+    auto dense = dyn_cast<DenseElementsAttr>(c.getValue());
+    if (!dense || !dense.isSplat())
+      return std::nullopt;
+    if (isa<FloatType>(dense.getElementType()))
+      return dense.getSplatValue<APFloat>().convertToDouble();
+    if (dense.getElementType().isInteger(1))
+      return dense.getSplatValue<bool>() ? 1.0 : 0.0;
+    if (dense.getElementType().isIntOrIndex())
+      return static_cast<double>(dense.getSplatValue<APInt>().getSExtValue());
+  }
+  return std::nullopt;
+}
+
+std::string literal(double v) {
+  if (std::isinf(v))
+    return v > 0 ? "INFINITY" : "-INFINITY";
+  if (std::isnan(v))
+    return "NAN";
+  return llvm::formatv("{0:e17}", v).str();
+}
+
+} // namespace
+
+std::string mlir::tdx::cType(Type t) {
+  if (t.isF32())
+    return "float";
+  if (t.isF64())
+    return "double";
+  if (t.isInteger(64))
+    return "int64_t";
+  if (t.isInteger(32))
+    return "int32_t";
+  if (t.isInteger(1))
+    return "bool";
+  return "";
+}
+
+bool mlir::tdx::isElementwise(Operation *op) {
+  return isa<AddOp, SubOp, MulOp, DivOp, PowOp, MaximumOp, MinimumOp, CmpOp, WhereOp, NegOp, AbsOp,
+             ReluOp, ExpOp, LogOp, SqrtOp, RsqrtOp, TanhOp, SigmoidOp, SiluOp, SinOp, CosOp, GeluOp,
+             CastOp>(op);
+}
+
+bool mlir::tdx::isFusable(Operation *op) {
+  if (!isElementwise(op))
+    return false;
+  auto result = tensorType(op->getResult(0));
+  if (!result || result.getRank() > kMaxRank || cType(result.getElementType()).empty())
+    return false;
+  for (Value v : op->getOperands()) {
+    auto t = tensorType(v);
+    if (!t || cType(t.getElementType()).empty())
+      return false;
+  }
+  // Integer division and powers follow torch's type promotion, not C's.
+  if (isa<DivOp, PowOp>(op) && !isFloatType(result.getElementType()))
+    return false;
+  return true;
+}
+
+FusionPlan mlir::tdx::planFusion(Block &block) {
+  FusionPlan plan;
+  std::vector<bool> open;
+  auto kernelOf = [&](Value v) -> std::optional<unsigned> {
+    Operation *def = v.getDefiningOp();
+    auto it = def ? plan.kernelOf.find(def) : plan.kernelOf.end();
+    if (it == plan.kernelOf.end())
+      return std::nullopt;
+    return it->second;
+  };
+  for (Operation &op : block) {
+    if (!isFusable(&op)) {
+      // A kernel whose value is used here runs before this op: close it.
+      for (Value v : op.getOperands())
+        if (auto k = kernelOf(v))
+          open[*k] = false;
+      continue;
+    }
+    auto space = tensorType(op.getResult(0));
+    std::optional<unsigned> join;
+    for (Value v : op.getOperands())
+      if (auto k = kernelOf(v); k && open[*k] && plan.kernels[*k].space.getShape() == space.getShape()) {
+        join = k;
+        break;
+      }
+    for (Value v : op.getOperands())
+      if (auto k = kernelOf(v); k && k != join)
+        open[*k] = false;
+    if (!join) {
+      join = plan.kernels.size();
+      FusedKernel k;
+      k.name = "k" + std::to_string(*join);
+      k.space = space;
+      plan.kernels.push_back(std::move(k));
+      open.push_back(true);
+    }
+    plan.kernels[*join].ops.push_back(&op);
+    plan.kernelOf[&op] = *join;
+  }
+
+  for (FusedKernel &k : plan.kernels) {
+    DenseSet<Operation *> members(k.ops.begin(), k.ops.end());
+    Type floatType;
+    auto note = [&](Type t) {
+      if (!isFloatType(t) || (floatType && floatType != t))
+        k.vectorizable = false;
+      floatType = t;
+    };
+    for (Operation *op : k.ops) {
+      for (Value v : op->getOperands()) {
+        note(tensorType(v).getElementType());
+        if ((v.getDefiningOp() && members.contains(v.getDefiningOp())) || splatValue(v) ||
+            llvm::is_contained(k.inputs, v))
+          continue;
+        k.inputs.push_back(v);
+      }
+      Value r = op->getResult(0);
+      note(tensorType(r).getElementType());
+      if (llvm::any_of(r.getUsers(), [&](Operation *u) { return !members.contains(u); }))
+        k.outputs.push_back(r);
+    }
+  }
+
+  for (Operation &op : block) {
+    if (!isa<FullOp, arith::ConstantOp>(op) || op.getNumResults() != 1 ||
+        !splatValue(op.getResult(0)) || op.getResult(0).use_empty())
+      continue;
+    if (llvm::all_of(op.getResult(0).getUsers(),
+                     [&](Operation *u) { return plan.kernelOf.count(u); }))
+      plan.inlinedConstants.insert(&op);
+  }
+  return plan;
+}
+
+void mlir::tdx::emitKernelBody(const FusedKernel &k, llvm::raw_ostream &os) {
+  DenseMap<Value, std::string> names;
+  auto typeOf = [&](Value v) {
+    return k.vectorizable ? std::string("V") : cType(tensorType(v).getElementType());
+  };
+  auto name = [&](Value v) -> std::string {
+    auto it = names.find(v);
+    if (it != names.end())
+      return it->second;
+    std::optional<double> splat = splatValue(v);
+    return typeOf(v) + "(" + literal(*splat) + ")";
+  };
+  if (k.vectorizable)
+    os << "template <class V>\n";
+  os << "TDX_HD inline void " << k.name << "(";
+  for (auto [i, v] : llvm::enumerate(k.inputs)) {
+    names[v] = "a" + std::to_string(i);
+    os << (i ? ", " : "") << typeOf(v) << " " << names[v];
+  }
+  for (auto [i, v] : llvm::enumerate(k.outputs))
+    os << (i || !k.inputs.empty() ? ", " : "") << typeOf(v) << " &y" << i;
+  os << ") {\n";
+  int temps = 0;
+  for (Operation *op : k.ops) {
+    auto in = [&](unsigned i) { return name(op->getOperand(i)); };
+    auto call = [&](StringRef fn, unsigned arity = 1) {
+      std::string s = ("::tdx::kern::" + fn + "(").str();
+      for (unsigned i = 0; i < arity; ++i)
+        s += (i ? ", " : "") + in(i);
+      return s + ")";
+    };
+    std::string expr =
+        llvm::TypeSwitch<Operation *, std::string>(op)
+            .Case([&](AddOp) { return in(0) + " + " + in(1); })
+            .Case([&](SubOp) { return in(0) + " - " + in(1); })
+            .Case([&](MulOp) { return in(0) + " * " + in(1); })
+            .Case([&](DivOp) { return in(0) + " / " + in(1); })
+            .Case([&](PowOp) { return call("pow", 2); })
+            .Case([&](MaximumOp) { return call("maximum", 2); })
+            .Case([&](MinimumOp) { return call("minimum", 2); })
+            .Case([&](CmpOp o) {
+              static const char *ops[] = {"==", "!=", "<", "<=", ">", ">="};
+              return in(0) + " " + ops[static_cast<int>(o.getPredicate())] + " " + in(1);
+            })
+            .Case([&](WhereOp) { return in(0) + " ? " + in(1) + " : " + in(2); })
+            .Case([&](NegOp) { return call("neg"); })
+            .Case([&](AbsOp) { return call("abs"); })
+            .Case([&](ReluOp) { return call("relu"); })
+            .Case([&](ExpOp) { return call("exp"); })
+            .Case([&](LogOp) { return call("log"); })
+            .Case([&](SqrtOp) { return call("sqrt"); })
+            .Case([&](RsqrtOp) { return call("rsqrt"); })
+            .Case([&](TanhOp) { return call("tanh"); })
+            .Case([&](SigmoidOp) { return call("sigmoid"); })
+            .Case([&](SiluOp) { return call("silu"); })
+            .Case([&](SinOp) { return call("sin"); })
+            .Case([&](CosOp) { return call("cos"); })
+            .Case([&](GeluOp o) {
+              return call(o.getApproximate() == GeluApproximation::tanh ? "geluTanh" : "gelu");
+            })
+            .Case([&](CastOp o) {
+              return "static_cast<" + typeOf(o.getResult()) + ">(" + in(0) + ")";
+            })
+            .Default([](Operation *) -> std::string { return ""; });
+    Value r = op->getResult(0);
+    std::string t = "t" + std::to_string(temps++);
+    os << "  " << typeOf(r) << " " << t << " = " << expr << "; // " << op->getName() << "\n";
+    names[r] = t;
+  }
+  for (auto [i, v] : llvm::enumerate(k.outputs))
+    os << "  y" << i << " = " << names[v] << ";\n";
+  os << "}\n";
+}
