@@ -71,7 +71,7 @@ std::string layoutText(ShardingAttr sharding, int64_t rank) {
 
 class Emitter {
 public:
-  Emitter(MeshOp mesh, llvm::raw_ostream &os) : mesh(mesh), os(os) {}
+  Emitter(int64_t meshRank, llvm::raw_ostream &os) : meshRank(meshRank), os(os) {}
 
   std::string name(Value v) {
     auto it = names.find(v);
@@ -87,7 +87,7 @@ public:
   LogicalResult emitInit(Operation *decl, StringRef name, RankedTensorType type,
                          ShardingAttr sharding);
 
-  MeshOp mesh;
+  int64_t meshRank;
   llvm::raw_ostream &os;
   DenseMap<Value, std::string> names;
   int tmps = 0;
@@ -95,7 +95,7 @@ public:
 
 LogicalResult Emitter::emitInit(Operation *decl, StringRef name, RankedTensorType type,
                                 ShardingAttr sharding) {
-  std::string layout = "parseLayout(\"" + layoutText(sharding, mesh.getShape().size()) + "\")";
+  std::string layout = "parseLayout(\"" + layoutText(sharding, meshRank) + "\")";
   std::string shape = list(type.getShape()), dt = dtype(type.getElementType());
   auto yield = cast<YieldOp>(decl->getRegion(0).front().getTerminator());
   Operation *def = yield.getValues().front().getDefiningOp();
@@ -436,10 +436,11 @@ LogicalResult mlir::tdx::emitCpp(ModuleOp module, llvm::raw_ostream &os) {
                             "--tdx-insert-collectives --tdx-partition` first (tdx-compile runs "
                             "them for you)");
   SmallVector<MeshOp> meshes(module.getOps<MeshOp>());
-  if (meshes.size() != 1)
-    return module.emitError() << "the CPU backend needs exactly one tdx.mesh, found "
+  if (meshes.size() > 1)
+    return module.emitError() << "the CPU backend needs at most one tdx.mesh, found "
                               << meshes.size();
-  MeshOp mesh = meshes.front();
+  // Without a mesh the program runs on one rank.
+  MeshOp mesh = meshes.empty() ? MeshOp() : meshes.front();
   auto fn = module.lookupSymbol<func::FuncOp>("forward");
   if (!fn) {
     SmallVector<func::FuncOp> fns(module.getOps<func::FuncOp>());
@@ -450,14 +451,14 @@ LogicalResult mlir::tdx::emitCpp(ModuleOp module, llvm::raw_ostream &os) {
   }
   if (!fn.getBody().hasOneBlock())
     return fn.emitError("has more than one block; the CPU backend emits straight-line code");
-  int64_t meshRank = mesh.getShape().size();
+  int64_t meshRank = mesh ? mesh.getShape().size() : 0;
   FailureOr<Signature> sig = signatureOf(fn, meshRank);
   if (failed(sig))
     return failure();
 
   std::string body;
   llvm::raw_string_ostream bs(body);
-  Emitter e(mesh, bs);
+  Emitter e(meshRank, bs);
 
   bs << "static void init(Context &ctx, State &s) {\n";
   SmallVector<std::tuple<std::string, RankedTensorType, std::string>> params;
@@ -513,8 +514,10 @@ LogicalResult mlir::tdx::emitCpp(ModuleOp module, llvm::raw_ostream &os) {
         "using namespace tdx::rt;\n\n";
   os << kernels << "\n" << body << "\n";
   os << "int main(int argc, char **argv) {\n  Program p;\n";
-  os << "  p.meshShape = " << list(mesh.getShape()) << ";\n";
-  os << "  p.axes = " << strings(mesh.getAxes()) << ";\n";
+  if (mesh) {
+    os << "  p.meshShape = " << list(mesh.getShape()) << ";\n";
+    os << "  p.axes = " << strings(mesh.getAxes()) << ";\n";
+  }
   for (auto &[name, type, layout] : params)
     os << "  p.params.push_back({\"" << name << "\", " << list(type.getShape()) << ", "
        << dtype(type.getElementType()) << ", \"" << layout << "\"});\n";

@@ -20,9 +20,12 @@ RankedTensorType tensorType(Value v) { return dyn_cast<RankedTensorType>(v.getTy
 
 bool isFloatType(Type t) { return t.isF32() || t.isF64(); }
 
-/// The scalar a splat constant holds, if `v` is one.
+/// The scalar a splat constant holds, if `v` is one (casts of splat
+/// constants included: the literal is converted as the cast would).
 std::optional<double> splatValue(Value v) {
   Operation *def = v.getDefiningOp();
+  if (auto c = dyn_cast_or_null<CastOp>(def))
+    return splatValue(c.getInput());
   if (auto full = dyn_cast_or_null<FullOp>(def))
     return full.getValue().convertToDouble();
   if (auto c = dyn_cast_or_null<arith::ConstantOp>(def)) {
@@ -97,6 +100,8 @@ FusionPlan mlir::tdx::planFusion(Block &block) {
     return it->second;
   };
   for (Operation &op : block) {
+    if (isa<CastOp>(op) && splatValue(op.getResult(0)))
+      continue; // a constant: inlined into the kernels that read it
     if (!isFusable(&op)) {
       // A kernel whose value is used here runs before this op: close it.
       for (Value v : op.getOperands())
@@ -149,13 +154,27 @@ FusionPlan mlir::tdx::planFusion(Block &block) {
     }
   }
 
-  for (Operation &op : block) {
-    if (!isa<FullOp, arith::ConstantOp>(op) || op.getNumResults() != 1 ||
-        !splatValue(op.getResult(0)) || op.getResult(0).use_empty())
+  // Splat constants only kernels read need no tensor (users come later in
+  // the block, so walking backwards sees them first).
+  for (Operation &op : llvm::reverse(block)) {
+    if (!isa<FullOp, arith::ConstantOp, CastOp>(op) || !splatValue(op.getResult(0)) ||
+        op.getResult(0).use_empty())
       continue;
-    if (llvm::all_of(op.getResult(0).getUsers(),
-                     [&](Operation *u) { return plan.kernelOf.count(u); }))
+    if (llvm::all_of(op.getResult(0).getUsers(), [&](Operation *u) {
+          return plan.kernelOf.count(u) || plan.inlinedConstants.contains(u);
+        }))
       plan.inlinedConstants.insert(&op);
+    else if (isa<CastOp>(op)) {
+      // Read by something else too: it is a kernel of its own.
+      FusedKernel k;
+      k.name = "k" + std::to_string(plan.kernels.size());
+      k.space = tensorType(op.getResult(0));
+      k.ops.push_back(&op);
+      k.outputs.push_back(op.getResult(0));
+      k.vectorizable = false;
+      plan.kernelOf[&op] = plan.kernels.size();
+      plan.kernels.push_back(std::move(k));
+    }
   }
   return plan;
 }

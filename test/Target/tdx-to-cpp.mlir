@@ -28,7 +28,7 @@ func.func @forward(%x: tensor<3x4xf32>) -> tensor<3x4xf32> {
 // CHECK-NEXT: s["proj"] = ctx.uniform({4, 8}, parseLayout("[Shard(1)]"), at::kFloat, (ctx.seed() ^ 0ull), 2ull,
 // CHECK-LABEL: static std::vector<at::Tensor> forward(
 // CHECK: at::linear(
-// CHECK: at::relu(
+// CHECK: elementwise({3, 4}, {{.*}}, {at::kFloat}, k0_row);
 // CHECK: [[P:v[0-9]+]] = at::linear(
 // CHECK: [[R:v[0-9]+]] = ctx.allReduce([[P]], {"tp"}, 0);
 // CHECK: [[T:r[0-9]+]] = callAten("aten::triu", {[[R]]}, {{[{][{]}}"diagonal", c10::IValue(int64_t(1))}});
