@@ -45,8 +45,10 @@ class Executable:
     def _params_args(self, params, tmp):
         if params is None:
             return []
-        if isinstance(params, str):
-            return ["--params", params]
+        if isinstance(params, (str, os.PathLike)):
+            if not os.path.exists(params):
+                raise FileNotFoundError(f"params: no such file or directory: {params}")
+            return ["--params", os.fspath(params)]
         path = os.path.join(tmp, "params.safetensors")
         safetensors.save(params, path)
         return ["--params", path]
@@ -55,9 +57,10 @@ class Executable:
             timeout=300):
         """Runs one forward step; returns the gathered global outputs.
 
-        `params` is a state dict (e.g. an eager model's) or a safetensors
-        file; without it, every rank makes its own shards from the init
-        programs with `seed`."""
+        `params` is a state dict (e.g. an eager model's), a safetensors file
+        or a checkpoint directory of safetensors files (each rank reads only
+        its shard of each parameter); without it, every rank makes its own
+        shards from the init programs with `seed`."""
         with tempfile.TemporaryDirectory() as tmp:
             inp, out = os.path.join(tmp, "in.safetensors"), os.path.join(tmp, "out.safetensors")
             safetensors.save({f"input:{i}": x for i, x in enumerate(inputs)}, inp)

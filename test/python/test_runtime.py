@@ -151,9 +151,28 @@ def test_a_stuck_rank_times_out_every_rank(tmp_path):
     assert "over mesh axes {tp} did not complete in 3 s" in err, err
 
 
-def test_sharded_init_peak_memory_is_the_shard():
+def test_checkpoint_directory_matches_eager(tmp_path):
+    """--params DIR: a checkpoint split over several files, each rank reading
+    only its shards, gives eager's logits."""
+    exe = compiled("gpt2", "2x2")
+    torch.manual_seed(0)
+    eager = GPT2()
+    weights = state(eager)
+    names = sorted(weights)
+    ckpt = tmp_path / "ckpt"
+    ckpt.mkdir()
+    for part, chunk in enumerate((names[::2], names[1::2])):
+        tdx.safetensors.save({n: weights[n] for n in chunk},
+                             str(ckpt / f"model-{part + 1:05d}-of-00002.safetensors"))
+    (got,) = exe.run(IDS, params=str(ckpt))
+    torch.testing.assert_close(got, eager(IDS), rtol=1e-5, atol=1e-6)
+
+
+@pytest.mark.parametrize("from_file", [False, True], ids=["init", "params"])
+def test_sharded_init_peak_memory_is_the_shard(tmp_path, from_file):
     """Each rank's peak memory grows by its shard (plus a bounded block), not
-    by the global tensor: a 64 MiB weight over 4 ranks."""
+    by the global tensor: a 64 MiB weight over 4 ranks, made by sharded init
+    or read from a checkpoint file that holds the global tensor."""
     import re
     import subprocess
     torch.manual_seed(0)
@@ -162,8 +181,14 @@ def test_sharded_init_peak_memory_is_the_shard():
     tdx.parallelize(prog, tdx.init_device_mesh("cpu", (4,), ("tp",)),
                     {"": tdx.ColwiseParallel()})
     exe = tdx.compile(prog)
+    args = []
+    if from_file:
+        path = str(tmp_path / "weight.safetensors")
+        tdx.safetensors.save({"weight": torch.randn(8192, 2048)}, path)
+        args = ["--params", path]
     done = subprocess.run(["mpirun", "--oversubscribe", "--allow-run-as-root", "-np", "4",
-                           exe.path, "--verbose"], capture_output=True, text=True, timeout=300)
+                           exe.path, "--verbose", *args], capture_output=True, text=True,
+                          timeout=300)
     assert done.returncode == 0, done.stderr
     rows = re.findall(r"local parameters ([\d.]+) MiB, peak RSS grew ([\d.]+) MiB", done.stdout)
     assert len(rows) == 4, done.stdout
@@ -187,8 +212,17 @@ def test_bad_params_files_are_named(tmp_path):
     junk.write_bytes(b"\x10\x00\x00\x00\x00\x00\x00\x00{not json at all")
     with pytest.raises(tdx.TdxError, match="corrupt safetensors header"):
         exe.run(IDS, params=str(junk))
-    with pytest.raises(tdx.TdxError, match="cannot open"):
+    with pytest.raises(FileNotFoundError, match="missing.safetensors"):
         exe.run(IDS, params=str(tmp_path / "missing.safetensors"))
+    (tmp_path / "empty").mkdir()
+    with pytest.raises(tdx.TdxError, match="directory without \\*.safetensors files"):
+        exe.run(IDS, params=str(tmp_path / "empty"))
+    twice = tmp_path / "twice"
+    twice.mkdir()
+    tdx.safetensors.save({"wpe.weight": weights["wpe.weight"]}, str(twice / "a.safetensors"))
+    tdx.safetensors.save(weights, str(twice / "b.safetensors"))
+    with pytest.raises(tdx.TdxError, match="'wpe.weight' is stored in two files"):
+        exe.run(IDS, params=str(twice))
     del weights["wte.weight"]
     with pytest.raises(tdx.TdxError, match="has no parameter 'wte.weight'"):
         exe.run(IDS, params=weights)

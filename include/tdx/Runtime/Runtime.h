@@ -6,7 +6,7 @@
 // the driver (`runMain`) that gives every model binary the same command line:
 //
 //   mpirun -np N ./model --inputs in.safetensors --outputs out.safetensors
-//                        [--params params.safetensors] [--seed S] [--verbose]
+//                        [--params FILE|DIR] [--seed S] [--verbose]
 //
 // This header includes ATen and MPI; only emitted programs and the runtime
 // include it.
@@ -62,8 +62,6 @@ public:
   /// This rank's torch.chunk piece of dim `dim` over `chunks` pieces.
   static at::Tensor chunk(const at::Tensor &x, int64_t chunks, int64_t index, int64_t dim);
 
-  /// The part of a global tensor this rank holds under `layout`.
-  at::Tensor localPart(const at::Tensor &global, const Layout &layout) const;
   /// The offsets and sizes of this rank's box of `globalShape`.
   void box(const std::vector<int64_t> &globalShape, const Layout &layout,
            std::vector<int64_t> &offset, std::vector<int64_t> &size) const;
@@ -159,8 +157,6 @@ struct Program {
 /// The driver of a model binary. Returns the process exit code.
 int runMain(int argc, char **argv, const Program &program);
 
-std::map<std::string, at::Tensor> loadSafetensors(const std::string &path);
-void saveSafetensors(const std::string &path, const std::map<std::string, at::Tensor> &tensors);
 
 } // namespace tdx::rt
 

@@ -339,15 +339,6 @@ void Context::boxAt(const std::vector<int64_t> &coords, const std::vector<int64_
   }
 }
 
-at::Tensor Context::localPart(const at::Tensor &global, const Layout &layout) const {
-  std::vector<int64_t> offset, size;
-  box(global.sizes().vec(), layout, offset, size);
-  at::Tensor t = global;
-  for (size_t d = 0; d < offset.size(); ++d)
-    t = t.narrow(d, offset[d], size[d]);
-  return t.contiguous();
-}
-
 namespace {
 template <typename Fn>
 at::Tensor fillBox(const Context &ctx, const std::vector<int64_t> &shape, const Layout &layout,

@@ -1,8 +1,7 @@
 //===- Driver.cpp - the command line of model binaries, safetensors I/O ---===//
 
 #include "tdx/Runtime/Runtime.h"
-
-#include "llvm/Support/JSON.h"
+#include "tdx/Runtime/Safetensors.h"
 
 #include <mpi.h>
 
@@ -20,116 +19,57 @@ using namespace tdx::rt;
 
 namespace {
 
-// The safetensors dtype names of the element types model binaries store.
-const std::pair<const char *, at::ScalarType> kDtypes[] = {
-    {"F32", at::kFloat}, {"F64", at::kDouble}, {"F16", at::kHalf}, {"BF16", at::kBFloat16},
-    {"I64", at::kLong},  {"I32", at::kInt},    {"BOOL", at::kBool}};
+// The element types model binaries store, as ATen and as safetensors name them.
+const std::pair<DType, at::ScalarType> kDtypes[] = {
+    {DType::F32, at::kFloat}, {DType::F64, at::kDouble}, {DType::F16, at::kHalf},
+    {DType::BF16, at::kBFloat16}, {DType::I64, at::kLong}, {DType::I32, at::kInt},
+    {DType::Bool, at::kBool}};
 
-const char *dtypeName(at::ScalarType t) {
-  for (const auto &[name, type] : kDtypes)
-    if (type == t)
-      return name;
+at::ScalarType scalarType(DType t) {
+  for (const auto &[d, s] : kDtypes)
+    if (d == t)
+      return s;
+  return at::kFloat;
+}
+
+DType storedType(at::ScalarType t) {
+  for (const auto &[d, s] : kDtypes)
+    if (s == t)
+      return d;
   throw std::runtime_error(std::string("tdx: cannot store ") + c10::toString(t) +
                            " tensors in safetensors here");
 }
 
-at::ScalarType dtypeOf(const std::string &name) {
-  for (const auto &[n, type] : kDtypes)
-    if (name == n)
-      return type;
-  throw std::runtime_error("tdx: unsupported safetensors dtype " + name);
+/// This rank's part of the stored global tensor `name`, read alone from the
+/// file (never the global tensor), converted to `dtype`.
+at::Tensor readLocal(const Context &ctx, const TensorStore &store, const std::string &name,
+                     const std::string &what, const std::vector<int64_t> &shape,
+                     at::ScalarType dtype, const Layout &layout) {
+  const StoredTensor *t = store.find(name);
+  if (!t)
+    throw std::runtime_error("tdx: " + store.path() + " has no " + what + " '" + name + "'");
+  if (t->shape != shape)
+    throw std::runtime_error("tdx: " + what + " '" + name + "' in " + store.path() +
+                             " has another shape than the program's");
+  std::vector<int64_t> offset, size;
+  ctx.box(shape, layout, offset, size);
+  at::Tensor local = at::empty(size, at::TensorOptions().dtype(scalarType(t->dtype)));
+  store.readBox(*t, offset, size, local.data_ptr());
+  return local.to(dtype);
+}
+
+void save(const std::string &path, const std::map<std::string, at::Tensor> &tensors) {
+  std::vector<at::Tensor> keep;
+  std::vector<TensorToWrite> out;
+  for (const auto &[name, t] : tensors) {
+    keep.push_back(t.contiguous());
+    out.push_back({name, storedType(t.scalar_type()), keep.back().sizes().vec(),
+                   keep.back().data_ptr()});
+  }
+  writeSafetensors(path, out);
 }
 
 } // namespace
-
-std::map<std::string, at::Tensor> tdx::rt::loadSafetensors(const std::string &path) {
-  std::ifstream in(path, std::ios::binary);
-  if (!in)
-    throw std::runtime_error("tdx: cannot open " + path);
-  uint64_t headerSize = 0;
-  in.read(reinterpret_cast<char *>(&headerSize), 8);
-  in.seekg(0, std::ios::end);
-  uint64_t fileSize = static_cast<uint64_t>(in.tellg());
-  if (!in || headerSize == 0 || headerSize + 8 > fileSize)
-    throw std::runtime_error("tdx: " + path + " is not a safetensors file (bad header size)");
-  std::string header(headerSize, '\0');
-  in.seekg(8);
-  in.read(header.data(), static_cast<std::streamsize>(headerSize));
-  llvm::Expected<llvm::json::Value> json = llvm::json::parse(header);
-  if (!json) {
-    llvm::consumeError(json.takeError());
-    throw std::runtime_error("tdx: " + path + " has a corrupt safetensors header");
-  }
-  const llvm::json::Object *root = json->getAsObject();
-  if (!root)
-    throw std::runtime_error("tdx: " + path + " has a corrupt safetensors header");
-  std::map<std::string, at::Tensor> out;
-  uint64_t dataSize = fileSize - 8 - headerSize;
-  for (const auto &[key, value] : *root) {
-    if (key == "__metadata__")
-      continue;
-    const llvm::json::Object *entry = value.getAsObject();
-    const llvm::json::Array *shape = entry ? entry->getArray("shape") : nullptr;
-    const llvm::json::Array *offsets = entry ? entry->getArray("data_offsets") : nullptr;
-    std::optional<llvm::StringRef> dtype = entry ? entry->getString("dtype") : std::nullopt;
-    if (!shape || !offsets || offsets->size() != 2 || !dtype)
-      throw std::runtime_error("tdx: " + path + ": entry " + key.str() + " is malformed");
-    std::vector<int64_t> sizes;
-    for (const llvm::json::Value &d : *shape)
-      sizes.push_back(d.getAsInteger().value_or(-1));
-    uint64_t begin = (*offsets)[0].getAsUINT64().value_or(~0ull);
-    uint64_t end = (*offsets)[1].getAsUINT64().value_or(~0ull);
-    at::Tensor t = at::empty(sizes, at::TensorOptions().dtype(dtypeOf(dtype->str())));
-    if (begin > end || end > dataSize || end - begin != t.nbytes())
-      throw std::runtime_error("tdx: " + path + ": entry " + key.str() +
-                               " has data offsets that do not match its shape (truncated or "
-                               "corrupt file)");
-    in.seekg(static_cast<std::streamoff>(8 + headerSize + begin));
-    in.read(static_cast<char *>(t.data_ptr()), static_cast<std::streamsize>(t.nbytes()));
-    if (!in)
-      throw std::runtime_error("tdx: " + path + " is truncated");
-    out[key.str()] = t;
-  }
-  return out;
-}
-
-void tdx::rt::saveSafetensors(const std::string &path,
-                              const std::map<std::string, at::Tensor> &tensors) {
-  llvm::json::Object header;
-  uint64_t offset = 0;
-  std::vector<at::Tensor> data;
-  for (const auto &[name, t] : tensors) {
-    at::Tensor c = t.contiguous();
-    llvm::json::Array shape;
-    for (int64_t d : c.sizes())
-      shape.push_back(d);
-    header[name] = llvm::json::Object{{"dtype", dtypeName(c.scalar_type())},
-                                      {"shape", std::move(shape)},
-                                      {"data_offsets", llvm::json::Array{offset, offset + c.nbytes()}}};
-    offset += c.nbytes();
-    data.push_back(c);
-  }
-  std::string text;
-  llvm::raw_string_ostream os(text);
-  os << llvm::json::Value(std::move(header));
-  os.flush();
-  while (text.size() % 8)
-    text += ' ';
-  // Write to a temporary file and rename: a reader never sees half a file.
-  std::string tmp = path + ".tmp";
-  {
-    std::ofstream out(tmp, std::ios::binary);
-    uint64_t size = text.size();
-    out.write(reinterpret_cast<const char *>(&size), 8);
-    out.write(text.data(), static_cast<std::streamsize>(text.size()));
-    for (const at::Tensor &t : data)
-      out.write(static_cast<const char *>(t.data_ptr()), static_cast<std::streamsize>(t.nbytes()));
-    if (!out)
-      throw std::runtime_error("tdx: cannot write " + path);
-  }
-  if (std::rename(tmp.c_str(), path.c_str()) != 0)
-    throw std::runtime_error("tdx: cannot write " + path);
-}
 
 static long peakRssKiB() {
   struct rusage usage;
@@ -169,8 +109,10 @@ int tdx::rt::runMain(int argc, char **argv, const Program &program) {
     else if (a == "--help" || a == "-h") {
       std::cout << "usage: mpirun -np N " << argv[0]
                 << " --inputs in.safetensors --outputs out.safetensors\n"
-                   "       [--params params.safetensors] [--dump-params out.safetensors]\n"
+                   "       [--params FILE|DIR] [--dump-params out.safetensors]\n"
                    "       [--seed S] [--steps N] [--collective-timeout S] [--verbose]\n"
+                   "--params: a safetensors file, or a directory of them (a split checkpoint);\n"
+                   "each rank reads only its shard of each parameter.\n"
                    "--steps N runs the forward N times (step time is their mean).\n"
                    "--collective-timeout S (default 300): a collective that does not complete\n"
                    "in S seconds ends every rank with an error naming its mesh axes.\n";
@@ -189,16 +131,10 @@ int tdx::rt::runMain(int argc, char **argv, const Program &program) {
     auto t0 = std::chrono::steady_clock::now();
     State state;
     if (!params.empty()) {
-      auto global = loadSafetensors(params);
-      for (const Program::Param &p : program.params) {
-        auto it = global.find(p.name);
-        if (it == global.end())
-          throw std::runtime_error("tdx: " + params + " has no parameter '" + p.name + "'");
-        if (it->second.sizes().vec() != p.shape)
-          throw std::runtime_error("tdx: parameter '" + p.name + "' in " + params +
-                                   " has another shape than the program's");
-        state[p.name] = ctx.localPart(it->second.to(p.dtype), parseLayout(p.layout));
-      }
+      TensorStore store(params);
+      for (const Program::Param &p : program.params)
+        state[p.name] =
+            readLocal(ctx, store, p.name, "parameter", p.shape, p.dtype, parseLayout(p.layout));
     } else {
       program.init(ctx, state);
     }
@@ -221,16 +157,15 @@ int tdx::rt::runMain(int argc, char **argv, const Program &program) {
           all[p.name] = g;
       }
       if (rank == 0)
-        saveSafetensors(dumpParams, all);
+        save(dumpParams, all);
     }
     if (!inputs.empty()) {
-      auto in = loadSafetensors(inputs);
+      TensorStore in(inputs);
       std::vector<at::Tensor> local;
       for (size_t i = 0; i < program.inputs.size(); ++i) {
-        auto it = in.find("input:" + std::to_string(i));
-        if (it == in.end())
-          throw std::runtime_error("tdx: " + inputs + " has no 'input:" + std::to_string(i) + "'");
-        local.push_back(ctx.localPart(it->second, parseLayout(program.inputs[i].layout)));
+        const Program::Value &v = program.inputs[i];
+        local.push_back(readLocal(ctx, in, "input:" + std::to_string(i), "input", v.shape, v.dtype,
+                                  parseLayout(v.layout)));
       }
       auto t2 = std::chrono::steady_clock::now();
       std::vector<at::Tensor> out;
@@ -245,7 +180,7 @@ int tdx::rt::runMain(int argc, char **argv, const Program &program) {
           saved["output:" + std::to_string(i)] = g;
       }
       if (rank == 0 && !outputs.empty())
-        saveSafetensors(outputs, saved);
+        save(outputs, saved);
       long long total = ctx.sumOverWorld(ctx.bytesCommunicated());
       if (verbose && rank == 0)
         std::printf("tdx: %d ranks: init %.3f ms, step %.3f ms, %lld bytes communicated\n",
