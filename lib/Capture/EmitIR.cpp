@@ -616,6 +616,55 @@ private:
       return PowOp::create(b, loc, type, x,
                            full(a[1].toScalar().toDouble(), RankedTensorType::get({}, type.getElementType())));
     }
+    auto asElementType = [&](const c10::IValue &v) {
+      Value x = operand(v, type);
+      return fit(x, RankedTensorType::get(cast<RankedTensorType>(x.getType()).getShape(),
+                                          type.getElementType()));
+    };
+    if (n == "aten::pow" && (op.overload == "Tensor_Tensor" || op.overload == "Scalar") &&
+        isa<FloatType>(type.getElementType()))
+      return PowOp::create(b, loc, type, asElementType(a[0]), asElementType(a[1]));
+    if (n == "aten::reciprocal" && isa<FloatType>(type.getElementType())) {
+      Value x = read(a[0].toTensor());
+      if (x.getType() != type)
+        return {};
+      return DivOp::create(b, loc, type, full(1.0, RankedTensorType::get({}, type.getElementType())),
+                           x);
+    }
+    // outer(x, y) = x[:, None] * y[None, :].
+    if ((n == "aten::outer" || n == "aten::ger") && type.getRank() == 2) {
+      Value x = asElementType(a[0]), y = asElementType(a[1]);
+      auto col = RankedTensorType::get({type.getDimSize(0), 1}, type.getElementType());
+      auto row = RankedTensorType::get({1, type.getDimSize(1)}, type.getElementType());
+      return MulOp::create(b, loc, type,
+                           ReshapeOp::create(b, loc, col, x, b.getDenseI64ArrayAttr(col.getShape())),
+                           ReshapeOp::create(b, loc, row, y, b.getDenseI64ArrayAttr(row.getShape())));
+    }
+    // triu / tril keep x where col - row >= diagonal (<= for tril), else 0.
+    if ((n == "aten::triu" || n == "aten::tril") && type.getRank() >= 2 &&
+        type.hasStaticShape()) {
+      Value x = read(a[0].toTensor());
+      if (x.getType() != type)
+        return {};
+      int64_t diagonal = a.size() > 1 && a[1].isInt() ? a[1].toInt() : 0;
+      int64_t rows = type.getDimSize(type.getRank() - 2), cols = type.getDimSize(type.getRank() - 1);
+      Type i64 = b.getI64Type();
+      auto index = [&](int64_t count, SmallVector<int64_t> shape) -> Value {
+        Value r = ArangeOp::create(b, loc, RankedTensorType::get({count}, i64),
+                                   b.getF64FloatAttr(0), b.getF64FloatAttr(count),
+                                   b.getF64FloatAttr(1));
+        return ReshapeOp::create(b, loc, RankedTensorType::get(shape, i64), r,
+                                 b.getDenseI64ArrayAttr(shape));
+      };
+      auto grid = RankedTensorType::get({rows, cols}, i64);
+      Value diff = SubOp::create(b, loc, grid, index(cols, {1, cols}), index(rows, {rows, 1}));
+      Value keep = CmpOp::create(
+          b, loc, RankedTensorType::get({rows, cols}, b.getI1Type()),
+          n == "aten::triu" ? CmpPredicate::ge : CmpPredicate::le, diff,
+          full(static_cast<double>(diagonal), RankedTensorType::get({}, i64)));
+      return WhereOp::create(b, loc, type, keep, x,
+                             full(0.0, RankedTensorType::get({}, type.getElementType())));
+    }
     static const std::map<std::string, int> binary = {
         {"aten::add", 0}, {"aten::add_", 0}, {"aten::sub", 1}, {"aten::sub_", 1},
         {"aten::mul", 2}, {"aten::mul_", 2}, {"aten::div", 3}, {"aten::div_", 3}};

@@ -1,6 +1,7 @@
 //===- Safetensors.cpp - checked safetensors files for model binaries -----===//
 
 #include "tdx/Runtime/Safetensors.h"
+#include "tdx/Runtime/Box.h"
 
 #include "llvm/Support/JSON.h"
 
@@ -178,41 +179,15 @@ void TensorStore::read(const StoredTensor &t, void *out) const {
 
 void TensorStore::readBox(const StoredTensor &t, const std::vector<int64_t> &offset,
                           const std::vector<int64_t> &size, void *out) const {
-  int64_t rank = static_cast<int64_t>(t.shape.size());
-  if (static_cast<int64_t>(offset.size()) != rank || static_cast<int64_t>(size.size()) != rank)
+  if (offset.size() != t.shape.size() || size.size() != t.shape.size())
     throw error("readBox: box rank does not match the tensor's");
-  int64_t item = dtypeSize(t.dtype), boxElements = 1;
-  for (int64_t d = 0; d < rank; ++d)
-    boxElements *= size[d];
-  if (boxElements == 0)
-    return;
-  // Dims inside `inner` are whole: each run of the box is contiguous there.
-  int64_t inner = rank;
-  int64_t run = 1;
-  while (inner > 0 && offset[inner - 1] == 0 && size[inner - 1] == t.shape[inner - 1])
-    run *= t.shape[--inner];
-  if (inner > 0)
-    run *= size[--inner];
-  std::vector<int64_t> stride(rank, 1);
-  for (int64_t d = rank - 2; d >= 0; --d)
-    stride[d] = stride[d + 1] * t.shape[d + 1];
-  int64_t runs = boxElements / run;
+  int64_t item = dtypeSize(t.dtype);
   char *dst = static_cast<char *>(out);
   File file(t.file);
-  std::vector<int64_t> index(inner, 0);
-  for (int64_t r = 0; r < runs; ++r) {
-    int64_t element = inner < rank ? offset[inner] * stride[inner] : 0;
-    for (int64_t d = 0; d < inner; ++d)
-      element += (offset[d] + index[d]) * stride[d];
-    file.read(t.offset + static_cast<uint64_t>(element * item), static_cast<uint64_t>(run * item),
-              dst);
-    dst += run * item;
-    for (int64_t d = inner - 1; d >= 0; --d) {
-      if (++index[d] < size[d])
-        break;
-      index[d] = 0;
-    }
-  }
+  forEachBoxRun(t.shape, offset, size, [&](int64_t global, int64_t local, int64_t run) {
+    file.read(t.offset + static_cast<uint64_t>(global * item), static_cast<uint64_t>(run * item),
+              dst + local * item);
+  });
 }
 
 void tdx::rt::writeSafetensors(const std::string &path, const std::vector<TensorToWrite> &tensors) {

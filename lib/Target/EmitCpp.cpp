@@ -18,19 +18,19 @@ namespace {
 
 std::string dtype(Type t) {
   if (t.isF32())
-    return "at::kFloat";
+    return "T::kFloat";
   if (t.isF64())
-    return "at::kDouble";
+    return "T::kDouble";
   if (t.isF16())
-    return "at::kHalf";
+    return "T::kHalf";
   if (t.isBF16())
-    return "at::kBFloat16";
+    return "T::kBFloat16";
   if (t.isInteger(64))
-    return "at::kLong";
+    return "T::kLong";
   if (t.isInteger(32))
-    return "at::kInt";
+    return "T::kInt";
   if (t.isInteger(1))
-    return "at::kBool";
+    return "T::kBool";
   return "";
 }
 
@@ -71,7 +71,8 @@ std::string layoutText(ShardingAttr sharding, int64_t rank) {
 
 class Emitter {
 public:
-  Emitter(int64_t meshRank, llvm::raw_ostream &os) : meshRank(meshRank), os(os) {}
+  Emitter(int64_t meshRank, Backend backend, llvm::raw_ostream &os)
+      : meshRank(meshRank), backend(backend), os(os) {}
 
   std::string name(Value v) {
     auto it = names.find(v);
@@ -88,6 +89,7 @@ public:
                          ShardingAttr sharding);
 
   int64_t meshRank;
+  Backend backend;
   llvm::raw_ostream &os;
   DenseMap<Value, std::string> names;
   int tmps = 0;
@@ -140,11 +142,11 @@ LogicalResult Emitter::emitOp(Operation *op) {
   auto out = [&](size_t i = 0) { return name(op->getResult(i)); };
   auto in = [&](size_t i) { return name(op->getOperand(i)); };
   auto assign = [&](const std::string &expr) {
-    os << "  at::Tensor " << out() << " = " << expr << ";\n";
+    os << "  T::Tensor " << out() << " = " << expr << ";\n";
     return success();
   };
   auto type = [&]() { return cast<RankedTensorType>(op->getResult(0).getType()); };
-  auto opts = [&]() { return "at::TensorOptions().dtype(" + dtype(type().getElementType()) + ")"; };
+  auto opts = [&]() { return dtype(type().getElementType()); };
   return llvm::TypeSwitch<Operation *, LogicalResult>(op)
       .Case([&](ParamRefOp o) {
         // A tied name reads the value it shares.
@@ -157,12 +159,12 @@ LogicalResult Emitter::emitOp(Operation *op) {
         return assign("s.at(\"" + n.str() + "\")");
       })
       .Case([&](FullOp o) {
-        return assign("at::full(" + list(type().getShape()) + ", " +
+        return assign("T::full(" + list(type().getShape()) + ", " +
                       number(o.getValue().convertToDouble()) + ", " + opts() + ")");
       })
-      .Case([&](EmptyOp) { return assign("at::zeros(" + list(type().getShape()) + ", " + opts() + ")"); })
+      .Case([&](EmptyOp) { return assign("T::zeros(" + list(type().getShape()) + ", " + opts() + ")"); })
       .Case([&](ArangeOp o) {
-        return assign("at::arange(" + number(o.getStart().convertToDouble()) + ", " +
+        return assign("T::arange(" + number(o.getStart().convertToDouble()) + ", " +
                       number(o.getEnd().convertToDouble()) + ", " +
                       number(o.getStep().convertToDouble()) + ", " + opts() + ")");
       })
@@ -180,8 +182,8 @@ LogicalResult Emitter::emitOp(Operation *op) {
           for (APInt v : dense.getValues<APInt>())
             values += (i++ ? ", " : "") + std::to_string(v.getSExtValue()) + ".0";
         values += "}";
-        return assign("at::tensor(std::vector<double>" + values + ", at::kDouble).to(" +
-                      dtype(type().getElementType()) + ").reshape(" + list(type().getShape()) + ")");
+        return assign("constant(std::vector<double>" + values + ", " + list(type().getShape()) +
+                      ", " + dtype(type().getElementType()) + ")");
       })
       .Case([&](ReshapeOp o) { return assign(in(0) + ".reshape(" + list(o.getShape()) + ")"); })
       .Case([&](TransposeOp o) {
@@ -199,50 +201,44 @@ LogicalResult Emitter::emitOp(Operation *op) {
         std::string xs = "{";
         for (auto [i, v] : llvm::enumerate(o.getInputs()))
           xs += (i ? ", " : "") + name(v);
-        return assign("at::cat(" + xs + "}, " + std::to_string(static_cast<int64_t>(o.getDim())) + ")");
+        return assign("T::cat(" + xs + "}, " + std::to_string(static_cast<int64_t>(o.getDim())) + ")");
       })
       .Case([&](ExpandOp o) { return assign(in(0) + ".expand(" + list(o.getSizes()) + ")"); })
-      .Case([&](MatmulOp) { return assign("at::matmul(" + in(0) + ", " + in(1) + ")"); })
+      .Case([&](MatmulOp) { return assign("T::matmul(" + in(0) + ", " + in(1) + ")"); })
       .Case([&](LinearOp o) {
-        return assign("at::linear(" + in(0) + ", " + in(1) + ", " +
+        return assign("T::linear(" + in(0) + ", " + in(1) + ", " +
                       (o.getBias() ? name(o.getBias()) : std::string("{}")) + ")");
       })
-      .Case([&](SumOp o) { return emitReduce(op, "at::sum", o.getDims(), o.getKeepdim()); })
-      .Case([&](MeanOp o) { return emitReduce(op, "at::mean", o.getDims(), o.getKeepdim()); })
-      .Case([&](MaxOp o) { return emitReduce(op, "at::amax", o.getDims(), o.getKeepdim()); })
+      .Case([&](SumOp o) { return emitReduce(op, "T::sum", o.getDims(), o.getKeepdim()); })
+      .Case([&](MeanOp o) { return emitReduce(op, "T::mean", o.getDims(), o.getKeepdim()); })
+      .Case([&](MaxOp o) { return emitReduce(op, "T::amax", o.getDims(), o.getKeepdim()); })
       .Case([&](SoftmaxOp o) {
-        return assign("at::softmax(" + in(0) + ", " + std::to_string(static_cast<int64_t>(o.getDim())) + ")");
+        return assign("T::softmax(" + in(0) + ", " + std::to_string(static_cast<int64_t>(o.getDim())) + ")");
       })
       .Case([&](LogSoftmaxOp o) {
-        return assign("at::log_softmax(" + in(0) + ", " +
+        return assign("T::log_softmax(" + in(0) + ", " +
                       std::to_string(static_cast<int64_t>(o.getDim())) + ")");
       })
       .Case([&](LayerNormOp o) {
-        return assign("at::layer_norm(" + in(0) + ", " + list(o.getNormalizedShape()) + ", " +
+        return assign("T::layer_norm(" + in(0) + ", " + list(o.getNormalizedShape()) + ", " +
                       (o.getWeight() ? name(o.getWeight()) : std::string("{}")) + ", " +
                       (o.getBias() ? name(o.getBias()) : std::string("{}")) + ", " +
                       number(o.getEps().convertToDouble()) + ")");
       })
       .Case([&](RmsNormOp o) {
-        std::vector<int64_t> dims;
-        for (int64_t d = -static_cast<int64_t>(o.getNormalizedShape().size()); d < 0; ++d)
-          dims.push_back(d);
-        std::string x = in(0);
-        std::string e = x + " * at::rsqrt(" + x + ".pow(2).mean(" + list(dims) + ", true) + " +
-                        number(o.getEps().convertToDouble()) + ")";
-        if (o.getWeight())
-          e = "(" + e + ") * " + name(o.getWeight());
-        return assign(e);
+        return assign("rms_norm(" + in(0) + ", " + list(o.getNormalizedShape()) + ", " +
+                      (o.getWeight() ? name(o.getWeight()) : std::string("{}")) + ", " +
+                      number(o.getEps().convertToDouble()) + ")");
       })
-      .Case([&](EmbeddingOp) { return assign("at::embedding(" + in(0) + ", " + in(1) + ")"); })
+      .Case([&](EmbeddingOp) { return assign("T::embedding(" + in(0) + ", " + in(1) + ")"); })
       .Case([&](CrossEntropyOp o) {
-        return assign("at::cross_entropy_loss(" + in(0) + ", " + in(1) + ", {}, " +
+        return assign("T::cross_entropy_loss(" + in(0) + ", " + in(1) + ", {}, " +
                       std::to_string(static_cast<int>(o.getReduction())) + ", " +
                       std::to_string(static_cast<int64_t>(o.getIgnoreIndex())) + ", " +
                       number(o.getLabelSmoothing().convertToDouble()) + ")");
       })
       .Case([&](MeshCoordOp o) {
-        return assign("at::scalar_tensor(ctx.coord(\"" + o.getAxis().str() + "\"), at::kLong)");
+        return assign("T::scalar_tensor(ctx.coord(\"" + o.getAxis().str() + "\"), T::kLong)");
       })
       .Case([&](ChunkOp o) {
         return assign("Context::chunk(" + in(0) + ", " + std::to_string(static_cast<int64_t>(o.getChunks())) +
@@ -294,10 +290,15 @@ LogicalResult Emitter::emitOp(Operation *op) {
                     "\", c10::IValue(" + value + ")}";
           }
         std::string results = "r" + std::to_string(tmps++);
-        os << "  std::vector<at::Tensor> " << results << " = callAten(\"" << o.getSchema()
+        if (backend == Backend::CUDA)
+          return o.emitOpError() << "(" << o.getSchema()
+                                 << ") has no CUDA lowering: the CUDA backend runs first-class tdx "
+                                    "ops only; compile for --target cpu, or express the op with "
+                                    "tdx ops";
+        os << "  std::vector<T::Tensor> " << results << " = callAten(\"" << o.getSchema()
            << "\", " << tensors << "}, " << args << "});\n";
         for (auto [i, r] : llvm::enumerate(o.getResults()))
-          os << "  at::Tensor " << name(r) << " = " << results << ".at(" << i << ");\n";
+          os << "  T::Tensor " << name(r) << " = " << results << ".at(" << i << ");\n";
         return success();
       })
       .Case([&](func::ReturnOp o) {
@@ -326,7 +327,7 @@ LogicalResult Emitter::emitReduce(Operation *op, StringRef fn,
     e = (fn + "(" + x + ")").str();
   else
     e = (fn + "(" + x + ", " + list(*dims) + ", " + (keep ? "true" : "false") + ")").str();
-  os << "  at::Tensor " << name(op->getResult(0)) << " = " << e << ";\n";
+  os << "  T::Tensor " << name(op->getResult(0)) << " = " << e << ";\n";
   return success();
 }
 
@@ -371,6 +372,23 @@ void emitKernelRow(const FusedKernel &k, llvm::raw_ostream &os) {
   os << ");\n}\n\n";
 }
 
+/// The CUDA kernel around `k`'s body (one thread per element) and its launch.
+void emitKernelLaunch(const FusedKernel &k, llvm::raw_ostream &os) {
+  auto elem = [](Value v) { return cType(cast<RankedTensorType>(v.getType()).getElementType()); };
+  size_t nin = k.inputs.size();
+  os << "__global__ void " << k.name << "_kernel(tdx::kern::Iter it) {\n"
+     << "  int64_t i = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x;\n"
+     << "  if (i >= it.numel)\n    return;\n  " << k.name
+     << (k.vectorizable ? "<" + elem(k.outputs.front()) + ">(" : std::string("("));
+  for (auto [i, v] : llvm::enumerate(k.inputs))
+    os << (i ? ", " : "") << "it.at<" << elem(v) << ">(" << i << ", i)";
+  for (auto [i, v] : llvm::enumerate(k.outputs))
+    os << (i || nin ? ", " : "") << "it.at<" << elem(v) << ">(" << nin + i << ", i)";
+  os << ");\n}\n"
+     << "static void " << k.name << "_launch(const tdx::kern::Iter &it, cudaStream_t s) {\n  "
+     << k.name << "_kernel<<<blocksFor(it.numel), 256, 0, s>>>(it);\n}\n\n";
+}
+
 void Emitter::emitKernelCall(const FusedKernel &k) {
   std::string shape = "{";
   for (auto [i, d] : llvm::enumerate(k.space.getShape()))
@@ -382,10 +400,11 @@ void Emitter::emitKernelCall(const FusedKernel &k) {
   for (auto [i, v] : llvm::enumerate(k.outputs))
     types += (i ? ", " : "") + dtype(cast<RankedTensorType>(v.getType()).getElementType());
   std::string results = "r" + std::to_string(tmps++);
-  os << "  std::vector<at::Tensor> " << results << " = elementwise(" << shape << ", " << ins
-     << "}, " << types << "}, " << k.name << "_row);\n";
+  os << "  std::vector<T::Tensor> " << results << " = elementwise(" << shape << ", " << ins
+     << "}, " << types << "}, " << k.name << (backend == Backend::CUDA ? "_launch" : "_row")
+     << ");\n";
   for (auto [i, v] : llvm::enumerate(k.outputs))
-    os << "  at::Tensor " << name(v) << " = " << results << "[" << i << "];\n";
+    os << "  T::Tensor " << name(v) << " = " << results << "[" << i << "];\n";
 }
 
 /// The global type and layout text of each function argument and result.
@@ -430,14 +449,15 @@ FailureOr<Signature> signatureOf(func::FuncOp fn, int64_t meshRank) {
 
 } // namespace
 
-LogicalResult mlir::tdx::emitCpp(ModuleOp module, llvm::raw_ostream &os) {
+LogicalResult mlir::tdx::emitCpp(ModuleOp module, llvm::raw_ostream &os, Backend backend) {
+  const char *backendName = backend == Backend::CUDA ? "the CUDA backend" : "the CPU backend";
   if (!module->hasAttr("tdx.partitioned"))
     return module.emitError("the module is not partitioned; run `tdx-opt --tdx-propagate-sharding "
                             "--tdx-insert-collectives --tdx-partition` first (tdx-compile runs "
                             "them for you)");
   SmallVector<MeshOp> meshes(module.getOps<MeshOp>());
   if (meshes.size() > 1)
-    return module.emitError() << "the CPU backend needs at most one tdx.mesh, found "
+    return module.emitError() << backendName << " needs at most one tdx.mesh, found "
                               << meshes.size();
   // Without a mesh the program runs on one rank.
   MeshOp mesh = meshes.empty() ? MeshOp() : meshes.front();
@@ -445,12 +465,14 @@ LogicalResult mlir::tdx::emitCpp(ModuleOp module, llvm::raw_ostream &os) {
   if (!fn) {
     SmallVector<func::FuncOp> fns(module.getOps<func::FuncOp>());
     if (fns.size() != 1)
-      return module.emitError("the CPU backend needs one entry function (named @forward when "
-                              "there are several)");
+      return module.emitError() << backendName
+                                << " needs one entry function (named @forward when there are "
+                                   "several)";
     fn = fns.front();
   }
   if (!fn.getBody().hasOneBlock())
-    return fn.emitError("has more than one block; the CPU backend emits straight-line code");
+    return fn.emitError() << "has more than one block; " << backendName
+                          << " emits straight-line code";
   int64_t meshRank = mesh ? mesh.getShape().size() : 0;
   FailureOr<Signature> sig = signatureOf(fn, meshRank);
   if (failed(sig))
@@ -458,7 +480,7 @@ LogicalResult mlir::tdx::emitCpp(ModuleOp module, llvm::raw_ostream &os) {
 
   std::string body;
   llvm::raw_string_ostream bs(body);
-  Emitter e(meshRank, bs);
+  Emitter e(meshRank, backend, bs);
 
   bs << "static void init(Context &ctx, State &s) {\n";
   SmallVector<std::tuple<std::string, RankedTensorType, std::string>> params;
@@ -479,10 +501,10 @@ LogicalResult mlir::tdx::emitCpp(ModuleOp module, llvm::raw_ostream &os) {
   }
   bs << "}\n\n";
 
-  bs << "static std::vector<at::Tensor> forward(Context &ctx, State &s, "
-        "const std::vector<at::Tensor> &in) {\n";
+  bs << "static std::vector<T::Tensor> forward(Context &ctx, State &s, "
+        "const std::vector<T::Tensor> &in) {\n";
   for (BlockArgument arg : fn.getArguments())
-    bs << "  const at::Tensor &" << e.name(arg) << " = in[" << arg.getArgNumber() << "];\n";
+    bs << "  const T::Tensor &" << e.name(arg) << " = in[" << arg.getArgNumber() << "];\n";
   FusionPlan plan = planFusion(fn.getBody().front());
   for (Operation &op : fn.getBody().front()) {
     if (plan.inlinedConstants.contains(&op))
@@ -504,14 +526,25 @@ LogicalResult mlir::tdx::emitCpp(ModuleOp module, llvm::raw_ostream &os) {
     if (k.outputs.empty())
       continue;
     emitKernelBody(k, ks);
-    emitKernelRow(k, ks);
+    if (backend == Backend::CUDA)
+      emitKernelLaunch(k, ks);
+    else
+      emitKernelRow(k, ks);
   }
 
-  os << "// Generated by tdx-translate --tdx-to-cpp from a partitioned tdx program.\n"
-        "// Build: c++ -std=c++17 this.cpp -ltdx_runtime_cpu (tdx-compile does it).\n"
-        "#include \"tdx/Runtime/Runtime.h\"\n\n"
-        "#include <cmath>\n#include <stdexcept>\n\n"
-        "using namespace tdx::rt;\n\n";
+  if (backend == Backend::CUDA)
+    os << "// Generated by tdx-translate --tdx-to-cuda from a partitioned tdx program.\n"
+          "// Build: nvcc -std=c++17 this.cu -ltdx_runtime_cuda -lnccl -lcublas (tdx-compile "
+          "--target cuda does it).\n"
+          "#include \"tdx/Runtime/cuda/Runtime.h\"\n\n"
+          "#include <cmath>\n#include <stdexcept>\n\n"
+          "namespace T = tdx::cu;\nusing namespace tdx::cu;\n\n";
+  else
+    os << "// Generated by tdx-translate --tdx-to-cpp from a partitioned tdx program.\n"
+          "// Build: c++ -std=c++17 this.cpp -ltdx_runtime_cpu (tdx-compile does it).\n"
+          "#include \"tdx/Runtime/Runtime.h\"\n\n"
+          "#include <cmath>\n#include <stdexcept>\n\n"
+          "namespace T = at;\nusing namespace tdx::rt;\n\n";
   os << kernels << "\n" << body << "\n";
   os << "int main(int argc, char **argv) {\n  Program p;\n";
   if (mesh) {

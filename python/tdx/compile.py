@@ -20,11 +20,13 @@ def _tool(name):
 
 
 class Executable:
-    """A model binary for one mesh; runs under mpirun on CPU ranks."""
+    """A model binary for one mesh; runs under mpirun, one rank per device
+    (CPU processes, or GPUs for target="cuda")."""
 
-    def __init__(self, path, world_size):
+    def __init__(self, path, world_size, target="cpu"):
         self.path = path
         self.world_size = world_size
+        self.target = target
 
     def _launch(self, nprocs, args, timeout):
         nprocs = self.world_size if nprocs is None else nprocs
@@ -82,24 +84,32 @@ class Executable:
         os.chmod(path, 0o755)
 
     @classmethod
-    def load(cls, path, world_size):
+    def load(cls, path, world_size, target="cpu"):
         if not os.path.exists(path):
             raise TdxError(f"no model binary at {path}")
-        return cls(os.path.abspath(path), world_size)
+        return cls(os.path.abspath(path), world_size, target)
 
 
-def compile(prog, target="cpu", output=None):
-    """Compiles a (parallelized) program into a model binary."""
-    if target != "cpu":
-        raise TdxError(f"target '{target}' is not supported yet; use target='cpu'")
+def compile(prog, target="cpu", output=None, cuda_arch="sm_90", keep_source=False):
+    """Compiles a (parallelized) program into a model binary.
+
+    target="cpu" links the CPU runtime (ATen + MPI); target="cuda" emits CUDA
+    (cuBLAS, NCCL, fused kernels) and compiles it with nvcc for `cuda_arch`.
+    `keep_source` keeps the emitted source next to the binary."""
+    if target not in ("cpu", "cuda"):
+        raise TdxError(f"target '{target}' is not supported; use target='cpu' or 'cuda'")
     text = prog.mlir
     out_dir = tempfile.mkdtemp(prefix="tdx-")
     src = os.path.join(out_dir, "model.mlir")
     with open(src, "w") as f:
         f.write(text)
     binary = output or os.path.join(out_dir, "model")
-    done = subprocess.run([_tool("tdx-compile"), src, "-o", binary], capture_output=True,
-                          text=True)
+    cmd = [_tool("tdx-compile"), src, "-o", binary, "--target", target]
+    if target == "cuda":
+        cmd.append(f"--cuda-arch={cuda_arch}")
+    if keep_source:
+        cmd.append("--emit-source")
+    done = subprocess.run(cmd, capture_output=True, text=True)
     if done.returncode != 0:
         raise TdxError(f"tdx-compile failed:\n{done.stderr.strip()}")
     world = 1
@@ -107,4 +117,4 @@ def compile(prog, target="cpu", output=None):
     if m and m.group(1).strip():
         for n in m.group(1).split(","):
             world *= int(n)
-    return Executable(os.path.abspath(binary), world)
+    return Executable(os.path.abspath(binary), world, target)

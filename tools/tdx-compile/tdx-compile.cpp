@@ -1,10 +1,11 @@
 //===- tdx-compile.cpp - tdx programs to model binaries -------------------===//
 //
-//   tdx-compile model.mlir -o model [--target cpu] [--emit-source]
+//   tdx-compile model.mlir -o model [--target cpu|cuda] [--cuda-arch sm_90] [--emit-source]
 //
 // Runs whatever of the pipeline has not run yet (sharding propagation unless
-// values carry placements already, collective insertion, partitioning), lowers the partitioned program to C++
-// on the CPU runtime, and compiles and links it into a binary that runs as
+// values carry placements already, collective insertion, partitioning),
+// lowers the partitioned program to C++ on the CPU runtime or CUDA C++ on the
+// CUDA runtime, and compiles and links it into a binary that runs as
 //   mpirun -np N ./model --inputs in.safetensors --outputs out.safetensors
 //
 //===----------------------------------------------------------------------===//
@@ -33,10 +34,15 @@ using namespace llvm;
 static cl::opt<std::string> input(cl::Positional, cl::desc("<model.mlir>"), cl::Required);
 static cl::opt<std::string> output("o", cl::desc("the model binary to write"),
                                    cl::value_desc("path"), cl::Required);
-static cl::opt<std::string> target("target", cl::desc("cpu (ATen + MPI); cuda is not built yet"),
+static cl::opt<std::string> target("target",
+                                   cl::desc("cpu (ATen + MPI) or cuda (cuBLAS + NCCL + MPI)"),
                                    cl::init("cpu"));
+static cl::opt<std::string> cudaArch("cuda-arch",
+                                     cl::desc("the GPU architecture of --target cuda (nvcc -arch)"),
+                                     cl::init("sm_90"));
 static cl::opt<bool> emitSource("emit-source",
-                                cl::desc("keep the emitted C++ next to the binary (<o>.cpp)"));
+                                cl::desc("keep the emitted source next to the binary (<o>.cpp or "
+                                         "<o>.cu)"));
 static cl::opt<bool> verbose("v", cl::desc("print the compiler command"));
 
 int main(int argc, char **argv) {
@@ -45,12 +51,18 @@ int main(int argc, char **argv) {
       argc, argv,
       "tdx-compile: a tdx program to a model binary\n\n"
       "Runs --tdx-propagate-sharding, --tdx-insert-collectives and --tdx-partition unless the\n"
-      "program is already partitioned, emits C++ (as tdx-translate --tdx-to-cpp) and compiles\n"
-      "it against the CPU runtime. Run the result with\n"
+      "program is already partitioned, emits C++ (as tdx-translate --tdx-to-cpp) or CUDA\n"
+      "(--tdx-to-cuda) and compiles it against that runtime. Run the result with\n"
       "  mpirun -np N ./model --inputs in.safetensors --outputs out.safetensors\n");
-  if (target != "cpu") {
-    errs() << "tdx-compile: --target " << target
-           << " is not supported yet; the CPU target (--target cpu) is the one built\n";
+  if (target != "cpu" && target != "cuda") {
+    errs() << "tdx-compile: unknown --target " << target << "; use cpu or cuda\n";
+    return 2;
+  }
+  bool cuda = target == "cuda";
+  if (cuda && !*kCudaCompiler) {
+    errs() << "tdx-compile: this tdx was built without nvcc, so --target cuda cannot compile; "
+              "install the CUDA toolkit (nvcc, cuBLAS, NCCL) and rebuild tdx, or use --target "
+              "cpu\n";
     return 2;
   }
   mlir::DialectRegistry registry;
@@ -88,7 +100,7 @@ int main(int argc, char **argv) {
     if (failed(pm.run(*module)))
       return 1;
   }
-  std::string source = output + ".cpp";
+  std::string source = output + (cuda ? ".cu" : ".cpp");
   {
     std::error_code ec;
     ToolOutputFile out(source, ec, sys::fs::OF_Text);
@@ -96,22 +108,33 @@ int main(int argc, char **argv) {
       errs() << "tdx-compile: cannot write " << source << ": " << ec.message() << "\n";
       return 1;
     }
-    if (failed(mlir::tdx::emitCpp(*module, out.os())))
+    if (failed(mlir::tdx::emitCpp(*module, out.os(),
+                                  cuda ? mlir::tdx::Backend::CUDA : mlir::tdx::Backend::CPU)))
       return 1;
     out.keep();
   }
-  SmallVector<std::string> args = {kCompiler, "-std=c++17", "-O2", "-ffp-contract=off",
-                                   "-o",      output,       source};
-  // Emitted kernels run on ATen's vector lanes; use the widest ATen's
-  // headers offer that this machine runs (the binary is built where it runs).
-  __builtin_cpu_init();
-  if (__builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma"))
-    args.append({"-mavx2", "-mfma", "-DCPU_CAPABILITY=AVX2", "-DCPU_CAPABILITY_AVX2"});
-  for (const char *dir : kIncludes)
-    args.push_back(std::string("-I") + dir);
-  for (const char *lib : kLibraries)
-    args.push_back(lib);
-  args.push_back("-Wl,-rpath,/usr/lib/x86_64-linux-gnu");
+  SmallVector<std::string> args;
+  if (cuda) {
+    args = {kCudaCompiler, "-std=c++17", "-O2", "--fmad=false", "-arch=" + cudaArch,
+            "-DOMPI_SKIP_MPICXX=1", "-o", output, source};
+    for (const char *dir : kCudaIncludes)
+      args.push_back(std::string("-I") + dir);
+    for (const char *lib : kCudaLibraries)
+      args.push_back(lib);
+    args.push_back("-Xlinker=-rpath,/usr/lib/x86_64-linux-gnu");
+  } else {
+    args = {kCompiler, "-std=c++17", "-O2", "-ffp-contract=off", "-o", output, source};
+    // Emitted kernels run on ATen's vector lanes; use the widest ATen's
+    // headers offer that this machine runs (the binary is built where it runs).
+    __builtin_cpu_init();
+    if (__builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma"))
+      args.append({"-mavx2", "-mfma", "-DCPU_CAPABILITY=AVX2", "-DCPU_CAPABILITY_AVX2"});
+    for (const char *dir : kIncludes)
+      args.push_back(std::string("-I") + dir);
+    for (const char *lib : kLibraries)
+      args.push_back(lib);
+    args.push_back("-Wl,-rpath,/usr/lib/x86_64-linux-gnu");
+  }
   SmallVector<StringRef> refs(args.begin(), args.end());
   if (verbose) {
     for (StringRef a : refs)
@@ -119,11 +142,11 @@ int main(int argc, char **argv) {
     errs() << "\n";
   }
   std::string error;
-  int rc = sys::ExecuteAndWait(kCompiler, refs, std::nullopt, {}, 0, 0, &error);
+  int rc = sys::ExecuteAndWait(args.front(), refs, std::nullopt, {}, 0, 0, &error);
   if (!emitSource)
     sys::fs::remove(source);
   if (rc != 0) {
-    errs() << "tdx-compile: compiling the emitted C++ failed (" << (error.empty() ? "exit " + std::to_string(rc) : error)
+    errs() << "tdx-compile: compiling the emitted " << (cuda ? "CUDA" : "C++") << " failed (" << (error.empty() ? "exit " + std::to_string(rc) : error)
            << "); rerun with --emit-source -v to see the source and the command\n";
     return 1;
   }

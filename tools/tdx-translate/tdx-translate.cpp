@@ -2,6 +2,7 @@
 //
 // mlir-translate with the tdx targets:
 //   --tdx-to-cpp   a partitioned program as C++ on the CPU runtime
+//   --tdx-to-cuda  a partitioned program as CUDA C++ on the CUDA runtime
 //
 //===----------------------------------------------------------------------===//
 
@@ -14,20 +15,30 @@
 #include "mlir/Tools/mlir-translate/MlirTranslateMain.h"
 #include "mlir/Tools/mlir-translate/Translation.h"
 
-int main(int argc, char **argv) {
-  mlir::TranslateFromMLIRRegistration toCpp(
-      "tdx-to-cpp",
-      "emit a partitioned tdx program as one C++ source on the CPU runtime (ATen + MPI)",
-      [](mlir::Operation *op, llvm::raw_ostream &os) -> mlir::LogicalResult {
+static void registerTarget(const char *name, const char *description,
+                           mlir::tdx::Backend backend) {
+  mlir::TranslateFromMLIRRegistration(
+      name, description,
+      [backend](mlir::Operation *op, llvm::raw_ostream &os) -> mlir::LogicalResult {
         auto module = llvm::dyn_cast<mlir::ModuleOp>(op);
         if (!module)
           return op->emitError("expected a builtin.module");
-        return mlir::tdx::emitCpp(module, os);
+        return mlir::tdx::emitCpp(module, os, backend);
       },
       [](mlir::DialectRegistry &registry) {
         registry.insert<mlir::tdx::TdxDialect, mlir::func::FuncDialect,
                         mlir::arith::ArithDialect>();
       });
+}
+
+int main(int argc, char **argv) {
+  registerTarget("tdx-to-cpp",
+                 "emit a partitioned tdx program as one C++ source on the CPU runtime (ATen + MPI)",
+                 mlir::tdx::Backend::CPU);
+  registerTarget("tdx-to-cuda",
+                 "emit a partitioned tdx program as one CUDA source on the CUDA runtime (cuBLAS, "
+                 "NCCL, fused kernels)",
+                 mlir::tdx::Backend::CUDA);
   return mlir::failed(
       mlir::mlirTranslateMain(argc, argv, "tdx-translate: tdx programs to source code\n"));
 }

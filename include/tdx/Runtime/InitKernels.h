@@ -32,6 +32,8 @@ int launchUniform(float *out, const Box &box, uint64_t seed, uint64_t stream, do
                   double high, cudaStream_t stream_ = nullptr);
 int launchNormal(float *out, const Box &box, uint64_t seed, uint64_t stream, double mean,
                  double std, cudaStream_t stream_ = nullptr);
+int launchTruncNormal(float *out, const Box &box, uint64_t seed, uint64_t stream, double mean,
+                      double std, double a, double b, cudaStream_t stream_ = nullptr);
 
 } // namespace tdx::cuda
 

@@ -20,6 +20,7 @@
 
 #define TDX_KERNEL_VECTORIZED
 #include "tdx/Runtime/Kernel.h"
+#include "tdx/Runtime/Mesh.h"
 
 #include <functional>
 #include <map>
@@ -28,29 +29,15 @@
 
 namespace tdx::rt {
 
-/// One placement per mesh axis: {'S', dim}, {'R', 0} or {'P', reduce}.
-struct Placement {
-  char kind;
-  int64_t value;
-};
-using Layout = std::vector<Placement>;
-/// Parses "[Shard(0), Replicate, Partial(sum)]".
-Layout parseLayout(const std::string &text);
-
-enum Reduce : int64_t { Sum = 0, Avg = 1, Max = 2, Min = 3 };
-
-class Context {
+/// A rank of a model binary: the mesh (tdx/Runtime/Mesh.h) plus collectives
+/// and sharded init on ATen tensors.
+class Context : public Mesh {
 public:
   Context(std::vector<int64_t> meshShape, std::vector<std::string> axes, uint64_t seed,
           bool verbose);
-  ~Context();
 
-  int rank() const { return rank_; }
-  int worldSize() const { return world_; }
   uint64_t seed() const { return seed_; }
-  int64_t coord(const std::string &axis) const;
-  const std::vector<int64_t> &coords() const { return coords_; }
-  const std::vector<int64_t> &meshShape() const { return meshShape_; }
+  bool verbose() const { return verbose_; }
 
   // Collectives over the ranks that differ only on `axes`.
   at::Tensor allReduce(const at::Tensor &x, const std::vector<std::string> &axes, int64_t reduce);
@@ -61,10 +48,6 @@ public:
                       int64_t concat);
   /// This rank's torch.chunk piece of dim `dim` over `chunks` pieces.
   static at::Tensor chunk(const at::Tensor &x, int64_t chunks, int64_t index, int64_t dim);
-
-  /// The offsets and sizes of this rank's box of `globalShape`.
-  void box(const std::vector<int64_t> &globalShape, const Layout &layout,
-           std::vector<int64_t> &offset, std::vector<int64_t> &size) const;
 
   // Sharded init: this rank's box of a random or constant global tensor.
   at::Tensor uniform(const std::vector<int64_t> &shape, const Layout &layout, at::ScalarType dtype,
@@ -81,33 +64,9 @@ public:
   at::Tensor gather(const at::Tensor &local, const std::vector<int64_t> &globalShape,
                     const Layout &layout);
 
-  /// Every collective waits at most this long, then throws naming its group
-  /// (the driver then aborts every rank): a lost or stuck rank never hangs.
-  void setCollectiveTimeout(double seconds) { timeout_ = seconds; }
-  /// The sum of `value` over all ranks (every rank gets it).
-  int64_t sumOverWorld(int64_t value);
-  void barrier();
-
-  /// Bytes this rank sent through collectives so far.
-  int64_t bytesCommunicated() const { return bytes_; }
-  bool verbose() const { return verbose_; }
-
 private:
-  std::vector<int64_t> meshShape_;
-  std::vector<std::string> axes_;
-  std::vector<int64_t> coords_;
-  int rank_ = 0, world_ = 1;
   uint64_t seed_;
   bool verbose_;
-  int64_t bytes_ = 0;
-  double timeout_ = 300;
-  void complete(void *request, const char *what, const std::vector<std::string> &axes);
-  std::map<std::vector<std::string>, void *> groups_; // axes -> MPI_Comm*
-  void *group(const std::vector<std::string> &axes, int &size, int &index);
-  std::vector<int64_t> coordsOf(int rank) const;
-  void boxAt(const std::vector<int64_t> &coords, const std::vector<int64_t> &globalShape,
-             const Layout &layout, std::vector<int64_t> &offset,
-             std::vector<int64_t> &size) const;
 };
 
 /// Calls an ATen operator by schema name ("aten::triu", "aten::add.Tensor")
@@ -129,6 +88,22 @@ using KernelRow = void (*)(char *const *operands, const int64_t *strides, int64_
 std::vector<at::Tensor> elementwise(std::vector<int64_t> shape,
                                     const std::vector<at::Tensor> &inputs,
                                     const std::vector<at::ScalarType> &outputTypes, KernelRow row);
+
+/// A dense tensor of `dtype` from host values.
+inline at::Tensor constant(const std::vector<double> &values, const std::vector<int64_t> &shape,
+                           at::ScalarType dtype) {
+  return at::tensor(values, at::kDouble).to(dtype).reshape(shape);
+}
+
+/// x / sqrt(mean(x^2 over the normalized dims) + eps) * w (w may be undefined).
+inline at::Tensor rms_norm(const at::Tensor &x, const std::vector<int64_t> &normalizedShape,
+                           const at::Tensor &w, double eps) {
+  std::vector<int64_t> dims;
+  for (int64_t d = -static_cast<int64_t>(normalizedShape.size()); d < 0; ++d)
+    dims.push_back(d);
+  at::Tensor y = x * at::rsqrt(x.pow(2).mean(dims, true) + eps);
+  return w.defined() ? y * w : y;
+}
 
 using State = std::map<std::string, at::Tensor>;
 

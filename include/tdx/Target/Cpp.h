@@ -8,12 +8,18 @@
 
 namespace mlir::tdx {
 
-/// Emits a partitioned module as one self-contained C++ source for the CPU
-/// runtime (include/tdx/Runtime/Runtime.h): an init entry that makes each
-/// parameter's local shard from its init program, a forward entry over
-/// ATen and MPI collectives, and main(). Reports unsupported ops at their
+enum class Backend { CPU, CUDA };
+
+/// Emits a partitioned module as one self-contained source: C++ for the CPU
+/// runtime (include/tdx/Runtime/Runtime.h: ATen and MPI) or CUDA C++ for the
+/// CUDA runtime (include/tdx/Runtime/cuda/Runtime.h: cuBLAS, NCCL and row
+/// kernels). Both get an init entry that makes each parameter's local shard
+/// from its init program, a forward entry, the fused elementwise kernels
+/// (one __host__ __device__ body each, looped on CPU, launched on CUDA) and
+/// main(). The runtimes offer the same calls (`namespace T` is `at` or
+/// `tdx::cu`), so one emitter writes both. Reports unsupported ops at their
 /// location.
-LogicalResult emitCpp(ModuleOp module, llvm::raw_ostream &os);
+LogicalResult emitCpp(ModuleOp module, llvm::raw_ostream &os, Backend backend = Backend::CPU);
 
 } // namespace mlir::tdx
 

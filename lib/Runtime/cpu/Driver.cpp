@@ -1,11 +1,10 @@
 //===- Driver.cpp - the command line of model binaries, safetensors I/O ---===//
 
 #include "tdx/Runtime/Runtime.h"
+#include "tdx/Runtime/Options.h"
 #include "tdx/Runtime/Safetensors.h"
 
 #include <mpi.h>
-
-#include <sys/resource.h>
 
 #include <algorithm>
 #include <chrono>
@@ -71,62 +70,19 @@ void save(const std::string &path, const std::map<std::string, at::Tensor> &tens
 
 } // namespace
 
-static long peakRssKiB() {
-  struct rusage usage;
-  getrusage(RUSAGE_SELF, &usage);
-  return usage.ru_maxrss;
-}
-
 int tdx::rt::runMain(int argc, char **argv, const Program &program) {
-  std::string inputs, outputs, params, dumpParams;
-  uint64_t seed = 0;
-  int64_t steps = 1;
-  double timeout = 300;
-  bool verbose = false;
-  for (int i = 1; i < argc; ++i) {
-    std::string a = argv[i];
-    auto value = [&]() -> std::string {
-      if (i + 1 >= argc)
-        throw std::runtime_error("tdx: " + a + " needs a value");
-      return argv[++i];
-    };
-    if (a == "--inputs")
-      inputs = value();
-    else if (a == "--outputs")
-      outputs = value();
-    else if (a == "--params")
-      params = value();
-    else if (a == "--dump-params")
-      dumpParams = value();
-    else if (a == "--seed")
-      seed = std::stoull(value());
-    else if (a == "--collective-timeout")
-      timeout = std::stod(value());
-    else if (a == "--steps")
-      steps = std::max<int64_t>(1, std::stoll(value()));
-    else if (a == "--verbose")
-      verbose = true;
-    else if (a == "--help" || a == "-h") {
-      std::cout << "usage: mpirun -np N " << argv[0]
-                << " --inputs in.safetensors --outputs out.safetensors\n"
-                   "       [--params FILE|DIR] [--dump-params out.safetensors]\n"
-                   "       [--seed S] [--steps N] [--collective-timeout S] [--verbose]\n"
-                   "--params: a safetensors file, or a directory of them (a split checkpoint);\n"
-                   "each rank reads only its shard of each parameter.\n"
-                   "--steps N runs the forward N times (step time is their mean).\n"
-                   "--collective-timeout S (default 300): a collective that does not complete\n"
-                   "in S seconds ends every rank with an error naming its mesh axes.\n";
-      return 0;
-    } else {
-      std::cerr << "tdx: unknown option " << a << " (see --help)\n";
-      return 2;
-    }
-  }
+  Options o;
+  if (int code = parseOptions(argc, argv, o); code >= 0)
+    return code;
+  const std::string &inputs = o.inputs, &outputs = o.outputs, &params = o.params,
+                    &dumpParams = o.dumpParams;
+  bool verbose = o.verbose;
+  int64_t steps = o.steps;
   int rank = 0;
   try {
-    Context ctx(program.meshShape, program.axes, seed, verbose);
+    Context ctx(program.meshShape, program.axes, o.seed, verbose);
     rank = ctx.rank();
-    ctx.setCollectiveTimeout(timeout);
+    ctx.setCollectiveTimeout(o.timeout);
     long rssBefore = peakRssKiB();
     auto t0 = std::chrono::steady_clock::now();
     State state;
@@ -192,9 +148,14 @@ int tdx::rt::runMain(int argc, char **argv, const Program &program) {
     MPI_Finalize();
     return 0;
   } catch (const std::exception &e) {
-    std::fprintf(stderr, "tdx: rank %d: %s\n", rank, e.what());
     int initialized = 0;
     MPI_Initialized(&initialized);
+    if (initialized)
+      MPI_Comm_rank(MPI_COMM_WORLD, &rank);
+    std::string message = e.what();
+    if (message.rfind("tdx: ", 0) == 0)
+      message = message.substr(5);
+    std::fprintf(stderr, "tdx: rank %d: %s\n", rank, message.c_str());
     if (initialized)
       MPI_Abort(MPI_COMM_WORLD, 1);
     return 1;

@@ -45,6 +45,15 @@ __global__ void normalKernel(float *out, tdx::cuda::Box box, uint64_t seed, uint
                                                                     globalIndex(n, box)));
 }
 
+__global__ void truncNormalKernel(float *out, tdx::cuda::Box box, uint64_t seed, uint64_t stream,
+                                  double mean, double std, double a, double b) {
+  int64_t n = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x;
+  if (n >= box.numElements())
+    return;
+  out[n] = static_cast<float>(
+      tdx::rng::truncNormal(seed, stream, globalIndex(n, box), mean, std, a, b));
+}
+
 int blocksFor(int64_t n) { return static_cast<int>((n + 255) / 256); }
 
 } // namespace
@@ -66,6 +75,15 @@ int launchNormal(float *out, const Box &box, uint64_t seed, uint64_t stream, dou
     return 0;
   normalKernel<<<blocksFor(box.numElements()), 256, 0, cudaStream>>>(out, box, seed, stream,
                                                                         mean, std);
+  return static_cast<int>(cudaGetLastError());
+}
+
+int launchTruncNormal(float *out, const Box &box, uint64_t seed, uint64_t stream, double mean,
+                      double std, double a, double b, cudaStream_t cudaStream) {
+  if (box.numElements() == 0)
+    return 0;
+  truncNormalKernel<<<blocksFor(box.numElements()), 256, 0, cudaStream>>>(out, box, seed, stream,
+                                                                           mean, std, a, b);
   return static_cast<int>(cudaGetLastError());
 }
 

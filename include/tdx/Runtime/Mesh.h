@@ -1,0 +1,108 @@
+//===- Mesh.h - ranks, layouts and MPI groups of model binaries ---*- C++ -*-===//
+//
+// What the CPU and the CUDA runtime share about the device mesh, without
+// ATen or CUDA: the rank's coordinates, the box of a global tensor a rank
+// holds under a layout, MPI sub-groups over mesh axes, waiting for a
+// nonblocking request with a deadline (a lost or stuck rank never hangs),
+// and gathering every rank's part of a tensor to rank 0.
+//
+//===----------------------------------------------------------------------===//
+
+#ifndef TDX_RUNTIME_MESH_H
+#define TDX_RUNTIME_MESH_H
+
+#include "tdx/Runtime/Safetensors.h"
+
+#include <cstdint>
+#include <map>
+#include <string>
+#include <utility>
+#include <vector>
+
+namespace tdx::rt {
+
+/// One placement per mesh axis: {'S', dim}, {'R', 0} or {'P', reduce}.
+struct Placement {
+  char kind;
+  int64_t value;
+};
+using Layout = std::vector<Placement>;
+/// Parses "[Shard(0), Replicate, Partial(sum)]".
+Layout parseLayout(const std::string &text);
+
+enum Reduce : int64_t { Sum = 0, Avg = 1, Max = 2, Min = 3 };
+
+/// torch.chunk's piece `c` of `n` elements in `k` pieces: [start, end).
+std::pair<int64_t, int64_t> chunkRange(int64_t n, int64_t k, int64_t c);
+
+class Mesh {
+public:
+  /// Initializes MPI if needed; throws when the world size is not the mesh's.
+  Mesh(std::vector<int64_t> meshShape, std::vector<std::string> axes);
+  ~Mesh();
+  Mesh(const Mesh &) = delete;
+  Mesh &operator=(const Mesh &) = delete;
+
+  int rank() const { return rank_; }
+  int worldSize() const { return world_; }
+  int64_t coord(const std::string &axis) const;
+  const std::vector<int64_t> &coords() const { return coords_; }
+  const std::vector<int64_t> &meshShape() const { return meshShape_; }
+  std::vector<int64_t> coordsOf(int rank) const;
+
+  /// The offsets and sizes of this rank's (or `coords`') box of `globalShape`.
+  void box(const std::vector<int64_t> &globalShape, const Layout &layout,
+           std::vector<int64_t> &offset, std::vector<int64_t> &size) const;
+  void boxAt(const std::vector<int64_t> &coords, const std::vector<int64_t> &globalShape,
+             const Layout &layout, std::vector<int64_t> &offset, std::vector<int64_t> &size) const;
+
+  /// The ranks that differ from this one only on `axes`: an MPI_Comm* (made
+  /// on first use), the group's size and this rank's index in it.
+  struct Group {
+    void *comm;
+    int size;
+    int index;
+  };
+  Group group(const std::vector<std::string> &axes);
+
+  /// Waits for an MPI_Request* at most the collective timeout, then throws
+  /// naming `what` and the group's axes (the driver then aborts every rank).
+  void complete(void *request, const char *what, const std::vector<std::string> &axes);
+  void setCollectiveTimeout(double seconds) { timeout_ = seconds; }
+  double collectiveTimeout() const { return timeout_; }
+  /// Throws the timeout error for `what` over `axes`.
+  [[noreturn]] void timedOut(const char *what, const std::vector<std::string> &axes) const;
+
+  /// The sum of `value` over all ranks (every rank gets it).
+  int64_t sumOverWorld(int64_t value);
+  void barrier();
+
+  /// Rank 0 gets the global tensor (row-major bytes of `dtype`) from every
+  /// rank's dense local part under `layout`; Partial parts are summed.
+  /// Other ranks get an empty vector.
+  std::vector<char> gather(const void *local, int64_t localBytes,
+                           const std::vector<int64_t> &globalShape, DType dtype,
+                           const Layout &layout);
+
+  /// Bytes this rank sent through collectives so far.
+  int64_t bytesCommunicated() const { return bytes_; }
+  void addBytes(int64_t n) { bytes_ += n; }
+
+protected:
+  std::vector<int64_t> meshShape_;
+  std::vector<std::string> axes_;
+  std::vector<int64_t> coords_;
+  int rank_ = 0, world_ = 1;
+
+private:
+  int64_t bytes_ = 0;
+  double timeout_ = 300;
+  std::map<std::vector<std::string>, void *> groups_; // axes -> MPI_Comm*
+};
+
+/// Throws "tdx: <what> failed: <MPI's message>" unless `code` is MPI_SUCCESS.
+void checkMpi(int code, const char *what);
+
+} // namespace tdx::rt
+
+#endif // TDX_RUNTIME_MESH_H

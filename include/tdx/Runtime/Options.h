@@ -1,0 +1,29 @@
+//===- Options.h - the command line every model binary takes ------*- C++ -*-===//
+
+#ifndef TDX_RUNTIME_OPTIONS_H
+#define TDX_RUNTIME_OPTIONS_H
+
+#include <cstdint>
+#include <string>
+
+namespace tdx::rt {
+
+struct Options {
+  std::string inputs, outputs, params, dumpParams;
+  uint64_t seed = 0;
+  int64_t steps = 1;
+  double timeout = 300;
+  bool verbose = false;
+};
+
+/// Parses a model binary's command line into `options`. Returns -1 to go on,
+/// or the exit code to end with (0 after --help, 2 after a bad option, with
+/// the message printed).
+int parseOptions(int argc, char **argv, Options &options);
+
+/// This process's peak resident memory so far, in KiB.
+long peakRssKiB();
+
+} // namespace tdx::rt
+
+#endif // TDX_RUNTIME_OPTIONS_H

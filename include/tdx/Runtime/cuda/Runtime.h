@@ -1,0 +1,186 @@
+//===- Runtime.h - the CUDA runtime of tdx model binaries ---------*- C++ -*-===//
+//
+// What the CUDA source that `tdx-translate --tdx-to-cuda` emits calls into.
+// It mirrors the subset of ATen the CPU backend's source calls (the one
+// emitter writes both; `namespace T` is `at` there and `tdx::cu` here):
+// tensors in device memory with strided views, cuBLAS for matmul and linear,
+// the row kernels of tdx/Runtime/Rows.h for softmax, norms, reductions,
+// embedding and cross-entropy, emitted elementwise kernels, NCCL collectives
+// over mesh-axis sub-groups (bootstrapped through MPI), sharded init with
+// the same Philox generator as the CPU, and the same command line (runMain).
+//
+// No ATen: this header includes the CUDA runtime API and tdx's runtime
+// headers only.
+//
+//===----------------------------------------------------------------------===//
+
+#ifndef TDX_RUNTIME_CUDA_RUNTIME_H
+#define TDX_RUNTIME_CUDA_RUNTIME_H
+
+#include "tdx/Runtime/Mesh.h"
+#include "tdx/Runtime/Rows.h"
+
+#include <cuda_runtime.h>
+
+#include <functional>
+#include <map>
+#include <memory>
+#include <string>
+#include <vector>
+
+namespace tdx::cu {
+
+using rt::DType;
+using rt::Layout;
+using rt::parseLayout;
+constexpr DType kFloat = DType::F32, kDouble = DType::F64, kHalf = DType::F16,
+                kBFloat16 = DType::BF16, kLong = DType::I64, kInt = DType::I32,
+                kBool = DType::Bool;
+
+/// A strided view of device memory. Default-constructed: undefined (the
+/// `{}` of an optional argument).
+class Tensor {
+public:
+  Tensor() = default;
+  bool defined() const { return data_ != nullptr || storage_ != nullptr; }
+  DType dtype() const { return dtype_; }
+  const std::vector<int64_t> &sizes() const { return shape_; }
+  const std::vector<int64_t> &strides() const { return strides_; }
+  int64_t dim() const { return static_cast<int64_t>(shape_.size()); }
+  int64_t size(int64_t d) const { return shape_.at(wrap(d)); }
+  int64_t numel() const;
+  int64_t nbytes() const { return numel() * rt::dtypeSize(dtype_); }
+  bool isContiguous() const;
+  void *data() const { return data_; }
+
+  static Tensor empty(const std::vector<int64_t> &shape, DType dtype);
+  // Views (no copy) and copies, as ATen's methods of the same names.
+  Tensor reshape(const std::vector<int64_t> &shape) const;
+  Tensor transpose(int64_t d0, int64_t d1) const;
+  Tensor permute(const std::vector<int64_t> &perm) const;
+  Tensor slice(int64_t dim, int64_t start, int64_t end, int64_t step) const;
+  Tensor expand(const std::vector<int64_t> &sizes) const;
+  Tensor contiguous() const;
+  /// The host value of a one-element integer tensor.
+  template <class I> I item() const;
+  int64_t wrap(int64_t d) const { return d < 0 ? d + dim() : d; }
+
+private:
+  std::shared_ptr<void> storage_;
+  void *data_ = nullptr;
+  DType dtype_ = DType::F32;
+  std::vector<int64_t> shape_, strides_;
+};
+template <> int64_t Tensor::item<int64_t>() const;
+
+// Creation.
+Tensor full(const std::vector<int64_t> &shape, double value, DType dtype);
+Tensor zeros(const std::vector<int64_t> &shape, DType dtype);
+Tensor arange(double start, double end, double step, DType dtype);
+Tensor scalar_tensor(double value, DType dtype);
+/// A dense tensor from host values (converted to `dtype`).
+Tensor constant(const std::vector<double> &values, const std::vector<int64_t> &shape,
+                DType dtype);
+
+// Compute, with ATen's semantics.
+Tensor cat(const std::vector<Tensor> &xs, int64_t dim);
+Tensor matmul(const Tensor &a, const Tensor &b);
+Tensor linear(const Tensor &x, const Tensor &w, const Tensor &bias = {});
+Tensor sum(const Tensor &x);
+Tensor sum(const Tensor &x, const std::vector<int64_t> &dims, bool keepdim);
+Tensor mean(const Tensor &x);
+Tensor mean(const Tensor &x, const std::vector<int64_t> &dims, bool keepdim);
+Tensor amax(const Tensor &x);
+Tensor amax(const Tensor &x, const std::vector<int64_t> &dims, bool keepdim);
+Tensor softmax(const Tensor &x, int64_t dim);
+Tensor log_softmax(const Tensor &x, int64_t dim);
+Tensor layer_norm(const Tensor &x, const std::vector<int64_t> &normalizedShape, const Tensor &w,
+                  const Tensor &b, double eps);
+Tensor rms_norm(const Tensor &x, const std::vector<int64_t> &normalizedShape, const Tensor &w,
+                double eps);
+Tensor embedding(const Tensor &weight, const Tensor &ids);
+/// reduction: 0 none, 1 mean, 2 sum (at::Reduction); `weight` must be undefined.
+Tensor cross_entropy_loss(const Tensor &logits, const Tensor &target, const Tensor &weight,
+                          int64_t reduction, int64_t ignoreIndex, double smoothing);
+
+/// Launches an emitted elementwise kernel over `it` (one thread per element).
+using KernelLaunch = void (*)(const tdx::kern::Iter &it, cudaStream_t stream);
+/// Runs it over `shape` (-1: the inputs' broadcast size there): inputs
+/// broadcast, outputs new and dense.
+std::vector<Tensor> elementwise(std::vector<int64_t> shape, const std::vector<Tensor> &inputs,
+                                const std::vector<DType> &outputTypes, KernelLaunch launch);
+/// Blocks per grid for one thread per element (256 per block).
+unsigned blocksFor(int64_t n);
+/// Throws naming `what` if the last launch failed.
+void checkLaunch(const char *what);
+
+/// A rank of a model binary on its GPU (rank modulo the visible devices).
+class Context : public rt::Mesh {
+public:
+  Context(std::vector<int64_t> meshShape, std::vector<std::string> axes, uint64_t seed,
+          bool verbose);
+  ~Context();
+
+  uint64_t seed() const { return seed_; }
+  bool verbose() const { return verbose_; }
+
+  // NCCL collectives over the ranks that differ only on `axes`.
+  Tensor allReduce(const Tensor &x, const std::vector<std::string> &axes, int64_t reduce);
+  Tensor allGather(const Tensor &x, const std::vector<std::string> &axes, int64_t dim);
+  Tensor reduceScatter(const Tensor &x, const std::vector<std::string> &axes, int64_t reduce,
+                       int64_t dim);
+  Tensor allToAll(const Tensor &x, const std::vector<std::string> &axes, int64_t split,
+                  int64_t concat);
+  static Tensor chunk(const Tensor &x, int64_t chunks, int64_t index, int64_t dim);
+
+  // Sharded init: this rank's box, one thread per local element.
+  Tensor uniform(const std::vector<int64_t> &shape, const Layout &layout, DType dtype,
+                 uint64_t seed, uint64_t stream, double low, double high) const;
+  Tensor normal(const std::vector<int64_t> &shape, const Layout &layout, DType dtype,
+                uint64_t seed, uint64_t stream, double mean, double std) const;
+  Tensor truncNormal(const std::vector<int64_t> &shape, const Layout &layout, DType dtype,
+                     uint64_t seed, uint64_t stream, double mean, double std, double a,
+                     double b) const;
+  Tensor full(const std::vector<int64_t> &shape, const Layout &layout, DType dtype,
+              double value) const;
+
+  /// Waits for the device with the collective deadline; a NCCL error or the
+  /// deadline aborts the communicators and throws.
+  void synchronize(const char *what, const std::vector<std::string> &axes = {});
+
+private:
+  uint64_t seed_;
+  bool verbose_;
+  std::map<std::vector<std::string>, void *> nccl_; // axes -> ncclComm_t
+  void *comm(const std::vector<std::string> &axes, int &size, int &index);
+};
+
+using State = std::map<std::string, Tensor>;
+
+struct Program {
+  std::vector<int64_t> meshShape;
+  std::vector<std::string> axes;
+  struct Param {
+    std::string name;
+    std::vector<int64_t> shape;
+    DType dtype;
+    std::string layout;
+  };
+  std::vector<Param> params;
+  struct Value {
+    std::vector<int64_t> shape;
+    DType dtype;
+    std::string layout;
+  };
+  std::vector<Value> inputs, outputs;
+  std::function<void(Context &, State &)> init;
+  std::function<std::vector<Tensor>(Context &, State &, const std::vector<Tensor> &)> forward;
+};
+
+/// The driver of a model binary (the CPU binary's command line). Returns
+/// the process exit code.
+int runMain(int argc, char **argv, const Program &program);
+
+} // namespace tdx::cu
+
+#endif // TDX_RUNTIME_CUDA_RUNTIME_H

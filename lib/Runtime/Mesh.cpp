@@ -1,0 +1,276 @@
+//===- Mesh.cpp - ranks, layouts and MPI groups of model binaries ---------===//
+
+#include "tdx/Runtime/Mesh.h"
+#include "tdx/Runtime/Box.h"
+
+#include <mpi.h>
+
+#include <chrono>
+#include <cstring>
+#include <numeric>
+#include <sstream>
+#include <stdexcept>
+#include <thread>
+
+using namespace tdx::rt;
+
+void tdx::rt::checkMpi(int code, const char *what) {
+  if (code != MPI_SUCCESS) {
+    char text[MPI_MAX_ERROR_STRING];
+    int len = 0;
+    MPI_Error_string(code, text, &len);
+    throw std::runtime_error(std::string("tdx: ") + what + " failed: " + std::string(text, len));
+  }
+}
+
+std::pair<int64_t, int64_t> tdx::rt::chunkRange(int64_t n, int64_t k, int64_t c) {
+  int64_t size = k ? (n + k - 1) / k : n;
+  int64_t start = std::min(n, c * size);
+  return {start, std::min(n, start + size)};
+}
+
+Layout tdx::rt::parseLayout(const std::string &text) {
+  Layout out;
+  size_t i = 0;
+  while ((i = text.find_first_of("SRP", i)) != std::string::npos) {
+    if (text.compare(i, 6, "Shard(") == 0) {
+      out.push_back({'S', std::stoll(text.substr(i + 6))});
+      i += 6;
+    } else if (text.compare(i, 9, "Replicate") == 0) {
+      out.push_back({'R', 0});
+      i += 9;
+    } else if (text.compare(i, 7, "Partial") == 0) {
+      std::string rest = text.substr(i + 7, 6);
+      int64_t r = rest.rfind("(max", 0) == 0 ? Max
+                  : rest.rfind("(min", 0) == 0 ? Min
+                  : rest.rfind("(avg", 0) == 0 ? Avg
+                                               : Sum;
+      out.push_back({'P', r});
+      i += 7;
+    } else {
+      ++i;
+    }
+  }
+  return out;
+}
+
+Mesh::Mesh(std::vector<int64_t> meshShape, std::vector<std::string> axes)
+    : meshShape_(std::move(meshShape)), axes_(std::move(axes)) {
+  int initialized = 0;
+  MPI_Initialized(&initialized);
+  if (!initialized) {
+    int provided;
+    MPI_Init_thread(nullptr, nullptr, MPI_THREAD_FUNNELED, &provided);
+  }
+  MPI_Comm_set_errhandler(MPI_COMM_WORLD, MPI_ERRORS_RETURN);
+  MPI_Comm_rank(MPI_COMM_WORLD, &rank_);
+  MPI_Comm_size(MPI_COMM_WORLD, &world_);
+  int64_t ranks = std::accumulate(meshShape_.begin(), meshShape_.end(), int64_t{1},
+                                  std::multiplies<int64_t>());
+  if (ranks != world_) {
+    std::ostringstream os;
+    os << "tdx: this program runs on a mesh of " << ranks << " ranks (";
+    for (size_t a = 0; a < meshShape_.size(); ++a)
+      os << (a ? " x " : "") << axes_[a] << "=" << meshShape_[a];
+    os << ") but " << world_ << " were started; run it with mpirun -np " << ranks;
+    throw std::runtime_error(os.str());
+  }
+  coords_ = coordsOf(rank_);
+}
+
+std::vector<int64_t> Mesh::coordsOf(int rank) const {
+  std::vector<int64_t> coords(meshShape_.size());
+  for (int64_t r = rank, a = static_cast<int64_t>(meshShape_.size()) - 1; a >= 0; --a) {
+    coords[a] = r % meshShape_[a];
+    r /= meshShape_[a];
+  }
+  return coords;
+}
+
+Mesh::~Mesh() {
+  int finalized = 0;
+  MPI_Finalized(&finalized);
+  for (auto &[axes, comm] : groups_) {
+    if (!finalized)
+      MPI_Comm_free(static_cast<MPI_Comm *>(comm));
+    delete static_cast<MPI_Comm *>(comm);
+  }
+}
+
+int64_t Mesh::coord(const std::string &axis) const {
+  for (size_t a = 0; a < axes_.size(); ++a)
+    if (axes_[a] == axis)
+      return coords_[a];
+  throw std::runtime_error("tdx: the mesh has no axis '" + axis + "'");
+}
+
+Mesh::Group Mesh::group(const std::vector<std::string> &axes) {
+  std::vector<bool> inGroup(axes_.size(), false);
+  for (const std::string &a : axes) {
+    bool found = false;
+    for (size_t i = 0; i < axes_.size(); ++i)
+      if (axes_[i] == a)
+        inGroup[i] = found = true;
+    if (!found)
+      throw std::runtime_error("tdx: the mesh has no axis '" + a + "'");
+  }
+  int color = 0, key = 0, size = 1;
+  for (size_t i = 0; i < axes_.size(); ++i) {
+    if (inGroup[i]) {
+      key = key * meshShape_[i] + coords_[i];
+      size *= meshShape_[i];
+    } else {
+      color = color * meshShape_[i] + coords_[i];
+    }
+  }
+  auto it = groups_.find(axes);
+  if (it == groups_.end()) {
+    auto *comm = new MPI_Comm;
+    checkMpi(MPI_Comm_split(MPI_COMM_WORLD, color, key, comm), "MPI_Comm_split");
+    it = groups_.emplace(axes, comm).first;
+  }
+  return {it->second, size, key};
+}
+
+void Mesh::complete(void *request, const char *what, const std::vector<std::string> &axes) {
+  MPI_Request *r = static_cast<MPI_Request *>(request);
+  auto deadline = std::chrono::steady_clock::now() + std::chrono::duration<double>(timeout_);
+  for (int64_t spins = 0;; ++spins) {
+    int done = 0;
+    checkMpi(MPI_Test(r, &done, MPI_STATUS_IGNORE), what);
+    if (done)
+      return;
+    if (spins % 1024 == 1023) {
+      if (std::chrono::steady_clock::now() > deadline)
+        timedOut(what, axes);
+      std::this_thread::yield();
+    }
+  }
+}
+
+void Mesh::timedOut(const char *what, const std::vector<std::string> &axes) const {
+  std::string group;
+  for (const std::string &a : axes)
+    group += (group.empty() ? "" : ",") + a;
+  throw std::runtime_error(std::string("tdx: ") + what + " over mesh axes {" +
+                           (group.empty() ? "all" : group) + "} did not complete in " +
+                           std::to_string(static_cast<int64_t>(timeout_)) +
+                           " s: a rank of its group is lost or stuck (raise the limit with "
+                           "--collective-timeout S)");
+}
+
+int64_t Mesh::sumOverWorld(int64_t value) {
+  int64_t total = 0;
+  MPI_Request request;
+  checkMpi(MPI_Iallreduce(&value, &total, 1, MPI_INT64_T, MPI_SUM, MPI_COMM_WORLD, &request),
+        "all_reduce");
+  complete(&request, "all_reduce", {});
+  return total;
+}
+
+void Mesh::barrier() {
+  MPI_Request request;
+  checkMpi(MPI_Ibarrier(MPI_COMM_WORLD, &request), "barrier");
+  complete(&request, "barrier", {});
+}
+
+void Mesh::box(const std::vector<int64_t> &globalShape, const Layout &layout,
+                  std::vector<int64_t> &offset, std::vector<int64_t> &size) const {
+  boxAt(coords_, globalShape, layout, offset, size);
+}
+
+void Mesh::boxAt(const std::vector<int64_t> &coords, const std::vector<int64_t> &globalShape,
+                    const Layout &layout, std::vector<int64_t> &offset,
+                    std::vector<int64_t> &size) const {
+  offset.assign(globalShape.size(), 0);
+  size = globalShape;
+  for (size_t a = 0; a < layout.size() && a < meshShape_.size(); ++a) {
+    if (layout[a].kind != 'S')
+      continue;
+    int64_t d = layout[a].value;
+    auto [start, end] = chunkRange(size[d], meshShape_[a], coords[a]);
+    offset[d] += start;
+    size[d] = end - start;
+  }
+}
+
+
+namespace {
+template <class T> void addInto(char *dst, const char *src, int64_t n) {
+  T *d = reinterpret_cast<T *>(dst);
+  const T *s = reinterpret_cast<const T *>(src);
+  for (int64_t i = 0; i < n; ++i)
+    d[i] += s[i];
+}
+} // namespace
+
+std::vector<char> Mesh::gather(const void *local, int64_t localBytes,
+                               const std::vector<int64_t> &globalShape, DType dtype,
+                               const Layout &layout) {
+  std::vector<int64_t> counts(world_);
+  MPI_Request request;
+  checkMpi(MPI_Igather(&localBytes, 1, MPI_INT64_T, counts.data(), 1, MPI_INT64_T, 0,
+                       MPI_COMM_WORLD, &request),
+           "gather");
+  complete(&request, "gather", {});
+  std::vector<int> recvCounts(world_), displs(world_);
+  int64_t total = 0;
+  for (int r = 0; r < world_; ++r) {
+    recvCounts[r] = static_cast<int>(counts[r]);
+    displs[r] = static_cast<int>(total);
+    total += counts[r];
+  }
+  std::vector<char> buffer(rank_ == 0 ? total : 0);
+  checkMpi(MPI_Igatherv(local, static_cast<int>(localBytes), MPI_BYTE, buffer.data(),
+                        recvCounts.data(), displs.data(), MPI_BYTE, 0, MPI_COMM_WORLD, &request),
+           "gather");
+  complete(&request, "gather", {});
+  if (rank_ != 0)
+    return {};
+  int64_t item = dtypeSize(dtype), elements = 1;
+  for (int64_t d : globalShape)
+    elements *= d;
+  std::vector<char> out(elements * item, 0);
+  bool partial = false;
+  for (const Placement &p : layout)
+    partial |= p.kind == 'P';
+  if (partial && (dtype == DType::F16 || dtype == DType::BF16 || dtype == DType::Bool))
+    throw std::runtime_error(std::string("tdx: cannot sum partial ") + dtypeName(dtype) +
+                             " outputs on the host; return them reduced");
+  for (int r = 0; r < world_; ++r) {
+    // Replicated copies beyond coordinate 0 hold nothing new.
+    std::vector<int64_t> coords = coordsOf(r);
+    bool duplicate = false;
+    for (size_t a = 0; a < layout.size(); ++a)
+      duplicate |= layout[a].kind == 'R' && coords[a] != 0;
+    if (duplicate)
+      continue;
+    std::vector<int64_t> offset, size;
+    boxAt(coords, globalShape, layout, offset, size);
+    int64_t boxBytes = item;
+    for (int64_t s : size)
+      boxBytes *= s;
+    if (recvCounts[r] != boxBytes)
+      throw std::runtime_error("tdx: gather: rank " + std::to_string(r) + " holds " +
+                               std::to_string(recvCounts[r]) + " bytes but its box of the "
+                               "global tensor under its layout has " + std::to_string(boxBytes) +
+                               " (program and layout disagree)");
+    const char *part = buffer.data() + displs[r];
+    forEachBoxRun(globalShape, offset, size, [&](int64_t global, int64_t local, int64_t run) {
+      char *dst = out.data() + global * item;
+      const char *src = part + local * item;
+      if (!partial) {
+        std::memcpy(dst, src, run * item);
+        return;
+      }
+      switch (dtype) {
+      case DType::F32: addInto<float>(dst, src, run); break;
+      case DType::F64: addInto<double>(dst, src, run); break;
+      case DType::I64: addInto<int64_t>(dst, src, run); break;
+      case DType::I32: addInto<int32_t>(dst, src, run); break;
+      default: break;
+      }
+    });
+  }
+  return out;
+}

@@ -1,0 +1,73 @@
+//===- Options.cpp - the command line every model binary takes ------------===//
+
+#include "tdx/Runtime/Options.h"
+
+#include <sys/resource.h>
+
+#include <algorithm>
+#include <iostream>
+#include <stdexcept>
+
+int tdx::rt::parseOptions(int argc, char **argv, Options &o) {
+  for (int i = 1; i < argc; ++i) {
+    std::string a = argv[i];
+    auto value = [&]() -> std::string {
+      if (i + 1 >= argc)
+        throw std::invalid_argument(a + " needs a value");
+      return argv[++i];
+    };
+    try {
+      if (a == "--inputs")
+        o.inputs = value();
+      else if (a == "--outputs")
+        o.outputs = value();
+      else if (a == "--params")
+        o.params = value();
+      else if (a == "--dump-params")
+        o.dumpParams = value();
+      else if (a == "--seed")
+        o.seed = std::stoull(value());
+      else if (a == "--collective-timeout")
+        o.timeout = std::stod(value());
+      else if (a == "--steps")
+        o.steps = std::max<int64_t>(1, std::stoll(value()));
+      else if (a == "--verbose")
+        o.verbose = true;
+      else if (a == "--help" || a == "-h") {
+        std::cout
+            << "usage: mpirun -np N " << argv[0]
+            << " --inputs in.safetensors --outputs out.safetensors\n"
+               "       [--params FILE|DIR] [--dump-params out.safetensors]\n"
+               "       [--seed S] [--steps N] [--collective-timeout S] [--verbose]\n"
+               "--inputs: tensors 'input:0', 'input:1', ... (global; each rank reads its part).\n"
+               "--outputs: written by rank 0, tensors 'output:0', ... (global, gathered).\n"
+               "--params: a safetensors file, or a directory of them (a split checkpoint);\n"
+               "each rank reads only its shard of each parameter. Without it every rank\n"
+               "makes its shards from the program's init, with the captured seeds xor S.\n"
+               "--dump-params: rank 0 writes the gathered global parameters after init.\n"
+               "--steps N runs the forward N times (step time is their mean).\n"
+               "--collective-timeout S (default 300): a collective that does not complete\n"
+               "in S seconds ends every rank with an error naming its mesh axes.\n"
+               "--verbose: init time and memory per rank, step time, bytes communicated.\n";
+        return 0;
+      } else {
+        std::cerr << "tdx: unknown option " << a << " (see --help)\n";
+        return 2;
+      }
+    } catch (const std::invalid_argument &) {
+      std::cerr << "tdx: " << a << " needs a "
+                << (a == "--seed" || a == "--steps" ? "number" : "value") << " (see --help)\n";
+      return 2;
+    } catch (const std::out_of_range &) {
+      std::cerr << "tdx: the value of " << a << " is out of range\n";
+      return 2;
+    }
+  }
+  return -1;
+}
+
+long tdx::rt::peakRssKiB() {
+  struct rusage usage;
+  getrusage(RUSAGE_SELF, &usage);
+  return usage.ru_maxrss;
+}

@@ -1,0 +1,293 @@
+//===- Context.cu - NCCL collectives over mesh axes, sharded init on GPU --===//
+//
+// One NCCL communicator per group of mesh axes, bootstrapped through the MPI
+// group of the same ranks (tdx/Runtime/Mesh.h): its root makes the unique id
+// and broadcasts it with a deadline. Communicators are nonblocking: every
+// wait polls the stream and NCCL's async error against the collective
+// timeout, and aborts the communicators instead of hanging on a lost rank.
+//
+//===----------------------------------------------------------------------===//
+
+#include "tdx/Runtime/InitKernels.h"
+#include "tdx/Runtime/cuda/Runtime.h"
+
+#include <mpi.h>
+#include <nccl.h>
+
+#include <chrono>
+#include <stdexcept>
+#include <thread>
+
+using namespace tdx::cu;
+
+namespace {
+
+void check(cudaError_t e, const char *what) {
+  if (e != cudaSuccess)
+    throw std::runtime_error(std::string("tdx: ") + what + " failed: " + cudaGetErrorString(e));
+}
+
+void checkNccl(ncclResult_t r, const char *what) {
+  if (r != ncclSuccess && r != ncclInProgress)
+    throw std::runtime_error(std::string("tdx: NCCL ") + what + " failed: " +
+                             ncclGetErrorString(r));
+}
+
+ncclDataType_t ncclType(DType t) {
+  switch (t) {
+  case DType::F32: return ncclFloat32;
+  case DType::F64: return ncclFloat64;
+  case DType::F16: return ncclFloat16;
+  case DType::BF16: return ncclBfloat16;
+  case DType::I64: return ncclInt64;
+  case DType::I32: return ncclInt32;
+  case DType::Bool: return ncclUint8;
+  }
+  return ncclFloat32;
+}
+
+ncclRedOp_t ncclOp(int64_t reduce) {
+  switch (reduce) {
+  case tdx::rt::Avg: return ncclAvg;
+  case tdx::rt::Max: return ncclMax;
+  case tdx::rt::Min: return ncclMin;
+  default: return ncclSum;
+  }
+}
+
+tdx::cuda::Box boxOf(const tdx::rt::Mesh &mesh, const std::vector<int64_t> &shape,
+                     const Layout &layout) {
+  if (shape.size() > 8)
+    throw std::runtime_error("tdx: sharded init handles tensors of rank <= 8");
+  std::vector<int64_t> offset, size;
+  mesh.box(shape, layout, offset, size);
+  tdx::cuda::Box box;
+  box.rank = static_cast<int>(shape.size());
+  for (size_t d = 0; d < shape.size(); ++d) {
+    box.global[d] = shape[d];
+    box.offset[d] = offset[d];
+    box.size[d] = size[d];
+  }
+  return box;
+}
+
+} // namespace
+
+Context::Context(std::vector<int64_t> meshShape, std::vector<std::string> axes, uint64_t seed,
+                 bool verbose)
+    : Mesh(std::move(meshShape), std::move(axes)), seed_(seed), verbose_(verbose) {
+  int devices = 0;
+  if (cudaGetDeviceCount(&devices) != cudaSuccess || devices == 0)
+    throw std::runtime_error("tdx: no CUDA device is visible to rank " + std::to_string(rank()) +
+                             "; run the CPU build of this model (tdx-compile --target cpu)");
+  check(cudaSetDevice(rank() % devices), "cudaSetDevice");
+}
+
+Context::~Context() {
+  for (auto &[axes, comm] : nccl_)
+    ncclCommDestroy(static_cast<ncclComm_t>(comm));
+}
+
+void *Context::comm(const std::vector<std::string> &axes, int &size, int &index) {
+  Group g = group(axes);
+  size = g.size;
+  index = g.index;
+  auto it = nccl_.find(axes);
+  if (it != nccl_.end())
+    return it->second;
+  ncclUniqueId id;
+  if (g.index == 0)
+    checkNccl(ncclGetUniqueId(&id), "ncclGetUniqueId");
+  MPI_Request request;
+  tdx::rt::checkMpi(MPI_Ibcast(&id, sizeof(id), MPI_BYTE, 0, *static_cast<MPI_Comm *>(g.comm),
+                               &request),
+                    "broadcast of the NCCL id");
+  complete(&request, "NCCL set-up", axes);
+  ncclConfig_t config = NCCL_CONFIG_INITIALIZER;
+  config.blocking = 0;
+  ncclComm_t c = nullptr;
+  checkNccl(ncclCommInitRankConfig(&c, g.size, id, g.index, &config), "ncclCommInitRankConfig");
+  nccl_[axes] = c;
+  synchronize("NCCL set-up", axes);
+  return c;
+}
+
+void Context::synchronize(const char *what, const std::vector<std::string> &axes) {
+  auto deadline =
+      std::chrono::steady_clock::now() + std::chrono::duration<double>(collectiveTimeout());
+  for (;;) {
+    bool pending = false;
+    for (auto &[a, c] : nccl_) {
+      ncclResult_t state = ncclSuccess;
+      checkNccl(ncclCommGetAsyncError(static_cast<ncclComm_t>(c), &state), "async error query");
+      if (state == ncclInProgress)
+        pending = true;
+      else if (state != ncclSuccess) {
+        for (auto &[b, d] : nccl_)
+          ncclCommAbort(static_cast<ncclComm_t>(d));
+        nccl_.clear();
+        checkNccl(state, what);
+      }
+    }
+    cudaError_t e = cudaStreamQuery(nullptr);
+    if (e != cudaErrorNotReady)
+      check(e, what);
+    if (!pending && e == cudaSuccess)
+      return;
+    if (std::chrono::steady_clock::now() > deadline) {
+      for (auto &[b, d] : nccl_)
+        ncclCommAbort(static_cast<ncclComm_t>(d));
+      nccl_.clear();
+      timedOut(what, axes);
+    }
+    std::this_thread::yield();
+  }
+}
+
+Tensor Context::allReduce(const Tensor &x, const std::vector<std::string> &axes, int64_t reduce) {
+  int size, index;
+  auto c = static_cast<ncclComm_t>(comm(axes, size, index));
+  Tensor in = x.contiguous();
+  Tensor out = Tensor::empty(x.sizes(), x.dtype());
+  addBytes(in.nbytes());
+  checkNccl(ncclAllReduce(in.data(), out.data(), static_cast<size_t>(in.numel()),
+                          ncclType(x.dtype()), ncclOp(reduce), c, nullptr),
+            "all_reduce");
+  synchronize("all_reduce", axes);
+  return out;
+}
+
+Tensor Context::allGather(const Tensor &x, const std::vector<std::string> &axes, int64_t dim) {
+  int size, index;
+  auto c = static_cast<ncclComm_t>(comm(axes, size, index));
+  dim = x.wrap(dim);
+  Tensor front = x.transpose(0, dim).contiguous();
+  // Pieces may differ along `dim` (torch.chunk): exchange their sizes first.
+  int64_t mine = front.dim() ? front.size(0) : 1;
+  std::vector<int64_t> sizes(size);
+  MPI_Request request;
+  Group g = group(axes);
+  tdx::rt::checkMpi(MPI_Iallgather(&mine, 1, MPI_INT64_T, sizes.data(), 1, MPI_INT64_T,
+                                   *static_cast<MPI_Comm *>(g.comm), &request),
+                    "all_gather");
+  complete(&request, "all_gather", axes);
+  std::vector<int64_t> shape = front.sizes();
+  int64_t row = mine ? front.numel() / mine : 0, total = 0;
+  if (!mine) {
+    row = 1;
+    for (size_t d = 1; d < shape.size(); ++d)
+      row *= shape[d];
+  }
+  for (int64_t s : sizes)
+    total += s;
+  shape[0] = total;
+  Tensor gathered = Tensor::empty(shape, x.dtype());
+  addBytes(front.nbytes());
+  int64_t item = tdx::rt::dtypeSize(x.dtype()), at = 0;
+  checkNccl(ncclGroupStart(), "group start");
+  for (int r = 0; r < size; ++r) {
+    char *slot = static_cast<char *>(gathered.data()) + at * row * item;
+    checkNccl(ncclBroadcast(r == index ? front.data() : slot, slot,
+                            static_cast<size_t>(sizes[r] * row), ncclType(x.dtype()), r, c,
+                            nullptr),
+              "all_gather");
+    at += sizes[r];
+  }
+  checkNccl(ncclGroupEnd(), "all_gather");
+  synchronize("all_gather", axes);
+  return gathered.transpose(0, dim).contiguous();
+}
+
+Tensor Context::chunk(const Tensor &x, int64_t chunks, int64_t index, int64_t dim) {
+  dim = x.wrap(dim);
+  auto [start, end] = tdx::rt::chunkRange(x.size(dim), chunks, index);
+  return x.slice(dim, start, end, 1).contiguous();
+}
+
+Tensor Context::reduceScatter(const Tensor &x, const std::vector<std::string> &axes,
+                              int64_t reduce, int64_t dim) {
+  Group g = group(axes);
+  return chunk(allReduce(x, axes, reduce), g.size, g.index, dim);
+}
+
+Tensor Context::allToAll(const Tensor &x, const std::vector<std::string> &axes, int64_t split,
+                         int64_t concat) {
+  int size, index;
+  auto c = static_cast<ncclComm_t>(comm(axes, size, index));
+  split = x.wrap(split);
+  // Everyone's shape, to know the pieces received.
+  std::vector<int64_t> shape = x.sizes(), shapes(size * shape.size());
+  Group g = group(axes);
+  MPI_Request request;
+  tdx::rt::checkMpi(MPI_Iallgather(shape.data(), static_cast<int>(shape.size()), MPI_INT64_T,
+                                   shapes.data(), static_cast<int>(shape.size()), MPI_INT64_T,
+                                   *static_cast<MPI_Comm *>(g.comm), &request),
+                    "all_to_all");
+  complete(&request, "all_to_all", axes);
+  std::vector<Tensor> send, received;
+  for (int r = 0; r < size; ++r) {
+    send.push_back(chunk(x, size, r, split));
+    std::vector<int64_t> s(shapes.begin() + r * shape.size(),
+                           shapes.begin() + (r + 1) * shape.size());
+    auto [start, end] = tdx::rt::chunkRange(s[split], size, index);
+    s[split] = end - start;
+    received.push_back(Tensor::empty(s, x.dtype()));
+    addBytes(send.back().nbytes());
+  }
+  checkNccl(ncclGroupStart(), "group start");
+  for (int r = 0; r < size; ++r) {
+    checkNccl(ncclSend(send[r].data(), static_cast<size_t>(send[r].numel()), ncclType(x.dtype()),
+                       r, c, nullptr),
+              "all_to_all");
+    checkNccl(ncclRecv(received[r].data(), static_cast<size_t>(received[r].numel()),
+                       ncclType(x.dtype()), r, c, nullptr),
+              "all_to_all");
+  }
+  checkNccl(ncclGroupEnd(), "all_to_all");
+  synchronize("all_to_all", axes);
+  return cat(received, concat);
+}
+
+Tensor Context::uniform(const std::vector<int64_t> &shape, const Layout &layout, DType dtype,
+                        uint64_t seed, uint64_t stream, double low, double high) const {
+  tdx::cuda::Box box = boxOf(*this, shape, layout);
+  if (dtype != DType::F32)
+    throw std::runtime_error("tdx: CUDA sharded init makes F32 tensors; pass --params for others");
+  Tensor t = Tensor::empty(std::vector<int64_t>(box.size, box.size + box.rank), dtype);
+  check(static_cast<cudaError_t>(
+            tdx::cuda::launchUniform(static_cast<float *>(t.data()), box, seed, stream, low, high)),
+        "uniform init");
+  return t;
+}
+
+Tensor Context::normal(const std::vector<int64_t> &shape, const Layout &layout, DType dtype,
+                       uint64_t seed, uint64_t stream, double mean, double std) const {
+  tdx::cuda::Box box = boxOf(*this, shape, layout);
+  if (dtype != DType::F32)
+    throw std::runtime_error("tdx: CUDA sharded init makes F32 tensors; pass --params for others");
+  Tensor t = Tensor::empty(std::vector<int64_t>(box.size, box.size + box.rank), dtype);
+  check(static_cast<cudaError_t>(
+            tdx::cuda::launchNormal(static_cast<float *>(t.data()), box, seed, stream, mean, std)),
+        "normal init");
+  return t;
+}
+
+Tensor Context::truncNormal(const std::vector<int64_t> &shape, const Layout &layout, DType dtype,
+                            uint64_t seed, uint64_t stream, double mean, double std, double a,
+                            double b) const {
+  tdx::cuda::Box box = boxOf(*this, shape, layout);
+  if (dtype != DType::F32)
+    throw std::runtime_error("tdx: CUDA sharded init makes F32 tensors; pass --params for others");
+  Tensor t = Tensor::empty(std::vector<int64_t>(box.size, box.size + box.rank), dtype);
+  check(static_cast<cudaError_t>(tdx::cuda::launchTruncNormal(static_cast<float *>(t.data()), box,
+                                                              seed, stream, mean, std, a, b)),
+        "trunc_normal init");
+  return t;
+}
+
+Tensor Context::full(const std::vector<int64_t> &shape, const Layout &layout, DType dtype,
+                     double value) const {
+  std::vector<int64_t> offset, size;
+  box(shape, layout, offset, size);
+  return tdx::cu::full(size, value, dtype);
+}

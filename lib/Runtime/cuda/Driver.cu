@@ -1,0 +1,151 @@
+//===- Driver.cu - the command line of CUDA model binaries ----------------===//
+//
+// The same command line and files as the CPU binaries (tdx/Runtime/Options.h,
+// tdx/Runtime/Safetensors.h): each rank reads only its box of every input and
+// parameter into host memory, copies it to its GPU, and rank 0 writes the
+// gathered outputs.
+//
+//===----------------------------------------------------------------------===//
+
+#include "tdx/Runtime/Options.h"
+#include "tdx/Runtime/cuda/Runtime.h"
+
+#include <mpi.h>
+
+#include <chrono>
+#include <cstdio>
+#include <stdexcept>
+
+using namespace tdx::cu;
+using tdx::rt::StoredTensor;
+using tdx::rt::TensorStore;
+
+namespace {
+
+void check(cudaError_t e, const char *what) {
+  if (e != cudaSuccess)
+    throw std::runtime_error(std::string("tdx: ") + what + " failed: " + cudaGetErrorString(e));
+}
+
+Tensor readLocal(const Context &ctx, const TensorStore &store, const std::string &name,
+                 const std::string &what, const std::vector<int64_t> &shape, DType dtype,
+                 const Layout &layout) {
+  const StoredTensor *t = store.find(name);
+  if (!t)
+    throw std::runtime_error("tdx: " + store.path() + " has no " + what + " '" + name + "'");
+  if (t->shape != shape)
+    throw std::runtime_error("tdx: " + what + " '" + name + "' in " + store.path() +
+                             " has another shape than the program's");
+  if (t->dtype != dtype)
+    throw std::runtime_error("tdx: " + what + " '" + name + "' in " + store.path() + " is " +
+                             tdx::rt::dtypeName(t->dtype) + " but the program takes " +
+                             tdx::rt::dtypeName(dtype) + "; store it as " +
+                             tdx::rt::dtypeName(dtype));
+  std::vector<int64_t> offset, size;
+  ctx.box(shape, layout, offset, size);
+  Tensor local = Tensor::empty(size, dtype);
+  std::vector<char> host(local.nbytes());
+  store.readBox(*t, offset, size, host.data());
+  check(cudaMemcpy(local.data(), host.data(), host.size(), cudaMemcpyHostToDevice), "cudaMemcpy");
+  return local;
+}
+
+/// Rank 0 gets the global tensor's bytes.
+std::vector<char> gather(Context &ctx, const Tensor &local, const std::vector<int64_t> &shape,
+                         const Layout &layout) {
+  Tensor dense = local.contiguous();
+  std::vector<char> host(dense.nbytes());
+  if (!host.empty())
+    check(cudaMemcpy(host.data(), dense.data(), host.size(), cudaMemcpyDeviceToHost),
+          "cudaMemcpy");
+  return ctx.gather(host.data(), static_cast<int64_t>(host.size()), shape, dense.dtype(), layout);
+}
+
+} // namespace
+
+int tdx::cu::runMain(int argc, char **argv, const Program &program) {
+  tdx::rt::Options o;
+  if (int code = tdx::rt::parseOptions(argc, argv, o); code >= 0)
+    return code;
+  int rank = 0;
+  try {
+    Context ctx(program.meshShape, program.axes, o.seed, o.verbose);
+    rank = ctx.rank();
+    ctx.setCollectiveTimeout(o.timeout);
+    auto t0 = std::chrono::steady_clock::now();
+    State state;
+    if (!o.params.empty()) {
+      TensorStore store(o.params);
+      for (const Program::Param &p : program.params)
+        state[p.name] =
+            readLocal(ctx, store, p.name, "parameter", p.shape, p.dtype, parseLayout(p.layout));
+    } else {
+      program.init(ctx, state);
+    }
+    ctx.synchronize("init");
+    auto t1 = std::chrono::steady_clock::now();
+    if (o.verbose) {
+      int64_t local = 0;
+      for (const auto &[name, t] : state)
+        local += t.nbytes();
+      std::printf("tdx: rank %d: init %.3f ms, local parameters %.1f MiB on the GPU\n", rank,
+                  std::chrono::duration<double, std::milli>(t1 - t0).count(), local / 1048576.0);
+      std::fflush(stdout);
+    }
+    if (!o.dumpParams.empty()) {
+      std::vector<std::vector<char>> keep;
+      std::vector<tdx::rt::TensorToWrite> all;
+      for (const Program::Param &p : program.params) {
+        keep.push_back(gather(ctx, state.at(p.name), p.shape, parseLayout(p.layout)));
+        all.push_back({p.name, p.dtype, p.shape, keep.back().data()});
+      }
+      if (rank == 0)
+        tdx::rt::writeSafetensors(o.dumpParams, all);
+    }
+    if (!o.inputs.empty()) {
+      TensorStore in(o.inputs);
+      std::vector<Tensor> local;
+      for (size_t i = 0; i < program.inputs.size(); ++i) {
+        const Program::Value &v = program.inputs[i];
+        local.push_back(readLocal(ctx, in, "input:" + std::to_string(i), "input", v.shape,
+                                  v.dtype, parseLayout(v.layout)));
+      }
+      auto t2 = std::chrono::steady_clock::now();
+      std::vector<Tensor> out;
+      for (int64_t step = 0; step < o.steps; ++step)
+        out = program.forward(ctx, state, local);
+      ctx.synchronize("forward");
+      auto t3 = std::chrono::steady_clock::now();
+      std::vector<std::vector<char>> keep;
+      std::vector<tdx::rt::TensorToWrite> saved;
+      for (size_t i = 0; i < out.size(); ++i) {
+        const Program::Value &v = program.outputs[i];
+        keep.push_back(gather(ctx, out[i], v.shape, parseLayout(v.layout)));
+        saved.push_back({"output:" + std::to_string(i), v.dtype, v.shape, keep.back().data()});
+      }
+      if (rank == 0 && !o.outputs.empty())
+        tdx::rt::writeSafetensors(o.outputs, saved);
+      long long total = ctx.sumOverWorld(ctx.bytesCommunicated());
+      if (o.verbose && rank == 0)
+        std::printf("tdx: %d ranks: init %.3f ms, step %.3f ms, %lld bytes communicated\n",
+                    ctx.worldSize(), std::chrono::duration<double, std::milli>(t1 - t0).count(),
+                    std::chrono::duration<double, std::milli>(t3 - t2).count() / o.steps,
+                    total / o.steps);
+    }
+    ctx.barrier();
+    MPI_Finalize();
+    return 0;
+  } catch (const std::exception &e) {
+    int initialized = 0;
+    MPI_Initialized(&initialized);
+    if (initialized)
+      MPI_Comm_rank(MPI_COMM_WORLD, &rank);
+    std::string message = e.what();
+    if (message.rfind("tdx: ", 0) == 0)
+      message = message.substr(5);
+    std::fprintf(stderr, "tdx: rank %d: %s\n", rank, message.c_str());
+    if (initialized)
+      MPI_Abort(MPI_COMM_WORLD, 1);
+    return 1;
+  }
+}

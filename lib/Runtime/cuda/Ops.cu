@@ -1,0 +1,420 @@
+//===- Ops.cu - matmul on cuBLAS, the row kernels of tdx/Runtime/Rows.h ---===//
+//
+// Each non-elementwise op runs its row function (shared with the host unit
+// tests) one row per thread over a dense, row-major copy of its input with
+// the reduced dims innermost. cuBLAS does matmul and linear.
+//
+//===----------------------------------------------------------------------===//
+
+#include "tdx/Runtime/cuda/Runtime.h"
+
+#include <cublas_v2.h>
+
+#include <stdexcept>
+
+using namespace tdx::cu;
+using tdx::kern::crossEntropyRow;
+using tdx::kern::layerNormRow;
+using tdx::kern::reduceRow;
+using tdx::kern::rmsNormRow;
+using tdx::kern::RowMax;
+using tdx::kern::RowMean;
+using tdx::kern::RowSum;
+using tdx::kern::softmaxRow;
+
+namespace {
+
+void check(cudaError_t e, const char *what) {
+  if (e != cudaSuccess)
+    throw std::runtime_error(std::string("tdx: ") + what + " failed: " + cudaGetErrorString(e));
+}
+
+void checkBlas(cublasStatus_t s, const char *what) {
+  if (s != CUBLAS_STATUS_SUCCESS)
+    throw std::runtime_error(std::string("tdx: cuBLAS ") + what + " failed with status " +
+                             std::to_string(static_cast<int>(s)));
+}
+
+cublasHandle_t blas() {
+  static cublasHandle_t handle = [] {
+    cublasHandle_t h = nullptr;
+    checkBlas(cublasCreate(&h), "cublasCreate");
+    return h;
+  }();
+  return handle;
+}
+
+/// Calls f(T()) for the float type of `t`; other types are refused naming `op`.
+template <class F> void floatTypes(DType t, const char *op, F f) {
+  if (t == DType::F32)
+    f(float());
+  else if (t == DType::F64)
+    f(double());
+  else
+    throw std::runtime_error(std::string("tdx: ") + op + " on " + tdx::rt::dtypeName(t) +
+                             " tensors is not supported by the CUDA backend (use F32 or F64)");
+}
+
+int64_t product(const std::vector<int64_t> &xs, size_t begin, size_t end) {
+  int64_t p = 1;
+  for (size_t i = begin; i < end; ++i)
+    p *= xs[i];
+  return p;
+}
+
+/// Row-major C[b] = op(A[b]) * B[b] for `count` matrices, through cuBLAS's
+/// column-major view (C^T = B^T A^T). transA: A is stored [n x k] (linear).
+template <class T>
+void gemm(const T *a, const T *b, T *c, int64_t m, int64_t n, int64_t k, int64_t count,
+          bool weightTransposed) {
+  const T one = 1, zero = 0;
+  cublasOperation_t opB = weightTransposed ? CUBLAS_OP_T : CUBLAS_OP_N;
+  int ldb = static_cast<int>(weightTransposed ? k : n);
+  if constexpr (sizeof(T) == 4)
+    checkBlas(cublasSgemmStridedBatched(blas(), opB, CUBLAS_OP_N, static_cast<int>(n),
+                                        static_cast<int>(m), static_cast<int>(k), &one, b, ldb,
+                                        k * n, a, static_cast<int>(k), m * k, &zero, c,
+                                        static_cast<int>(n), m * n, static_cast<int>(count)),
+              "sgemm");
+  else
+    checkBlas(cublasDgemmStridedBatched(blas(), opB, CUBLAS_OP_N, static_cast<int>(n),
+                                        static_cast<int>(m), static_cast<int>(k), &one, b, ldb,
+                                        k * n, a, static_cast<int>(k), m * k, &zero, c,
+                                        static_cast<int>(n), m * n, static_cast<int>(count)),
+              "dgemm");
+}
+
+template <class T> __global__ void addBiasKernel(T *y, const T *bias, int64_t rows, int64_t n) {
+  int64_t i = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x;
+  if (i < rows * n)
+    y[i] += bias[i % n];
+}
+
+template <class T> __global__ void reduceKernel(const T *x, T *y, int64_t rows, int64_t n, int kind) {
+  int64_t r = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x;
+  if (r < rows)
+    y[r] = static_cast<T>(reduceRow(kind, x + r * n, n, 1));
+}
+
+template <class T> __global__ void softmaxKernel(const T *x, T *y, int64_t rows, int64_t n, bool log) {
+  int64_t r = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x;
+  if (r < rows)
+    softmaxRow(x + r * n, y + r * n, n, 1, log);
+}
+
+template <class T>
+__global__ void layerNormKernel(const T *x, const T *w, const T *b, T *y, int64_t rows, int64_t n,
+                                double eps) {
+  int64_t r = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x;
+  if (r < rows)
+    layerNormRow(x + r * n, w, b, y + r * n, n, eps);
+}
+
+template <class T>
+__global__ void rmsNormKernel(const T *x, const T *w, T *y, int64_t rows, int64_t n, double eps) {
+  int64_t r = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x;
+  if (r < rows)
+    rmsNormRow(x + r * n, w, y + r * n, n, eps);
+}
+
+template <class T>
+__global__ void embeddingKernel(const T *w, const int64_t *ids, T *y, int64_t count, int64_t vocab,
+                                int64_t dim, int *bad) {
+  int64_t r = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x;
+  if (r >= count)
+    return;
+  int64_t id = ids[r];
+  if (id < 0 || id >= vocab) {
+    atomicExch(bad, 1);
+    id = 0;
+  }
+  for (int64_t j = 0; j < dim; ++j)
+    y[r * dim + j] = w[id * dim + j];
+}
+
+template <class T>
+__global__ void crossEntropyKernel(const T *logits, const int64_t *target, double *loss,
+                                   int64_t rows, int64_t classes, int64_t inner, int64_t ignore,
+                                   double smoothing, int *bad) {
+  int64_t r = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x;
+  if (r >= rows)
+    return;
+  int64_t t = target[r];
+  if (t == ignore) {
+    loss[r] = NAN; // not counted
+    return;
+  }
+  if (t < 0 || t >= classes) {
+    atomicExch(bad, 1);
+    loss[r] = NAN;
+    return;
+  }
+  const T *row = logits + (r / inner) * classes * inner + r % inner;
+  loss[r] = crossEntropyRow(row, classes, inner, t, smoothing);
+}
+
+/// out = sum or mean of the counted (non-NaN) losses; or each loss (0 when
+/// ignored) for reduction none. One thread: losses are one per sample.
+template <class T>
+__global__ void lossReduceKernel(const double *loss, T *out, int64_t rows, int64_t reduction) {
+  if (blockIdx.x != 0 || threadIdx.x != 0)
+    return;
+  if (reduction == 0) {
+    for (int64_t r = 0; r < rows; ++r)
+      out[r] = static_cast<T>(loss[r] != loss[r] ? 0.0 : loss[r]);
+    return;
+  }
+  double s = 0;
+  int64_t counted = 0;
+  for (int64_t r = 0; r < rows; ++r)
+    if (loss[r] == loss[r]) {
+      s += loss[r];
+      ++counted;
+    }
+  out[0] = static_cast<T>(reduction == 1 ? s / static_cast<double>(counted) : s);
+}
+
+void checkFlag(int *flag, const char *message) {
+  int host = 0;
+  check(cudaMemcpy(&host, flag, sizeof(int), cudaMemcpyDeviceToHost), "cudaMemcpy");
+  cudaFree(flag);
+  if (host)
+    throw std::runtime_error(message);
+}
+
+int *newFlag() {
+  int *flag = nullptr;
+  check(cudaMalloc(&flag, sizeof(int)), "cudaMalloc");
+  check(cudaMemset(flag, 0, sizeof(int)), "cudaMemset");
+  return flag;
+}
+
+Tensor reduce(int kind, const Tensor &x, std::vector<int64_t> dims, bool keepdim, const char *op) {
+  int64_t rank = x.dim();
+  if (dims.empty())
+    for (int64_t d = 0; d < rank; ++d)
+      dims.push_back(d);
+  std::vector<bool> reduced(rank, false);
+  for (int64_t d : dims)
+    reduced[x.wrap(d)] = true;
+  std::vector<int64_t> order, kept, outShape;
+  for (int64_t d = 0; d < rank; ++d)
+    if (!reduced[d]) {
+      order.push_back(d);
+      kept.push_back(x.size(d));
+    }
+  int64_t n = 1;
+  for (int64_t d = 0; d < rank; ++d)
+    if (reduced[d]) {
+      order.push_back(d);
+      n *= x.size(d);
+    }
+  for (int64_t d = 0; d < rank; ++d)
+    if (!reduced[d] || keepdim)
+      outShape.push_back(reduced[d] ? 1 : x.size(d));
+  Tensor xp = x.permute(order).contiguous();
+  Tensor out = Tensor::empty(outShape, x.dtype());
+  int64_t rows = out.numel();
+  floatTypes(x.dtype(), op, [&](auto tag) {
+    using T = decltype(tag);
+    reduceKernel<T><<<blocksFor(rows), 256>>>(static_cast<const T *>(xp.data()),
+                                              static_cast<T *>(out.data()), rows, n, kind);
+  });
+  checkLaunch(op);
+  return out;
+}
+
+Tensor softmaxAlong(const Tensor &x, int64_t dim, bool log) {
+  dim = x.wrap(dim);
+  Tensor xt = x.transpose(dim, x.dim() - 1).contiguous();
+  Tensor y = Tensor::empty(xt.sizes(), x.dtype());
+  int64_t n = x.dim() ? x.size(dim) : 1, rows = n ? xt.numel() / n : 0;
+  floatTypes(x.dtype(), "softmax", [&](auto tag) {
+    using T = decltype(tag);
+    softmaxKernel<T><<<blocksFor(rows), 256>>>(static_cast<const T *>(xt.data()),
+                                               static_cast<T *>(y.data()), rows, n, log);
+  });
+  checkLaunch("softmax");
+  return y.transpose(dim, x.dim() - 1).contiguous();
+}
+
+} // namespace
+
+Tensor tdx::cu::matmul(const Tensor &a0, const Tensor &b0) {
+  Tensor a = a0.dim() == 1 ? a0.reshape({1, a0.size(0)}) : a0;
+  Tensor b = b0.dim() == 1 ? b0.reshape({b0.size(0), 1}) : b0;
+  if (a.dtype() != b.dtype())
+    throw std::runtime_error("tdx: matmul of different dtypes");
+  int64_t m = a.size(-2), k = a.size(-1), n = b.size(-1);
+  if (b.size(-2) != k)
+    throw std::runtime_error("tdx: matmul: inner dimensions differ");
+  std::vector<int64_t> shape;
+  Tensor out;
+  if (b.dim() == 2) {
+    // Fold a's batch into its rows: one gemm.
+    Tensor ac = a.contiguous();
+    Tensor bc = b.contiguous();
+    shape = a.sizes();
+    shape.back() = n;
+    out = Tensor::empty(shape, a.dtype());
+    int64_t rows = ac.numel() / k;
+    floatTypes(a.dtype(), "matmul", [&](auto tag) {
+      using T = decltype(tag);
+      gemm<T>(static_cast<const T *>(ac.data()), static_cast<const T *>(bc.data()),
+              static_cast<T *>(out.data()), rows, n, k, 1, false);
+    });
+  } else {
+    std::vector<int64_t> ab(a.sizes().begin(), a.sizes().end() - 2),
+        bb(b.sizes().begin(), b.sizes().end() - 2);
+    size_t r = std::max(ab.size(), bb.size());
+    std::vector<int64_t> batch(r, 1);
+    for (size_t i = 0; i < r; ++i) {
+      int64_t x = i < r - ab.size() ? 1 : ab[i - (r - ab.size())];
+      int64_t y = i < r - bb.size() ? 1 : bb[i - (r - bb.size())];
+      batch[i] = x == 1 ? y : x;
+    }
+    std::vector<int64_t> as = batch, bs = batch;
+    as.insert(as.end(), {m, k});
+    bs.insert(bs.end(), {k, n});
+    Tensor ac = a.expand(as).contiguous(), bc = b.expand(bs).contiguous();
+    shape = batch;
+    shape.insert(shape.end(), {m, n});
+    out = Tensor::empty(shape, a.dtype());
+    int64_t count = product(batch, 0, batch.size());
+    floatTypes(a.dtype(), "matmul", [&](auto tag) {
+      using T = decltype(tag);
+      gemm<T>(static_cast<const T *>(ac.data()), static_cast<const T *>(bc.data()),
+              static_cast<T *>(out.data()), m, n, k, count, false);
+    });
+  }
+  if (a0.dim() == 1 || b0.dim() == 1) {
+    std::vector<int64_t> s(shape.begin(), shape.end() - 2);
+    if (a0.dim() != 1)
+      s.push_back(m);
+    if (b0.dim() != 1)
+      s.push_back(n);
+    out = out.reshape(s);
+  }
+  return out;
+}
+
+Tensor tdx::cu::linear(const Tensor &x, const Tensor &w, const Tensor &bias) {
+  int64_t k = x.size(-1), n = w.size(0);
+  if (w.size(1) != k)
+    throw std::runtime_error("tdx: linear: weight and input features differ");
+  Tensor xc = x.contiguous(), wc = w.contiguous();
+  std::vector<int64_t> shape = x.sizes();
+  shape.back() = n;
+  Tensor out = Tensor::empty(shape, x.dtype());
+  int64_t rows = k ? xc.numel() / k : 0;
+  floatTypes(x.dtype(), "linear", [&](auto tag) {
+    using T = decltype(tag);
+    gemm<T>(static_cast<const T *>(xc.data()), static_cast<const T *>(wc.data()),
+            static_cast<T *>(out.data()), rows, n, k, 1, true);
+    if (bias.defined()) {
+      Tensor bc = bias.contiguous();
+      addBiasKernel<T><<<blocksFor(rows * n), 256>>>(static_cast<T *>(out.data()),
+                                                     static_cast<const T *>(bc.data()), rows, n);
+      checkLaunch("bias add");
+    }
+  });
+  return out;
+}
+
+Tensor tdx::cu::sum(const Tensor &x) { return reduce(RowSum, x, {}, false, "sum"); }
+Tensor tdx::cu::sum(const Tensor &x, const std::vector<int64_t> &dims, bool keepdim) {
+  return reduce(RowSum, x, dims, keepdim, "sum");
+}
+Tensor tdx::cu::mean(const Tensor &x) { return reduce(RowMean, x, {}, false, "mean"); }
+Tensor tdx::cu::mean(const Tensor &x, const std::vector<int64_t> &dims, bool keepdim) {
+  return reduce(RowMean, x, dims, keepdim, "mean");
+}
+Tensor tdx::cu::amax(const Tensor &x) { return reduce(RowMax, x, {}, false, "amax"); }
+Tensor tdx::cu::amax(const Tensor &x, const std::vector<int64_t> &dims, bool keepdim) {
+  return reduce(RowMax, x, dims, keepdim, "amax");
+}
+
+Tensor tdx::cu::softmax(const Tensor &x, int64_t dim) { return softmaxAlong(x, dim, false); }
+Tensor tdx::cu::log_softmax(const Tensor &x, int64_t dim) { return softmaxAlong(x, dim, true); }
+
+Tensor tdx::cu::layer_norm(const Tensor &x, const std::vector<int64_t> &normalizedShape,
+                           const Tensor &w, const Tensor &b, double eps) {
+  int64_t n = product(normalizedShape, 0, normalizedShape.size());
+  Tensor xc = x.contiguous(), y = Tensor::empty(x.sizes(), x.dtype());
+  Tensor wc = w.defined() ? w.contiguous() : w, bc = b.defined() ? b.contiguous() : b;
+  int64_t rows = n ? xc.numel() / n : 0;
+  floatTypes(x.dtype(), "layer_norm", [&](auto tag) {
+    using T = decltype(tag);
+    layerNormKernel<T><<<blocksFor(rows), 256>>>(
+        static_cast<const T *>(xc.data()), static_cast<const T *>(wc.data()),
+        static_cast<const T *>(bc.data()), static_cast<T *>(y.data()), rows, n, eps);
+  });
+  checkLaunch("layer_norm");
+  return y;
+}
+
+Tensor tdx::cu::rms_norm(const Tensor &x, const std::vector<int64_t> &normalizedShape,
+                         const Tensor &w, double eps) {
+  int64_t n = product(normalizedShape, 0, normalizedShape.size());
+  Tensor xc = x.contiguous(), y = Tensor::empty(x.sizes(), x.dtype());
+  Tensor wc = w.defined() ? w.contiguous() : w;
+  int64_t rows = n ? xc.numel() / n : 0;
+  floatTypes(x.dtype(), "rms_norm", [&](auto tag) {
+    using T = decltype(tag);
+    rmsNormKernel<T><<<blocksFor(rows), 256>>>(static_cast<const T *>(xc.data()),
+                                               static_cast<const T *>(wc.data()),
+                                               static_cast<T *>(y.data()), rows, n, eps);
+  });
+  checkLaunch("rms_norm");
+  return y;
+}
+
+Tensor tdx::cu::embedding(const Tensor &weight, const Tensor &ids) {
+  if (ids.dtype() != DType::I64)
+    throw std::runtime_error("tdx: embedding indices must be int64");
+  Tensor wc = weight.contiguous(), ic = ids.contiguous();
+  int64_t vocab = weight.size(0), dim = weight.size(1), count = ic.numel();
+  std::vector<int64_t> shape = ids.sizes();
+  shape.push_back(dim);
+  Tensor y = Tensor::empty(shape, weight.dtype());
+  int *bad = newFlag();
+  floatTypes(weight.dtype(), "embedding", [&](auto tag) {
+    using T = decltype(tag);
+    embeddingKernel<T><<<blocksFor(count), 256>>>(static_cast<const T *>(wc.data()),
+                                                  static_cast<const int64_t *>(ic.data()),
+                                                  static_cast<T *>(y.data()), count, vocab, dim,
+                                                  bad);
+  });
+  checkLaunch("embedding");
+  checkFlag(bad, "tdx: embedding: an index is out of range of the table");
+  return y;
+}
+
+Tensor tdx::cu::cross_entropy_loss(const Tensor &logits, const Tensor &target,
+                                   const Tensor &weight, int64_t reduction, int64_t ignoreIndex,
+                                   double smoothing) {
+  if (weight.defined())
+    throw std::runtime_error("tdx: cross_entropy with class weights is not supported on CUDA");
+  if (target.dtype() != DType::I64)
+    throw std::runtime_error("tdx: cross_entropy targets must be int64");
+  Tensor lc = logits.contiguous(), tc = target.contiguous();
+  int64_t classDim = logits.dim() >= 2 ? 1 : 0;
+  int64_t classes = logits.size(classDim);
+  int64_t inner = product(logits.sizes(), classDim + 1, logits.sizes().size());
+  int64_t rows = classes ? lc.numel() / classes : 0;
+  Tensor losses = Tensor::empty({rows}, DType::F64);
+  Tensor out = Tensor::empty(reduction == 0 ? target.sizes() : std::vector<int64_t>{},
+                             logits.dtype());
+  int *bad = newFlag();
+  floatTypes(logits.dtype(), "cross_entropy", [&](auto tag) {
+    using T = decltype(tag);
+    crossEntropyKernel<T><<<blocksFor(rows), 256>>>(
+        static_cast<const T *>(lc.data()), static_cast<const int64_t *>(tc.data()),
+        static_cast<double *>(losses.data()), rows, classes, inner, ignoreIndex, smoothing, bad);
+    lossReduceKernel<T><<<1, 1>>>(static_cast<const double *>(losses.data()),
+                                  static_cast<T *>(out.data()), rows, reduction);
+  });
+  checkLaunch("cross_entropy");
+  checkFlag(bad, "tdx: cross_entropy: a target is out of range of the classes");
+  return out;
+}
