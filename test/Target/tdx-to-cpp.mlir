@@ -24,20 +24,20 @@ func.func @forward(%x: tensor<3x4xf32>) -> tensor<3x4xf32> {
 
 // CHECK: #include "tdx/Runtime/Runtime.h"
 // CHECK-LABEL: static void init(Context &ctx, State &s) {
-// CHECK-NEXT: s["fc"] = ctx.normal({8, 4}, parseLayout("[Shard(0)]"), at::kFloat, (ctx.seed() ^ 0ull), 1ull,
-// CHECK-NEXT: s["proj"] = ctx.uniform({4, 8}, parseLayout("[Shard(1)]"), at::kFloat, (ctx.seed() ^ 0ull), 2ull,
-// CHECK-LABEL: static std::vector<at::Tensor> forward(
-// CHECK: at::linear(
-// CHECK: elementwise({3, 4}, {{.*}}, {at::kFloat}, k0_row);
-// CHECK: [[P:v[0-9]+]] = at::linear(
+// CHECK-NEXT: s["fc"] = ctx.normal({8, 4}, parseLayout("[Shard(0)]"), T::kFloat, (ctx.seed() ^ 0ull), 1ull,
+// CHECK-NEXT: s["proj"] = ctx.uniform({4, 8}, parseLayout("[Shard(1)]"), T::kFloat, (ctx.seed() ^ 0ull), 2ull,
+// CHECK-LABEL: static std::vector<T::Tensor> forward(
+// CHECK: T::linear(
+// CHECK: elementwise({3, 4}, {{.*}}, {T::kFloat}, k0_row);
+// CHECK: [[P:v[0-9]+]] = T::linear(
 // CHECK: [[R:v[0-9]+]] = ctx.allReduce([[P]], {"tp"}, 0);
 // CHECK: [[T:r[0-9]+]] = callAten("aten::triu", {[[R]]}, {{[{][{]}}"diagonal", c10::IValue(int64_t(1))}});
 // CHECK: return {
 // CHECK-LABEL: int main(
 // CHECK: p.meshShape = {2};
 // CHECK: p.axes = {"tp"};
-// CHECK: p.params.push_back({"fc", {8, 4}, at::kFloat, "[Shard(0)]"});
-// CHECK: p.inputs.push_back({{[{][{]}}3, 4}, at::kFloat, "[Replicate]"});
-// CHECK: p.outputs.push_back({{[{][{]}}3, 4}, at::kFloat, "[Replicate]"});
+// CHECK: p.params.push_back({"fc", {8, 4}, T::kFloat, "[Shard(0)]"});
+// CHECK: p.inputs.push_back({{[{][{]}}3, 4}, T::kFloat, "[Replicate]"});
+// CHECK: p.outputs.push_back({{[{][{]}}3, 4}, T::kFloat, "[Replicate]"});
 // CHECK: return runMain(argc, argv, p);
 

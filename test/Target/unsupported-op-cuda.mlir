@@ -1,0 +1,23 @@
+// RUN: tdx-translate --tdx-to-cuda %s -split-input-file -verify-diagnostics -o /dev/null
+
+// The CUDA backend has no generic ATen: a tdx.aten op is named with what to do.
+module attributes {tdx.partitioned} {
+  tdx.mesh @mesh shape = [1] axes = ["x"]
+  func.func @forward(%x: tensor<4x4xf32>) -> tensor<4x4xf32> {
+    // expected-error @+1 {{'tdx.aten' op (aten::cumsum) has no CUDA lowering: the CUDA backend runs first-class tdx ops only; compile for --target cpu, or express the op with tdx ops}}
+    %y = tdx.aten "aten::cumsum"(%x) {args = {dim = 1 : i64}} : (tensor<4x4xf32>) -> tensor<4x4xf32>
+    return %y : tensor<4x4xf32>
+  }
+}
+
+// -----
+
+// Elementwise ops on element types without a kernel are named.
+module attributes {tdx.partitioned} {
+  tdx.mesh @mesh shape = [1] axes = ["x"]
+  func.func @forward(%x: tensor<4xbf16>) -> tensor<4xbf16> {
+    // expected-error @+1 {{'tdx.exp' op on these element types has no kernel yet; the backends fuse elementwise ops on f32/f64/i64/i32/i1 (cast the operands to f32 first)}}
+    %y = tdx.exp %x : tensor<4xbf16>
+    return %y : tensor<4xbf16>
+  }
+}
