@@ -33,12 +33,14 @@ int tdx::rt::parseOptions(int argc, char **argv, Options &o) {
         o.steps = std::max<int64_t>(1, std::stoll(value()));
       else if (a == "--verbose")
         o.verbose = true;
+      else if (a == "--profile")
+        o.verbose = o.profile = true;
       else if (a == "--help" || a == "-h") {
         std::cout
             << "usage: mpirun -np N " << argv[0]
             << " --inputs in.safetensors --outputs out.safetensors\n"
                "       [--params FILE|DIR] [--dump-params out.safetensors]\n"
-               "       [--seed S] [--steps N] [--collective-timeout S] [--verbose]\n"
+               "       [--seed S] [--steps N] [--collective-timeout S] [--verbose] [--profile]\n"
                "--inputs: tensors 'input:0', 'input:1', ... (global; each rank reads its part).\n"
                "--outputs: written by rank 0, tensors 'output:0', ... (global, gathered).\n"
                "--params: a safetensors file, or a directory of them (a split checkpoint);\n"
@@ -48,7 +50,9 @@ int tdx::rt::parseOptions(int argc, char **argv, Options &o) {
                "--steps N runs the forward N times (step time is their mean).\n"
                "--collective-timeout S (default 300): a collective that does not complete\n"
                "in S seconds ends every rank with an error naming its mesh axes.\n"
-               "--verbose: init time and memory per rank, step time, bytes communicated.\n";
+               "--verbose: init time and memory per rank, step time, bytes communicated.\n"
+               "--profile (CPU binaries): also where rank 0's step time goes: ATen calls,\n"
+               "fused kernels, collectives, and the rest (the runtime's own overhead).\n";
         return 0;
       } else {
         std::cerr << "tdx: unknown option " << a << " (see --help)\n";

@@ -56,18 +56,20 @@ class Executable:
         return ["--params", path]
 
     def run(self, *inputs, nprocs=None, params=None, seed=0, verbose=False, steps=1,
-            timeout=300):
+            timeout=300, profile=False):
         """Runs one forward step; returns the gathered global outputs.
 
         `params` is a state dict (e.g. an eager model's), a safetensors file
         or a checkpoint directory of safetensors files (each rank reads only
         its shard of each parameter); without it, every rank makes its own
-        shards from the init programs with `seed`."""
+        shards from the init programs with `seed`. `verbose` and `profile`
+        put the binary's timing lines in `self.last_log`."""
         with tempfile.TemporaryDirectory() as tmp:
             inp, out = os.path.join(tmp, "in.safetensors"), os.path.join(tmp, "out.safetensors")
             safetensors.save({f"input:{i}": x for i, x in enumerate(inputs)}, inp)
             args = ["--inputs", inp, "--outputs", out, "--seed", str(seed), "--steps", str(steps)]
             args += self._params_args(params, tmp) + (["--verbose"] if verbose else [])
+            args += ["--profile"] if profile else []
             self.last_log = self._launch(nprocs, args, timeout)
             got = safetensors.load(out)
         return tuple(got[f"output:{i}"] for i in range(len(got)))

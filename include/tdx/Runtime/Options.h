@@ -14,6 +14,7 @@ struct Options {
   int64_t steps = 1;
   double timeout = 300;
   bool verbose = false;
+  bool profile = false;
 };
 
 /// Parses a model binary's command line into `options`. Returns -1 to go on,

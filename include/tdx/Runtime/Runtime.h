@@ -75,6 +75,26 @@ private:
 std::vector<at::Tensor> callAten(const std::string &schema, const std::vector<at::Tensor> &tensors,
                                  const std::vector<std::pair<std::string, c10::IValue>> &args);
 
+/// --profile: where a step's time goes. Top-level ATen calls are timed
+/// through ATen's RecordFunction, fused kernels and collectives by scopes;
+/// what runs inside a timed call is not counted again.
+struct Profile {
+  double aten = 0, kernels = 0, collectives = 0; // seconds
+  static Profile &totals();
+  static void enable();
+  static bool enabled();
+  /// Times its lifetime into `bucket` unless it is nested in a timed call.
+  class Scope {
+  public:
+    explicit Scope(double Profile::*bucket);
+    ~Scope();
+
+  private:
+    double Profile::*bucket_;
+    int64_t start_ = -1;
+  };
+};
+
 /// One row of an emitted elementwise kernel: `operands[i]` points at the
 /// row's first element of input i (then the outputs), `strides[i]` is input
 /// i's element stride along the row (0 when broadcast; outputs are dense).

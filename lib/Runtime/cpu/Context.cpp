@@ -50,6 +50,7 @@ Context::Context(std::vector<int64_t> meshShape, std::vector<std::string> axes, 
 
 at::Tensor Context::allReduce(const at::Tensor &x, const std::vector<std::string> &axes,
                               int64_t reduce) {
+  Profile::Scope timed(&Profile::collectives);
   auto [group_, size, index] = group(axes);
   MPI_Comm comm = *static_cast<MPI_Comm *>(group_);
   at::Tensor out = x.contiguous().clone();
@@ -66,6 +67,7 @@ at::Tensor Context::allReduce(const at::Tensor &x, const std::vector<std::string
 
 at::Tensor Context::allGather(const at::Tensor &x, const std::vector<std::string> &axes,
                               int64_t dim) {
+  Profile::Scope timed(&Profile::collectives);
   auto [group_, size, index] = group(axes);
   MPI_Comm comm = *static_cast<MPI_Comm *>(group_);
   // Pieces may differ along `dim` (torch.chunk): gather the sizes first.
@@ -108,12 +110,14 @@ at::Tensor Context::chunk(const at::Tensor &x, int64_t chunks, int64_t index, in
 
 at::Tensor Context::reduceScatter(const at::Tensor &x, const std::vector<std::string> &axes,
                                   int64_t reduce, int64_t dim) {
+  Profile::Scope timed(&Profile::collectives);
   auto [group_, size, index] = group(axes);
   return chunk(allReduce(x, axes, reduce), size, index, dim);
 }
 
 at::Tensor Context::allToAll(const at::Tensor &x, const std::vector<std::string> &axes,
                              int64_t split, int64_t concat) {
+  Profile::Scope timed(&Profile::collectives);
   auto [group_, size, index] = group(axes);
   MPI_Comm comm = *static_cast<MPI_Comm *>(group_);
   // Everyone's shape, to know the pieces received.

@@ -123,11 +123,25 @@ int tdx::rt::runMain(int argc, char **argv, const Program &program) {
         local.push_back(readLocal(ctx, in, "input:" + std::to_string(i), "input", v.shape, v.dtype,
                                   parseLayout(v.layout)));
       }
+      if (o.profile)
+        Profile::enable();
       auto t2 = std::chrono::steady_clock::now();
       std::vector<at::Tensor> out;
       for (int64_t step = 0; step < steps; ++step)
         out = program.forward(ctx, state, local);
       auto t3 = std::chrono::steady_clock::now();
+      if (o.profile && rank == 0) {
+        const Profile &p = Profile::totals();
+        double step = std::chrono::duration<double>(t3 - t2).count() / steps;
+        double rest = step - (p.aten + p.kernels + p.collectives) / steps;
+        std::printf("tdx: rank 0 profile per step: step %.3f ms = ATen calls %.3f ms + fused "
+                    "kernels %.3f ms + collectives %.3f ms + runtime overhead %.3f ms (%.2f%% "
+                    "over the ATen calls and kernels)\n",
+                    step * 1e3, p.aten / steps * 1e3, p.kernels / steps * 1e3,
+                    p.collectives / steps * 1e3, rest * 1e3,
+                    100.0 * rest / ((p.aten + p.kernels) / steps));
+        std::fflush(stdout);
+      }
       std::map<std::string, at::Tensor> saved;
       for (size_t i = 0; i < out.size(); ++i) {
         at::Tensor g = ctx.gather(out[i], program.outputs[i].shape,

@@ -10,6 +10,7 @@ std::vector<at::Tensor> tdx::rt::elementwise(std::vector<int64_t> shape,
                                              const std::vector<at::Tensor> &inputs,
                                              const std::vector<at::ScalarType> &outputTypes,
                                              KernelRow row) {
+  Profile::Scope timed(&Profile::kernels);
   if (std::count(shape.begin(), shape.end(), -1)) {
     std::vector<int64_t> known;
     for (const at::Tensor &t : inputs)

@@ -110,6 +110,9 @@ int tdx::cu::runMain(int argc, char **argv, const Program &program) {
         local.push_back(readLocal(ctx, in, "input:" + std::to_string(i), "input", v.shape,
                                   v.dtype, parseLayout(v.layout)));
       }
+      if (o.profile && rank == 0)
+        std::printf("tdx: --profile times ATen calls of CPU binaries; a CUDA binary reports "
+                    "its step time only\n");
       auto t2 = std::chrono::steady_clock::now();
       std::vector<Tensor> out;
       for (int64_t step = 0; step < o.steps; ++step)
