@@ -316,8 +316,68 @@ struct FoldBatchReshapes : public OpRewritePattern<MatmulOp> {
     return success();
   }
 };
+
+/// add(matmul(x, transpose(W)), b) with W [n, k] and b [n]: linear(x, W, b),
+/// as torch's addmm decomposition recorded it. One op (addmm on CPU, one
+/// cuBLAS call plus the bias on CUDA) instead of a matmul and a pass.
+struct FoldLinear : public OpRewritePattern<AddOp> {
+  using OpRewritePattern::OpRewritePattern;
+
+  LogicalResult matchAndRewrite(AddOp op, PatternRewriter &rewriter) const override {
+    for (int side = 0; side < 2; ++side) {
+      auto mm = op->getOperand(side).getDefiningOp<MatmulOp>();
+      Value bias = op->getOperand(1 - side);
+      if (!mm || !mm->hasOneUse())
+        continue;
+      auto t = mm.getRhs().getDefiningOp<TransposeOp>();
+      if (!t)
+        continue;
+      Value w = t.getInput();
+      auto wt = cast<RankedTensorType>(w.getType());
+      auto xt = cast<RankedTensorType>(mm.getLhs().getType());
+      auto bt = cast<RankedTensorType>(bias.getType());
+      auto rt = cast<RankedTensorType>(op.getType());
+      int64_t d0 = t.getDim0() < 0 ? t.getDim0() + 2 : t.getDim0();
+      int64_t d1 = t.getDim1() < 0 ? t.getDim1() + 2 : t.getDim1();
+      if (wt.getRank() != 2 || xt.getRank() != 2 || bt.getRank() != 1 || d0 == d1 ||
+          bt.getDimSize(0) != wt.getDimSize(0) || rt != mm.getType() ||
+          bt.getElementType() != rt.getElementType())
+        continue;
+      rewriter.replaceOpWithNewOp<LinearOp>(op, rt, mm.getLhs(), w, bias);
+      return success();
+    }
+    return failure();
+  }
+};
+
+/// reshape(linear(reshape(x [L..., k] -> [m, k]), W, b) -> [m, n]) back to
+/// [L..., n]: linear(x, W, b), which takes any leading dims.
+struct FoldLinearReshapes : public OpRewritePattern<ReshapeOp> {
+  using OpRewritePattern::OpRewritePattern;
+
+  LogicalResult matchAndRewrite(ReshapeOp out, PatternRewriter &rewriter) const override {
+    auto lin = out.getInput().getDefiningOp<LinearOp>();
+    if (!lin || !lin->hasOneUse())
+      return failure();
+    auto in = lin.getInput().getDefiningOp<ReshapeOp>();
+    if (!in)
+      return failure();
+    auto x = cast<RankedTensorType>(in.getInput().getType());
+    auto flat = cast<RankedTensorType>(lin.getInput().getType());
+    auto r = cast<RankedTensorType>(out.getType());
+    auto l = cast<RankedTensorType>(lin.getType());
+    if (flat.getRank() != 2 || x.getRank() < 2 || r.getRank() != x.getRank() ||
+        !x.hasStaticShape() || !r.hasStaticShape() ||
+        x.getShape().drop_back() != r.getShape().drop_back() ||
+        x.getShape().back() != flat.getDimSize(1) || r.getShape().back() != l.getDimSize(1))
+      return failure();
+    Value bias = lin.getBias();
+    rewriter.replaceOpWithNewOp<LinearOp>(out, r, in.getInput(), lin.getWeight(), bias);
+    return success();
+  }
+};
 } // namespace
 
 void MatmulOp::getCanonicalizationPatterns(RewritePatternSet &results, MLIRContext *context) {
-  results.add<FoldBatchReshapes>(context);
+  results.add<FoldBatchReshapes, FoldLinear, FoldLinearReshapes>(context);
 }

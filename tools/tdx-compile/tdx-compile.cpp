@@ -127,7 +127,12 @@ int main(int argc, char **argv) {
     // Emitted kernels run on ATen's vector lanes; use the widest ATen's
     // headers offer that this machine runs (the binary is built where it runs).
     __builtin_cpu_init();
-    if (__builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma"))
+    if (__builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") &&
+        __builtin_cpu_supports("avx512vl") && __builtin_cpu_supports("avx512dq") &&
+        __builtin_cpu_supports("fma"))
+      args.append({"-mavx512f", "-mavx512bw", "-mavx512vl", "-mavx512dq", "-mfma",
+                   "-DCPU_CAPABILITY=AVX512", "-DCPU_CAPABILITY_AVX512"});
+    else if (__builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma"))
       args.append({"-mavx2", "-mfma", "-DCPU_CAPABILITY=AVX2", "-DCPU_CAPABILITY_AVX2"});
     for (const char *dir : kIncludes)
       args.push_back(std::string("-I") + dir);
