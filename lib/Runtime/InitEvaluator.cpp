@@ -1,7 +1,7 @@
 //===- InitEvaluator.cpp - one rank's shard of a parameter's init ---------===//
 
 #include "tdx/Runtime/InitEvaluator.h"
-#include "tdx/Runtime/Philox.h"
+#include "tdx/Runtime/Box.h"
 
 #include "mlir/Dialect/Arith/IR/Arith.h"
 #include "llvm/ADT/TypeSwitch.h"
@@ -26,11 +26,9 @@ ShardBox mlir::tdx::shardBox(RankedTensorType global, ArrayRef<PlacementAttr> la
     for (auto [axis, p] : llvm::enumerate(layout)) {
       if (!p.isShard() || p.getDim() != d)
         continue;
-      int64_t k = meshShape[axis];
-      int64_t chunk = (size + k - 1) / k;
-      int64_t begin = std::min(size, coords[axis] * chunk);
+      auto [begin, end] = ::tdx::rt::chunkRange(size, meshShape[axis], coords[axis]);
       start += begin;
-      size = std::min(chunk, size - begin);
+      size = end - begin;
     }
     box.offset.push_back(start);
     box.size.push_back(size);
@@ -40,177 +38,174 @@ ShardBox mlir::tdx::shardBox(RankedTensorType global, ArrayRef<PlacementAttr> la
 
 namespace {
 
-/// Rounds a value to what an element of `type` can hold.
-double roundTo(Type type, double v) {
-  if (type.isF32())
-    return static_cast<double>(static_cast<float>(v));
-  if (type.isF64())
-    return v;
-  if (auto it = dyn_cast<IntegerType>(type)) {
-    if (it.getWidth() == 1)
-      return v != 0.0 ? 1.0 : 0.0;
-    return std::trunc(v);
-  }
-  return v;
+using ::tdx::rt::DType;
+using ::tdx::rt::InitProgram;
+
+std::optional<DType> dtypeOf(Type t) {
+  if (t.isF32())
+    return DType::F32;
+  if (t.isF64())
+    return DType::F64;
+  if (t.isInteger(64))
+    return DType::I64;
+  if (t.isInteger(32))
+    return DType::I32;
+  if (t.isInteger(1))
+    return DType::Bool;
+  return std::nullopt;
 }
 
-int64_t linearIndex(ArrayRef<int64_t> index, ArrayRef<int64_t> shape) {
-  int64_t i = 0;
-  for (auto [x, n] : llvm::zip(index, shape))
-    i = i * n + x;
-  return i;
-}
-
-class Evaluator {
+class ProgramBuilder {
 public:
-  explicit Evaluator(Operation *decl) : decl(decl) {}
+  InitProgram program;
 
-  /// The value of `v` at global multi-index `index` (of v's shape).
-  FailureOr<double> at(Value v, ArrayRef<int64_t> index) {
+  /// The node of `v`, adding it (and its operands) first.
+  FailureOr<int> node(Value v) {
+    if (auto it = nodes.find(v); it != nodes.end())
+      return it->second;
     Operation *op = v.getDefiningOp();
     if (!op)
-      return fail(decl, "reads a block argument");
+      return emitError(v.getLoc(), "an init program reads a block argument"), failure();
     auto type = cast<RankedTensorType>(v.getType());
-    Type elem = type.getElementType();
+    std::optional<DType> dtype = dtypeOf(type.getElementType());
+    if (!dtype)
+      return op->emitOpError() << "makes " << type.getElementType()
+                               << " elements; init programs make f32, f64, i64, i32 and i1",
+             failure();
+    InitProgram::Node n;
+    n.dtype = *dtype;
+    n.shape.assign(type.getShape().begin(), type.getShape().end());
     auto seedOf = [](IntegerAttr a) { return static_cast<uint64_t>(a.getValue().getZExtValue()); };
-    uint64_t i = static_cast<uint64_t>(linearIndex(index, type.getShape()));
-    auto operandAt = [&](Value operand) -> FailureOr<double> {
-      // Broadcasting: align trailing dims; a dim of 1 reads index 0.
-      auto ot = cast<RankedTensorType>(operand.getType());
-      SmallVector<int64_t> sub;
-      int64_t lead = type.getRank() - ot.getRank();
-      for (int64_t d = 0; d < ot.getRank(); ++d)
-        sub.push_back(ot.getDimSize(d) == 1 ? 0 : index[d + lead]);
-      return at(operand, sub);
+    auto unary = [&](InitProgram::Kind k) -> LogicalResult {
+      FailureOr<int> a = node(op->getOperand(0));
+      n.kind = k;
+      n.a = failed(a) ? -1 : *a;
+      return a;
     };
-    auto binary = [&](auto fn) -> FailureOr<double> {
-      FailureOr<double> l = operandAt(op->getOperand(0)), r = operandAt(op->getOperand(1));
-      if (failed(l) || failed(r))
-        return failure();
-      return roundTo(elem, fn(*l, *r));
+    auto binary = [&](InitProgram::Kind k) -> LogicalResult {
+      FailureOr<int> a = node(op->getOperand(0)), b = node(op->getOperand(1));
+      n.kind = k;
+      n.a = failed(a) ? -1 : *a;
+      n.b = failed(b) ? -1 : *b;
+      return success(succeeded(a) && succeeded(b));
     };
-    auto unary = [&](auto fn) -> FailureOr<double> {
-      FailureOr<double> x = at(op->getOperand(0), index);
-      if (failed(x))
-        return failure();
-      return roundTo(elem, fn(*x));
-    };
-    return llvm::TypeSwitch<Operation *, FailureOr<double>>(op)
-        .Case([&](EmptyOp) -> FailureOr<double> { return 0.0; })
-        .Case([&](FullOp o) -> FailureOr<double> {
-          return roundTo(elem, o.getValue().convertToDouble());
-        })
-        .Case([&](ArangeOp o) -> FailureOr<double> {
-          return roundTo(elem, o.getStart().convertToDouble() +
-                                   static_cast<double>(index[0]) * o.getStep().convertToDouble());
-        })
-        .Case([&](UniformOp o) -> FailureOr<double> {
-          double lo = o.getLow().convertToDouble(), hi = o.getHigh().convertToDouble();
-          return roundTo(elem, lo + (hi - lo) * ::tdx::rng::uniform01(seedOf(o.getSeedAttr()),
-                                                               seedOf(o.getStreamAttr()), i));
-        })
-        .Case([&](NormalOp o) -> FailureOr<double> {
-          return roundTo(elem, o.getMean().convertToDouble() +
-                                   o.getStd().convertToDouble() *
-                                       ::tdx::rng::standardNormal(seedOf(o.getSeedAttr()),
-                                                           seedOf(o.getStreamAttr()), i));
-        })
-        .Case([&](TruncNormalOp o) -> FailureOr<double> {
-          return roundTo(elem, ::tdx::rng::truncNormal(seedOf(o.getSeedAttr()), seedOf(o.getStreamAttr()), i,
-                                                o.getMean().convertToDouble(),
-                                                o.getStd().convertToDouble(),
-                                                o.getA().convertToDouble(),
-                                                o.getB().convertToDouble()));
-        })
-        .Case([&](CastOp) { return unary([](double x) { return x; }); })
-        .Case([&](NegOp) { return unary([](double x) { return -x; }); })
-        .Case([&](AbsOp) { return unary([](double x) { return std::fabs(x); }); })
-        .Case([&](ReluOp) { return unary([](double x) { return x > 0 ? x : 0.0; }); })
-        .Case([&](ExpOp) { return unary([](double x) { return std::exp(x); }); })
-        .Case([&](LogOp) { return unary([](double x) { return std::log(x); }); })
-        .Case([&](SqrtOp) { return unary([](double x) { return std::sqrt(x); }); })
-        .Case([&](RsqrtOp) { return unary([](double x) { return 1.0 / std::sqrt(x); }); })
-        .Case([&](TanhOp) { return unary([](double x) { return std::tanh(x); }); })
-        .Case([&](SinOp) { return unary([](double x) { return std::sin(x); }); })
-        .Case([&](CosOp) { return unary([](double x) { return std::cos(x); }); })
-        .Case([&](AddOp) { return binary([](double a, double b) { return a + b; }); })
-        .Case([&](SubOp) { return binary([](double a, double b) { return a - b; }); })
-        .Case([&](MulOp) { return binary([](double a, double b) { return a * b; }); })
-        .Case([&](DivOp) { return binary([](double a, double b) { return a / b; }); })
-        .Case([&](MaximumOp) { return binary([](double a, double b) { return a > b ? a : b; }); })
-        .Case([&](MinimumOp) { return binary([](double a, double b) { return a < b ? a : b; }); })
-        .Case([&](PowOp) { return binary([](double a, double b) { return std::pow(a, b); }); })
-        .Case([&](arith::ConstantOp o) -> FailureOr<double> {
-          auto dense = dyn_cast<DenseElementsAttr>(o.getValue());
-          if (!dense)
-            return fail(op, "is not a dense constant");
-          int64_t k = dense.isSplat() ? 0 : static_cast<int64_t>(i);
-          if (isa<FloatType>(dense.getElementType()))
-            return (*(dense.getValues<APFloat>().begin() + k)).convertToDouble();
-          return static_cast<double>((*(dense.getValues<APInt>().begin() + k)).getSExtValue());
-        })
-        .Default([&](Operation *other) -> FailureOr<double> {
-          return fail(other, "is not pointwise in the global index, so it cannot be "
-                             "initialized shard by shard yet; materialize this parameter "
-                             "through ATen (tdx.materialize_module)");
-        });
+    LogicalResult built =
+        llvm::TypeSwitch<Operation *, LogicalResult>(op)
+            .Case([&](EmptyOp) { n.kind = InitProgram::Empty; return success(); })
+            .Case([&](FullOp o) {
+              n.kind = InitProgram::Full;
+              n.p[0] = o.getValue().convertToDouble();
+              return success();
+            })
+            .Case([&](ArangeOp o) {
+              n.kind = InitProgram::Arange;
+              n.p[0] = o.getStart().convertToDouble();
+              n.p[1] = o.getStep().convertToDouble();
+              return success();
+            })
+            .Case([&](UniformOp o) {
+              n.kind = InitProgram::Uniform;
+              n.p[0] = o.getLow().convertToDouble();
+              n.p[1] = o.getHigh().convertToDouble();
+              n.seed = seedOf(o.getSeedAttr());
+              n.stream = seedOf(o.getStreamAttr());
+              return success();
+            })
+            .Case([&](NormalOp o) {
+              n.kind = InitProgram::Normal;
+              n.p[0] = o.getMean().convertToDouble();
+              n.p[1] = o.getStd().convertToDouble();
+              n.seed = seedOf(o.getSeedAttr());
+              n.stream = seedOf(o.getStreamAttr());
+              return success();
+            })
+            .Case([&](TruncNormalOp o) {
+              n.kind = InitProgram::TruncNormal;
+              n.p[0] = o.getMean().convertToDouble();
+              n.p[1] = o.getStd().convertToDouble();
+              n.p[2] = o.getA().convertToDouble();
+              n.p[3] = o.getB().convertToDouble();
+              n.seed = seedOf(o.getSeedAttr());
+              n.stream = seedOf(o.getStreamAttr());
+              return success();
+            })
+            .Case([&](arith::ConstantOp o) -> LogicalResult {
+              auto dense = dyn_cast<DenseElementsAttr>(o.getValue());
+              if (!dense)
+                return o.emitOpError("is not a dense constant");
+              n.kind = InitProgram::Constant;
+              if (isa<FloatType>(dense.getElementType()))
+                for (const APFloat &x : dense.isSplat()
+                                            ? SmallVector<APFloat>{dense.getSplatValue<APFloat>()}
+                                            : SmallVector<APFloat>(dense.getValues<APFloat>()))
+                  n.values.push_back(x.convertToDouble());
+              else
+                for (const APInt &x : dense.isSplat()
+                                          ? SmallVector<APInt>{dense.getSplatValue<APInt>()}
+                                          : SmallVector<APInt>(dense.getValues<APInt>()))
+                  n.values.push_back(static_cast<double>(
+                      dense.getElementType().isInteger(1) ? x.getZExtValue() : x.getSExtValue()));
+              return success();
+            })
+            .Case([&](CastOp) { return unary(InitProgram::Cast); })
+            .Case([&](NegOp) { return unary(InitProgram::Neg); })
+            .Case([&](AbsOp) { return unary(InitProgram::Abs); })
+            .Case([&](ReluOp) { return unary(InitProgram::Relu); })
+            .Case([&](ExpOp) { return unary(InitProgram::Exp); })
+            .Case([&](LogOp) { return unary(InitProgram::Log); })
+            .Case([&](SqrtOp) { return unary(InitProgram::Sqrt); })
+            .Case([&](RsqrtOp) { return unary(InitProgram::Rsqrt); })
+            .Case([&](TanhOp) { return unary(InitProgram::Tanh); })
+            .Case([&](SinOp) { return unary(InitProgram::Sin); })
+            .Case([&](CosOp) { return unary(InitProgram::Cos); })
+            .Case([&](ReshapeOp) { return unary(InitProgram::Reshape); })
+            .Case([&](AddOp) { return binary(InitProgram::Add); })
+            .Case([&](SubOp) { return binary(InitProgram::Sub); })
+            .Case([&](MulOp) { return binary(InitProgram::Mul); })
+            .Case([&](DivOp) { return binary(InitProgram::Div); })
+            .Case([&](MaximumOp) { return binary(InitProgram::Maximum); })
+            .Case([&](MinimumOp) { return binary(InitProgram::Minimum); })
+            .Case([&](PowOp) { return binary(InitProgram::Pow); })
+            .Default([&](Operation *other) {
+              return other->emitOpError()
+                     << "is not pointwise in the global index, so it cannot be initialized "
+                        "shard by shard yet; pass the weights with --params (or materialize "
+                        "this parameter through ATen with tdx.materialize_module)";
+            });
+    if (failed(built))
+      return failure();
+    if (!type.hasStaticShape() || type.getRank() > 8)
+      return op->emitOpError("init programs need static shapes of rank <= 8"), failure();
+    program.nodes.push_back(std::move(n));
+    return nodes[v] = static_cast<int>(program.nodes.size()) - 1;
   }
 
 private:
-  Operation *decl;
-
-  FailureOr<double> fail(Operation *op, StringRef why) {
-    op->emitOpError() << why;
-    return failure();
-  }
+  DenseMap<Value, int> nodes;
 };
 
 } // namespace
 
-FailureOr<std::vector<uint8_t>> mlir::tdx::evaluateInitShard(Operation *decl,
-                                                             const ShardBox &box) {
+FailureOr<InitProgram> mlir::tdx::buildInitProgram(Operation *decl) {
   if (decl->getNumRegions() != 1 || decl->getRegion(0).empty())
     return decl->emitOpError("has no init program to evaluate (a tied name takes its "
                              "value from the one it is tied to)");
   auto yield = cast<YieldOp>(decl->getRegion(0).front().getTerminator());
-  Value value = yield.getValues().front();
-  auto type = cast<RankedTensorType>(value.getType());
-  Type elem = type.getElementType();
-  int64_t width = elem.isInteger(1) ? 1 : elem.getIntOrFloatBitWidth() / 8;
-  if (!(elem.isF32() || elem.isF64() || elem.isInteger(64) || elem.isInteger(32) ||
-        elem.isInteger(1)))
-    return decl->emitOpError() << "has element type " << elem
-                               << "; sharded init supports f32, f64, i64, i32 and i1";
-  std::vector<uint8_t> bytes(static_cast<size_t>(box.numElements() * width));
-  Evaluator eval(decl);
-  SmallVector<int64_t> local(box.size.size(), 0), global(box.size.size());
-  for (int64_t n = 0; n < box.numElements(); ++n) {
-    for (size_t d = 0; d < local.size(); ++d)
-      global[d] = box.offset[d] + local[d];
-    FailureOr<double> v = eval.at(value, global);
-    if (failed(v))
-      return failure();
-    uint8_t *out = bytes.data() + n * width;
-    if (elem.isF32()) {
-      float f = static_cast<float>(*v);
-      std::memcpy(out, &f, 4);
-    } else if (elem.isF64()) {
-      std::memcpy(out, &*v, 8);
-    } else if (elem.isInteger(64)) {
-      int64_t x = static_cast<int64_t>(*v);
-      std::memcpy(out, &x, 8);
-    } else if (elem.isInteger(32)) {
-      int32_t x = static_cast<int32_t>(*v);
-      std::memcpy(out, &x, 4);
-    } else {
-      *out = *v != 0.0;
-    }
-    // Next local index, row-major.
-    for (int64_t d = static_cast<int64_t>(local.size()) - 1; d >= 0; --d) {
-      if (++local[d] < box.size[d])
-        break;
-      local[d] = 0;
-    }
-  }
+  ProgramBuilder b;
+  // Operands are added before their users: the result is the last node.
+  if (failed(b.node(yield.getValues().front())))
+    return failure();
+  return std::move(b.program);
+}
+
+FailureOr<std::vector<uint8_t>> mlir::tdx::evaluateInitShard(Operation *decl,
+                                                             const ShardBox &box) {
+  FailureOr<InitProgram> program = buildInitProgram(decl);
+  if (failed(program))
+    return failure();
+  int64_t item = ::tdx::rt::dtypeSize(program->result().dtype);
+  std::vector<uint8_t> bytes(static_cast<size_t>(box.numElements() * item));
+  program->fillBox(std::vector<int64_t>(box.offset.begin(), box.offset.end()),
+                   std::vector<int64_t>(box.size.begin(), box.size.end()), bytes.data());
   return bytes;
 }

@@ -23,12 +23,6 @@ void tdx::rt::checkMpi(int code, const char *what) {
   }
 }
 
-std::pair<int64_t, int64_t> tdx::rt::chunkRange(int64_t n, int64_t k, int64_t c) {
-  int64_t size = k ? (n + k - 1) / k : n;
-  int64_t start = std::min(n, c * size);
-  return {start, std::min(n, start + size)};
-}
-
 Layout tdx::rt::parseLayout(const std::string &text) {
   Layout out;
   size_t i = 0;

@@ -3,6 +3,7 @@
 #include "tdx/Target/Cpp.h"
 #include "tdx/Dialect/TdxOps.h"
 #include "tdx/Target/Fusion.h"
+#include "tdx/Runtime/InitEvaluator.h"
 
 #include "mlir/Dialect/Arith/IR/Arith.h"
 #include "mlir/Dialect/Func/IR/FuncOps.h"
@@ -90,6 +91,10 @@ public:
 
   int64_t meshRank;
   Backend backend;
+  /// The init programs, emitted before init().
+  std::string initText;
+  llvm::raw_string_ostream inits_{initText};
+  int inits = 0;
   llvm::raw_ostream &os;
   DenseMap<Value, std::string> names;
   int tmps = 0;
@@ -98,43 +103,45 @@ public:
 LogicalResult Emitter::emitInit(Operation *decl, StringRef name, RankedTensorType type,
                                 ShardingAttr sharding) {
   std::string layout = "parseLayout(\"" + layoutText(sharding, meshRank) + "\")";
-  std::string shape = list(type.getShape()), dt = dtype(type.getElementType());
-  auto yield = cast<YieldOp>(decl->getRegion(0).front().getTerminator());
-  Operation *def = yield.getValues().front().getDefiningOp();
-  // --seed S is mixed into the captured seed; S = 0 reproduces the init the
-  // program was captured with.
-  auto seed = [](IntegerAttr a) {
-    return "(ctx.seed() ^ " + std::to_string(a.getValue().getZExtValue()) + "ull)";
-  };
-  auto stream = [](IntegerAttr a) { return std::to_string(a.getValue().getZExtValue()) + "ull"; };
-  std::string call;
-  if (auto u = dyn_cast_or_null<UniformOp>(def))
-    call = llvm::formatv("ctx.uniform({0}, {1}, {2}, {3}, {4}, {5}, {6})", shape, layout, dt,
-                         seed(u.getSeedAttr()), stream(u.getStreamAttr()),
-                         number(u.getLow().convertToDouble()), number(u.getHigh().convertToDouble()));
-  else if (auto n = dyn_cast_or_null<NormalOp>(def))
-    call = llvm::formatv("ctx.normal({0}, {1}, {2}, {3}, {4}, {5}, {6})", shape, layout, dt,
-                         seed(n.getSeedAttr()), stream(n.getStreamAttr()),
-                         number(n.getMean().convertToDouble()), number(n.getStd().convertToDouble()));
-  else if (auto t = dyn_cast_or_null<TruncNormalOp>(def))
-    call = llvm::formatv("ctx.truncNormal({0}, {1}, {2}, {3}, {4}, {5}, {6}, {7}, {8})", shape,
-                         layout, dt, seed(t.getSeedAttr()), stream(t.getStreamAttr()),
-                         number(t.getMean().convertToDouble()), number(t.getStd().convertToDouble()),
-                         number(t.getA().convertToDouble()), number(t.getB().convertToDouble()));
-  else if (auto f = dyn_cast_or_null<FullOp>(def))
-    call = llvm::formatv("ctx.full({0}, {1}, {2}, {3})", shape, layout, dt,
-                         number(f.getValue().convertToDouble()));
-  else if (isa_and_nonnull<EmptyOp>(def))
-    call = llvm::formatv("ctx.full({0}, {1}, {2}, 0.0)", shape, layout, dt);
-  if (call.empty()) {
-    // Programs beyond one creation op: made shard by shard in a later step;
-    // until then such a model takes its weights from --params.
-    os << "  throw std::runtime_error(\"tdx: the init program of '" << name
-       << "' is not one creation op, which the CPU backend makes shard by shard; pass "
-          "--params\");\n";
+  // A program that is not pointwise in the global index makes a binary that
+  // needs --params for this parameter; the reason is kept for the message.
+  std::string why;
+  FailureOr<::tdx::rt::InitProgram> program;
+  {
+    ScopedDiagnosticHandler capture(decl->getContext(), [&](Diagnostic &d) {
+      why = d.str();
+      return success();
+    });
+    program = buildInitProgram(decl);
+  }
+  if (failed(program)) {
+    std::string escaped;
+    for (char c : why)
+      escaped += c == '"' || c == '\\' ? std::string("\\") + c : std::string(1, c);
+    os << "  throw std::runtime_error(\"tdx: the init program of '" << name << "': " << escaped
+       << "\");\n";
     return success();
   }
-  os << "  s[\"" << name << "\"] = " << call << ";\n";
+  std::string var = "kInit" + std::to_string(inits++);
+  inits_ << "static const tdx::rt::InitProgram " << var << "{{\n";
+  for (const ::tdx::rt::InitProgram::Node &n : program->nodes) {
+    std::string values = "{";
+    for (auto [i, v] : llvm::enumerate(n.values))
+      values += (i ? ", " : "") + number(v);
+    values += "}";
+    static const char *kinds[] = {
+        "Empty", "Full", "Arange", "Uniform", "Normal", "TruncNormal", "Constant", "Cast", "Neg",
+        "Abs",   "Relu", "Exp",    "Log",     "Sqrt",   "Rsqrt",       "Tanh",     "Sin",  "Cos",
+        "Reshape", "Add", "Sub",  "Mul",     "Div",    "Maximum",     "Minimum",  "Pow"};
+    static const char *dtypes[] = {"F32", "F64", "F16", "BF16", "I64", "I32", "Bool"};
+    inits_ << "    {tdx::rt::InitProgram::" << kinds[n.kind] << ", tdx::rt::DType::"
+           << dtypes[static_cast<int>(n.dtype)] << ", " << list(n.shape) << ", "
+           << n.a << ", " << n.b << ", {" << number(n.p[0]) << ", " << number(n.p[1]) << ", "
+           << number(n.p[2]) << ", " << number(n.p[3]) << "}, " << n.seed << "ull, " << n.stream
+           << "ull, " << values << "},\n";
+  }
+  inits_ << "}};\n";
+  os << "  s[\"" << name << "\"] = ctx.init(" << var << ", " << layout << ");\n";
   return success();
 }
 
@@ -545,7 +552,7 @@ LogicalResult mlir::tdx::emitCpp(ModuleOp module, llvm::raw_ostream &os, Backend
           "#include \"tdx/Runtime/Runtime.h\"\n\n"
           "#include <cmath>\n#include <stdexcept>\n\n"
           "namespace T = at;\nusing namespace tdx::rt;\n\n";
-  os << kernels << "\n" << body << "\n";
+  os << kernels << "\n" << e.initText << "\n" << body << "\n";
   os << "int main(int argc, char **argv) {\n  Program p;\n";
   if (mesh) {
     os << "  p.meshShape = " << list(mesh.getShape()) << ";\n";

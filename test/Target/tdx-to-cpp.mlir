@@ -23,9 +23,14 @@ func.func @forward(%x: tensor<3x4xf32>) -> tensor<3x4xf32> {
 }
 
 // CHECK: #include "tdx/Runtime/Runtime.h"
+// Each init program is written out for the runtime to evaluate on the rank's box.
+// CHECK:      static const tdx::rt::InitProgram [[FC:kInit[0-9]+]]{{[{][{]}}
+// CHECK-NEXT:   {tdx::rt::InitProgram::Normal, tdx::rt::DType::F32, {8, 4}, -1, -1, {0.0{{0*}}e+00, 2.0{{0*}}4e-02, {{.*}}}, 0ull, 1ull, {}},
+// CHECK:      static const tdx::rt::InitProgram [[PROJ:kInit[0-9]+]]{{[{][{]}}
+// CHECK-NEXT:   {tdx::rt::InitProgram::Uniform, tdx::rt::DType::F32, {4, 8}, -1, -1, {-5.0{{0*}}e-01, 5.0{{0*}}e-01, {{.*}}}, 0ull, 2ull, {}},
 // CHECK-LABEL: static void init(Context &ctx, State &s) {
-// CHECK-NEXT: s["fc"] = ctx.normal({8, 4}, parseLayout("[Shard(0)]"), T::kFloat, (ctx.seed() ^ 0ull), 1ull,
-// CHECK-NEXT: s["proj"] = ctx.uniform({4, 8}, parseLayout("[Shard(1)]"), T::kFloat, (ctx.seed() ^ 0ull), 2ull,
+// CHECK-NEXT: s["fc"] = ctx.init([[FC]], parseLayout("[Shard(0)]"));
+// CHECK-NEXT: s["proj"] = ctx.init([[PROJ]], parseLayout("[Shard(1)]"));
 // CHECK-LABEL: static std::vector<T::Tensor> forward(
 // CHECK: T::linear(
 // CHECK: elementwise({3, 4}, {{.*}}, {T::kFloat}, k0_row);

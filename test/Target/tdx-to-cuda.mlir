@@ -42,9 +42,10 @@ func.func @forward(%x: tensor<3x4xf32>) -> tensor<3x4xf32> {
 // CHECK:      static void k0_launch(const tdx::kern::Iter &it, cudaStream_t s) {
 // CHECK-NEXT:   k0_kernel<<<blocksFor(it.numel), 256, 0, s>>>(it);
 // CHECK-NOT:  _row(
+// CHECK:      {tdx::rt::InitProgram::Full, tdx::rt::DType::F32, {8}, -1, -1,
 // CHECK-LABEL: static void init(Context &ctx, State &s) {
-// CHECK-NEXT: s["fc"] = ctx.normal({8, 4}, parseLayout("[Shard(0)]"), T::kFloat,
-// CHECK-NEXT: s["bias"] = ctx.full({8}, parseLayout("[Shard(0)]"), T::kFloat, 0.0{{0*}}e+00);
+// CHECK-NEXT: s["fc"] = ctx.init(kInit0, parseLayout("[Shard(0)]"));
+// CHECK-NEXT: s["bias"] = ctx.init(kInit1, parseLayout("[Shard(0)]"));
 // CHECK-LABEL: static std::vector<T::Tensor> forward(
 // CHECK:      T::Tensor [[H:v[0-9]+]] = T::linear(
 // CHECK:      = elementwise({3, 4}, {[[H]], {{v[0-9]+}}}, {T::kFloat}, k0_launch);

@@ -62,6 +62,20 @@ def test_sharded_init_is_bitwise_the_one_rank_init():
     assert not torch.equal(one["wte.weight"], compiled("gpt2", "1").materialize(seed=4)["wte.weight"])
 
 
+def test_multi_op_init_programs_run_in_the_binary():
+    """LLaMA's rotary tables are buffers made by arange, pow, div, outer, cos
+    and sin: the binary evaluates those programs shard by shard, close to
+    eager and bitwise the same on every mesh."""
+    one = compiled("llama", "1").materialize(seed=0)
+    four = compiled("llama", "2x2").materialize(seed=0)
+    torch.manual_seed(0)
+    eager = dict(Llama().named_buffers())
+    assert {"rope_cos", "rope_sin"} <= eager.keys()
+    for name in ("rope_cos", "rope_sin"):
+        assert torch.equal(one[name], four[name]), name
+        torch.testing.assert_close(one[name], eager[name], rtol=1e-6, atol=1e-6)
+
+
 def test_wrong_rank_count_is_refused():
     exe = compiled("gpt2", "tp2")
     with pytest.raises(tdx.TdxError, match="nprocs=2"):

@@ -4,9 +4,17 @@
 #define TDX_RUNTIME_BOX_H
 
 #include <cstdint>
+#include <utility>
 #include <vector>
 
 namespace tdx::rt {
+
+/// torch.chunk's piece `c` of `n` elements in `k` pieces: [start, end).
+inline std::pair<int64_t, int64_t> chunkRange(int64_t n, int64_t k, int64_t c) {
+  int64_t size = k ? (n + k - 1) / k : n;
+  int64_t start = c * size < n ? c * size : n;
+  return {start, start + size < n ? start + size : n};
+}
 
 /// Calls fn(globalElement, localElement, count) for each contiguous run of
 /// the box [offset, offset + size) of a row-major tensor of `shape`, in the

@@ -1,11 +1,10 @@
 //===- InitEvaluator.h - one rank's shard of a parameter's init --*- C++ -*-===//
 //
-// Sharded initialization: evaluates a parameter's init program for just the
-// slice of the global tensor one rank holds, element by element from the
-// global index (random ops through tdx/Runtime/Philox.h), never building the
-// global tensor. The result is bitwise the same whatever the mesh and
-// placement. Init programs that are not pointwise in the global index
-// (scatters, generic aten ops) are refused with a diagnostic naming the op.
+// Sharded initialization from the IR: a parameter's init region becomes an
+// InitProgram (tdx/Runtime/InitProgram.h, what model binaries evaluate),
+// which gives the slice of the global tensor one rank holds element by
+// element from the global index, never building the global tensor. The
+// result is bitwise the same whatever the mesh and placement.
 //
 //===----------------------------------------------------------------------===//
 
@@ -13,6 +12,7 @@
 #define TDX_RUNTIME_INITEVALUATOR_H
 
 #include "tdx/Dialect/TdxOps.h"
+#include "tdx/Runtime/InitProgram.h"
 
 #include <cstdint>
 #include <vector>
@@ -29,6 +29,11 @@ struct ShardBox {
 /// nesting in mesh-axis order; trailing ranks may hold short or empty chunks).
 ShardBox shardBox(RankedTensorType global, ArrayRef<PlacementAttr> layout,
                   ArrayRef<int64_t> meshShape, ArrayRef<int64_t> coords);
+
+/// The init region of `decl` (a tdx.parameter or tdx.buffer) as an
+/// InitProgram; ops that are not pointwise in the global index (scatters,
+/// transposes, generic aten ops) are refused with a diagnostic naming them.
+FailureOr<::tdx::rt::InitProgram> buildInitProgram(Operation *decl);
 
 /// The elements of `box` of the value `decl` (a tdx.parameter or tdx.buffer
 /// with an init region) yields, row-major, as raw bytes of its element type

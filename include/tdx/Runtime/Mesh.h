@@ -11,6 +11,7 @@
 #ifndef TDX_RUNTIME_MESH_H
 #define TDX_RUNTIME_MESH_H
 
+#include "tdx/Runtime/Box.h"
 #include "tdx/Runtime/Safetensors.h"
 
 #include <cstdint>
@@ -31,9 +32,6 @@ using Layout = std::vector<Placement>;
 Layout parseLayout(const std::string &text);
 
 enum Reduce : int64_t { Sum = 0, Avg = 1, Max = 2, Min = 3 };
-
-/// torch.chunk's piece `c` of `n` elements in `k` pieces: [start, end).
-std::pair<int64_t, int64_t> chunkRange(int64_t n, int64_t k, int64_t c);
 
 class Mesh {
 public:

@@ -19,6 +19,7 @@
 #include <ATen/ATen.h>
 
 #define TDX_KERNEL_VECTORIZED
+#include "tdx/Runtime/InitProgram.h"
 #include "tdx/Runtime/Kernel.h"
 #include "tdx/Runtime/Mesh.h"
 
@@ -49,16 +50,10 @@ public:
   /// This rank's torch.chunk piece of dim `dim` over `chunks` pieces.
   static at::Tensor chunk(const at::Tensor &x, int64_t chunks, int64_t index, int64_t dim);
 
-  // Sharded init: this rank's box of a random or constant global tensor.
-  at::Tensor uniform(const std::vector<int64_t> &shape, const Layout &layout, at::ScalarType dtype,
-                     uint64_t seed, uint64_t stream, double low, double high) const;
-  at::Tensor normal(const std::vector<int64_t> &shape, const Layout &layout, at::ScalarType dtype,
-                    uint64_t seed, uint64_t stream, double mean, double std) const;
-  at::Tensor truncNormal(const std::vector<int64_t> &shape, const Layout &layout,
-                         at::ScalarType dtype, uint64_t seed, uint64_t stream, double mean,
-                         double std, double a, double b) const;
-  at::Tensor full(const std::vector<int64_t> &shape, const Layout &layout, at::ScalarType dtype,
-                  double value) const;
+  /// Sharded init: this rank's box of the global tensor `program` makes
+  /// (its seeds mixed with --seed), filled in place: no global tensor, no
+  /// workspace.
+  at::Tensor init(const InitProgram &program, const Layout &layout) const;
 
   /// The global tensor on rank 0 (undefined elsewhere) from every rank's part.
   at::Tensor gather(const at::Tensor &local, const std::vector<int64_t> &globalShape,

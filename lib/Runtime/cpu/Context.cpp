@@ -1,6 +1,5 @@
 //===- Context.cpp - collectives on MPI, sharded init, gathering ----------===//
 
-#include "tdx/Runtime/Philox.h"
 #include "tdx/Runtime/Runtime.h"
 
 #include <mpi.h>
@@ -166,69 +165,20 @@ at::Tensor Context::allToAll(const at::Tensor &x, const std::vector<std::string>
   return at::cat(received, concat);
 }
 
-namespace {
-template <typename Fn>
-at::Tensor fillBox(const Context &ctx, const std::vector<int64_t> &shape, const Layout &layout,
-                   at::ScalarType dtype, Fn value) {
+at::Tensor Context::init(const InitProgram &program, const Layout &layout) const {
+  const InitProgram::Node &r = program.result();
   std::vector<int64_t> offset, size;
-  ctx.box(shape, layout, offset, size);
-  // Values are computed in double and rounded once to `dtype`, a block at a
-  // time: the workspace is one block, whatever the shard's size.
-  constexpr int64_t kBlock = 1 << 16;
-  at::Tensor out = at::empty(size, at::TensorOptions().dtype(dtype));
-  at::Tensor flat = out.view({-1});
-  int64_t n = out.numel();
-  at::Tensor block = at::empty({std::min(n, kBlock)}, at::TensorOptions().dtype(at::kDouble));
-  double *data = block.data_ptr<double>();
-  std::vector<int64_t> local(size.size(), 0);
-  for (int64_t begin = 0; begin < n; begin += kBlock) {
-    int64_t count = std::min(kBlock, n - begin);
-    for (int64_t e = 0; e < count; ++e) {
-      uint64_t g = 0;
-      for (size_t d = 0; d < size.size(); ++d)
-        g = g * shape[d] + offset[d] + local[d];
-      data[e] = value(g);
-      for (int64_t d = static_cast<int64_t>(size.size()) - 1; d >= 0; --d) {
-        if (++local[d] < size[d])
-          break;
-        local[d] = 0;
-      }
-    }
-    flat.narrow(0, begin, count).copy_(block.narrow(0, 0, count));
-  }
+  box(r.shape, layout, offset, size);
+  static const std::pair<DType, at::ScalarType> types[] = {
+      {DType::F32, at::kFloat}, {DType::F64, at::kDouble}, {DType::I64, at::kLong},
+      {DType::I32, at::kInt}, {DType::Bool, at::kBool}};
+  at::ScalarType type = at::kFloat;
+  for (const auto &[d, t] : types)
+    if (d == r.dtype)
+      type = t;
+  at::Tensor out = at::empty(size, at::TensorOptions().dtype(type));
+  withSeed(program, seed()).fillBox(offset, size, out.data_ptr());
   return out;
-}
-} // namespace
-
-at::Tensor Context::uniform(const std::vector<int64_t> &shape, const Layout &layout,
-                            at::ScalarType dtype, uint64_t seed, uint64_t stream, double low,
-                            double high) const {
-  return fillBox(*this, shape, layout, dtype, [&](uint64_t i) {
-    return low + (high - low) * tdx::rng::uniform01(seed, stream, i);
-  });
-}
-
-at::Tensor Context::normal(const std::vector<int64_t> &shape, const Layout &layout,
-                           at::ScalarType dtype, uint64_t seed, uint64_t stream, double mean,
-                           double std) const {
-  return fillBox(*this, shape, layout, dtype, [&](uint64_t i) {
-    return mean + std * tdx::rng::standardNormal(seed, stream, i);
-  });
-}
-
-at::Tensor Context::truncNormal(const std::vector<int64_t> &shape, const Layout &layout,
-                                at::ScalarType dtype, uint64_t seed, uint64_t stream, double mean,
-                                double std, double a, double b) const {
-  return fillBox(*this, shape, layout, dtype, [&](uint64_t i) {
-    return tdx::rng::truncNormal(seed, stream, i, mean, std, a, b);
-  });
-}
-
-at::Tensor Context::full(const std::vector<int64_t> &shape, const Layout &layout,
-                         at::ScalarType dtype, double value) const {
-  std::vector<int64_t> offset, size;
-  box(shape, layout, offset, size);
-  return at::full(size, value, at::TensorOptions().dtype(dtype));
 }
 
 at::Tensor Context::gather(const at::Tensor &local, const std::vector<int64_t> &globalShape,

@@ -248,46 +248,33 @@ Tensor Context::allToAll(const Tensor &x, const std::vector<std::string> &axes, 
   return cat(received, concat);
 }
 
-Tensor Context::uniform(const std::vector<int64_t> &shape, const Layout &layout, DType dtype,
-                        uint64_t seed, uint64_t stream, double low, double high) const {
-  tdx::cuda::Box box = boxOf(*this, shape, layout);
-  if (dtype != DType::F32)
-    throw std::runtime_error("tdx: CUDA sharded init makes F32 tensors; pass --params for others");
-  Tensor t = Tensor::empty(std::vector<int64_t>(box.size, box.size + box.rank), dtype);
-  check(static_cast<cudaError_t>(
-            tdx::cuda::launchUniform(static_cast<float *>(t.data()), box, seed, stream, low, high)),
-        "uniform init");
+Tensor Context::init(const tdx::rt::InitProgram &program0, const Layout &layout) const {
+  using tdx::rt::InitProgram;
+  InitProgram program = tdx::rt::withSeed(program0, seed());
+  const InitProgram::Node &r = program.result();
+  tdx::cuda::Box box = boxOf(*this, r.shape, layout);
+  std::vector<int64_t> size(box.size, box.size + box.rank);
+  Tensor t = Tensor::empty(size, r.dtype);
+  bool device = program.nodes.size() == 1 && r.dtype == DType::F32;
+  float *out = static_cast<float *>(t.data());
+  int code = 0;
+  if (device && r.kind == InitProgram::Uniform)
+    code = tdx::cuda::launchUniform(out, box, r.seed, r.stream, r.p[0], r.p[1]);
+  else if (device && r.kind == InitProgram::Normal)
+    code = tdx::cuda::launchNormal(out, box, r.seed, r.stream, r.p[0], r.p[1]);
+  else if (device && r.kind == InitProgram::TruncNormal)
+    code = tdx::cuda::launchTruncNormal(out, box, r.seed, r.stream, r.p[0], r.p[1], r.p[2],
+                                        r.p[3]);
+  else if (device && (r.kind == InitProgram::Full || r.kind == InitProgram::Empty))
+    return tdx::cu::full(size, r.kind == InitProgram::Full ? r.p[0] : 0.0, r.dtype);
+  else {
+    std::vector<int64_t> offset(box.offset, box.offset + box.rank);
+    std::vector<char> host(t.nbytes());
+    program.fillBox(offset, size, host.data());
+    if (!host.empty())
+      check(cudaMemcpy(t.data(), host.data(), host.size(), cudaMemcpyHostToDevice), "cudaMemcpy");
+    return t;
+  }
+  check(static_cast<cudaError_t>(code), "sharded init");
   return t;
-}
-
-Tensor Context::normal(const std::vector<int64_t> &shape, const Layout &layout, DType dtype,
-                       uint64_t seed, uint64_t stream, double mean, double std) const {
-  tdx::cuda::Box box = boxOf(*this, shape, layout);
-  if (dtype != DType::F32)
-    throw std::runtime_error("tdx: CUDA sharded init makes F32 tensors; pass --params for others");
-  Tensor t = Tensor::empty(std::vector<int64_t>(box.size, box.size + box.rank), dtype);
-  check(static_cast<cudaError_t>(
-            tdx::cuda::launchNormal(static_cast<float *>(t.data()), box, seed, stream, mean, std)),
-        "normal init");
-  return t;
-}
-
-Tensor Context::truncNormal(const std::vector<int64_t> &shape, const Layout &layout, DType dtype,
-                            uint64_t seed, uint64_t stream, double mean, double std, double a,
-                            double b) const {
-  tdx::cuda::Box box = boxOf(*this, shape, layout);
-  if (dtype != DType::F32)
-    throw std::runtime_error("tdx: CUDA sharded init makes F32 tensors; pass --params for others");
-  Tensor t = Tensor::empty(std::vector<int64_t>(box.size, box.size + box.rank), dtype);
-  check(static_cast<cudaError_t>(tdx::cuda::launchTruncNormal(static_cast<float *>(t.data()), box,
-                                                              seed, stream, mean, std, a, b)),
-        "trunc_normal init");
-  return t;
-}
-
-Tensor Context::full(const std::vector<int64_t> &shape, const Layout &layout, DType dtype,
-                     double value) const {
-  std::vector<int64_t> offset, size;
-  box(shape, layout, offset, size);
-  return tdx::cu::full(size, value, dtype);
 }

@@ -17,6 +17,7 @@
 #ifndef TDX_RUNTIME_CUDA_RUNTIME_H
 #define TDX_RUNTIME_CUDA_RUNTIME_H
 
+#include "tdx/Runtime/InitProgram.h"
 #include "tdx/Runtime/Mesh.h"
 #include "tdx/Runtime/Rows.h"
 
@@ -133,16 +134,11 @@ public:
                   int64_t concat);
   static Tensor chunk(const Tensor &x, int64_t chunks, int64_t index, int64_t dim);
 
-  // Sharded init: this rank's box, one thread per local element.
-  Tensor uniform(const std::vector<int64_t> &shape, const Layout &layout, DType dtype,
-                 uint64_t seed, uint64_t stream, double low, double high) const;
-  Tensor normal(const std::vector<int64_t> &shape, const Layout &layout, DType dtype,
-                uint64_t seed, uint64_t stream, double mean, double std) const;
-  Tensor truncNormal(const std::vector<int64_t> &shape, const Layout &layout, DType dtype,
-                     uint64_t seed, uint64_t stream, double mean, double std, double a,
-                     double b) const;
-  Tensor full(const std::vector<int64_t> &shape, const Layout &layout, DType dtype,
-              double value) const;
+  /// Sharded init: this rank's box of the global tensor `program` makes
+  /// (seeds mixed with --seed). One random or constant F32 op runs on the
+  /// device, one thread per local element; other programs are evaluated on
+  /// the host for the box alone and copied.
+  Tensor init(const rt::InitProgram &program, const Layout &layout) const;
 
   /// Waits for the device with the collective deadline; a NCCL error or the
   /// deadline aborts the communicators and throws.

@@ -1,0 +1,63 @@
+//===- InitProgram.h - init programs evaluated element by element -*- C++ -*-===//
+//
+// A parameter's init region (tdx.parameter / tdx.buffer) as a small DAG that
+// gives any element of the global tensor from its global index alone: random
+// ops through tdx/Runtime/Philox.h, creation ops, constants, elementwise ops
+// with broadcasting, casts and reshapes. Every value is computed in double
+// and rounded once per op to its element type. One rank fills its box of the
+// global tensor without building the rest, and the boxes of all ranks put
+// together are bitwise the one-rank tensor.
+//
+// No MLIR and no ATen: tdx-translate writes the program into the emitted
+// source (InitEvaluator.h builds it from the IR) and the runtimes evaluate it.
+//
+//===----------------------------------------------------------------------===//
+
+#ifndef TDX_RUNTIME_INITPROGRAM_H
+#define TDX_RUNTIME_INITPROGRAM_H
+
+#include "tdx/Runtime/Safetensors.h"
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+namespace tdx::rt {
+
+struct InitProgram {
+  enum Kind : int {
+    Empty, Full, Arange, Uniform, Normal, TruncNormal, Constant, // leaves
+    Cast, Neg, Abs, Relu, Exp, Log, Sqrt, Rsqrt, Tanh, Sin, Cos, Reshape, // one operand
+    Add, Sub, Mul, Div, Maximum, Minimum, Pow                            // two operands
+  };
+  struct Node {
+    Kind kind;
+    DType dtype;
+    std::vector<int64_t> shape;
+    int a = -1, b = -1;
+    /// Full: value; Arange: start, step; Uniform: low, high; Normal: mean,
+    /// std; TruncNormal: mean, std, a, b.
+    double p[4] = {0, 0, 0, 0};
+    uint64_t seed = 0, stream = 0;
+    /// Constant: every element (one for a splat).
+    std::vector<double> values;
+  };
+  /// Topologically ordered; the last node is the result.
+  std::vector<Node> nodes;
+
+  /// The element of node `n` at multi-index `index` (of its shape).
+  double at(int n, const int64_t *index) const;
+  /// Fills the box [offset, offset + size) of the result, row-major, as
+  /// elements of the result's dtype (F32, F64, I64, I32 or Bool).
+  void fillBox(const std::vector<int64_t> &offset, const std::vector<int64_t> &size,
+               void *out) const;
+  const Node &result() const { return nodes.back(); }
+};
+
+/// `program` with `seed` mixed (xor) into every random op's seed: --seed S
+/// of a model binary; S = 0 is the init the program was captured with.
+InitProgram withSeed(InitProgram program, uint64_t seed);
+
+} // namespace tdx::rt
+
+#endif // TDX_RUNTIME_INITPROGRAM_H

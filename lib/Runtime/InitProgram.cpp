@@ -1,0 +1,155 @@
+//===- InitProgram.cpp - init programs evaluated element by element -------===//
+
+#include "tdx/Runtime/InitProgram.h"
+#include "tdx/Runtime/Philox.h"
+
+#include <cmath>
+#include <cstring>
+#include <stdexcept>
+
+using namespace tdx::rt;
+
+namespace {
+
+constexpr int kMaxRank = 8;
+
+double roundTo(DType t, double v) {
+  switch (t) {
+  case DType::F32:
+    return static_cast<double>(static_cast<float>(v));
+  case DType::I64:
+  case DType::I32:
+    return std::trunc(v);
+  case DType::Bool:
+    return v != 0.0 ? 1.0 : 0.0;
+  default:
+    return v;
+  }
+}
+
+int64_t linear(const int64_t *index, const std::vector<int64_t> &shape) {
+  int64_t i = 0;
+  for (size_t d = 0; d < shape.size(); ++d)
+    i = i * shape[d] + index[d];
+  return i;
+}
+
+} // namespace
+
+InitProgram tdx::rt::withSeed(InitProgram program, uint64_t seed) {
+  for (InitProgram::Node &n : program.nodes)
+    n.seed ^= seed;
+  return program;
+}
+
+double InitProgram::at(int n, const int64_t *index) const {
+  const Node &node = nodes[n];
+  uint64_t i = static_cast<uint64_t>(linear(index, node.shape));
+  // An operand's index under broadcasting: trailing dims align, size 1 reads 0.
+  auto operand = [&](int k) {
+    const Node &o = nodes[k];
+    int64_t sub[kMaxRank];
+    size_t lead = node.shape.size() - o.shape.size();
+    for (size_t d = 0; d < o.shape.size(); ++d)
+      sub[d] = o.shape[d] == 1 ? 0 : index[d + lead];
+    return at(k, sub);
+  };
+  double x = 0;
+  switch (node.kind) {
+  case Empty:
+    return 0.0;
+  case Full:
+    return roundTo(node.dtype, node.p[0]);
+  case Arange:
+    return roundTo(node.dtype, node.p[0] + static_cast<double>(index[0]) * node.p[1]);
+  case Uniform:
+    return roundTo(node.dtype, node.p[0] + (node.p[1] - node.p[0]) *
+                                               tdx::rng::uniform01(node.seed, node.stream, i));
+  case Normal:
+    return roundTo(node.dtype, node.p[0] + node.p[1] * tdx::rng::standardNormal(
+                                                           node.seed, node.stream, i));
+  case TruncNormal:
+    return roundTo(node.dtype, tdx::rng::truncNormal(node.seed, node.stream, i, node.p[0],
+                                                     node.p[1], node.p[2], node.p[3]));
+  case Constant:
+    return node.values.size() == 1 ? node.values[0] : node.values[i];
+  case Reshape: {
+    // Same elements in row-major order: unravel the linear index.
+    const Node &o = nodes[node.a];
+    int64_t sub[kMaxRank];
+    int64_t rest = static_cast<int64_t>(i);
+    for (int64_t d = static_cast<int64_t>(o.shape.size()) - 1; d >= 0; --d) {
+      sub[d] = rest % o.shape[d];
+      rest /= o.shape[d];
+    }
+    return at(node.a, sub);
+  }
+  default:
+    break;
+  }
+  if (node.kind < Add) {
+    x = at(node.a, index);
+    switch (node.kind) {
+    case Cast: break;
+    case Neg: x = -x; break;
+    case Abs: x = std::fabs(x); break;
+    case Relu: x = x > 0 ? x : 0.0; break;
+    case Exp: x = std::exp(x); break;
+    case Log: x = std::log(x); break;
+    case Sqrt: x = std::sqrt(x); break;
+    case Rsqrt: x = 1.0 / std::sqrt(x); break;
+    case Tanh: x = std::tanh(x); break;
+    case Sin: x = std::sin(x); break;
+    case Cos: x = std::cos(x); break;
+    default: break;
+    }
+    return roundTo(node.dtype, x);
+  }
+  double l = operand(node.a), r = operand(node.b);
+  switch (node.kind) {
+  case Add: x = l + r; break;
+  case Sub: x = l - r; break;
+  case Mul: x = l * r; break;
+  case Div: x = l / r; break;
+  case Maximum: x = l > r ? l : r; break;
+  case Minimum: x = l < r ? l : r; break;
+  case Pow: x = std::pow(l, r); break;
+  default: break;
+  }
+  return roundTo(node.dtype, x);
+}
+
+void InitProgram::fillBox(const std::vector<int64_t> &offset, const std::vector<int64_t> &size,
+                          void *out) const {
+  const Node &r = result();
+  if (r.shape.size() > static_cast<size_t>(kMaxRank) || offset.size() != r.shape.size() ||
+      size.size() != r.shape.size())
+    throw std::runtime_error("tdx: an init program's box does not match its rank (<= 8)");
+  int64_t count = 1;
+  for (int64_t s : size)
+    count *= s;
+  int64_t local[kMaxRank] = {}, global[kMaxRank] = {};
+  char *dst = static_cast<char *>(out);
+  int64_t item = dtypeSize(r.dtype);
+  for (int64_t n = 0; n < count; ++n) {
+    for (size_t d = 0; d < size.size(); ++d)
+      global[d] = offset[d] + local[d];
+    double v = at(static_cast<int>(nodes.size()) - 1, global);
+    char *e = dst + n * item;
+    switch (r.dtype) {
+    case DType::F32: { float f = static_cast<float>(v); std::memcpy(e, &f, 4); break; }
+    case DType::F64: std::memcpy(e, &v, 8); break;
+    case DType::I64: { int64_t x = static_cast<int64_t>(v); std::memcpy(e, &x, 8); break; }
+    case DType::I32: { int32_t x = static_cast<int32_t>(v); std::memcpy(e, &x, 4); break; }
+    case DType::Bool: *e = v != 0.0; break;
+    default:
+      throw std::runtime_error(std::string("tdx: init programs make F32, F64, I64, I32 and "
+                                           "BOOL tensors, not ") + dtypeName(r.dtype));
+    }
+    for (int64_t d = static_cast<int64_t>(size.size()) - 1; d >= 0; --d) {
+      if (++local[d] < size[d])
+        break;
+      local[d] = 0;
+    }
+  }
+}
