@@ -15,6 +15,8 @@ using namespace mlir::tdx;
 namespace {
 
 constexpr int64_t kMaxRank = 8;
+/// Inputs plus outputs of one kernel (tdx::kern::kMaxOperands, one launch).
+constexpr int64_t kMaxOperands = 16;
 
 RankedTensorType tensorType(Value v) { return dyn_cast<RankedTensorType>(v.getType()); }
 
@@ -92,6 +94,7 @@ bool mlir::tdx::isFusable(Operation *op) {
 FusionPlan mlir::tdx::planFusion(Block &block) {
   FusionPlan plan;
   std::vector<bool> open;
+  std::vector<SmallVector<Value>> external; // per kernel: the tensors it reads
   auto kernelOf = [&](Value v) -> std::optional<unsigned> {
     Operation *def = v.getDefiningOp();
     auto it = def ? plan.kernelOf.find(def) : plan.kernelOf.end();
@@ -110,9 +113,23 @@ FusionPlan mlir::tdx::planFusion(Block &block) {
       continue;
     }
     auto space = tensorType(op.getResult(0));
+    // Operands a kernel would read if `op` joined kernel k.
+    auto reads = [&](unsigned k) {
+      SmallVector<Value> extra;
+      for (Value v : op.getOperands())
+        if (kernelOf(v) != k && !splatValue(v) && !llvm::is_contained(external[k], v) &&
+            !llvm::is_contained(extra, v))
+          extra.push_back(v);
+      return extra;
+    };
     std::optional<unsigned> join;
     for (Value v : op.getOperands())
-      if (auto k = kernelOf(v); k && open[*k] && plan.kernels[*k].space.getShape() == space.getShape()) {
+      if (auto k = kernelOf(v); k && open[*k] &&
+                                plan.kernels[*k].space.getShape() == space.getShape() &&
+                                // inputs + outputs (at most one per op) fit a launch
+                                external[*k].size() + reads(*k).size() +
+                                        plan.kernels[*k].ops.size() + 1 <=
+                                    static_cast<size_t>(kMaxOperands)) {
         join = k;
         break;
       }
@@ -126,7 +143,10 @@ FusionPlan mlir::tdx::planFusion(Block &block) {
       k.space = space;
       plan.kernels.push_back(std::move(k));
       open.push_back(true);
+      external.emplace_back();
     }
+    SmallVector<Value> extra = reads(*join);
+    external[*join].append(extra.begin(), extra.end());
     plan.kernels[*join].ops.push_back(&op);
     plan.kernelOf[&op] = *join;
   }

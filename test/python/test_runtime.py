@@ -40,8 +40,12 @@ def compiled(model, mesh):
     return tdx.compile(prog)
 
 
-@pytest.mark.parametrize("model,mesh", [("gpt2", "1"), ("gpt2", "tp2"), ("llama", "dp2"),
-                                        ("gpt2", "2x2"), ("llama", "2x2")])
+# Both models on 1, 2 (tensor- and data-parallel) and 4 (2x2) ranks.
+FORWARD_CASES = [("gpt2", "1"), ("gpt2", "tp2"), ("gpt2", "dp2"), ("gpt2", "2x2"),
+                 ("llama", "1"), ("llama", "tp2"), ("llama", "dp2"), ("llama", "2x2")]
+
+
+@pytest.mark.parametrize("model,mesh", FORWARD_CASES)
 def test_forward_matches_eager(model, mesh):
     exe = compiled(model, mesh)
     torch.manual_seed(0)
@@ -252,8 +256,7 @@ CUDA = os.path.exists(os.path.join(os.path.dirname(tdx.__file__), "..", "..", "l
 
 
 @pytest.mark.skipif(not CUDA, reason="tdx was built without nvcc")
-@pytest.mark.parametrize("model,mesh", [("gpt2", "1"), ("gpt2", "tp2"), ("llama", "dp2"),
-                                        ("gpt2", "2x2"), ("llama", "2x2")])
+@pytest.mark.parametrize("model,mesh", FORWARD_CASES)
 def test_cuda_binaries_compile_and_link(model, mesh, tmp_path):
     """The programs the CPU tests run, emitted as CUDA, compile with nvcc
     -arch=sm_90 and link cuBLAS and NCCL; without a GPU the binary says so."""
