@@ -10,8 +10,9 @@ and one batch of token ids:
 
 Every process uses one ATen thread (the machine has 2 cores; 4 ranks are
 oversubscribed for both peers alike). Step time is the mean of --steps
-forwards after one warm-up, best of --rounds rounds (the machine is shared
-and noisy); bytes are what all ranks send per step. A last tdx run with
+forwards after one warm-up, best of --rounds rounds; the rounds of eager,
+tdx and gloo alternate, so a slow spell of this shared 2-core machine hits
+all three alike. Bytes are what all ranks send per step. A last tdx run with
 --profile splits rank 0's step into ATen calls, fused kernels, collectives
 and the rest: "overhead" is that rest over the ATen calls and kernels.
 
@@ -23,6 +24,11 @@ import math
 import os
 import sys
 import time
+
+# One BLAS thread everywhere, set before torch loads OpenBLAS (which sizes its
+# pool at load time; torch.set_num_threads does not reach it): otherwise the
+# in-process eager baseline would multiply on both cores and the others on one.
+os.environ.update(OMP_NUM_THREADS="1", OPENBLAS_NUM_THREADS="1")
 
 import torch
 import torch.distributed as dist
@@ -99,7 +105,9 @@ def megatron_worker(rank, world, steps, rounds, port, out):
     total = torch.tensor([sent[0] // steps])
     dist.all_reduce(total)
     if rank == 0:
-        out.put((ms, int(total), y))
+        # A plain copy: a shared tensor would be fetched from this process
+        # after it has exited.
+        out.put((ms, int(total), y.numpy().copy()))
     dist.destroy_process_group()
 
 
@@ -110,30 +118,42 @@ def run_megatron(world, steps, rounds, port):
              for r in range(world)]
     for p in procs:
         p.start()
-    result = q.get(timeout=600)
+    ms, sent, y = q.get(timeout=600)
+    result = (ms, sent, torch.from_numpy(y))
     for p in procs:
         p.join(timeout=60)
     return result
 
 
-def run_tdx(world, steps, rounds, weights):
+def compile_tdx(world, weights):
     prog = tdx.trace(tdx.deferred_init(GPT, **CONFIG), ids())
     mesh = tdx.init_device_mesh("cpu", (world,), mesh_dim_names=("tp",))
     tdx.parallelize(prog, mesh, PLAN)
     exe = tdx.compile(prog)
     exe.run(ids(), params=weights, steps=1)  # warm-up (page cache, MPI start)
-    best = float("inf")
-    for _ in range(rounds):
-        (y,) = exe.run(ids(), params=weights, steps=steps, verbose=True)
-        # "tdx: N ranks: init A ms, step B ms, C bytes communicated"
-        words = exe.last_log.split()
-        best = min(best, float(words[words.index("step") + 1]))
-        sent = int(words[words.index("bytes") - 1])
+    return exe
+
+
+def run_tdx(exe, steps, weights):
+    (y,) = exe.run(ids(), params=weights, steps=steps, verbose=True)
+    # "tdx: N ranks: init A ms, step B ms, C bytes communicated"
+    words = exe.last_log.split()
+    return float(words[words.index("step") + 1]), int(words[words.index("bytes") - 1]), y
+
+
+def tdx_overhead(exe, steps, weights):
     exe.run(ids(), params=weights, steps=steps, profile=True)
     # "... (P% over the ATen calls and kernels)"
     line = next(l for l in exe.last_log.splitlines() if "profile per step" in l)
-    overhead = float(line.rsplit("(", 1)[1].split("%")[0])
-    return best, sent, y, overhead
+    return float(line.rsplit("(", 1)[1].split("%")[0])
+
+
+def eager_step_ms(model, x, steps):
+    with torch.no_grad():
+        t0 = time.perf_counter()
+        for _ in range(steps):
+            model(x)
+        return (time.perf_counter() - t0) * 1e3 / steps
 
 
 def main():
@@ -142,28 +162,33 @@ def main():
     ap.add_argument("--rounds", type=int, default=3)
     ap.add_argument("--ranks", default="1,2,4")
     args = ap.parse_args()
-    os.environ["OMP_NUM_THREADS"] = "1"
     torch.set_num_threads(1)
     model, x = eager_model(), ids()
     weights = dict(model.named_parameters(), **dict(model.named_buffers()))
     with torch.no_grad():
         want = model(x)
-        eager_ms = float("inf")
+    worlds = [int(r) for r in args.ranks.split(",")]
+    exes = {world: compile_tdx(world, weights) for world in worlds}
+    eager_ms = float("inf")
+    rows, port = [], 29500
+    for world in worlds:
+        t_ms = g_ms = float("inf")
         for _ in range(args.rounds):
-            t0 = time.perf_counter()
-            for _ in range(args.steps):
-                model(x)
-            eager_ms = min(eager_ms, (time.perf_counter() - t0) * 1e3 / args.steps)
-    print(f"GPT {CONFIG}, batch {BATCH}x{SEQ}, {args.steps} steps x best of {args.rounds}, "
-          f"1 ATen thread per process")
+            eager_ms = min(eager_ms, eager_step_ms(model, x, args.steps))
+            t, t_bytes, t_y = run_tdx(exes[world], args.steps, weights)
+            g, g_bytes, g_y = run_megatron(world, args.steps, 1, port)
+            port += 1
+            t_ms, g_ms = min(t_ms, t), min(g_ms, g)
+        rows.append((world, t_ms, g_ms, t_bytes, g_bytes, t_y, g_y,
+                     tdx_overhead(exes[world], args.steps, weights)))
+    print(f"GPT {CONFIG}, batch {BATCH}x{SEQ}, {args.steps} steps x best of {args.rounds} "
+          f"alternating rounds, 1 ATen thread per process")
     print(f"torch eager, 1 process: {eager_ms:.2f} ms/step\n")
     print(f"{'ranks':>5} | {'tdx ms':>8} {'gloo ms':>8} {'gloo/tdx':>8} | "
           f"{'tdx bytes':>10} {'gloo bytes':>10} | {'tdx/eager':>9} | {'overhead':>8} | "
           f"{'tdx err':>8} {'gloo err':>8}")
-    for i, world in enumerate(int(r) for r in args.ranks.split(",")):
-        t_ms, t_bytes, t_y, overhead = run_tdx(world, args.steps, args.rounds, weights)
-        g_ms, g_bytes, g_y = run_megatron(world, args.steps, args.rounds, 29500 + i)
-        err = lambda y: ((y - want).norm() / want.norm()).item()
+    err = lambda y: ((y - want).norm() / want.norm()).item()
+    for world, t_ms, g_ms, t_bytes, g_bytes, t_y, g_y, overhead in rows:
         print(f"{world:>5} | {t_ms:>8.2f} {g_ms:>8.2f} {g_ms / t_ms:>8.2f} | "
               f"{t_bytes:>10} {g_bytes:>10} | {t_ms / eager_ms:>9.2f} | {overhead:>7.2f}% | "
               f"{err(t_y):>8.1e} {err(g_y):>8.1e}")

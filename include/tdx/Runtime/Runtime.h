@@ -75,6 +75,7 @@ std::vector<at::Tensor> callAten(const std::string &schema, const std::vector<at
 /// what runs inside a timed call is not counted again.
 struct Profile {
   double aten = 0, kernels = 0, collectives = 0; // seconds
+  std::map<std::string, double> byOp;             // top-level ATen op -> seconds
   static Profile &totals();
   static void enable();
   static bool enabled();

@@ -140,6 +140,15 @@ int tdx::rt::runMain(int argc, char **argv, const Program &program) {
                     step * 1e3, p.aten / steps * 1e3, p.kernels / steps * 1e3,
                     p.collectives / steps * 1e3, rest * 1e3,
                     100.0 * rest / ((p.aten + p.kernels) / steps));
+        std::vector<std::pair<double, std::string>> ops;
+        for (const auto &[name, seconds] : p.byOp)
+          ops.push_back({seconds, name});
+        std::sort(ops.rbegin(), ops.rend());
+        std::printf("tdx: rank 0 ATen calls per step:");
+        for (size_t i = 0; i < ops.size() && i < 8; ++i)
+          std::printf("%s %s %.3f ms", i ? "," : "", ops[i].second.c_str(),
+                      ops[i].first / steps * 1e3);
+        std::printf("\n");
         std::fflush(stdout);
       }
       std::map<std::string, at::Tensor> saved;

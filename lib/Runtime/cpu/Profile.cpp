@@ -27,9 +27,12 @@ std::unique_ptr<at::ObserverContext> atenBegins(const at::RecordFunction &) {
   return nullptr;
 }
 
-void atenEnds(const at::RecordFunction &, at::ObserverContext *) {
-  if (--depth == 0)
-    Profile::totals().aten += (nowNs() - atenStart) * 1e-9;
+void atenEnds(const at::RecordFunction &fn, at::ObserverContext *) {
+  if (--depth == 0) {
+    double seconds = (nowNs() - atenStart) * 1e-9;
+    Profile::totals().aten += seconds;
+    Profile::totals().byOp[fn.name()] += seconds;
+  }
 }
 
 } // namespace
