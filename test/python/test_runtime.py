@@ -80,6 +80,18 @@ def test_multi_op_init_programs_run_in_the_binary():
         torch.testing.assert_close(one[name], eager[name], rtol=1e-6, atol=1e-6)
 
 
+def test_bad_command_lines_are_named():
+    import subprocess
+    exe = compiled("gpt2", "1")
+    for args, message in [(["--seed", "abc"], "--seed needs a number"),
+                          (["--steps"], "--steps needs a number"),
+                          (["--bogus"], "unknown option --bogus")]:
+        done = subprocess.run([exe.path, *args], capture_output=True, text=True, timeout=60)
+        assert done.returncode == 2 and message in done.stderr, (args, done.stderr)
+    done = subprocess.run([exe.path, "--help"], capture_output=True, text=True, timeout=60)
+    assert done.returncode == 0 and "--params FILE|DIR" in done.stdout and "--profile" in done.stdout
+
+
 def test_wrong_rank_count_is_refused():
     exe = compiled("gpt2", "tp2")
     with pytest.raises(tdx.TdxError, match="nprocs=2"):
