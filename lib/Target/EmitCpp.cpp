@@ -338,10 +338,18 @@ LogicalResult Emitter::emitReduce(Operation *op, StringRef fn,
   return success();
 }
 
+/// The C type of a tensor value's elements.
+std::string elem(Value v) { return cType(cast<RankedTensorType>(v.getType()).getElementType()); }
+
+/// The start of a call of `k`'s body on single elements: "k3<float>(" or,
+/// for a body with concrete types, "k3(".
+std::string scalarCall(const FusedKernel &k) {
+  return k.name + (k.vectorizable ? "<" + elem(k.outputs.front()) + ">(" : std::string("("));
+}
+
 /// The CPU loop over one row of kernel `k` (see tdx::rt::KernelRow): whole
 /// vector lanes when every input steps by 1 or 0, then element by element.
 void emitKernelRow(const FusedKernel &k, llvm::raw_ostream &os) {
-  auto elem = [](Value v) { return cType(cast<RankedTensorType>(v.getType()).getElementType()); };
   size_t nin = k.inputs.size();
   os << "static void " << k.name << "_row(char *const *p, const int64_t *s, int64_t n) {\n";
   for (auto [i, v] : llvm::enumerate(k.inputs))
@@ -370,8 +378,7 @@ void emitKernelRow(const FusedKernel &k, llvm::raw_ostream &os) {
       os << "      r" << i << ".store(y" << i << " + j);\n";
     os << "    }\n  }\n";
   }
-  os << "  for (; j < n; ++j)\n    " << k.name
-     << (k.vectorizable ? "<" + elem(k.outputs.front()) + ">(" : std::string("("));
+  os << "  for (; j < n; ++j)\n    " << scalarCall(k);
   for (size_t i = 0; i < nin; ++i)
     os << (i ? ", " : "") << "a" << i << "[j * s[" << i << "]]";
   for (size_t i = 0; i < k.outputs.size(); ++i)
@@ -381,12 +388,10 @@ void emitKernelRow(const FusedKernel &k, llvm::raw_ostream &os) {
 
 /// The CUDA kernel around `k`'s body (one thread per element) and its launch.
 void emitKernelLaunch(const FusedKernel &k, llvm::raw_ostream &os) {
-  auto elem = [](Value v) { return cType(cast<RankedTensorType>(v.getType()).getElementType()); };
   size_t nin = k.inputs.size();
   os << "__global__ void " << k.name << "_kernel(tdx::kern::Iter it) {\n"
      << "  int64_t i = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x;\n"
-     << "  if (i >= it.numel)\n    return;\n  " << k.name
-     << (k.vectorizable ? "<" + elem(k.outputs.front()) + ">(" : std::string("("));
+     << "  if (i >= it.numel)\n    return;\n  " << scalarCall(k);
   for (auto [i, v] : llvm::enumerate(k.inputs))
     os << (i ? ", " : "") << "it.at<" << elem(v) << ">(" << i << ", i)";
   for (auto [i, v] : llvm::enumerate(k.outputs))

@@ -2,6 +2,7 @@
 
 #include "tdx/Target/Fusion.h"
 #include "tdx/Dialect/TdxOps.h"
+#include "tdx/Runtime/Rows.h"
 
 #include "mlir/Dialect/Arith/IR/Arith.h"
 #include "llvm/ADT/TypeSwitch.h"
@@ -14,9 +15,9 @@ using namespace mlir::tdx;
 
 namespace {
 
-constexpr int64_t kMaxRank = 8;
-/// Inputs plus outputs of one kernel (tdx::kern::kMaxOperands, one launch).
-constexpr int64_t kMaxOperands = 16;
+// What one kernel launch takes (tdx::kern::Iter): rank, inputs plus outputs.
+using ::tdx::kern::kMaxOperands;
+using ::tdx::kern::kMaxRank;
 
 RankedTensorType tensorType(Value v) { return dyn_cast<RankedTensorType>(v.getType()); }
 
@@ -94,7 +95,6 @@ bool mlir::tdx::isFusable(Operation *op) {
 FusionPlan mlir::tdx::planFusion(Block &block) {
   FusionPlan plan;
   std::vector<bool> open;
-  std::vector<SmallVector<Value>> external; // per kernel: the tensors it reads
   auto kernelOf = [&](Value v) -> std::optional<unsigned> {
     Operation *def = v.getDefiningOp();
     auto it = def ? plan.kernelOf.find(def) : plan.kernelOf.end();
@@ -117,7 +117,7 @@ FusionPlan mlir::tdx::planFusion(Block &block) {
     auto reads = [&](unsigned k) {
       SmallVector<Value> extra;
       for (Value v : op.getOperands())
-        if (kernelOf(v) != k && !splatValue(v) && !llvm::is_contained(external[k], v) &&
+        if (kernelOf(v) != k && !splatValue(v) && !llvm::is_contained(plan.kernels[k].inputs, v) &&
             !llvm::is_contained(extra, v))
           extra.push_back(v);
       return extra;
@@ -127,7 +127,7 @@ FusionPlan mlir::tdx::planFusion(Block &block) {
       if (auto k = kernelOf(v); k && open[*k] &&
                                 plan.kernels[*k].space.getShape() == space.getShape() &&
                                 // inputs + outputs (at most one per op) fit a launch
-                                external[*k].size() + reads(*k).size() +
+                                plan.kernels[*k].inputs.size() + reads(*k).size() +
                                         plan.kernels[*k].ops.size() + 1 <=
                                     static_cast<size_t>(kMaxOperands)) {
         join = k;
@@ -143,10 +143,10 @@ FusionPlan mlir::tdx::planFusion(Block &block) {
       k.space = space;
       plan.kernels.push_back(std::move(k));
       open.push_back(true);
-      external.emplace_back();
     }
+    // The tensors a kernel reads, in the order its members first read them.
     SmallVector<Value> extra = reads(*join);
-    external[*join].append(extra.begin(), extra.end());
+    plan.kernels[*join].inputs.append(extra.begin(), extra.end());
     plan.kernels[*join].ops.push_back(&op);
     plan.kernelOf[&op] = *join;
   }
@@ -160,13 +160,8 @@ FusionPlan mlir::tdx::planFusion(Block &block) {
       floatType = t;
     };
     for (Operation *op : k.ops) {
-      for (Value v : op->getOperands()) {
+      for (Value v : op->getOperands())
         note(tensorType(v).getElementType());
-        if ((v.getDefiningOp() && members.contains(v.getDefiningOp())) || splatValue(v) ||
-            llvm::is_contained(k.inputs, v))
-          continue;
-        k.inputs.push_back(v);
-      }
       Value r = op->getResult(0);
       note(tensorType(r).getElementType());
       if (llvm::any_of(r.getUsers(), [&](Operation *u) { return !members.contains(u); }))
