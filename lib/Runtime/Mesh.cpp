@@ -6,6 +6,7 @@
 #include <mpi.h>
 
 #include <chrono>
+#include <cstdio>
 #include <cstring>
 #include <numeric>
 #include <sstream>
@@ -160,6 +161,34 @@ int64_t Mesh::sumOverWorld(int64_t value) {
         "all_reduce");
   complete(&request, "all_reduce", {});
   return total;
+}
+
+void Mesh::reportSteps(bool verbose, double initMs, double stepMs, int64_t steps) {
+  long long total = sumOverWorld(bytesCommunicated());
+  if (verbose && rank_ == 0) {
+    std::printf("tdx: %d ranks: init %.3f ms, step %.3f ms, %lld bytes communicated\n", world_,
+                initMs, stepMs / steps, total / steps);
+    std::fflush(stdout);
+  }
+}
+
+void Mesh::finish() {
+  barrier();
+  MPI_Finalize();
+}
+
+int tdx::rt::endRank(const std::exception &error) {
+  int initialized = 0, rank = 0;
+  MPI_Initialized(&initialized);
+  if (initialized)
+    MPI_Comm_rank(MPI_COMM_WORLD, &rank);
+  std::string message = error.what();
+  if (message.rfind("tdx: ", 0) == 0)
+    message = message.substr(5);
+  std::fprintf(stderr, "tdx: rank %d: %s\n", rank, message.c_str());
+  if (initialized)
+    MPI_Abort(MPI_COMM_WORLD, 1);
+  return 1;
 }
 
 void Mesh::barrier() {

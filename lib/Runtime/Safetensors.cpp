@@ -173,6 +173,16 @@ const StoredTensor *TensorStore::find(const std::string &name) const {
   return it == entries_.end() ? nullptr : &it->second;
 }
 
+const StoredTensor &TensorStore::expect(const std::string &name, const std::string &what,
+                                        const std::vector<int64_t> &shape) const {
+  const StoredTensor *t = find(name);
+  if (!t)
+    throw error(path_ + " has no " + what + " '" + name + "'");
+  if (t->shape != shape)
+    throw error(what + " '" + name + "' in " + path_ + " has another shape than the program's");
+  return *t;
+}
+
 void TensorStore::read(const StoredTensor &t, void *out) const {
   File(t.file).read(t.offset, static_cast<uint64_t>(t.numel() * dtypeSize(t.dtype)), out);
 }

@@ -15,6 +15,7 @@
 #include "tdx/Runtime/Safetensors.h"
 
 #include <cstdint>
+#include <exception>
 #include <map>
 #include <string>
 #include <utility>
@@ -74,6 +75,11 @@ public:
   /// The sum of `value` over all ranks (every rank gets it).
   int64_t sumOverWorld(int64_t value);
   void barrier();
+  /// With `verbose`, rank 0 prints the init time, the mean step time and the
+  /// bytes all ranks sent per step. Every rank calls it: it sums over them.
+  void reportSteps(bool verbose, double initMs, double stepMs, int64_t steps);
+  /// Waits for every rank, then ends MPI: a model binary's last step.
+  void finish();
 
   /// Rank 0 gets the global tensor (row-major bytes of `dtype`) from every
   /// rank's dense local part under `layout`; Partial parts are summed.
@@ -100,6 +106,11 @@ private:
 
 /// Throws "tdx: <what> failed: <MPI's message>" unless `code` is MPI_SUCCESS.
 void checkMpi(int code, const char *what);
+
+/// Ends a model binary's rank after `error`: prints "tdx: rank R: <what>"
+/// and, when MPI runs, aborts every rank (none waits for a lost peer).
+/// Returns the exit code, 1.
+int endRank(const std::exception &error);
 
 } // namespace tdx::rt
 

@@ -22,6 +22,7 @@
 #include "tdx/Runtime/InitProgram.h"
 #include "tdx/Runtime/Kernel.h"
 #include "tdx/Runtime/Mesh.h"
+#include "tdx/Runtime/Program.h"
 
 #include <functional>
 #include <map>
@@ -29,6 +30,11 @@
 #include <vector>
 
 namespace tdx::rt {
+
+/// The ATen scalar type of a stored element type, and back (throws naming a
+/// type model binaries do not store).
+at::ScalarType scalarTypeOf(DType t);
+DType dtypeOf(at::ScalarType t);
 
 /// A rank of a model binary: the mesh (tdx/Runtime/Mesh.h) plus collectives
 /// and sharded init on ATen tensors.
@@ -78,7 +84,9 @@ struct Profile {
   std::map<std::string, double> byOp;             // top-level ATen op -> seconds
   static Profile &totals();
   static void enable();
-  static bool enabled();
+  /// Prints where `steps` steps that took `seconds` went, and the top ATen
+  /// calls.
+  void print(double seconds, int64_t steps) const;
   /// Times its lifetime into `bucket` unless it is nested in a timed call.
   class Scope {
   public:
@@ -121,29 +129,8 @@ inline at::Tensor rms_norm(const at::Tensor &x, const std::vector<int64_t> &norm
   return w.defined() ? y * w : y;
 }
 
-using State = std::map<std::string, at::Tensor>;
-
-struct Program {
-  std::vector<int64_t> meshShape;
-  std::vector<std::string> axes;
-  /// Parameters and buffers: global shape, dtype and layout, for --params.
-  struct Param {
-    std::string name;
-    std::vector<int64_t> shape;
-    at::ScalarType dtype;
-    std::string layout;
-  };
-  std::vector<Param> params;
-  struct Value {
-    std::vector<int64_t> shape;
-    at::ScalarType dtype;
-    std::string layout;
-  };
-  std::vector<Value> inputs, outputs;
-  std::function<void(Context &, State &)> init;
-  std::function<std::vector<at::Tensor>(Context &, State &, const std::vector<at::Tensor> &)>
-      forward;
-};
+using Program = BasicProgram<Context, at::Tensor, at::ScalarType>;
+using State = Program::State;
 
 /// The driver of a model binary. Returns the process exit code.
 int runMain(int argc, char **argv, const Program &program);

@@ -45,6 +45,10 @@ public:
   const std::string &path() const { return path_; }
   /// nullptr when absent.
   const StoredTensor *find(const std::string &name) const;
+  /// The entry `name` (a `what`: "parameter", "input") of global `shape`;
+  /// throws naming the file when it is absent or has another shape.
+  const StoredTensor &expect(const std::string &name, const std::string &what,
+                             const std::vector<int64_t> &shape) const;
   /// Reads the whole entry into `out` (numel * dtypeSize bytes).
   void read(const StoredTensor &t, void *out) const;
   /// Reads the box [offset, offset + size) of the entry, row-major, into

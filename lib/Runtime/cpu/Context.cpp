@@ -165,18 +165,34 @@ at::Tensor Context::allToAll(const at::Tensor &x, const std::vector<std::string>
   return at::cat(received, concat);
 }
 
+namespace {
+// The element types model binaries store, as ATen names them.
+const std::pair<DType, at::ScalarType> kDtypes[] = {
+    {DType::F32, at::kFloat}, {DType::F64, at::kDouble}, {DType::F16, at::kHalf},
+    {DType::BF16, at::kBFloat16}, {DType::I64, at::kLong}, {DType::I32, at::kInt},
+    {DType::Bool, at::kBool}};
+} // namespace
+
+at::ScalarType tdx::rt::scalarTypeOf(DType t) {
+  for (const auto &[d, s] : kDtypes)
+    if (d == t)
+      return s;
+  return at::kFloat;
+}
+
+DType tdx::rt::dtypeOf(at::ScalarType t) {
+  for (const auto &[d, s] : kDtypes)
+    if (s == t)
+      return d;
+  throw std::runtime_error(std::string("tdx: model binaries do not store or gather ") +
+                           c10::toString(t) + " tensors");
+}
+
 at::Tensor Context::init(const InitProgram &program, const Layout &layout) const {
   const InitProgram::Node &r = program.result();
   std::vector<int64_t> offset, size;
   box(r.shape, layout, offset, size);
-  static const std::pair<DType, at::ScalarType> types[] = {
-      {DType::F32, at::kFloat}, {DType::F64, at::kDouble}, {DType::I64, at::kLong},
-      {DType::I32, at::kInt}, {DType::Bool, at::kBool}};
-  at::ScalarType type = at::kFloat;
-  for (const auto &[d, t] : types)
-    if (d == r.dtype)
-      type = t;
-  at::Tensor out = at::empty(size, at::TensorOptions().dtype(type));
+  at::Tensor out = at::empty(size, at::TensorOptions().dtype(scalarTypeOf(r.dtype)));
   withSeed(program, seed()).fillBox(offset, size, out.data_ptr());
   return out;
 }
@@ -184,14 +200,8 @@ at::Tensor Context::init(const InitProgram &program, const Layout &layout) const
 at::Tensor Context::gather(const at::Tensor &local, const std::vector<int64_t> &globalShape,
                            const Layout &layout) {
   at::Tensor mine = local.contiguous();
-  DType dtype = mine.scalar_type() == at::kFloat    ? DType::F32
-                : mine.scalar_type() == at::kDouble ? DType::F64
-                : mine.scalar_type() == at::kLong   ? DType::I64
-                : mine.scalar_type() == at::kInt    ? DType::I32
-                : mine.scalar_type() == at::kBool   ? DType::Bool
-                : mine.scalar_type() == at::kHalf   ? DType::F16
-                                                    : DType::BF16;
-  std::vector<char> bytes = Mesh::gather(mine.data_ptr(), mine.nbytes(), globalShape, dtype, layout);
+  std::vector<char> bytes = Mesh::gather(mine.data_ptr(), mine.nbytes(), globalShape,
+                                         dtypeOf(mine.scalar_type()), layout);
   if (rank() != 0)
     return at::Tensor();
   return at::from_blob(bytes.data(), globalShape, mine.options()).clone();

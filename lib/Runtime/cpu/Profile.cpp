@@ -4,7 +4,9 @@
 
 #include <ATen/record_function.h>
 
+#include <algorithm>
 #include <chrono>
+#include <cstdio>
 
 using namespace tdx::rt;
 
@@ -51,8 +53,6 @@ void Profile::enable() {
                             .needsInputs(false));
 }
 
-bool Profile::enabled() { return on; }
-
 Profile::Scope::Scope(double Profile::*bucket) : bucket_(bucket) {
   if (on && depth++ == 0)
     start_ = nowNs();
@@ -66,4 +66,23 @@ Profile::Scope::~Scope() {
   --depth;
   if (start_ >= 0)
     totals().*bucket_ += (nowNs() - start_) * 1e-9;
+}
+
+void Profile::print(double seconds, int64_t steps) const {
+  double step = seconds / steps;
+  double rest = step - (aten + kernels + collectives) / steps;
+  std::printf("tdx: rank 0 profile per step: step %.3f ms = ATen calls %.3f ms + fused kernels "
+              "%.3f ms + collectives %.3f ms + runtime overhead %.3f ms (%.2f%% over the ATen "
+              "calls and kernels)\n",
+              step * 1e3, aten / steps * 1e3, kernels / steps * 1e3, collectives / steps * 1e3,
+              rest * 1e3, 100.0 * rest / ((aten + kernels) / steps));
+  std::vector<std::pair<double, std::string>> ops;
+  for (const auto &[name, total] : byOp)
+    ops.push_back({total, name});
+  std::sort(ops.rbegin(), ops.rend());
+  std::printf("tdx: rank 0 ATen calls per step:");
+  for (size_t i = 0; i < ops.size() && i < 8; ++i)
+    std::printf("%s %s %.3f ms", i ? "," : "", ops[i].second.c_str(), ops[i].first / steps * 1e3);
+  std::printf("\n");
+  std::fflush(stdout);
 }

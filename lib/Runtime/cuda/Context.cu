@@ -22,11 +22,6 @@ using namespace tdx::cu;
 
 namespace {
 
-void check(cudaError_t e, const char *what) {
-  if (e != cudaSuccess)
-    throw std::runtime_error(std::string("tdx: ") + what + " failed: " + cudaGetErrorString(e));
-}
-
 void checkNccl(ncclResult_t r, const char *what) {
   if (r != ncclSuccess && r != ncclInProgress)
     throw std::runtime_error(std::string("tdx: NCCL ") + what + " failed: " +
@@ -80,7 +75,7 @@ Context::Context(std::vector<int64_t> meshShape, std::vector<std::string> axes, 
   if (cudaGetDeviceCount(&devices) != cudaSuccess || devices == 0)
     throw std::runtime_error("tdx: no CUDA device is visible to rank " + std::to_string(rank()) +
                              "; run the CPU build of this model (tdx-compile --target cpu)");
-  check(cudaSetDevice(rank() % devices), "cudaSetDevice");
+  checkCuda(cudaSetDevice(rank() % devices), "cudaSetDevice");
 }
 
 Context::~Context() {
@@ -88,10 +83,8 @@ Context::~Context() {
     ncclCommDestroy(static_cast<ncclComm_t>(comm));
 }
 
-void *Context::comm(const std::vector<std::string> &axes, int &size, int &index) {
-  Group g = group(axes);
-  size = g.size;
-  index = g.index;
+void *Context::comm(const std::vector<std::string> &axes, Group &g) {
+  g = group(axes);
   auto it = nccl_.find(axes);
   if (it != nccl_.end())
     return it->second;
@@ -131,7 +124,7 @@ void Context::synchronize(const char *what, const std::vector<std::string> &axes
     }
     cudaError_t e = cudaStreamQuery(nullptr);
     if (e != cudaErrorNotReady)
-      check(e, what);
+      checkCuda(e, what);
     if (!pending && e == cudaSuccess)
       return;
     if (std::chrono::steady_clock::now() > deadline) {
@@ -145,8 +138,8 @@ void Context::synchronize(const char *what, const std::vector<std::string> &axes
 }
 
 Tensor Context::allReduce(const Tensor &x, const std::vector<std::string> &axes, int64_t reduce) {
-  int size, index;
-  auto c = static_cast<ncclComm_t>(comm(axes, size, index));
+  Group g;
+  auto c = static_cast<ncclComm_t>(comm(axes, g));
   Tensor in = x.contiguous();
   Tensor out = Tensor::empty(x.sizes(), x.dtype());
   addBytes(in.nbytes());
@@ -158,15 +151,15 @@ Tensor Context::allReduce(const Tensor &x, const std::vector<std::string> &axes,
 }
 
 Tensor Context::allGather(const Tensor &x, const std::vector<std::string> &axes, int64_t dim) {
-  int size, index;
-  auto c = static_cast<ncclComm_t>(comm(axes, size, index));
+  Group g;
+  auto c = static_cast<ncclComm_t>(comm(axes, g));
+  const int size = g.size, index = g.index;
   dim = x.wrap(dim);
   Tensor front = x.transpose(0, dim).contiguous();
   // Pieces may differ along `dim` (torch.chunk): exchange their sizes first.
   int64_t mine = front.dim() ? front.size(0) : 1;
   std::vector<int64_t> sizes(size);
   MPI_Request request;
-  Group g = group(axes);
   tdx::rt::checkMpi(MPI_Iallgather(&mine, 1, MPI_INT64_T, sizes.data(), 1, MPI_INT64_T,
                                    *static_cast<MPI_Comm *>(g.comm), &request),
                     "all_gather");
@@ -212,12 +205,12 @@ Tensor Context::reduceScatter(const Tensor &x, const std::vector<std::string> &a
 
 Tensor Context::allToAll(const Tensor &x, const std::vector<std::string> &axes, int64_t split,
                          int64_t concat) {
-  int size, index;
-  auto c = static_cast<ncclComm_t>(comm(axes, size, index));
+  Group g;
+  auto c = static_cast<ncclComm_t>(comm(axes, g));
+  const int size = g.size, index = g.index;
   split = x.wrap(split);
   // Everyone's shape, to know the pieces received.
   std::vector<int64_t> shape = x.sizes(), shapes(size * shape.size());
-  Group g = group(axes);
   MPI_Request request;
   tdx::rt::checkMpi(MPI_Iallgather(shape.data(), static_cast<int>(shape.size()), MPI_INT64_T,
                                    shapes.data(), static_cast<int>(shape.size()), MPI_INT64_T,
@@ -254,27 +247,30 @@ Tensor Context::init(const tdx::rt::InitProgram &program0, const Layout &layout)
   const InitProgram::Node &r = program.result();
   tdx::cuda::Box box = boxOf(*this, r.shape, layout);
   std::vector<int64_t> size(box.size, box.size + box.rank);
-  Tensor t = Tensor::empty(size, r.dtype);
   bool device = program.nodes.size() == 1 && r.dtype == DType::F32;
-  float *out = static_cast<float *>(t.data());
-  int code = 0;
-  if (device && r.kind == InitProgram::Uniform)
-    code = tdx::cuda::launchUniform(out, box, r.seed, r.stream, r.p[0], r.p[1]);
-  else if (device && r.kind == InitProgram::Normal)
-    code = tdx::cuda::launchNormal(out, box, r.seed, r.stream, r.p[0], r.p[1]);
-  else if (device && r.kind == InitProgram::TruncNormal)
-    code = tdx::cuda::launchTruncNormal(out, box, r.seed, r.stream, r.p[0], r.p[1], r.p[2],
-                                        r.p[3]);
-  else if (device && (r.kind == InitProgram::Full || r.kind == InitProgram::Empty))
+  if (device && (r.kind == InitProgram::Full || r.kind == InitProgram::Empty))
     return tdx::cu::full(size, r.kind == InitProgram::Full ? r.p[0] : 0.0, r.dtype);
+  Tensor t = Tensor::empty(size, r.dtype);
+  float *out = static_cast<float *>(t.data());
+  if (device && r.kind == InitProgram::Uniform)
+    checkCuda(static_cast<cudaError_t>(
+                  tdx::cuda::launchUniform(out, box, r.seed, r.stream, r.p[0], r.p[1])),
+              "uniform init");
+  else if (device && r.kind == InitProgram::Normal)
+    checkCuda(static_cast<cudaError_t>(
+                  tdx::cuda::launchNormal(out, box, r.seed, r.stream, r.p[0], r.p[1])),
+              "normal init");
+  else if (device && r.kind == InitProgram::TruncNormal)
+    checkCuda(static_cast<cudaError_t>(tdx::cuda::launchTruncNormal(
+                  out, box, r.seed, r.stream, r.p[0], r.p[1], r.p[2], r.p[3])),
+              "trunc_normal init");
   else {
-    std::vector<int64_t> offset(box.offset, box.offset + box.rank);
+    // Any other program: evaluated on the host for this box alone.
     std::vector<char> host(t.nbytes());
-    program.fillBox(offset, size, host.data());
+    program.fillBox(std::vector<int64_t>(box.offset, box.offset + box.rank), size, host.data());
     if (!host.empty())
-      check(cudaMemcpy(t.data(), host.data(), host.size(), cudaMemcpyHostToDevice), "cudaMemcpy");
-    return t;
+      checkCuda(cudaMemcpy(t.data(), host.data(), host.size(), cudaMemcpyHostToDevice),
+                "cudaMemcpy");
   }
-  check(static_cast<cudaError_t>(code), "sharded init");
   return t;
 }

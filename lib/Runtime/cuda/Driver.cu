@@ -10,8 +10,6 @@
 #include "tdx/Runtime/Options.h"
 #include "tdx/Runtime/cuda/Runtime.h"
 
-#include <mpi.h>
-
 #include <chrono>
 #include <cstdio>
 #include <stdexcept>
@@ -22,31 +20,21 @@ using tdx::rt::TensorStore;
 
 namespace {
 
-void check(cudaError_t e, const char *what) {
-  if (e != cudaSuccess)
-    throw std::runtime_error(std::string("tdx: ") + what + " failed: " + cudaGetErrorString(e));
-}
-
 Tensor readLocal(const Context &ctx, const TensorStore &store, const std::string &name,
                  const std::string &what, const std::vector<int64_t> &shape, DType dtype,
                  const Layout &layout) {
-  const StoredTensor *t = store.find(name);
-  if (!t)
-    throw std::runtime_error("tdx: " + store.path() + " has no " + what + " '" + name + "'");
-  if (t->shape != shape)
-    throw std::runtime_error("tdx: " + what + " '" + name + "' in " + store.path() +
-                             " has another shape than the program's");
-  if (t->dtype != dtype)
+  const StoredTensor &t = store.expect(name, what, shape);
+  if (t.dtype != dtype)
     throw std::runtime_error("tdx: " + what + " '" + name + "' in " + store.path() + " is " +
-                             tdx::rt::dtypeName(t->dtype) + " but the program takes " +
+                             tdx::rt::dtypeName(t.dtype) + " but the program takes " +
                              tdx::rt::dtypeName(dtype) + "; store it as " +
                              tdx::rt::dtypeName(dtype));
   std::vector<int64_t> offset, size;
   ctx.box(shape, layout, offset, size);
   Tensor local = Tensor::empty(size, dtype);
   std::vector<char> host(local.nbytes());
-  store.readBox(*t, offset, size, host.data());
-  check(cudaMemcpy(local.data(), host.data(), host.size(), cudaMemcpyHostToDevice), "cudaMemcpy");
+  store.readBox(t, offset, size, host.data());
+  checkCuda(cudaMemcpy(local.data(), host.data(), host.size(), cudaMemcpyHostToDevice), "cudaMemcpy");
   return local;
 }
 
@@ -56,7 +44,7 @@ std::vector<char> gather(Context &ctx, const Tensor &local, const std::vector<in
   Tensor dense = local.contiguous();
   std::vector<char> host(dense.nbytes());
   if (!host.empty())
-    check(cudaMemcpy(host.data(), dense.data(), host.size(), cudaMemcpyDeviceToHost),
+    checkCuda(cudaMemcpy(host.data(), dense.data(), host.size(), cudaMemcpyDeviceToHost),
           "cudaMemcpy");
   return ctx.gather(host.data(), static_cast<int64_t>(host.size()), shape, dense.dtype(), layout);
 }
@@ -67,10 +55,9 @@ int tdx::cu::runMain(int argc, char **argv, const Program &program) {
   tdx::rt::Options o;
   if (int code = tdx::rt::parseOptions(argc, argv, o); code >= 0)
     return code;
-  int rank = 0;
   try {
     Context ctx(program.meshShape, program.axes, o.seed, o.verbose);
-    rank = ctx.rank();
+    const int rank = ctx.rank();
     ctx.setCollectiveTimeout(o.timeout);
     auto t0 = std::chrono::steady_clock::now();
     State state;
@@ -128,27 +115,12 @@ int tdx::cu::runMain(int argc, char **argv, const Program &program) {
       }
       if (rank == 0 && !o.outputs.empty())
         tdx::rt::writeSafetensors(o.outputs, saved);
-      long long total = ctx.sumOverWorld(ctx.bytesCommunicated());
-      if (o.verbose && rank == 0)
-        std::printf("tdx: %d ranks: init %.3f ms, step %.3f ms, %lld bytes communicated\n",
-                    ctx.worldSize(), std::chrono::duration<double, std::milli>(t1 - t0).count(),
-                    std::chrono::duration<double, std::milli>(t3 - t2).count() / o.steps,
-                    total / o.steps);
+      ctx.reportSteps(o.verbose, std::chrono::duration<double, std::milli>(t1 - t0).count(),
+                      std::chrono::duration<double, std::milli>(t3 - t2).count(), o.steps);
     }
-    ctx.barrier();
-    MPI_Finalize();
+    ctx.finish();
     return 0;
   } catch (const std::exception &e) {
-    int initialized = 0;
-    MPI_Initialized(&initialized);
-    if (initialized)
-      MPI_Comm_rank(MPI_COMM_WORLD, &rank);
-    std::string message = e.what();
-    if (message.rfind("tdx: ", 0) == 0)
-      message = message.substr(5);
-    std::fprintf(stderr, "tdx: rank %d: %s\n", rank, message.c_str());
-    if (initialized)
-      MPI_Abort(MPI_COMM_WORLD, 1);
-    return 1;
+    return tdx::rt::endRank(e);
   }
 }

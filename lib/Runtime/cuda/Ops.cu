@@ -24,11 +24,6 @@ using tdx::kern::softmaxRow;
 
 namespace {
 
-void check(cudaError_t e, const char *what) {
-  if (e != cudaSuccess)
-    throw std::runtime_error(std::string("tdx: ") + what + " failed: " + cudaGetErrorString(e));
-}
-
 void checkBlas(cublasStatus_t s, const char *what) {
   if (s != CUBLAS_STATUS_SUCCESS)
     throw std::runtime_error(std::string("tdx: cuBLAS ") + what + " failed with status " +
@@ -176,7 +171,7 @@ __global__ void lossReduceKernel(const double *loss, T *out, int64_t rows, int64
 
 void checkFlag(int *flag, const char *message) {
   int host = 0;
-  check(cudaMemcpy(&host, flag, sizeof(int), cudaMemcpyDeviceToHost), "cudaMemcpy");
+  checkCuda(cudaMemcpy(&host, flag, sizeof(int), cudaMemcpyDeviceToHost), "cudaMemcpy");
   cudaFree(flag);
   if (host)
     throw std::runtime_error(message);
@@ -184,8 +179,8 @@ void checkFlag(int *flag, const char *message) {
 
 int *newFlag() {
   int *flag = nullptr;
-  check(cudaMalloc(&flag, sizeof(int)), "cudaMalloc");
-  check(cudaMemset(flag, 0, sizeof(int)), "cudaMemset");
+  checkCuda(cudaMalloc(&flag, sizeof(int)), "cudaMalloc");
+  checkCuda(cudaMemset(flag, 0, sizeof(int)), "cudaMemset");
   return flag;
 }
 

@@ -12,11 +12,6 @@ using tdx::kern::Iter;
 
 namespace {
 
-void check(cudaError_t e, const std::string &what) {
-  if (e != cudaSuccess)
-    throw std::runtime_error("tdx: " + what + " failed: " + cudaGetErrorString(e));
-}
-
 std::vector<int64_t> denseStrides(const std::vector<int64_t> &shape) {
   std::vector<int64_t> s(shape.size(), 1);
   for (int64_t d = static_cast<int64_t>(shape.size()) - 2; d >= 0; --d)
@@ -100,10 +95,15 @@ std::vector<int64_t> broadcastShapes(const std::vector<int64_t> &a, const std::v
 
 } // namespace
 
+void tdx::cu::checkCuda(cudaError_t e, const std::string &what) {
+  if (e != cudaSuccess)
+    throw std::runtime_error("tdx: " + what + " failed: " + cudaGetErrorString(e));
+}
+
 unsigned tdx::cu::blocksFor(int64_t n) { return static_cast<unsigned>((n + 255) / 256); }
 
 void tdx::cu::checkLaunch(const char *what) {
-  check(cudaGetLastError(), std::string("the ") + what + " kernel");
+  checkCuda(cudaGetLastError(), std::string("the ") + what + " kernel");
 }
 
 int64_t Tensor::numel() const {
@@ -122,7 +122,7 @@ Tensor Tensor::empty(const std::vector<int64_t> &shape, DType dtype) {
   t.strides_ = denseStrides(shape);
   size_t bytes = static_cast<size_t>(std::max<int64_t>(t.numel(), 1) * rt::dtypeSize(dtype));
   void *p = nullptr;
-  check(cudaMalloc(&p, bytes), "cudaMalloc of " + std::to_string(bytes) + " bytes");
+  checkCuda(cudaMalloc(&p, bytes), "cudaMalloc of " + std::to_string(bytes) + " bytes");
   t.storage_ = std::shared_ptr<void>(p, [](void *q) { cudaFree(q); });
   t.data_ = p;
   return t;
@@ -206,10 +206,10 @@ template <> int64_t Tensor::item<int64_t>() const {
                              " elements");
   int64_t v = 0;
   if (dtype_ == DType::I64) {
-    check(cudaMemcpy(&v, data_, 8, cudaMemcpyDeviceToHost), "cudaMemcpy");
+    checkCuda(cudaMemcpy(&v, data_, 8, cudaMemcpyDeviceToHost), "cudaMemcpy");
   } else if (dtype_ == DType::I32) {
     int32_t w = 0;
-    check(cudaMemcpy(&w, data_, 4, cudaMemcpyDeviceToHost), "cudaMemcpy");
+    checkCuda(cudaMemcpy(&w, data_, 4, cudaMemcpyDeviceToHost), "cudaMemcpy");
     v = w;
   } else {
     throw std::runtime_error("tdx: item<int64_t>() of a non-integer tensor");
@@ -297,7 +297,7 @@ Tensor tdx::cu::constant(const std::vector<double> &values, const std::vector<in
     }
   }
   if (!host.empty())
-    check(cudaMemcpy(t.data(), host.data(), host.size(), cudaMemcpyHostToDevice), "cudaMemcpy");
+    checkCuda(cudaMemcpy(t.data(), host.data(), host.size(), cudaMemcpyHostToDevice), "cudaMemcpy");
   return t;
 }
 

@@ -19,6 +19,7 @@
 
 #include "tdx/Runtime/InitProgram.h"
 #include "tdx/Runtime/Mesh.h"
+#include "tdx/Runtime/Program.h"
 #include "tdx/Runtime/Rows.h"
 
 #include <cuda_runtime.h>
@@ -112,6 +113,8 @@ std::vector<Tensor> elementwise(std::vector<int64_t> shape, const std::vector<Te
                                 const std::vector<DType> &outputTypes, KernelLaunch launch);
 /// Blocks per grid for one thread per element (256 per block).
 unsigned blocksFor(int64_t n);
+/// Throws "tdx: <what> failed: <CUDA's message>" unless `e` is cudaSuccess.
+void checkCuda(cudaError_t e, const std::string &what);
 /// Throws naming `what` if the last launch failed.
 void checkLaunch(const char *what);
 
@@ -148,30 +151,12 @@ private:
   uint64_t seed_;
   bool verbose_;
   std::map<std::vector<std::string>, void *> nccl_; // axes -> ncclComm_t
-  void *comm(const std::vector<std::string> &axes, int &size, int &index);
+  /// The NCCL communicator (made on first use) of `axes`' group, and the group.
+  void *comm(const std::vector<std::string> &axes, Group &group);
 };
 
-using State = std::map<std::string, Tensor>;
-
-struct Program {
-  std::vector<int64_t> meshShape;
-  std::vector<std::string> axes;
-  struct Param {
-    std::string name;
-    std::vector<int64_t> shape;
-    DType dtype;
-    std::string layout;
-  };
-  std::vector<Param> params;
-  struct Value {
-    std::vector<int64_t> shape;
-    DType dtype;
-    std::string layout;
-  };
-  std::vector<Value> inputs, outputs;
-  std::function<void(Context &, State &)> init;
-  std::function<std::vector<Tensor>(Context &, State &, const std::vector<Tensor> &)> forward;
-};
+using Program = rt::BasicProgram<Context, Tensor, DType>;
+using State = Program::State;
 
 /// The driver of a model binary (the CPU binary's command line). Returns
 /// the process exit code.

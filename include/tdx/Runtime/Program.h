@@ -1,0 +1,42 @@
+//===- Program.h - what an emitted source tells its runtime -------*- C++ -*-===//
+
+#ifndef TDX_RUNTIME_PROGRAM_H
+#define TDX_RUNTIME_PROGRAM_H
+
+#include <cstdint>
+#include <functional>
+#include <map>
+#include <string>
+#include <vector>
+
+namespace tdx::rt {
+
+/// A model binary's program, as its emitted main() describes it to runMain:
+/// the mesh, every parameter and buffer and every input and output with its
+/// global shape, element type and layout text, and the init and forward
+/// entries. The CPU runtime instantiates it with ATen types, the CUDA
+/// runtime with its own.
+template <class Context, class Tensor, class ElementType> struct BasicProgram {
+  using State = std::map<std::string, Tensor>;
+  std::vector<int64_t> meshShape;
+  std::vector<std::string> axes;
+  struct Param {
+    std::string name;
+    std::vector<int64_t> shape;
+    ElementType dtype;
+    std::string layout;
+  };
+  std::vector<Param> params;
+  struct Value {
+    std::vector<int64_t> shape;
+    ElementType dtype;
+    std::string layout;
+  };
+  std::vector<Value> inputs, outputs;
+  std::function<void(Context &, State &)> init;
+  std::function<std::vector<Tensor>(Context &, State &, const std::vector<Tensor> &)> forward;
+};
+
+} // namespace tdx::rt
+
+#endif // TDX_RUNTIME_PROGRAM_H
