@@ -2,6 +2,8 @@
 
 #include "tdx/Dialect/TdxOps.h"
 
+#include "llvm/ADT/DenseSet.h"
+
 #include <cctype>
 
 using namespace mlir;
@@ -22,5 +24,46 @@ LogicalResult AtenOp::verify() {
                          << "\" is not an operator name; expected "
                             "'namespace::name' or 'namespace::name.overload', "
                             "for example \"aten::index_select\"";
+  // Tensor-list arguments name operands that exist, each at most once.
+  DenseSet<unsigned> used;
+  if (DictionaryAttr args = getArgsAttr())
+    for (NamedAttribute kv : args) {
+      auto arr = dyn_cast<ArrayAttr>(kv.getValue());
+      if (!arr || !llvm::any_of(arr, [](Attribute e) {
+            auto i = dyn_cast<IntegerAttr>(e);
+            return i && i.getType().isIndex();
+          }))
+        continue;
+      for (Attribute e : arr) {
+        auto i = dyn_cast<IntegerAttr>(e);
+        if (isa<UnitAttr>(e))
+          continue;
+        if (!i || !i.getType().isIndex())
+          return emitOpError() << "tensor-list argument '" << kv.getName().getValue()
+                               << "' mixes operand numbers with " << e
+                               << "; its elements are `N : index` or `unit` (None)";
+        int64_t n = i.getInt();
+        if (n < 0 || n >= static_cast<int64_t>(getNumOperands()))
+          return emitOpError() << "tensor-list argument '" << kv.getName().getValue()
+                               << "' names operand #" << n << " but the op has "
+                               << getNumOperands() << " operands";
+        if (!used.insert(static_cast<unsigned>(n)).second)
+          return emitOpError() << "operand #" << n << " is in more than one tensor list";
+      }
+    }
   return success();
+}
+
+std::optional<SmallVector<std::optional<unsigned>>> AtenOp::tensorListRefs(Attribute arg) {
+  auto arr = dyn_cast<ArrayAttr>(arg);
+  if (!arr || arr.empty() || !llvm::all_of(arr, [](Attribute e) {
+        auto i = dyn_cast<IntegerAttr>(e);
+        return isa<UnitAttr>(e) || (i && i.getType().isIndex());
+      }))
+    return std::nullopt;
+  SmallVector<std::optional<unsigned>> refs;
+  for (Attribute e : arr)
+    refs.push_back(isa<UnitAttr>(e) ? std::nullopt
+                                    : std::optional<unsigned>(cast<IntegerAttr>(e).getInt()));
+  return refs;
 }

@@ -7,7 +7,7 @@ PACKAGES=(
   # MLIR / LLVM 22 (lit, FileCheck and not come with llvm-22-tools, pulled in by llvm-22-dev)
   libmlir-22-dev mlir-22-tools llvm-22-dev llvm-22-tools
   # PyTorch 1.13 for Python and C++, with a fast BLAS
-  python3-torch libtorch-dev libopenblas0-pthread
+  python3-torch libtorch-dev libopenblas0-pthread python3-torchvision
   # Python bindings and tests
   pybind11-dev python3-pybind11 python3-dev python3-pytest
   # MPI runtime for the multi-rank backends

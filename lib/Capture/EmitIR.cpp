@@ -74,10 +74,13 @@ std::string fullName(const RecordedOp &op) {
   return op.name + (op.overload.empty() ? "" : "." + op.overload);
 }
 
-/// A non-tensor argument as an attribute, or null to leave it out.
-Attribute toAttribute(Builder &b, const c10::IValue &v) {
+/// A non-tensor argument of an aten op as an attribute (see tdx.aten):
+/// None is `unit`, lists keep their element kind, Scalars their kind.
+/// Throws, naming the op and the argument, for a kind tdx cannot keep.
+Attribute toAttribute(Builder &b, const c10::IValue &v, const std::string &op,
+                      const std::string &arg) {
   if (v.isNone() || v.isGenerator())
-    return {};
+    return b.getUnitAttr(); // a Generator is the default one in the binary
   if (v.isBool())
     return b.getBoolAttr(v.toBool());
   if (v.isInt())
@@ -104,16 +107,16 @@ Attribute toAttribute(Builder &b, const c10::IValue &v) {
   }
   if (v.isScalar()) {
     c10::Scalar s = v.toScalar();
-    if (s.isIntegral(false))
-      return b.getI64IntegerAttr(s.toLong());
     if (s.isBoolean())
       return b.getBoolAttr(s.toBool());
-    return b.getF64FloatAttr(s.toDouble());
+    if (s.isIntegral(false))
+      return b.getI64IntegerAttr(s.toLong());
+    if (s.isFloatingPoint())
+      return b.getF64FloatAttr(s.toDouble());
   }
-  std::string text;
-  llvm::raw_string_ostream os(text);
-  os << v.tagKind();
-  return b.getStringAttr(text);
+  throw CaptureError("tdx: " + op + ": argument '" + arg + "' is a " + v.tagKind() +
+                     ", which a generic tdx.aten op cannot keep; express this part of the "
+                     "model with other ops");
 }
 
 class Functionalizer {
@@ -254,6 +257,10 @@ private:
     return full(v.toScalar().toDouble(), scalarType);
   }
 
+  /// A generic tdx.aten op: every schema argument is kept. Tensors are
+  /// operands in schema order; a Tensor[] / Tensor?[] argument is an array
+  /// of operand numbers (`index` integers) and `unit` for a None element;
+  /// everything else is an attribute (toAttribute).
   Value generic(StringRef schema, const RecordedOp &op, ArrayRef<Type> results) {
     SmallVector<Value> operands;
     SmallVector<NamedAttribute> args;
@@ -261,25 +268,41 @@ private:
     for (size_t i = 0; i < op.arguments.size() && i < fs.arguments().size(); ++i) {
       const c10::IValue &v = op.arguments[i];
       const std::string &argName = fs.arguments()[i].name();
-      if (v.isTensor()) {
-        if (v.toTensor().defined())
-          operands.push_back(read(v.toTensor()));
+      if (v.isTensor() && v.toTensor().defined()) {
+        operands.push_back(read(v.toTensor()));
         continue;
       }
-      if (v.isTensorList()) {
-        auto list = v.toTensorVector();
-        for (const at::Tensor &t : list)
-          operands.push_back(read(t));
-        args.push_back(b.getNamedAttr(argName, b.getStringAttr(
-                                                   "tensor_list:" + std::to_string(list.size()))));
+      if (v.isTensor()) { // an undefined optional tensor: None
+        args.push_back(b.getNamedAttr(argName, b.getUnitAttr()));
         continue;
       }
-      if (Attribute a = toAttribute(b, v))
-        args.push_back(b.getNamedAttr(argName, a));
+      if (v.isTensorList() || (v.isList() && isTensorListType(fs.arguments()[i].type()))) {
+        SmallVector<Attribute> refs;
+        for (const c10::IValue &e : v.toListRef()) {
+          if (e.isNone() || (e.isTensor() && !e.toTensor().defined())) {
+            refs.push_back(b.getUnitAttr());
+            continue;
+          }
+          refs.push_back(b.getIndexAttr(static_cast<int64_t>(operands.size())));
+          operands.push_back(read(e.toTensor()));
+        }
+        args.push_back(b.getNamedAttr(argName, b.getArrayAttr(refs)));
+        continue;
+      }
+      args.push_back(b.getNamedAttr(argName, toAttribute(b, v, schema.str(), argName)));
     }
     auto op2 = AtenOp::create(b, loc, results, b.getStringAttr(schema), operands,
                               args.empty() ? DictionaryAttr() : b.getDictionaryAttr(args));
     return op2->getNumResults() ? op2->getResult(0) : Value();
+  }
+
+  static bool isTensorListType(const c10::TypePtr &t) {
+    if (t->kind() != c10::TypeKind::ListType)
+      return false;
+    c10::TypePtr e = t->castRaw<c10::ListType>()->getElementType();
+    if (e->kind() == c10::TypeKind::OptionalType)
+      e = e->castRaw<c10::OptionalType>()->getElementType();
+    return e->kind() == c10::TypeKind::TensorType;
   }
 
   static const c10::FunctionSchema &schemaOf(const RecordedOp &op) {
@@ -347,8 +370,8 @@ private:
     SmallVector<NamedAttribute> args;
     const c10::FunctionSchema &fs = schemaOf(op);
     for (size_t i = 1; i < a.size() && i < fs.arguments().size(); ++i)
-      if (Attribute at = toAttribute(b, a[i]))
-        args.push_back(b.getNamedAttr(fs.arguments()[i].name(), at));
+      args.push_back(b.getNamedAttr(fs.arguments()[i].name(),
+                                    toAttribute(b, a[i], fullName(op), fs.arguments()[i].name())));
     return AtenOp::create(b, loc, TypeRange{type}, b.getStringAttr(fullName(op)),
                           ValueRange{base}, args.empty() ? DictionaryAttr() : b.getDictionaryAttr(args))
         ->getResult(0);
@@ -435,8 +458,8 @@ private:
     SmallVector<NamedAttribute> args;
     const c10::FunctionSchema &fs = schemaOf(op);
     for (size_t i = 1; i < a.size() && i < fs.arguments().size(); ++i)
-      if (Attribute at = toAttribute(b, a[i]))
-        args.push_back(b.getNamedAttr(fs.arguments()[i].name(), at));
+      args.push_back(b.getNamedAttr(fs.arguments()[i].name(),
+                                    toAttribute(b, a[i], fullName(op), fs.arguments()[i].name())));
     return AtenOp::create(b, loc, TypeRange{baseType}, b.getStringAttr(scatterName),
                           ValueRange{base, value},
                           args.empty() ? DictionaryAttr() : b.getDictionaryAttr(args))

@@ -251,7 +251,13 @@ llvm::json::Value typeToJson(Type type) {
   return llvm::json::Object{{"shape", std::move(shape)}, {"dtype", dtype}};
 }
 
-llvm::json::Value attrToJson(Attribute a) {
+/// An attribute as JSON. In a tdx.aten op's args `unit` is None (null) and
+/// an `index` integer is an operand reference {"operand": n}.
+llvm::json::Value attrToJson(Attribute a, bool atenArgs = false) {
+  if (atenArgs && isa<UnitAttr>(a))
+    return nullptr;
+  if (auto i = dyn_cast<IntegerAttr>(a); i && atenArgs && i.getType().isIndex())
+    return llvm::json::Object{{"operand", i.getInt()}};
   if (auto i = dyn_cast<IntegerAttr>(a))
     return i.getType().isInteger(1) ? llvm::json::Value(i.getValue().getBoolValue())
                                     : llvm::json::Value(i.getValue().getSExtValue());
@@ -276,13 +282,13 @@ llvm::json::Value attrToJson(Attribute a) {
   if (auto arr = dyn_cast<ArrayAttr>(a)) {
     llvm::json::Array out;
     for (Attribute e : arr)
-      out.push_back(attrToJson(e));
+      out.push_back(attrToJson(e, atenArgs));
     return out;
   }
   if (auto dict = dyn_cast<DictionaryAttr>(a)) {
     llvm::json::Object out;
     for (NamedAttribute n : dict)
-      out[n.getName().str()] = attrToJson(n.getValue());
+      out[n.getName().str()] = attrToJson(n.getValue(), atenArgs);
     return out;
   }
   if (auto dense = dyn_cast<DenseElementsAttr>(a)) {
@@ -341,7 +347,7 @@ std::string functionToJson(const std::string &text, const std::string &function)
     }
     llvm::json::Object attrs;
     for (NamedAttribute n : op.getAttrs())
-      attrs[n.getName().str()] = attrToJson(n.getValue());
+      attrs[n.getName().str()] = attrToJson(n.getValue(), isa<AtenOp>(op) && n.getName() == "args");
     o["operands"] = std::move(operands);
     o["results"] = std::move(results);
     o["types"] = std::move(types);

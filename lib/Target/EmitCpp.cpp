@@ -50,6 +50,21 @@ std::string number(double v) {
   return llvm::formatv("{0:e17}", v).str();
 }
 
+/// A C++ string literal of `s`.
+std::string quoted(StringRef s) {
+  std::string out = "\"";
+  for (char c : s) {
+    if (c == '"' || c == '\\')
+      out += '\\';
+    if (c == '\n') {
+      out += "\\n";
+      continue;
+    }
+    out += c;
+  }
+  return out + "\"";
+}
+
 std::string strings(ArrayAttr axes) {
   std::string s = "{";
   for (auto [i, a] : llvm::enumerate(axes.getAsValueRange<StringAttr>()))
@@ -84,6 +99,7 @@ public:
 
   LogicalResult emitOp(Operation *op);
   void emitKernelCall(const FusedKernel &k);
+  FailureOr<std::string> atenArgument(AtenOp o, NamedAttribute kv);
   LogicalResult emitReduce(Operation *op, StringRef fn, std::optional<ArrayRef<int64_t>> dims,
                            bool keep);
   LogicalResult emitInit(Operation *decl, StringRef name, RankedTensorType type,
@@ -115,11 +131,9 @@ LogicalResult Emitter::emitInit(Operation *decl, StringRef name, RankedTensorTyp
     program = buildInitProgram(decl);
   }
   if (failed(program)) {
-    std::string escaped;
-    for (char c : why)
-      escaped += c == '"' || c == '\\' ? std::string("\\") + c : std::string(1, c);
-    os << "  throw std::runtime_error(\"tdx: the init program of '" << name << "': " << escaped
-       << "\");\n";
+    os << "  throw std::runtime_error(" << quoted("tdx: the init program of '" + name.str() +
+                                                  "': " + why)
+       << ");\n";
     return success();
   }
   std::string var = "kInit" + std::to_string(inits++);
@@ -143,6 +157,47 @@ LogicalResult Emitter::emitInit(Operation *decl, StringRef name, RankedTensorTyp
   inits_ << "}};\n";
   os << "  s[\"" << name << "\"] = ctx.init(" << var << ", " << layout << ");\n";
   return success();
+}
+
+/// The c10::IValue of one argument of a tdx.aten op (see its description).
+FailureOr<std::string> Emitter::atenArgument(AtenOp o, NamedAttribute kv) {
+  Attribute a = kv.getValue();
+  if (isa<UnitAttr>(a))
+    return std::string("c10::IValue()");
+  if (auto refs = AtenOp::tensorListRefs(a)) {
+    std::string xs = "c10::List<c10::optional<at::Tensor>>({";
+    for (auto [i, r] : llvm::enumerate(*refs))
+      xs += (i ? ", " : "") + (r ? name(o.getOperand(*r)) : std::string("c10::nullopt"));
+    return "c10::IValue(" + xs + "}))";
+  }
+  if (auto b = dyn_cast<BoolAttr>(a))
+    return std::string(b.getValue() ? "c10::IValue(true)" : "c10::IValue(false)");
+  if (auto i = dyn_cast<IntegerAttr>(a))
+    return "c10::IValue(int64_t(" + std::to_string(i.getValue().getSExtValue()) + "))";
+  if (auto f = dyn_cast<FloatAttr>(a))
+    return "c10::IValue(double(" + number(f.getValueAsDouble()) + "))";
+  if (auto xs = dyn_cast<DenseI64ArrayAttr>(a))
+    return "c10::IValue(std::vector<int64_t>" + list(xs.asArrayRef()) + ")";
+  if (auto str = dyn_cast<StringAttr>(a))
+    return "c10::IValue(std::string(" + quoted(str.getValue()) + "))";
+  if (auto arr = dyn_cast<ArrayAttr>(a)) {
+    if (llvm::all_of(arr, [](Attribute e) { return isa<BoolAttr>(e); })) {
+      std::string xs = "c10::List<bool>({";
+      for (auto [i, e] : llvm::enumerate(arr))
+        xs += (i ? ", " : "") + std::string(cast<BoolAttr>(e).getValue() ? "true" : "false");
+      return "c10::IValue(" + xs + "}))";
+    }
+    if (llvm::all_of(arr, [](Attribute e) { return isa<FloatAttr>(e); })) {
+      std::string xs = "c10::List<double>({";
+      for (auto [i, e] : llvm::enumerate(arr))
+        xs += (i ? ", " : "") + number(cast<FloatAttr>(e).getValueAsDouble());
+      return "c10::IValue(" + xs + "}))";
+    }
+  }
+  return o.emitOpError() << "(" << o.getSchema() << ") argument '" << kv.getName().getValue()
+                         << "' = " << a
+                         << " has no C++ lowering; generic arguments are None (unit), bool, "
+                            "i64, f64, string, array<i64>, bool or f64 arrays and tensor lists";
 }
 
 LogicalResult Emitter::emitOp(Operation *op) {
@@ -271,37 +326,32 @@ LogicalResult Emitter::emitOp(Operation *op) {
                       std::to_string(static_cast<int64_t>(o.getConcatDim())) + ")");
       })
       .Case([&](AtenOp o) -> LogicalResult {
-        std::string tensors = "{", args = "{";
-        for (auto [i, v] : llvm::enumerate(o.getOperands()))
-          tensors += (i ? ", " : "") + name(v);
-        if (DictionaryAttr dict = o.getArgsAttr())
-          for (NamedAttribute kv : dict) {
-            std::string value;
-            Attribute a = kv.getValue();
-            if (auto b = dyn_cast<BoolAttr>(a))
-              value = b.getValue() ? "true" : "false";
-            else if (auto i = dyn_cast<IntegerAttr>(a))
-              value = "int64_t(" + std::to_string(i.getValue().getSExtValue()) + ")";
-            else if (auto f = dyn_cast<FloatAttr>(a))
-              value = "double(" + number(f.getValueAsDouble()) + ")";
-            else if (auto xs = dyn_cast<DenseI64ArrayAttr>(a))
-              value = "std::vector<int64_t>" + list(xs.asArrayRef());
-            else if (isa<UnitAttr>(a))
-              value = "";
-            else if (auto str = dyn_cast<StringAttr>(a); str && !str.getValue().starts_with("tensor_list:"))
-              value = "std::string(\"" + str.getValue().str() + "\")";
-            else
-              return o.emitOpError() << "argument '" << kv.getName().getValue() << "' = " << a
-                                     << " has no C++ lowering yet";
-            args += (args.size() > 1 ? ", {\"" : "{\"") + kv.getName().getValue().str() +
-                    "\", c10::IValue(" + value + ")}";
-          }
-        std::string results = "r" + std::to_string(tmps++);
         if (backend == Backend::CUDA)
           return o.emitOpError() << "(" << o.getSchema()
                                  << ") has no CUDA lowering: the CUDA backend runs first-class tdx "
                                     "ops only; compile for --target cpu, or express the op with "
                                     "tdx ops";
+        // Operands that a Tensor[] argument holds are passed in that list.
+        DenseSet<unsigned> inLists;
+        if (DictionaryAttr dict = o.getArgsAttr())
+          for (NamedAttribute kv : dict)
+            if (auto refs = AtenOp::tensorListRefs(kv.getValue()))
+              for (std::optional<unsigned> r : *refs)
+                if (r)
+                  inLists.insert(*r);
+        std::string tensors = "{", args = "{";
+        for (auto [i, v] : llvm::enumerate(o.getOperands()))
+          if (!inLists.contains(i))
+            tensors += (tensors.size() > 1 ? ", " : "") + name(v);
+        if (DictionaryAttr dict = o.getArgsAttr())
+          for (NamedAttribute kv : dict) {
+            FailureOr<std::string> value = atenArgument(o, kv);
+            if (failed(value))
+              return failure();
+            args += (args.size() > 1 ? ", {\"" : "{\"") + kv.getName().getValue().str() +
+                    "\", " + *value + "}";
+          }
+        std::string results = "r" + std::to_string(tmps++);
         os << "  std::vector<T::Tensor> " << results << " = callAten(\"" << o.getSchema()
            << "\", " << tensors << "}, " << args << "});\n";
         for (auto [i, r] : llvm::enumerate(o.getResults()))

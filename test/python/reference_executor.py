@@ -273,8 +273,23 @@ class Executor:
             ns, rest = a["schema"].split("::")
             opname, _, overload = rest.partition(".")
             fn = getattr(getattr(getattr(torch.ops, ns), opname), overload or "default")
-            kwargs = {k: v for k, v in a.get("args", {}).items()
-                      if not (isinstance(v, str) and v.startswith("tensor_list:"))}
-            out = fn(*x, **kwargs)
+            given = a.get("args", {})
+            listed = {r["operand"] for v in given.values() if isinstance(v, list)
+                      for r in v if isinstance(r, dict)}
+            plain = iter([t for i, t in enumerate(x) if i not in listed])
+            call = []
+            for arg in fn._schema.arguments:
+                if arg.name in given:
+                    v = given[arg.name]
+                    if isinstance(v, list) and any(isinstance(r, dict) for r in v):
+                        v = [x[r["operand"]] if isinstance(r, dict) else None for r in v]
+                    elif str(arg.type).startswith("Device") and isinstance(v, str):
+                        v = torch.device(v)
+                    call.append(v)
+                elif "Tensor" in str(arg.type) and "[]" not in str(arg.type):
+                    call.append(next(plain))
+                else:
+                    call.append(arg.default_value)
+            out = fn(*call)
             return tuple(out) if isinstance(out, (tuple, list)) else out
         raise NotImplementedError(f"reference executor: {name}")

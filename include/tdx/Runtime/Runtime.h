@@ -71,8 +71,12 @@ private:
 };
 
 /// Calls an ATen operator by schema name ("aten::triu", "aten::add.Tensor")
-/// through the dispatcher: tensor arguments from `tensors` in schema order,
-/// the others from `args` by schema name or from the schema's defaults.
+/// through the dispatcher: Tensor arguments from `tensors` in schema order,
+/// the others from `args` by schema name (converted to the schema's type:
+/// a device from its name, an int to a float, a list of optional tensors to
+/// Tensor[]) or from the schema's defaults. Every failure, the operator's
+/// own included, is a std::runtime_error naming the operator (and the
+/// argument where one is at fault).
 std::vector<at::Tensor> callAten(const std::string &schema, const std::vector<at::Tensor> &tensors,
                                  const std::vector<std::pair<std::string, c10::IValue>> &args);
 

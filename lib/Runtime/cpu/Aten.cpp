@@ -6,6 +6,59 @@
 
 #include <stdexcept>
 
+namespace {
+
+c10::TypePtr withoutOptional(const c10::TypePtr &t) {
+  return t->kind() == c10::TypeKind::OptionalType
+             ? t->castRaw<c10::OptionalType>()->getElementType()
+             : t;
+}
+
+bool isTensorType(const c10::TypePtr &t) {
+  return withoutOptional(t)->kind() == c10::TypeKind::TensorType;
+}
+
+/// `v` as the schema type `type` wants it; throws naming the argument.
+c10::IValue convert(const std::string &schema, const c10::Argument &a, c10::IValue v) {
+  auto fail = [&](const std::string &why) {
+    return std::runtime_error("tdx: " + schema + ": argument '" + a.name() + "' " + why);
+  };
+  if (v.isNone()) {
+    if (a.type()->kind() != c10::TypeKind::OptionalType)
+      throw fail("is None but the schema does not allow None (type " + a.type()->str() + ")");
+    return v;
+  }
+  c10::TypePtr t = withoutOptional(a.type());
+  switch (t->kind()) {
+  case c10::TypeKind::DeviceObjType:
+    if (v.isString())
+      return c10::IValue(c10::Device(v.toStringRef()));
+    break;
+  case c10::TypeKind::FloatType:
+    if (v.isInt())
+      return c10::IValue(static_cast<double>(v.toInt()));
+    break;
+  case c10::TypeKind::ListType: {
+    c10::TypePtr e = t->castRaw<c10::ListType>()->getElementType();
+    if (e->kind() == c10::TypeKind::TensorType && v.isList()) {
+      c10::List<at::Tensor> list;
+      for (const c10::IValue &x : v.toListRef()) {
+        if (!x.isTensor())
+          throw fail("has a None element but the schema takes Tensor[]");
+        list.push_back(x.toTensor());
+      }
+      return c10::IValue(list);
+    }
+    break;
+  }
+  default:
+    break;
+  }
+  return v;
+}
+
+} // namespace
+
 std::vector<at::Tensor>
 tdx::rt::callAten(const std::string &schema, const std::vector<at::Tensor> &tensors,
                   const std::vector<std::pair<std::string, c10::IValue>> &args) {
@@ -14,36 +67,50 @@ tdx::rt::callAten(const std::string &schema, const std::vector<at::Tensor> &tens
   std::string overload = dot == std::string::npos ? "" : schema.substr(dot + 1);
   auto handle = c10::Dispatcher::singleton().findSchema({name, overload});
   if (!handle)
-    throw std::runtime_error("no ATen operator " + schema + " in this libtorch");
+    throw std::runtime_error("tdx: no ATen operator " + schema +
+                             " in this libtorch; compile the program with the libtorch "
+                             "that captured it");
   const c10::FunctionSchema &fs = handle->schema();
+  for (const auto &kv : args)
+    if (std::none_of(fs.arguments().begin(), fs.arguments().end(),
+                     [&](const c10::Argument &a) { return a.name() == kv.first; }))
+      throw std::runtime_error("tdx: " + schema + " has no argument '" + kv.first +
+                               "'; its schema is " + c10::toString(fs));
   torch::jit::Stack stack;
   size_t next = 0;
   for (const c10::Argument &a : fs.arguments()) {
     auto given = std::find_if(args.begin(), args.end(),
                               [&](const auto &kv) { return kv.first == a.name(); });
-    bool isTensor = a.type()->kind() == c10::TypeKind::TensorType;
-    bool isOptionalTensor =
-        a.type()->kind() == c10::TypeKind::OptionalType &&
-        a.type()->castRaw<c10::OptionalType>()->getElementType()->kind() ==
-            c10::TypeKind::TensorType;
     if (given != args.end())
-      stack.push_back(given->second);
-    else if ((isTensor || isOptionalTensor) && next < tensors.size())
+      stack.push_back(convert(schema, a, given->second));
+    else if (isTensorType(a.type()) && next < tensors.size())
       stack.push_back(tensors[next++]);
     else if (a.default_value())
       stack.push_back(*a.default_value());
     else
-      throw std::runtime_error(schema + ": no value for argument '" + a.name() + "'");
+      throw std::runtime_error("tdx: " + schema + ": no value for argument '" + a.name() +
+                               "' (the program does not give it and the schema has no "
+                               "default); recapture the model with this tdx");
   }
   if (next != tensors.size())
-    throw std::runtime_error(schema + ": " + std::to_string(tensors.size()) +
+    throw std::runtime_error("tdx: " + schema + ": " + std::to_string(tensors.size()) +
                              " tensor operands but the schema takes " + std::to_string(next));
-  handle->callBoxed(stack);
+  try {
+    handle->callBoxed(stack);
+  } catch (const c10::Error &e) {
+    throw std::runtime_error("tdx: " + schema + " failed: " + e.what_without_backtrace());
+  }
   std::vector<at::Tensor> out;
   for (const c10::IValue &v : stack) {
-    if (!v.isTensor())
-      throw std::runtime_error(schema + " returned a non-tensor value");
-    out.push_back(v.toTensor());
+    if (v.isTensor()) {
+      out.push_back(v.toTensor());
+    } else if (v.isTensorList()) {
+      for (const at::Tensor &t : v.toTensorVector())
+        out.push_back(t);
+    } else {
+      throw std::runtime_error("tdx: " + schema + " returned a " + v.tagKind() +
+                               ", which a tdx program cannot hold");
+    }
   }
   return out;
 }
