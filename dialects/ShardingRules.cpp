@@ -68,36 +68,21 @@ static ShardingRule sameShapeRule(Operation *op, ArrayRef<int64_t> replicatedDim
   return rule;
 }
 
-#define TDX_BROADCAST_RULE(Op)                                                 \
-  ShardingRule Op::getShardingRule() { return broadcastRule(*this); }
-TDX_BROADCAST_RULE(AddOp)
-TDX_BROADCAST_RULE(SubOp)
-TDX_BROADCAST_RULE(MulOp)
-TDX_BROADCAST_RULE(DivOp)
-TDX_BROADCAST_RULE(PowOp)
-TDX_BROADCAST_RULE(MaximumOp)
-TDX_BROADCAST_RULE(MinimumOp)
-TDX_BROADCAST_RULE(CmpOp)
-TDX_BROADCAST_RULE(WhereOp)
-ShardingRule NegOp::getShardingRule() {
-  ShardingRule rule = broadcastRule(*this);
-  rule.linear = true;
-  return rule;
-}
-TDX_BROADCAST_RULE(AbsOp)
-TDX_BROADCAST_RULE(ReluOp)
-TDX_BROADCAST_RULE(ExpOp)
-TDX_BROADCAST_RULE(LogOp)
-TDX_BROADCAST_RULE(SqrtOp)
-TDX_BROADCAST_RULE(RsqrtOp)
-TDX_BROADCAST_RULE(TanhOp)
-TDX_BROADCAST_RULE(SigmoidOp)
-TDX_BROADCAST_RULE(SiluOp)
-TDX_BROADCAST_RULE(SinOp)
-TDX_BROADCAST_RULE(CosOp)
-TDX_BROADCAST_RULE(GeluOp)
-TDX_BROADCAST_RULE(CastOp)
-#undef TDX_BROADCAST_RULE
+// The elementwise table (tdx/Runtime/ElementwiseOps.def) and the other
+// broadcasting ops.
+#define TDX_UNARY(Name, fn, aten, isLinear)                                      \
+  ShardingRule Name##Op::getShardingRule() {                                     \
+    ShardingRule rule = broadcastRule(*this);                                  \
+    rule.linear = isLinear;                                                    \
+    return rule;                                                               \
+  }
+#define TDX_BINARY(Name, fn, aten)                                               \
+  ShardingRule Name##Op::getShardingRule() { return broadcastRule(*this); }
+#include "tdx/Runtime/ElementwiseOps.def"
+ShardingRule CmpOp::getShardingRule() { return broadcastRule(*this); }
+ShardingRule WhereOp::getShardingRule() { return broadcastRule(*this); }
+ShardingRule GeluOp::getShardingRule() { return broadcastRule(*this); }
+ShardingRule CastOp::getShardingRule() { return broadcastRule(*this); }
 
 ShardingRule EmptyOp::getShardingRule() { return creationRule(*this); }
 ShardingRule FullOp::getShardingRule() { return creationRule(*this); }

@@ -12,8 +12,12 @@
 
 include "TdxOpBase.td"
 
+/// An op of the elementwise table (include/tdx/Runtime/ElementwiseOps.def):
+/// its rule, kernel body, init-program kind and raising come from the row.
+def Tdx_TableElementwise : NativeOpTrait<"TdxTableElementwise">;
+
 class Tdx_BinaryOp<string mnemonic, string aten, Type operandType = Tdx_Tensor>
-    : Tdx_InferredOp<mnemonic> {
+    : Tdx_InferredOp<mnemonic, [Tdx_TableElementwise]> {
   let summary = "elementwise " # aten # " with broadcasting";
   let description = [{
     `aten::}] # aten # [{`: elementwise over the broadcast shape of the
@@ -81,7 +85,7 @@ def Tdx_WhereOp : Tdx_InferredOp<"where"> {
 class Tdx_UnaryOp<string mnemonic, string aten, Type operandType,
                   list<Trait> traits = []>
     : Tdx_Op<mnemonic, !listconcat(traits, [Pure, SameOperandsAndResultType,
-                                            Tdx_HasShardingRule])> {
+                                            Tdx_HasShardingRule, Tdx_TableElementwise])> {
   let summary = "elementwise " # aten;
   let description = [{
     `aten::}] # aten # [{`, elementwise; the result has the operand's type.
@@ -107,8 +111,14 @@ def Tdx_SigmoidOp : Tdx_UnaryOp<"sigmoid", "sigmoid", Tdx_FloatTensor>;
 def Tdx_SiluOp : Tdx_UnaryOp<"silu", "silu", Tdx_FloatTensor>;
 def Tdx_SinOp : Tdx_UnaryOp<"sin", "sin", Tdx_FloatTensor>;
 def Tdx_CosOp : Tdx_UnaryOp<"cos", "cos", Tdx_FloatTensor>;
+def Tdx_ErfOp : Tdx_UnaryOp<"erf", "erf", Tdx_FloatTensor>;
+def Tdx_HardswishOp : Tdx_UnaryOp<"hardswish", "hardswish", Tdx_FloatTensor>;
+def Tdx_HardsigmoidOp : Tdx_UnaryOp<"hardsigmoid", "hardsigmoid", Tdx_FloatTensor>;
 
-def Tdx_GeluOp : Tdx_UnaryOp<"gelu", "gelu", Tdx_FloatTensor> {
+def Tdx_GeluOp : Tdx_Op<"gelu", [Pure, SameOperandsAndResultType,
+                                 Tdx_HasShardingRule]> {
+  let summary = "elementwise gelu";
+  let results = (outs Tdx_FloatTensor:$result);
   let arguments = (ins Tdx_FloatTensor:$input,
       DefaultValuedAttr<Tdx_GeluApproximation,
                         "GeluApproximation::none">:$approximate);

@@ -148,24 +148,10 @@ public:
               return success();
             })
             .Case([&](CastOp) { return unary(InitProgram::Cast); })
-            .Case([&](NegOp) { return unary(InitProgram::Neg); })
-            .Case([&](AbsOp) { return unary(InitProgram::Abs); })
-            .Case([&](ReluOp) { return unary(InitProgram::Relu); })
-            .Case([&](ExpOp) { return unary(InitProgram::Exp); })
-            .Case([&](LogOp) { return unary(InitProgram::Log); })
-            .Case([&](SqrtOp) { return unary(InitProgram::Sqrt); })
-            .Case([&](RsqrtOp) { return unary(InitProgram::Rsqrt); })
-            .Case([&](TanhOp) { return unary(InitProgram::Tanh); })
-            .Case([&](SinOp) { return unary(InitProgram::Sin); })
-            .Case([&](CosOp) { return unary(InitProgram::Cos); })
             .Case([&](ReshapeOp) { return unary(InitProgram::Reshape); })
-            .Case([&](AddOp) { return binary(InitProgram::Add); })
-            .Case([&](SubOp) { return binary(InitProgram::Sub); })
-            .Case([&](MulOp) { return binary(InitProgram::Mul); })
-            .Case([&](DivOp) { return binary(InitProgram::Div); })
-            .Case([&](MaximumOp) { return binary(InitProgram::Maximum); })
-            .Case([&](MinimumOp) { return binary(InitProgram::Minimum); })
-            .Case([&](PowOp) { return binary(InitProgram::Pow); })
+#define TDX_UNARY(Name, fn, aten, linear) .Case([&](Name##Op) { return unary(InitProgram::Name); })
+#define TDX_BINARY(Name, fn, aten) .Case([&](Name##Op) { return binary(InitProgram::Name); })
+#include "tdx/Runtime/ElementwiseOps.def"
             .Default([&](Operation *other) {
               return other->emitOpError()
                      << "is not pointwise in the global index, so it cannot be initialized "

@@ -1,6 +1,7 @@
 //===- InitProgram.cpp - init programs evaluated element by element -------===//
 
 #include "tdx/Runtime/InitProgram.h"
+#include "tdx/Runtime/Kernel.h"
 #include "tdx/Runtime/Philox.h"
 
 #include <cmath>
@@ -54,7 +55,6 @@ double InitProgram::at(int n, const int64_t *index) const {
       sub[d] = o.shape[d] == 1 ? 0 : index[d + lead];
     return at(k, sub);
   };
-  double x = 0;
   switch (node.kind) {
   case Empty:
     return 0.0;
@@ -87,36 +87,39 @@ double InitProgram::at(int n, const int64_t *index) const {
   default:
     break;
   }
-  if (node.kind < Add) {
-    x = at(node.a, index);
-    switch (node.kind) {
-    case Cast: break;
-    case Neg: x = -x; break;
-    case Abs: x = std::fabs(x); break;
-    case Relu: x = x > 0 ? x : 0.0; break;
-    case Exp: x = std::exp(x); break;
-    case Log: x = std::log(x); break;
-    case Sqrt: x = std::sqrt(x); break;
-    case Rsqrt: x = 1.0 / std::sqrt(x); break;
-    case Tanh: x = std::tanh(x); break;
-    case Sin: x = std::sin(x); break;
-    case Cos: x = std::cos(x); break;
-    default: break;
-    }
-    return roundTo(node.dtype, x);
-  }
-  double l = operand(node.a), r = operand(node.b);
   switch (node.kind) {
-  case Add: x = l + r; break;
-  case Sub: x = l - r; break;
-  case Mul: x = l * r; break;
-  case Div: x = l / r; break;
-  case Maximum: x = l > r ? l : r; break;
-  case Minimum: x = l < r ? l : r; break;
-  case Pow: x = std::pow(l, r); break;
-  default: break;
+  case Cast:
+    return roundTo(node.dtype, at(node.a, index));
+#define TDX_UNARY(Name, fn, aten, linear)                                                    \
+  case Name:                                                                                 \
+    return roundTo(node.dtype, ::tdx::kern::fn(at(node.a, index)));
+#define TDX_BINARY(Name, fn, aten)                                                           \
+  case Name:                                                                                 \
+    return roundTo(node.dtype, ::tdx::kern::fn(operand(node.a), operand(node.b)));
+#include "tdx/Runtime/ElementwiseOps.def"
+  default:
+    break;
   }
-  return roundTo(node.dtype, x);
+  throw std::runtime_error("tdx: init program node of unknown kind " +
+                           std::to_string(static_cast<int>(node.kind)));
+}
+
+const char *InitProgram::kindName(Kind kind) {
+  switch (kind) {
+#define TDX_KIND(k)                                                                        \
+  case k:                                                                                  \
+    return #k;
+    TDX_INIT_KINDS(TDX_KIND)
+#undef TDX_KIND
+#define TDX_UNARY(Name, fn, aten, linear)                                                    \
+  case Name:                                                                                 \
+    return #Name;
+#define TDX_BINARY(Name, fn, aten)                                                           \
+  case Name:                                                                                 \
+    return #Name;
+#include "tdx/Runtime/ElementwiseOps.def"
+  }
+  return "?";
 }
 
 void InitProgram::fillBox(const std::vector<int64_t> &offset, const std::vector<int64_t> &size,

@@ -143,12 +143,8 @@ LogicalResult Emitter::emitInit(Operation *decl, StringRef name, RankedTensorTyp
     for (auto [i, v] : llvm::enumerate(n.values))
       values += (i ? ", " : "") + number(v);
     values += "}";
-    static const char *kinds[] = {
-        "Empty", "Full", "Arange", "Uniform", "Normal", "TruncNormal", "Constant", "Cast", "Neg",
-        "Abs",   "Relu", "Exp",    "Log",     "Sqrt",   "Rsqrt",       "Tanh",     "Sin",  "Cos",
-        "Reshape", "Add", "Sub",  "Mul",     "Div",    "Maximum",     "Minimum",  "Pow"};
     static const char *dtypes[] = {"F32", "F64", "F16", "BF16", "I64", "I32", "Bool"};
-    inits_ << "    {tdx::rt::InitProgram::" << kinds[n.kind] << ", tdx::rt::DType::"
+    inits_ << "    {tdx::rt::InitProgram::" << ::tdx::rt::InitProgram::kindName(n.kind) << ", tdx::rt::DType::"
            << dtypes[static_cast<int>(n.dtype)] << ", " << list(n.shape) << ", "
            << n.a << ", " << n.b << ", {" << number(n.p[0]) << ", " << number(n.p[1]) << ", "
            << number(n.p[2]) << ", " << number(n.p[3]) << "}, " << n.seed << "ull, " << n.stream

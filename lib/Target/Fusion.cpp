@@ -70,9 +70,7 @@ std::string mlir::tdx::cType(Type t) {
 }
 
 bool mlir::tdx::isElementwise(Operation *op) {
-  return isa<AddOp, SubOp, MulOp, DivOp, PowOp, MaximumOp, MinimumOp, CmpOp, WhereOp, NegOp, AbsOp,
-             ReluOp, ExpOp, LogOp, SqrtOp, RsqrtOp, TanhOp, SigmoidOp, SiluOp, SinOp, CosOp, GeluOp,
-             CastOp>(op);
+  return op->hasTrait<OpTrait::TdxTableElementwise>() || isa<CmpOp, WhereOp, GeluOp, CastOp>(op);
 }
 
 bool mlir::tdx::isFusable(Operation *op) {
@@ -227,30 +225,15 @@ void mlir::tdx::emitKernelBody(const FusedKernel &k, llvm::raw_ostream &os) {
     };
     std::string expr =
         llvm::TypeSwitch<Operation *, std::string>(op)
-            .Case([&](AddOp) { return in(0) + " + " + in(1); })
-            .Case([&](SubOp) { return in(0) + " - " + in(1); })
-            .Case([&](MulOp) { return in(0) + " * " + in(1); })
-            .Case([&](DivOp) { return in(0) + " / " + in(1); })
-            .Case([&](PowOp) { return call("pow", 2); })
-            .Case([&](MaximumOp) { return call("maximum", 2); })
-            .Case([&](MinimumOp) { return call("minimum", 2); })
+// The elementwise table: ::tdx::kern::<fn>(operands).
+#define TDX_UNARY(Name, fn, aten, linear) .Case([&](Name##Op) { return call(#fn); })
+#define TDX_BINARY(Name, fn, aten) .Case([&](Name##Op) { return call(#fn, 2); })
+#include "tdx/Runtime/ElementwiseOps.def"
             .Case([&](CmpOp o) {
               static const char *ops[] = {"==", "!=", "<", "<=", ">", ">="};
               return in(0) + " " + ops[static_cast<int>(o.getPredicate())] + " " + in(1);
             })
             .Case([&](WhereOp) { return in(0) + " ? " + in(1) + " : " + in(2); })
-            .Case([&](NegOp) { return call("neg"); })
-            .Case([&](AbsOp) { return call("abs"); })
-            .Case([&](ReluOp) { return call("relu"); })
-            .Case([&](ExpOp) { return call("exp"); })
-            .Case([&](LogOp) { return call("log"); })
-            .Case([&](SqrtOp) { return call("sqrt"); })
-            .Case([&](RsqrtOp) { return call("rsqrt"); })
-            .Case([&](TanhOp) { return call("tanh"); })
-            .Case([&](SigmoidOp) { return call("sigmoid"); })
-            .Case([&](SiluOp) { return call("silu"); })
-            .Case([&](SinOp) { return call("sin"); })
-            .Case([&](CosOp) { return call("cos"); })
             .Case([&](GeluOp o) {
               return call(o.getApproximate() == GeluApproximation::tanh ? "geluTanh" : "gelu");
             })
@@ -258,6 +241,10 @@ void mlir::tdx::emitKernelBody(const FusedKernel &k, llvm::raw_ostream &os) {
               return "static_cast<" + typeOf(o.getResult()) + ">(" + in(0) + ")";
             })
             .Default([](Operation *) -> std::string { return ""; });
+    if (expr.empty()) // an op isElementwise() admits but no Case writes
+      llvm::report_fatal_error(llvm::Twine("tdx: the fused kernel body has no expression for ") +
+                               op->getName().getStringRef() +
+                               "; add it to include/tdx/Runtime/ElementwiseOps.def");
     Value r = op->getResult(0);
     std::string t = "t" + std::to_string(temps++);
     os << "  " << typeOf(r) << " " << t << " = " << expr << "; // " << op->getName() << "\n";

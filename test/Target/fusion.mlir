@@ -23,8 +23,8 @@ module attributes {tdx.partitioned} {
 
 // CHECK:      template <class V>
 // CHECK-NEXT: TDX_HD inline void k0(V a0, V a1, V &y0, V &y1) {
-// CHECK-NEXT:   V t0 = a0 + a1; // tdx.add
-// CHECK-NEXT:   V t1 = t0 * V(5.00000000000000000e-01); // tdx.mul
+// CHECK-NEXT:   V t0 = ::tdx::kern::add(a0, a1); // tdx.add
+// CHECK-NEXT:   V t1 = ::tdx::kern::mul(t0, V(5.00000000000000000e-01)); // tdx.mul
 // CHECK-NEXT:   V t2 = ::tdx::kern::gelu(t1); // tdx.gelu
 // CHECK-NEXT:   y0 = t1;
 // CHECK-NEXT:   y1 = t2;

@@ -33,7 +33,7 @@ func.func @forward(%x: tensor<3x4xf32>) -> tensor<3x4xf32> {
 // CHECK:      namespace T = tdx::cu;
 // CHECK:      template <class V>
 // CHECK-NEXT: TDX_HD inline void k0(V a0, V a1, V &y0) {
-// CHECK-NEXT:   V t0 = a0 + a1; // tdx.add
+// CHECK-NEXT:   V t0 = ::tdx::kern::add(a0, a1); // tdx.add
 // CHECK-NEXT:   V t1 = ::tdx::kern::gelu(t0); // tdx.gelu
 // CHECK-NEXT:   y0 = t1;
 // CHECK-NEXT: }

@@ -14,6 +14,12 @@
 #include "tdx/Dialect/TdxDialect.h"
 #include "tdx/Dialect/TypeInference.h"
 
+namespace mlir::OpTrait {
+/// An op of the elementwise table (tdx/Runtime/ElementwiseOps.def).
+template <typename ConcreteOp>
+class TdxTableElementwise : public TraitBase<ConcreteOp, TdxTableElementwise> {};
+} // namespace mlir::OpTrait
+
 #define GET_OP_CLASSES
 #include "tdx/Dialect/TdxOps.h.inc"
 

@@ -25,11 +25,20 @@
 namespace tdx::rt {
 
 struct InitProgram {
+  /// Leaves, then cast and reshape, then the elementwise table's ops
+  /// (ElementwiseOps.def), named like their tdx ops.
+#define TDX_INIT_KINDS(X)                                                                  \
+  X(Empty) X(Full) X(Arange) X(Uniform) X(Normal) X(TruncNormal) X(Constant) X(Cast) X(Reshape)
   enum Kind : int {
-    Empty, Full, Arange, Uniform, Normal, TruncNormal, Constant, // leaves
-    Cast, Neg, Abs, Relu, Exp, Log, Sqrt, Rsqrt, Tanh, Sin, Cos, Reshape, // one operand
-    Add, Sub, Mul, Div, Maximum, Minimum, Pow                            // two operands
+#define TDX_KIND(k) k,
+    TDX_INIT_KINDS(TDX_KIND)
+#undef TDX_KIND
+#define TDX_UNARY(Name, fn, aten, linear) Name,
+#define TDX_BINARY(Name, fn, aten) Name,
+#include "tdx/Runtime/ElementwiseOps.def"
   };
+  /// The enumerator's name ("Full", "Exp"): emitted sources spell nodes so.
+  static const char *kindName(Kind kind);
   struct Node {
     Kind kind;
     DType dtype;

@@ -87,10 +87,24 @@ template <class T> inline Vec<T> relu(Vec<T> x) { return at::vec::clamp_min(x, V
 
 namespace tdx::kern {
 
+// Arithmetic, by name for the table (ElementwiseOps.def).
+template <class V> TDX_HD inline V add(V a, V b) { return a + b; }
+template <class V> TDX_HD inline V sub(V a, V b) { return a - b; }
+template <class V> TDX_HD inline V mul(V a, V b) { return a * b; }
+template <class V> TDX_HD inline V div(V a, V b) { return a / b; }
+
 // Composites, written once for every V.
 template <class V> TDX_HD inline V rsqrt(V x) { return V(1) / sqrt(x); }
 template <class V> TDX_HD inline V sigmoid(V x) { return V(1) / (V(1) + exp(neg(x))); }
 template <class V> TDX_HD inline V silu(V x) { return x / (V(1) + exp(neg(x))); }
+/// hardsigmoid: min(max(x + 3, 0), 6) / 6 (ATen's formula).
+template <class V> TDX_HD inline V hardsigmoid(V x) {
+  return minimum(maximum(x + V(3), V(0)), V(6)) / V(6);
+}
+/// hardswish: x * min(max(x + 3, 0), 6) / 6 (ATen's formula).
+template <class V> TDX_HD inline V hardswish(V x) {
+  return x * minimum(maximum(x + V(3), V(0)), V(6)) / V(6);
+}
 /// gelu(approximate="none"): x/2 (1 + erf(x / sqrt 2)).
 template <class V> TDX_HD inline V gelu(V x) {
   return x * V(0.5) * (V(1) + erf(x * V(0.70710678118654752440)));
