@@ -171,6 +171,67 @@ ShardingRule LinearOp::getShardingRule() {
 }
 
 //===----------------------------------------------------------------------===//
+// Convolution and pooling
+//===----------------------------------------------------------------------===//
+
+ShardingRule ConvOp::getShardingRule() {
+  ShardingRule rule;
+  auto x = tensorType(getInput()), w = tensorType(getWeight());
+  auto r = cast<RankedTensorType>(getType());
+  int64_t groups = getGroups(), c = x.getDimSize(1), o = w.getDimSize(0);
+  int64_t n = rule.addFactor(x.getDimSize(0));
+  int64_t oc, ic = -1;
+  bool depthwise = groups > 1 && groups == c && groups == o;
+  if (groups == 1) {
+    oc = rule.addFactor(o);
+    ic = rule.addFactor(c, FactorKind::Reduction);
+  } else if (depthwise) {
+    oc = rule.addFactor(o); // one channel in, one out: elementwise in C
+  } else {
+    oc = rule.addFactor(o, FactorKind::Replicated);
+    ic = rule.addFactor(c, FactorKind::Replicated);
+  }
+  TensorFactors xDims = {{n}, {depthwise ? oc : ic}}, wDims = {{oc}, {}}, rDims = {{n}, {oc}};
+  if (!depthwise)
+    wDims[1] = {groups == 1 ? ic : rule.addFactor(w.getDimSize(1), FactorKind::Replicated)};
+  for (int64_t d = 2; d < x.getRank(); ++d) {
+    xDims.push_back({rule.addFactor(x.getDimSize(d), FactorKind::Replicated)});
+    wDims.push_back({rule.addFactor(w.getDimSize(d), FactorKind::Replicated)});
+    rDims.push_back({rule.addFactor(r.getDimSize(d), FactorKind::Replicated)});
+  }
+  rule.operands = {xDims, wDims};
+  rule.addedAfterReduction = {false, false};
+  if (getBias()) {
+    rule.operands.push_back({{oc}});
+    rule.addedAfterReduction.push_back(true);
+  }
+  rule.results = {rDims};
+  return rule;
+}
+
+/// Pooling: batch and channels are parallel, the window dims replicated.
+static ShardingRule poolRule(Operation *op) {
+  ShardingRule rule;
+  auto x = tensorType(op->getOperand(0));
+  auto r = cast<RankedTensorType>(op->getResult(0).getType());
+  TensorFactors xDims, rDims;
+  for (int64_t d = 0; d < 2; ++d) {
+    xDims.push_back({rule.addFactor(x.getDimSize(d))});
+    rDims.push_back(xDims.back());
+  }
+  for (int64_t d = 2; d < x.getRank(); ++d) {
+    xDims.push_back({rule.addFactor(x.getDimSize(d), FactorKind::Replicated)});
+    rDims.push_back({rule.addFactor(r.getDimSize(d), FactorKind::Replicated)});
+  }
+  rule.operands = {xDims};
+  rule.addedAfterReduction = {false};
+  rule.results = {rDims};
+  return rule;
+}
+ShardingRule MaxPoolOp::getShardingRule() { return poolRule(*this); }
+ShardingRule AvgPoolOp::getShardingRule() { return poolRule(*this); }
+
+//===----------------------------------------------------------------------===//
 // Reductions and normalizations
 //===----------------------------------------------------------------------===//
 

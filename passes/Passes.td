@@ -24,6 +24,32 @@ def ModelSummary : Pass<"tdx-model-summary", "::mlir::ModuleOp"> {
   ];
 }
 
+def RaiseAten : Pass<"tdx-raise-aten", "::mlir::ModuleOp"> {
+  let summary = "Raise generic tdx.aten ops to first-class tdx ops";
+  let description = [{
+    Capture records every aten op as a generic `tdx.aten` op with all of its
+    schema arguments; this pass rewrites the ones tdx knows into first-class
+    ops (which have sharding rules and CPU and CUDA lowerings), from one
+    table in `passes/RaiseAten.cpp` (the elementwise rows come from
+    `include/tdx/Runtime/ElementwiseOps.def`). Type promotion becomes
+    explicit `tdx.cast` ops; Scalars become `tdx.full` scalars; decompositions
+    (batch norm in eval mode, clamp, hardtanh, triu, outer, ...) become
+    several ops. An op whose arguments the table does not cover (a
+    rounding mode, a used second result, training-mode batch norm) stays
+    generic and runs through ATen on the CPU backend. Parameter init
+    regions are raised too. Capture runs this pass; `tdx-opt` exposes it
+    for tests.
+
+    ```
+    tdx-opt captured.mlir --tdx-raise-aten
+    ```
+  }];
+  let options = [
+    Option<"report", "report", "bool", /*default=*/"false",
+           "Emit a remark at every tdx.aten op left generic">
+  ];
+}
+
 def PrintShardingRules : Pass<"tdx-print-sharding-rules"> {
   let summary = "Report the sharding rule (factor mapping) of every op";
   let description = [{

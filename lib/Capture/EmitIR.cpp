@@ -527,201 +527,13 @@ private:
       return read(a[0].toTensor());
     if ((n == "aten::to" || n == "aten::_to_copy") && a[0].isTensor())
       return fit(read(a[0].toTensor()), type);
-    // Elementwise unary ops with first-class tdx ops.
-    auto unary = [&](auto tag) -> Value {
-      using Op = decltype(tag);
-      Value x = read(a[0].toTensor());
-      if (x.getType() != type)
-        return {};
-      return Op::create(b, loc, x);
-    };
-    if (a.size() >= 1 && a[0].isTensor() && op.overload.empty()) {
-      if (n == "aten::neg") return unary(NegOp());
-      if (n == "aten::abs") return unary(AbsOp());
-      if (n == "aten::relu") return unary(ReluOp());
-      if (n == "aten::exp") return unary(ExpOp());
-      if (n == "aten::log") return unary(LogOp());
-      if (n == "aten::sqrt") return unary(SqrtOp());
-      if (n == "aten::rsqrt") return unary(RsqrtOp());
-      if (n == "aten::tanh") return unary(TanhOp());
-      if (n == "aten::sigmoid") return unary(SigmoidOp());
-      if (n == "aten::silu") return unary(SiluOp());
-      if (n == "aten::sin") return unary(SinOp());
-      if (n == "aten::cos") return unary(CosOp());
-    }
-    if (n == "aten::gelu" && read(a[0].toTensor()).getType() == type) {
-      auto approx = a.size() > 1 && a[1].isString() && a[1].toStringRef() == "tanh"
-                        ? GeluApproximation::tanh
-                        : GeluApproximation::none;
-      return GeluOp::create(b, loc, read(a[0].toTensor()), approx);
-    }
-    if ((n == "aten::_to_copy" || n == "aten::to") && a[0].isTensor()) {
-      Value x = read(a[0].toTensor());
-      auto xt = cast<RankedTensorType>(x.getType());
-      if (xt.getShape() == type.getShape())
-        return xt == type ? x : CastOp::create(b, loc, type, x).getResult();
-    }
     if (n == "aten::_unsafe_view" || n == "aten::reshape" || n == "aten::view") {
       Value x = read(a[0].toTensor());
       if (cast<RankedTensorType>(x.getType()).getElementType() == type.getElementType())
         return ReshapeOp::create(b, loc, type, x, b.getDenseI64ArrayAttr(type.getShape()));
     }
-    if (n == "aten::mm" || n == "aten::bmm" || n == "aten::matmul")
-      return MatmulOp::create(b, loc, type, read(a[0].toTensor()), read(a[1].toTensor()));
-    if (n == "aten::addmm" && a[3].toScalar().toDouble() == 1.0 &&
-        a[4].toScalar().toDouble() == 1.0) {
-      Value mm = MatmulOp::create(b, loc, type, read(a[1].toTensor()), read(a[2].toTensor()));
-      return AddOp::create(b, loc, type, mm, fit(read(a[0].toTensor()), RankedTensorType::get(
-          cast<RankedTensorType>(read(a[0].toTensor()).getType()).getShape(), type.getElementType())));
-    }
-    if (n == "aten::linear") {
-      SmallVector<Value> ops = {read(a[0].toTensor()), read(a[1].toTensor())};
-      if (a.size() > 2 && a[2].isTensor() && a[2].toTensor().defined())
-        ops.push_back(read(a[2].toTensor()));
-      return LinearOp::create(b, loc, type, ops[0], ops[1], ops.size() > 2 ? ops[2] : Value());
-    }
-    if (n == "aten::_softmax" || n == "aten::_log_softmax" || n == "aten::softmax" ||
-        n == "aten::log_softmax") {
-      Value x = read(a[0].toTensor());
-      if (x.getType() != type)
-        return {};
-      auto dim = b.getI64IntegerAttr(a[1].toInt());
-      if (n.find("log") != std::string::npos)
-        return LogSoftmaxOp::create(b, loc, x, dim);
-      return SoftmaxOp::create(b, loc, x, dim);
-    }
-    if ((n == "aten::mean" || n == "aten::sum" || n == "aten::amax") &&
-        (op.overload == "dim" || op.overload == "dim_IntList" || op.overload.empty()) &&
-        a.size() >= 3 && a[1].isIntList()) {
-      Value x = read(a[0].toTensor());
-      if (cast<RankedTensorType>(x.getType()).getElementType() != type.getElementType())
-        return {};
-      auto dims = b.getDenseI64ArrayAttr(a[1].toIntVector());
-      auto keep = a[2].toBool() ? b.getUnitAttr() : UnitAttr();
-      if (n == "aten::mean")
-        return MeanOp::create(b, loc, type, x, dims, keep);
-      if (n == "aten::sum")
-        return SumOp::create(b, loc, type, x, dims, keep);
-      return MaxOp::create(b, loc, type, x, dims, keep);
-    }
-    if (n == "aten::embedding")
-      return EmbeddingOp::create(b, loc, type, read(a[0].toTensor()), read(a[1].toTensor()),
-                                 a[2].toInt() >= 0 ? b.getI64IntegerAttr(a[2].toInt()) : IntegerAttr());
-    if (n == "aten::masked_fill" && op.overload == "Scalar") {
-      Value x = read(a[0].toTensor());
-      if (x.getType() != type)
-        return {};
-      Value fillValue = full(a[2].toScalar().toDouble(), RankedTensorType::get({}, type.getElementType()));
-      return WhereOp::create(b, loc, type, read(a[1].toTensor()), fillValue, x);
-    }
-    if (n == "aten::stack") {
-      // stack = concat of the inputs with a new dim of size 1.
-      int64_t dim = *normalizeDim(a[1].toInt(), type.getRank());
-      SmallVector<Value> inputs;
-      for (const at::Tensor &t : a[0].toTensorVector()) {
-        SmallVector<int64_t> shape(t.sizes().begin(), t.sizes().end());
-        shape.insert(shape.begin() + dim, 1);
-        auto ut = RankedTensorType::get(shape, elementType(b, t.scalar_type()));
-        inputs.push_back(ReshapeOp::create(b, loc, ut, read(t), b.getDenseI64ArrayAttr(shape)));
-      }
-      return ConcatOp::create(b, loc, type, inputs, b.getI64IntegerAttr(dim));
-    }
-    if (n == "aten::cat") {
-      SmallVector<Value> inputs;
-      for (const at::Tensor &t : a[0].toTensorVector())
-        inputs.push_back(read(t));
-      return ConcatOp::create(b, loc, type, inputs, b.getI64IntegerAttr(a[1].toInt()));
-    }
-    if (n == "aten::pow" && op.overload == "Tensor_Scalar") {
-      Value x = read(a[0].toTensor());
-      if (x.getType() != type)
-        return {};
-      return PowOp::create(b, loc, type, x,
-                           full(a[1].toScalar().toDouble(), RankedTensorType::get({}, type.getElementType())));
-    }
-    auto asElementType = [&](const c10::IValue &v) {
-      Value x = operand(v, type);
-      return fit(x, RankedTensorType::get(cast<RankedTensorType>(x.getType()).getShape(),
-                                          type.getElementType()));
-    };
-    if (n == "aten::pow" && (op.overload == "Tensor_Tensor" || op.overload == "Scalar") &&
-        isa<FloatType>(type.getElementType()))
-      return PowOp::create(b, loc, type, asElementType(a[0]), asElementType(a[1]));
-    if (n == "aten::reciprocal" && isa<FloatType>(type.getElementType())) {
-      Value x = read(a[0].toTensor());
-      if (x.getType() != type)
-        return {};
-      return DivOp::create(b, loc, type, full(1.0, RankedTensorType::get({}, type.getElementType())),
-                           x);
-    }
-    // outer(x, y) = x[:, None] * y[None, :].
-    if ((n == "aten::outer" || n == "aten::ger") && type.getRank() == 2) {
-      Value x = asElementType(a[0]), y = asElementType(a[1]);
-      auto col = RankedTensorType::get({type.getDimSize(0), 1}, type.getElementType());
-      auto row = RankedTensorType::get({1, type.getDimSize(1)}, type.getElementType());
-      return MulOp::create(b, loc, type,
-                           ReshapeOp::create(b, loc, col, x, b.getDenseI64ArrayAttr(col.getShape())),
-                           ReshapeOp::create(b, loc, row, y, b.getDenseI64ArrayAttr(row.getShape())));
-    }
-    // triu / tril keep x where col - row >= diagonal (<= for tril), else 0.
-    if ((n == "aten::triu" || n == "aten::tril") && type.getRank() >= 2 &&
-        type.hasStaticShape()) {
-      Value x = read(a[0].toTensor());
-      if (x.getType() != type)
-        return {};
-      int64_t diagonal = a.size() > 1 && a[1].isInt() ? a[1].toInt() : 0;
-      int64_t rows = type.getDimSize(type.getRank() - 2), cols = type.getDimSize(type.getRank() - 1);
-      Type i64 = b.getI64Type();
-      auto index = [&](int64_t count, SmallVector<int64_t> shape) -> Value {
-        Value r = ArangeOp::create(b, loc, RankedTensorType::get({count}, i64),
-                                   b.getF64FloatAttr(0), b.getF64FloatAttr(count),
-                                   b.getF64FloatAttr(1));
-        return ReshapeOp::create(b, loc, RankedTensorType::get(shape, i64), r,
-                                 b.getDenseI64ArrayAttr(shape));
-      };
-      auto grid = RankedTensorType::get({rows, cols}, i64);
-      Value diff = SubOp::create(b, loc, grid, index(cols, {1, cols}), index(rows, {rows, 1}));
-      Value keep = CmpOp::create(
-          b, loc, RankedTensorType::get({rows, cols}, b.getI1Type()),
-          n == "aten::triu" ? CmpPredicate::ge : CmpPredicate::le, diff,
-          full(static_cast<double>(diagonal), RankedTensorType::get({}, i64)));
-      return WhereOp::create(b, loc, type, keep, x,
-                             full(0.0, RankedTensorType::get({}, type.getElementType())));
-    }
-    static const std::map<std::string, int> binary = {
-        {"aten::add", 0}, {"aten::add_", 0}, {"aten::sub", 1}, {"aten::sub_", 1},
-        {"aten::mul", 2}, {"aten::mul_", 2}, {"aten::div", 3}, {"aten::div_", 3}};
-    auto bin = binary.find(n);
-    if (bin != binary.end() && a.size() >= 2 &&
-        (op.overload == "Tensor" || op.overload == "Scalar") &&
-        !(n.rfind("aten::div", 0) == 0 && a.size() > 2 && !a[2].isNone()) &&
-        (isa<FloatType>(type.getElementType()) || bin->second != 3)) {
-      Value lhs = fit(operand(a[0], type), RankedTensorType::get(
-                                               cast<RankedTensorType>(operand(a[0], type).getType()).getShape(),
-                                               type.getElementType()));
-      Value rhs = operand(a[1], type);
-      rhs = fit(rhs, RankedTensorType::get(cast<RankedTensorType>(rhs.getType()).getShape(),
-                                           type.getElementType()));
-      // add/sub with alpha: rhs * alpha.
-      if ((bin->second == 0 || bin->second == 1) && a.size() > 2 && a[2].isScalar() &&
-          a[2].toScalar().toDouble() != 1.0) {
-        Value alpha = full(a[2].toScalar().toDouble(), RankedTensorType::get({}, type.getElementType()));
-        SmallVector<Type> t;
-        if (failed(MulOp::inferReturnTypes(b.getContext(), loc, ValueRange{rhs, alpha}, DictionaryAttr(), OpaqueProperties(nullptr), RegionRange(), t)))
-          return {};
-        rhs = MulOp::create(b, loc, t[0], rhs, alpha);
-      }
-      switch (bin->second) {
-      case 0:
-        return AddOp::create(b, loc, type, lhs, rhs);
-      case 1:
-        return SubOp::create(b, loc, type, lhs, rhs);
-      case 2:
-        return MulOp::create(b, loc, type, lhs, rhs);
-      default:
-        return DivOp::create(b, loc, type, lhs, rhs);
-      }
-    }
+    // Everything else is a generic tdx.aten op, raised to first-class ops
+    // by tdx-raise-aten (passes/RaiseAten.cpp) when capture ends.
     return {};
   }
 
@@ -776,17 +588,20 @@ private:
         (op.arguments[2].isNone() ||
          (op.arguments[2].isTensor() && !op.arguments[2].toTensor().defined()))) {
       Value logp = read(op.arguments[0].toTensor());
-      auto ls = logp.getDefiningOp<LogSoftmaxOp>();
+      auto ls = logp.getDefiningOp<AtenOp>();
       auto lt = cast<RankedTensorType>(logp.getType());
       int64_t classDim = lt.getRank() == 1 ? 0 : 1;
-      if (ls && normalizeDim(static_cast<int64_t>(ls.getDim()), lt.getRank()) == classDim) {
+      auto lsDim = ls && ls.getArgsAttr() ? ls.getArgsAttr().getAs<IntegerAttr>("dim") : IntegerAttr();
+      if (ls && (ls.getSchema() == "aten::_log_softmax" || ls.getSchema() == "aten::log_softmax.int") &&
+          ls->getNumOperands() == 1 && ls.getOperand(0).getType() == lt && lsDim &&
+          normalizeDim(lsDim.getInt(), lt.getRank()) == classDim) {
         static const LossReduction reductions[] = {LossReduction::none, LossReduction::mean,
                                                    LossReduction::sum};
         int64_t r = op.arguments[3].toInt();
         if (r >= 0 && r <= 2) {
           const at::Tensor &out = op.results[0].toTensor();
           define(out, CrossEntropyOp::create(
-                          b, loc, tensorType(b, out), ls.getInput(),
+                          b, loc, tensorType(b, out), ls.getOperand(0),
                           read(op.arguments[1].toTensor()),
                           LossReductionAttr::get(b.getContext(), reductions[r]),
                           b.getI64IntegerAttr(op.arguments[4].toInt()), b.getF64FloatAttr(0.0)));
@@ -982,6 +797,18 @@ std::string captureToMlir(const Recording &recording, const std::vector<StateEnt
     for (const at::Tensor &t : forward->outputs)
       results.push_back(g.read(t));
     func::ReturnOp::create(b, loc, results);
+  }
+  // Generic aten ops that tdx knows become first-class ops.
+  {
+    PassManager pm(&ctx);
+    pm.addPass(createRaiseAten());
+    std::string why;
+    ScopedDiagnosticHandler handler(&ctx, [&](Diagnostic &d) {
+      why += d.str() + "\n";
+      return success();
+    });
+    if (failed(pm.run(*module)))
+      throw CaptureError("tdx: raising the captured aten ops failed (a tdx bug): " + why);
   }
   if (failed(verify(*module))) {
     std::string text;

@@ -267,6 +267,26 @@ LogicalResult Emitter::emitOp(Operation *op) {
         return assign("T::linear(" + in(0) + ", " + in(1) + ", " +
                       (o.getBias() ? name(o.getBias()) : std::string("{}")) + ")");
       })
+      .Case([&](ConvOp o) {
+        int64_t spatial = o.getStride().size();
+        return assign("T::convolution(" + in(0) + ", " + in(1) + ", " +
+                      (o.getBias() ? name(o.getBias()) : std::string("{}")) + ", " +
+                      list(o.getStride()) + ", " + list(o.getPadding()) + ", " +
+                      list(o.getDilation()) + ", false, " +
+                      list(SmallVector<int64_t>(spatial, 0)) + ", " +
+                      std::to_string(o.getGroups()) + ")");
+      })
+      .Case([&](MaxPoolOp o) {
+        return assign("T::max_pool2d(" + in(0) + ", " + list(o.getKernel()) + ", " +
+                      list(o.getStride()) + ", " + list(o.getPadding()) + ", " +
+                      list(o.getDilation()) + ", " + (o.getCeilMode() ? "true" : "false") + ")");
+      })
+      .Case([&](AvgPoolOp o) {
+        return assign("T::avg_pool2d(" + in(0) + ", " + list(o.getKernel()) + ", " +
+                      list(o.getStride()) + ", " + list(o.getPadding()) + ", " +
+                      (o.getCeilMode() ? "true" : "false") + ", " +
+                      (o.getCountIncludePad() ? "true" : "false") + ")");
+      })
       .Case([&](SumOp o) { return emitReduce(op, "T::sum", o.getDims(), o.getKeepdim()); })
       .Case([&](MeanOp o) { return emitReduce(op, "T::mean", o.getDims(), o.getKeepdim()); })
       .Case([&](MaxOp o) { return emitReduce(op, "T::amax", o.getDims(), o.getKeepdim()); })

@@ -99,11 +99,11 @@ template <class V> TDX_HD inline V sigmoid(V x) { return V(1) / (V(1) + exp(neg(
 template <class V> TDX_HD inline V silu(V x) { return x / (V(1) + exp(neg(x))); }
 /// hardsigmoid: min(max(x + 3, 0), 6) / 6 (ATen's formula).
 template <class V> TDX_HD inline V hardsigmoid(V x) {
-  return minimum(maximum(x + V(3), V(0)), V(6)) / V(6);
+  return ::tdx::kern::minimum(::tdx::kern::maximum(x + V(3), V(0)), V(6)) / V(6);
 }
 /// hardswish: x * min(max(x + 3, 0), 6) / 6 (ATen's formula).
 template <class V> TDX_HD inline V hardswish(V x) {
-  return x * minimum(maximum(x + V(3), V(0)), V(6)) / V(6);
+  return x * ::tdx::kern::minimum(::tdx::kern::maximum(x + V(3), V(0)), V(6)) / V(6);
 }
 /// gelu(approximate="none"): x/2 (1 + erf(x / sqrt 2)).
 template <class V> TDX_HD inline V gelu(V x) {

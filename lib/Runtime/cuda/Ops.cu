@@ -6,9 +6,7 @@
 //
 //===----------------------------------------------------------------------===//
 
-#include "tdx/Runtime/cuda/Runtime.h"
-
-#include <cublas_v2.h>
+#include "Blas.cuh"
 
 #include <stdexcept>
 
@@ -22,62 +20,9 @@ using tdx::kern::RowMean;
 using tdx::kern::RowSum;
 using tdx::kern::softmaxRow;
 
+using namespace tdx::cu::detail;
+
 namespace {
-
-void checkBlas(cublasStatus_t s, const char *what) {
-  if (s != CUBLAS_STATUS_SUCCESS)
-    throw std::runtime_error(std::string("tdx: cuBLAS ") + what + " failed with status " +
-                             std::to_string(static_cast<int>(s)));
-}
-
-cublasHandle_t blas() {
-  static cublasHandle_t handle = [] {
-    cublasHandle_t h = nullptr;
-    checkBlas(cublasCreate(&h), "cublasCreate");
-    return h;
-  }();
-  return handle;
-}
-
-/// Calls f(T()) for the float type of `t`; other types are refused naming `op`.
-template <class F> void floatTypes(DType t, const char *op, F f) {
-  if (t == DType::F32)
-    f(float());
-  else if (t == DType::F64)
-    f(double());
-  else
-    throw std::runtime_error(std::string("tdx: ") + op + " on " + tdx::rt::dtypeName(t) +
-                             " tensors is not supported by the CUDA backend (use F32 or F64)");
-}
-
-int64_t product(const std::vector<int64_t> &xs, size_t begin, size_t end) {
-  int64_t p = 1;
-  for (size_t i = begin; i < end; ++i)
-    p *= xs[i];
-  return p;
-}
-
-/// Row-major C[b] = op(A[b]) * B[b] for `count` matrices, through cuBLAS's
-/// column-major view (C^T = B^T A^T). transA: A is stored [n x k] (linear).
-template <class T>
-void gemm(const T *a, const T *b, T *c, int64_t m, int64_t n, int64_t k, int64_t count,
-          bool weightTransposed) {
-  const T one = 1, zero = 0;
-  cublasOperation_t opB = weightTransposed ? CUBLAS_OP_T : CUBLAS_OP_N;
-  int ldb = static_cast<int>(weightTransposed ? k : n);
-  if constexpr (sizeof(T) == 4)
-    checkBlas(cublasSgemmStridedBatched(blas(), opB, CUBLAS_OP_N, static_cast<int>(n),
-                                        static_cast<int>(m), static_cast<int>(k), &one, b, ldb,
-                                        k * n, a, static_cast<int>(k), m * k, &zero, c,
-                                        static_cast<int>(n), m * n, static_cast<int>(count)),
-              "sgemm");
-  else
-    checkBlas(cublasDgemmStridedBatched(blas(), opB, CUBLAS_OP_N, static_cast<int>(n),
-                                        static_cast<int>(m), static_cast<int>(k), &one, b, ldb,
-                                        k * n, a, static_cast<int>(k), m * k, &zero, c,
-                                        static_cast<int>(n), m * n, static_cast<int>(count)),
-              "dgemm");
-}
 
 template <class T> __global__ void addBiasKernel(T *y, const T *bias, int64_t rows, int64_t n) {
   int64_t i = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x;

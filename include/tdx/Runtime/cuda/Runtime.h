@@ -101,6 +101,18 @@ Tensor layer_norm(const Tensor &x, const std::vector<int64_t> &normalizedShape, 
 Tensor rms_norm(const Tensor &x, const std::vector<int64_t> &normalizedShape, const Tensor &w,
                 double eps);
 Tensor embedding(const Tensor &weight, const Tensor &ids);
+/// at::convolution (not transposed; 1-D or 2-D): im2col (tdx/Runtime/Conv.h)
+/// and one strided-batched cuBLAS gemm over the groups per batch element.
+Tensor convolution(const Tensor &x, const Tensor &w, const Tensor &bias,
+                   const std::vector<int64_t> &stride, const std::vector<int64_t> &padding,
+                   const std::vector<int64_t> &dilation, bool transposed,
+                   const std::vector<int64_t> &outputPadding, int64_t groups);
+Tensor max_pool2d(const Tensor &x, const std::vector<int64_t> &kernel,
+                  const std::vector<int64_t> &stride, const std::vector<int64_t> &padding,
+                  const std::vector<int64_t> &dilation, bool ceilMode);
+Tensor avg_pool2d(const Tensor &x, const std::vector<int64_t> &kernel,
+                  const std::vector<int64_t> &stride, const std::vector<int64_t> &padding,
+                  bool ceilMode, bool countIncludePad);
 /// reduction: 0 none, 1 mean, 2 sum (at::Reduction); `weight` must be undefined.
 Tensor cross_entropy_loss(const Tensor &logits, const Tensor &target, const Tensor &weight,
                           int64_t reduction, int64_t ignoreIndex, double smoothing);
