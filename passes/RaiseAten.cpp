@@ -237,6 +237,64 @@ Value raiseReciprocal(Call &c) {
   return c.binary<DivOp>(c.full(1.0, c.elementType()), c.cast(c.plain[0], c.elementType()));
 }
 
+/// eq / ne / lt / le / gt / ge on tensors or a tensor and a Scalar, in the
+/// promoted type (floats win, then the wider type).
+Value raiseCompare(Call &c) {
+  static const llvm::StringMap<CmpPredicate> predicates = {
+      {"aten::eq", CmpPredicate::eq}, {"aten::ne", CmpPredicate::ne},
+      {"aten::lt", CmpPredicate::lt}, {"aten::le", CmpPredicate::le},
+      {"aten::gt", CmpPredicate::gt}, {"aten::ge", CmpPredicate::ge}};
+  if ((c.overload != "Tensor" && c.overload != "Scalar") || c.plain.empty() ||
+      !c.resultType().getElementType().isInteger(1))
+    return {};
+  auto elementOf = [](Value v) { return cast<RankedTensorType>(v.getType()).getElementType(); };
+  Value lhs = c.plain[0], rhs;
+  Type e = elementOf(lhs);
+  if (c.plain.size() == 2) {
+    Type f = elementOf(c.plain[1]);
+    if (e != f) {
+      bool eFloat = isa<FloatType>(e), fFloat = isa<FloatType>(f);
+      if (eFloat != fFloat)
+        e = eFloat ? e : f;
+      else
+        e = e.getIntOrFloatBitWidth() >= f.getIntOrFloatBitWidth() ? e : f;
+    }
+    rhs = c.cast(c.plain[1], e);
+  } else {
+    std::optional<double> v = c.number("other");
+    if (!v)
+      return {};
+    if (!isa<FloatType>(e) && *v != static_cast<double>(static_cast<int64_t>(*v)))
+      e = c.b.getF32Type();
+    rhs = c.full(*v, e);
+  }
+  return CmpOp::create(c.b, c.loc, c.resultType(), predicates.lookup(c.name), c.cast(lhs, e), rhs);
+}
+
+/// where(condition, self, other), either value a tensor or a Scalar.
+Value raiseWhere(Call &c) {
+  static const llvm::StringSet<> overloads = {"self", "ScalarSelf", "ScalarOther", "Scalar"};
+  if (!overloads.contains(c.overload) || c.plain.empty())
+    return {};
+  Type e = c.elementType();
+  size_t next = 1;
+  auto value = [&](StringRef n) -> Value {
+    if (std::optional<double> v = c.number(n))
+      return c.full(*v, e);
+    return next < c.plain.size() ? c.cast(c.plain[next++], e) : Value();
+  };
+  Value lhs = value("self"), rhs = value("other");
+  if (!lhs || !rhs || next != c.plain.size())
+    return {};
+  SmallVector<Type> t;
+  if (failed(WhereOp::inferReturnTypes(c.b.getContext(), c.loc, ValueRange{c.plain[0], lhs, rhs},
+                                       DictionaryAttr(), OpaqueProperties(nullptr),
+                                       RegionRange(), t)) ||
+      t[0] != c.resultType())
+    return {};
+  return WhereOp::create(c.b, c.loc, c.resultType(), c.plain[0], lhs, rhs);
+}
+
 /// masked_fill(x, mask, value) = where(mask, value, x).
 Value raiseMaskedFill(Call &c) {
   if (c.overload != "Scalar" || c.plain.size() != 2 || c.plain[0].getType() != c.resultType())
@@ -468,6 +526,9 @@ const llvm::StringMap<RaiseFn> &table() {
     t["aten::hardtanh"] = &raiseClamp;
     t["aten::reciprocal"] = &raiseReciprocal;
     t["aten::masked_fill"] = &raiseMaskedFill;
+    for (const char *cmp : {"aten::eq", "aten::ne", "aten::lt", "aten::le", "aten::gt", "aten::ge"})
+      t[cmp] = &raiseCompare;
+    t["aten::where"] = &raiseWhere;
     t["aten::outer"] = &raiseOuter;
     t["aten::ger"] = &raiseOuter;
     t["aten::triu"] = &raiseTriangle;

@@ -10,3 +10,20 @@ except ImportError as e:  # pragma: no cover
                       f"run the tests with scripts/test.sh (or source build/env.sh)")
 
 sys.path.insert(0, os.path.dirname(__file__))
+
+
+def pytest_terminal_summary(terminalreporter):
+    """The e2e op suite's count per backend and its expected-failure table."""
+    suite = sys.modules.get("test_e2e_ops")
+    if not suite or not any(suite.RESULTS.values()):
+        return
+    from e2e_cases import XFAIL
+    write = terminalreporter.write_line
+    write("e2e op suite (test/python/e2e_cases.py):")
+    for backend, cases in sorted(suite.RESULTS.items()):
+        passed = sorted(n for n, r in cases.items() if r == "pass")
+        failed = sorted(n for n, r in cases.items() if r != "pass")
+        write(f"  {backend:13s} {len(passed)} ops pass, {len(failed)} fail "
+              f"({len(XFAIL[backend])} expected)")
+        for n in failed:
+            write(f"    {n}: {XFAIL[backend].get(n) or cases[n]}")

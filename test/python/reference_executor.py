@@ -10,6 +10,7 @@ compiled binaries over MPI/NCCL), so it is written for clarity, not speed.
 import itertools
 import json
 import math
+import os
 import re
 
 import torch
@@ -22,6 +23,24 @@ DTYPES = {"f32": torch.float32, "f64": torch.float64, "f16": torch.float16,
           "i8": torch.int8, "i1": torch.bool}
 CMP = {0: torch.eq, 1: torch.ne, 2: torch.lt, 3: torch.le, 4: torch.gt, 5: torch.ge}
 REDUCE = {0: "sum", 1: "avg", 2: "max", 3: "min"}
+
+
+def elementwise_table():
+    """tdx op -> torch function, from the one elementwise table
+    (include/tdx/Runtime/ElementwiseOps.def): each row's kernel function
+    is named like torch's."""
+    path = os.path.join(os.path.dirname(__file__), "..", "..", "include", "tdx", "Runtime",
+                        "ElementwiseOps.def")
+    table = {}
+    for line in open(path):
+        m = re.match(r"TDX_(?:UNARY|BINARY)\((\w+), (\w+),", line)
+        if m:
+            op = re.sub(r"(?<!^)(?=[A-Z])", "_", m.group(1)).lower()
+            table[op] = getattr(torch, m.group(2), None) or getattr(F, m.group(2))
+    return table
+
+
+ELEMENTWISE = elementwise_table()
 
 
 def parse_placements(text):
@@ -222,25 +241,29 @@ class Executor:
             return torch.cat(x, dim=a["dim"])
         if op == "expand":
             return x[0].expand(a["sizes"])
-        binary = {"add": torch.add, "sub": torch.sub, "mul": torch.mul, "div": torch.div,
-                  "pow": torch.pow, "maximum": torch.maximum, "minimum": torch.minimum}
-        if op in binary:
-            return binary[op](x[0], x[1])
         if op == "cmp":
             return CMP[a["predicate"]](x[0], x[1])
         if op == "where":
             return torch.where(x[0], x[1], x[2])
-        unary = {"neg": torch.neg, "abs": torch.abs, "relu": torch.relu, "exp": torch.exp,
-                 "log": torch.log, "sqrt": torch.sqrt, "rsqrt": torch.rsqrt, "tanh": torch.tanh,
-                 "sigmoid": torch.sigmoid, "silu": F.silu, "sin": torch.sin, "cos": torch.cos}
-        if op in unary:
-            return unary[op](x[0])
+        if op in ELEMENTWISE:
+            return ELEMENTWISE[op](*x)
         if op == "gelu":
             return F.gelu(x[0], approximate="tanh" if a.get("approximate") == 1 else "none")
         if op == "cast":
             return x[0].to(dtype)
         if op == "matmul":
             return torch.matmul(x[0], x[1])
+        if op == "conv":
+            conv = F.conv1d if x[0].dim() == 3 else F.conv2d
+            return conv(x[0], x[1], x[2] if len(x) > 2 else None, a["stride"], a["padding"],
+                        a["dilation"], a["groups"])
+        if op == "max_pool":
+            return F.max_pool2d(x[0], a["kernel"], a["stride"], a["padding"], a["dilation"],
+                                ceil_mode="ceil_mode" in a)
+        if op == "avg_pool":
+            return F.avg_pool2d(x[0], a["kernel"], a["stride"], a["padding"],
+                                ceil_mode="ceil_mode" in a,
+                                count_include_pad="count_include_pad" in a)
         if op == "linear":
             return F.linear(x[0], x[1], x[2] if len(x) > 2 else None)
         if op in ("sum", "mean", "max"):

@@ -1,0 +1,89 @@
+// RUN: tdx-opt %s -split-input-file --tdx-raise-aten | FileCheck %s
+// RUN: tdx-opt %s -split-input-file --tdx-raise-aten=report -verify-diagnostics -o /dev/null
+
+// Rows of the elementwise table: unary ops, binary ops with a Scalar,
+// alpha and type promotion made explicit.
+// CHECK-LABEL: func.func @elementwise
+func.func @elementwise(%x: tensor<4x8xf32>, %y: tensor<8xf32>, %i: tensor<4x8xi64>) -> (tensor<4x8xf32>, tensor<4x8xf32>, tensor<4x8xf32>, tensor<4x8xf32>) {
+  // CHECK: %[[E:.*]] = tdx.exp %{{.*}} : tensor<4x8xf32>
+  %0 = tdx.aten "aten::exp"(%x) : (tensor<4x8xf32>) -> tensor<4x8xf32>
+  // CHECK: %[[A:.*]] = tdx.full 2.0{{.*}} : tensor<f32>
+  // CHECK: %[[M:.*]] = tdx.mul %{{.*}}, %[[A]] : (tensor<8xf32>, tensor<f32>) -> tensor<8xf32>
+  // CHECK: tdx.add %[[E]], %[[M]] : (tensor<4x8xf32>, tensor<8xf32>) -> tensor<4x8xf32>
+  %1 = tdx.aten "aten::add.Tensor"(%0, %y) {args = {alpha = 2 : i64}} : (tensor<4x8xf32>, tensor<8xf32>) -> tensor<4x8xf32>
+  // CHECK: %[[C:.*]] = tdx.cast %{{.*}} : tensor<4x8xi64> to tensor<4x8xf32>
+  // CHECK: tdx.div %[[C]], %{{.*}} : (tensor<4x8xf32>, tensor<f32>) -> tensor<4x8xf32>
+  %2 = tdx.aten "aten::div.Scalar"(%i) {args = {other = 3.0 : f64}} : (tensor<4x8xi64>) -> tensor<4x8xf32>
+  // CHECK: tdx.hardswish %{{.*}} : tensor<4x8xf32>
+  %3 = tdx.aten "aten::hardswish"(%x) : (tensor<4x8xf32>) -> tensor<4x8xf32>
+  return %1, %2, %3, %0 : tensor<4x8xf32>, tensor<4x8xf32>, tensor<4x8xf32>, tensor<4x8xf32>
+}
+
+// -----
+
+// What the table does not cover stays generic, and nothing a declining row
+// built is left behind.
+// CHECK-LABEL: func.func @declined
+func.func @declined(%x: tensor<4x8xf32>, %y: tensor<4x8xf32>) -> (tensor<4x8xf32>, tensor<4x8xf32>) {
+  // CHECK-NOT: tdx.div %
+  // CHECK: tdx.aten "aten::div.Tensor_mode"
+  // expected-remark @+1 {{aten::div.Tensor_mode stays generic (runs through ATen on the CPU backend)}}
+  %0 = tdx.aten "aten::div.Tensor_mode"(%x, %y) {args = {rounding_mode = "floor"}} : (tensor<4x8xf32>, tensor<4x8xf32>) -> tensor<4x8xf32>
+  // CHECK: tdx.aten "aten::roll"
+  // expected-remark @+1 {{aten::roll stays generic}}
+  %1 = tdx.aten "aten::roll"(%x) {args = {shifts = array<i64: 1>, dims = array<i64: 0>}} : (tensor<4x8xf32>) -> tensor<4x8xf32>
+  return %0, %1 : tensor<4x8xf32>, tensor<4x8xf32>
+}
+
+// -----
+
+// Convolution, pooling, eval-mode batch norm and adaptive pooling to 1x1.
+// CHECK-LABEL: func.func @vision
+func.func @vision(%x: tensor<2x3x8x8xf32>, %w: tensor<4x3x3x3xf32>, %m: tensor<4xf32>, %v: tensor<4xf32>) -> tensor<2x4x1x1xf32> {
+  // CHECK: %[[C:.*]] = tdx.conv %{{.*}}, %{{.*}} stride = [2, 2] padding = [1, 1] dilation = [1, 1] groups = 1 : (tensor<2x3x8x8xf32>, tensor<4x3x3x3xf32>) -> tensor<2x4x4x4xf32>
+  %0 = tdx.aten "aten::convolution"(%x, %w) {args = {bias, stride = array<i64: 2, 2>, padding = array<i64: 1, 1>, dilation = array<i64: 1, 1>, transposed = false, output_padding = array<i64: 0, 0>, groups = 1 : i64}} : (tensor<2x3x8x8xf32>, tensor<4x3x3x3xf32>) -> tensor<2x4x4x4xf32>
+  // batch norm without weight and bias: alpha = rsqrt(var + eps), beta = 0 - mean * alpha.
+  // CHECK: %[[R:.*]] = tdx.rsqrt
+  // CHECK: tdx.reshape %{{.*}} [4, 1, 1]
+  // CHECK: %[[BN:.*]] = tdx.add %{{.*}}, %{{.*}} : (tensor<2x4x4x4xf32>, tensor<4x1x1xf32>) -> tensor<2x4x4x4xf32>
+  %1:3 = tdx.aten "aten::native_batch_norm"(%0, %m, %v) {args = {weight, bias, training = false, momentum = 0.1 : f64, eps = 1.0e-05 : f64}} : (tensor<2x4x4x4xf32>, tensor<4xf32>, tensor<4xf32>) -> (tensor<2x4x4x4xf32>, tensor<0xf32>, tensor<0xf32>)
+  // CHECK: %[[P:.*]] = tdx.max_pool %[[BN]] kernel = [3, 3] stride = [2, 2] padding = [1, 1] dilation = [1, 1] : tensor<2x4x4x4xf32> -> tensor<2x4x2x2xf32>
+  %2:2 = tdx.aten "aten::max_pool2d_with_indices"(%1#0) {args = {kernel_size = array<i64: 3, 3>, stride = array<i64: 2, 2>, padding = array<i64: 1, 1>, dilation = array<i64: 1, 1>, ceil_mode = false}} : (tensor<2x4x4x4xf32>) -> (tensor<2x4x2x2xf32>, tensor<2x4x2x2xi64>)
+  // CHECK: tdx.mean %[[P]] dims = [-2, -1] keepdim
+  %3 = tdx.aten "aten::adaptive_avg_pool2d"(%2#0) {args = {output_size = array<i64: 1, 1>}} : (tensor<2x4x2x2xf32>) -> tensor<2x4x1x1xf32>
+  return %3 : tensor<2x4x1x1xf32>
+}
+
+// -----
+
+// A used second result (the pooling indices) and training-mode batch norm
+// keep the generic op.
+// CHECK-LABEL: func.func @needs_all_results
+func.func @needs_all_results(%x: tensor<2x4x4x4xf32>) -> (tensor<2x4x2x2xf32>, tensor<2x4x2x2xi64>, tensor<2x4x4x4xf32>) {
+  // CHECK: tdx.aten "aten::max_pool2d_with_indices"
+  // expected-remark @+1 {{stays generic}}
+  %0:2 = tdx.aten "aten::max_pool2d_with_indices"(%x) {args = {kernel_size = array<i64: 2, 2>, stride = array<i64>, padding = array<i64: 0, 0>, dilation = array<i64: 1, 1>, ceil_mode = false}} : (tensor<2x4x4x4xf32>) -> (tensor<2x4x2x2xf32>, tensor<2x4x2x2xi64>)
+  // CHECK: tdx.aten "aten::native_batch_norm"
+  // expected-remark @+1 {{stays generic}}
+  %1:3 = tdx.aten "aten::native_batch_norm"(%x) {args = {weight, bias, running_mean, running_var, training = true, momentum = 0.1 : f64, eps = 1.0e-05 : f64}} : (tensor<2x4x4x4xf32>) -> (tensor<2x4x4x4xf32>, tensor<4xf32>, tensor<4xf32>)
+  return %0#0, %0#1, %1#0 : tensor<2x4x2x2xf32>, tensor<2x4x2x2xi64>, tensor<2x4x4x4xf32>
+}
+
+// -----
+
+// Tensor lists (cat, stack) and decompositions (clamp, triu).
+// CHECK-LABEL: func.func @lists_and_decompositions
+func.func @lists_and_decompositions(%x: tensor<4x4xf32>, %y: tensor<4x4xf32>) -> (tensor<8x4xf32>, tensor<4x2x4xf32>, tensor<4x4xf32>, tensor<4x4xf32>) {
+  // CHECK: tdx.concat %{{.*}}, %{{.*}} dim 0
+  %0 = tdx.aten "aten::cat"(%x, %y) {args = {tensors = [0 : index, 1 : index], dim = 0 : i64}} : (tensor<4x4xf32>, tensor<4x4xf32>) -> tensor<8x4xf32>
+  // CHECK: tdx.reshape %{{.*}} [4, 1, 4]
+  // CHECK: tdx.concat %{{.*}}, %{{.*}} dim 1
+  %1 = tdx.aten "aten::stack"(%x, %y) {args = {tensors = [0 : index, 1 : index], dim = 1 : i64}} : (tensor<4x4xf32>, tensor<4x4xf32>) -> tensor<4x2x4xf32>
+  // CHECK: tdx.maximum
+  // CHECK: tdx.minimum
+  %2 = tdx.aten "aten::clamp"(%x) {args = {min = -1.0 : f64, max = 1.0 : f64}} : (tensor<4x4xf32>) -> tensor<4x4xf32>
+  // CHECK: tdx.cmp ge
+  // CHECK: tdx.where
+  %3 = tdx.aten "aten::triu"(%x) {args = {diagonal = 1 : i64}} : (tensor<4x4xf32>) -> tensor<4x4xf32>
+  return %0, %1, %2, %3 : tensor<8x4xf32>, tensor<4x2x4xf32>, tensor<4x4xf32>, tensor<4x4xf32>
+}
