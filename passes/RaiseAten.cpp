@@ -15,6 +15,8 @@
 #include "llvm/ADT/StringMap.h"
 #include "llvm/ADT/StringSet.h"
 
+#include <algorithm>
+
 namespace mlir::tdx {
 #define GEN_PASS_DEF_RAISEATEN
 #include "tdx/Passes/Passes.h.inc"
@@ -457,6 +459,170 @@ Value raiseStack(Call &c) {
   return ConcatOp::create(c.b, c.loc, t, inputs, c.b.getI64IntegerAttr(dim));
 }
 
+/// x[start:end] along `dim` (a slice op; null when empty).
+static Value slab(Call &c, Value x, int64_t dim, int64_t start, int64_t end) {
+  auto t = cast<RankedTensorType>(x.getType());
+  if (end <= start)
+    return {};
+  if (start == 0 && end == t.getDimSize(dim))
+    return x;
+  SmallVector<int64_t> shape(t.getShape());
+  shape[dim] = end - start;
+  return SliceOp::create(c.b, c.loc, RankedTensorType::get(shape, t.getElementType()), x,
+                         c.b.getI64IntegerAttr(dim), c.b.getI64IntegerAttr(start),
+                         c.b.getI64IntegerAttr(end), c.b.getI64IntegerAttr(1));
+}
+
+/// The pieces (nulls skipped) concatenated along `dim`.
+static Value join(Call &c, ArrayRef<Value> pieces, int64_t dim) {
+  SmallVector<Value> xs;
+  for (Value v : pieces)
+    if (v)
+      xs.push_back(v);
+  if (xs.size() == 1)
+    return xs[0];
+  auto t = cast<RankedTensorType>(xs[0].getType());
+  SmallVector<int64_t> shape(t.getShape());
+  shape[dim] = 0;
+  for (Value v : xs)
+    shape[dim] += cast<RankedTensorType>(v.getType()).getDimSize(dim);
+  return ConcatOp::create(c.b, c.loc, RankedTensorType::get(shape, t.getElementType()), xs,
+                          c.b.getI64IntegerAttr(dim));
+}
+
+/// roll(x, shifts, dims) = per dim, concat(x[n - s:], x[:n - s]).
+Value raiseRoll(Call &c) {
+  auto shifts = c.ints("shifts"), dims = c.ints("dims");
+  RankedTensorType t = c.resultType();
+  if (c.plain.size() != 1 || !shifts || !dims || dims->empty() ||
+      shifts->size() != dims->size() || !t.hasStaticShape())
+    return {};
+  Value x = c.plain[0];
+  for (auto [shift, d] : llvm::zip(*shifts, *dims)) {
+    std::optional<int64_t> dim = normalizeDim(d, t.getRank());
+    if (!dim)
+      return {};
+    int64_t n = t.getDimSize(*dim);
+    if (n == 0)
+      continue;
+    int64_t s = ((shift % n) + n) % n;
+    if (s)
+      x = join(c, {slab(c, x, *dim, n - s, n), slab(c, x, *dim, 0, n - s)}, *dim);
+  }
+  return x;
+}
+
+/// constant_pad_nd(x, pad, value): pad pairs from the last dim backwards;
+/// blocks of `value` are concatenated on, negative pads slice.
+Value raiseConstantPad(Call &c) {
+  auto pad = c.ints("pad");
+  std::optional<double> value = c.number("value");
+  if (c.plain.size() != 1 || !pad || pad->size() % 2 || !value ||
+      !cast<RankedTensorType>(c.plain[0].getType()).hasStaticShape())
+    return {};
+  Value x = c.plain[0];
+  int64_t rank = c.resultType().getRank();
+  for (size_t i = 0; i < pad->size() / 2; ++i) {
+    int64_t dim = rank - 1 - static_cast<int64_t>(i), lo = (*pad)[2 * i], hi = (*pad)[2 * i + 1];
+    if (dim < 0)
+      return {};
+    auto t = cast<RankedTensorType>(x.getType());
+    int64_t n = t.getDimSize(dim);
+    x = slab(c, x, dim, lo < 0 ? -lo : 0, hi < 0 ? n + hi : n);
+    if (!x)
+      return {};
+    auto block = [&](int64_t size) -> Value {
+      if (size <= 0)
+        return {};
+      SmallVector<int64_t> shape(cast<RankedTensorType>(x.getType()).getShape());
+      shape[dim] = size;
+      return FullOp::create(c.b, c.loc, RankedTensorType::get(shape, t.getElementType()),
+                            c.b.getF64FloatAttr(*value));
+    };
+    x = join(c, {block(lo), x, block(hi)}, dim);
+  }
+  return x;
+}
+
+/// slice_scatter(base, src, dim, start, end, step=1) and
+/// select_scatter(base, src, dim, index): base with src written in,
+/// as concat(base[:start], src, base[end:]).
+Value raiseScatter(Call &c) {
+  RankedTensorType t = c.resultType();
+  std::optional<int64_t> d = c.i64("dim");
+  if (c.plain.size() != 2 || !d || c.plain[0].getType() != t || !t.hasStaticShape())
+    return {};
+  std::optional<int64_t> dim = normalizeDim(*d, t.getRank());
+  if (!dim)
+    return {};
+  int64_t n = t.getDimSize(*dim), start, end;
+  Value src = c.cast(c.plain[1], t.getElementType());
+  if (c.name == "aten::select_scatter") {
+    std::optional<int64_t> index = c.i64("index");
+    if (!index)
+      return {};
+    start = *index < 0 ? *index + n : *index;
+    end = start + 1;
+    SmallVector<int64_t> shape(t.getShape());
+    shape[*dim] = 1;
+    src = c.reshape(src, shape);
+  } else {
+    if (c.i64("step").value_or(1) != 1)
+      return {};
+    auto bound = [&](StringRef name, int64_t otherwise) {
+      int64_t v = c.isNone(name) || !c.i64(name) ? otherwise : *c.i64(name);
+      v = v < 0 ? v + n : v;
+      return std::clamp<int64_t>(v, 0, n);
+    };
+    start = bound("start", 0);
+    end = std::max(start, bound("end", n));
+  }
+  if (cast<RankedTensorType>(src.getType()).getDimSize(*dim) != end - start)
+    return {};
+  return join(c, {slab(c, c.plain[0], *dim, 0, start), src, slab(c, c.plain[0], *dim, end, n)},
+              *dim);
+}
+
+/// as_strided(x, size, stride, 0) that reads x in row-major order (every dim
+/// longer than 1 has its contiguous stride) is a reshape of x.
+Value raiseAsStrided(Call &c) {
+  auto size = c.ints("size"), stride = c.ints("stride");
+  RankedTensorType t = c.resultType();
+  auto x = c.plain.size() == 1 ? dyn_cast<RankedTensorType>(c.plain[0].getType()) : nullptr;
+  if (!x || !size || !stride || size->size() != stride->size() ||
+      c.i64("storage_offset").value_or(0) != 0 || !x.hasStaticShape() ||
+      x.getNumElements() != t.getNumElements() || x.getElementType() != t.getElementType())
+    return {};
+  int64_t expected = 1;
+  for (int64_t d = static_cast<int64_t>(size->size()) - 1; d >= 0; --d) {
+    if ((*size)[d] != 1 && (*stride)[d] != expected)
+      return {};
+    expected *= (*size)[d];
+  }
+  return x == t ? c.plain[0] : c.reshape(c.plain[0], t.getShape());
+}
+
+/// x[idx] (index.Tensor with one integer index tensor, on dim 0): rows of
+/// x flattened to 2-D, gathered as an embedding lookup.
+Value raiseIndex(Call &c) {
+  std::optional<SmallVector<Value>> idx = c.tensors("indices");
+  if (c.overload != "Tensor" || !idx || idx->size() != 1 || !(*idx)[0] || c.plain.size() != 1)
+    return {};
+  auto x = cast<RankedTensorType>(c.plain[0].getType());
+  auto it = cast<RankedTensorType>((*idx)[0].getType());
+  if (x.getRank() < 1 || !x.hasStaticShape() || !it.getElementType().isInteger(64))
+    return {};
+  int64_t rest = 1;
+  for (int64_t d : x.getShape().drop_front())
+    rest *= d;
+  Value table = c.reshape(c.plain[0], {x.getDimSize(0), rest});
+  SmallVector<int64_t> shape(it.getShape());
+  shape.push_back(rest);
+  Value rows = EmbeddingOp::create(c.b, c.loc, RankedTensorType::get(shape, x.getElementType()),
+                                   table, (*idx)[0], IntegerAttr());
+  return c.reshape(rows, c.resultType().getShape());
+}
+
 //===----------------------------------------------------------------------===//
 // Convolution and pooling
 //===----------------------------------------------------------------------===//
@@ -549,6 +715,12 @@ const llvm::StringMap<RaiseFn> &table() {
     t["aten::embedding"] = &raiseEmbedding;
     t["aten::cat"] = &raiseCat;
     t["aten::stack"] = &raiseStack;
+    t["aten::roll"] = &raiseRoll;
+    t["aten::constant_pad_nd"] = &raiseConstantPad;
+    t["aten::slice_scatter"] = &raiseScatter;
+    t["aten::select_scatter"] = &raiseScatter;
+    t["aten::index"] = &raiseIndex;
+    t["aten::as_strided"] = &raiseAsStrided;
     t["aten::convolution"] = &raiseConvolution;
     t["aten::max_pool2d_with_indices"] = &raiseMaxPool;
     t["aten::max_pool2d"] = &raiseMaxPool;

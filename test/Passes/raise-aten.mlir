@@ -29,9 +29,9 @@ func.func @declined(%x: tensor<4x8xf32>, %y: tensor<4x8xf32>) -> (tensor<4x8xf32
   // CHECK: tdx.aten "aten::div.Tensor_mode"
   // expected-remark @+1 {{aten::div.Tensor_mode stays generic (runs through ATen on the CPU backend)}}
   %0 = tdx.aten "aten::div.Tensor_mode"(%x, %y) {args = {rounding_mode = "floor"}} : (tensor<4x8xf32>, tensor<4x8xf32>) -> tensor<4x8xf32>
-  // CHECK: tdx.aten "aten::roll"
-  // expected-remark @+1 {{aten::roll stays generic}}
-  %1 = tdx.aten "aten::roll"(%x) {args = {shifts = array<i64: 1>, dims = array<i64: 0>}} : (tensor<4x8xf32>) -> tensor<4x8xf32>
+  // CHECK: tdx.aten "aten::erfinv"
+  // expected-remark @+1 {{aten::erfinv stays generic}}
+  %1 = tdx.aten "aten::erfinv"(%x) : (tensor<4x8xf32>) -> tensor<4x8xf32>
   return %0, %1 : tensor<4x8xf32>, tensor<4x8xf32>
 }
 
@@ -86,4 +86,47 @@ func.func @lists_and_decompositions(%x: tensor<4x4xf32>, %y: tensor<4x4xf32>) ->
   // CHECK: tdx.where
   %3 = tdx.aten "aten::triu"(%x) {args = {diagonal = 1 : i64}} : (tensor<4x4xf32>) -> tensor<4x4xf32>
   return %0, %1, %2, %3 : tensor<8x4xf32>, tensor<4x2x4xf32>, tensor<4x4xf32>, tensor<4x4xf32>
+}
+
+// -----
+
+// Swin's shifted windows and relative position bias: roll, constant
+// padding, writes through slices and selects, and a gather by index.
+// CHECK-LABEL: func.func @windows
+func.func @windows(%x: tensor<4x6xf32>, %s: tensor<4x2xf32>, %r: tensor<6xf32>, %t: tensor<10x3xf32>, %i: tensor<5xi64>) -> (tensor<4x6xf32>, tensor<5x9xf32>, tensor<4x6xf32>, tensor<4x6xf32>, tensor<5x3xf32>) {
+  // roll by 2 on dim 1: the last two columns, then the first four.
+  // CHECK: %[[A:.*]] = tdx.slice %{{.*}} dim 1 [4 : 6 : 1]
+  // CHECK: %[[B:.*]] = tdx.slice %{{.*}} dim 1 [0 : 4 : 1]
+  // CHECK: tdx.concat %[[A]], %[[B]] dim 1
+  %0 = tdx.aten "aten::roll"(%x) {args = {shifts = array<i64: -4>, dims = array<i64: 1>}} : (tensor<4x6xf32>) -> tensor<4x6xf32>
+  // pad = [left 1, right 2] on dim 1, [top 0, bottom 1] on dim 0, with -1.
+  // CHECK: tdx.full -1.0{{.*}} : tensor<4x1xf32>
+  // CHECK: tdx.full -1.0{{.*}} : tensor<4x2xf32>
+  // CHECK: tdx.concat %{{.*}}, %{{.*}}, %{{.*}} dim 1 : (tensor<4x1xf32>, tensor<4x6xf32>, tensor<4x2xf32>) -> tensor<4x9xf32>
+  // CHECK: tdx.concat %{{.*}}, %{{.*}} dim 0 : (tensor<4x9xf32>, tensor<1x9xf32>) -> tensor<5x9xf32>
+  %1 = tdx.aten "aten::constant_pad_nd"(%x) {args = {pad = array<i64: 1, 2, 0, 1>, value = -1.0 : f64}} : (tensor<4x6xf32>) -> tensor<5x9xf32>
+  // CHECK: tdx.concat %{{.*}}, %{{.*}}, %{{.*}} dim 1 : (tensor<4x1xf32>, tensor<4x2xf32>, tensor<4x3xf32>) -> tensor<4x6xf32>
+  %2 = tdx.aten "aten::slice_scatter"(%x, %s) {args = {dim = 1 : i64, start = 1 : i64, end = 3 : i64, step = 1 : i64}} : (tensor<4x6xf32>, tensor<4x2xf32>) -> tensor<4x6xf32>
+  // CHECK: tdx.reshape %{{.*}} [1, 6]
+  // CHECK: tdx.concat %{{.*}}, %{{.*}} dim 0 : (tensor<3x6xf32>, tensor<1x6xf32>) -> tensor<4x6xf32>
+  %3 = tdx.aten "aten::select_scatter"(%x, %r) {args = {dim = 0 : i64, index = -1 : i64}} : (tensor<4x6xf32>, tensor<6xf32>) -> tensor<4x6xf32>
+  // CHECK: tdx.embedding %{{.*}}, %{{.*}} : (tensor<10x3xf32>, tensor<5xi64>) -> tensor<5x3xf32>
+  %4 = tdx.aten "aten::index.Tensor"(%t, %i) {args = {indices = [1 : index]}} : (tensor<10x3xf32>, tensor<5xi64>) -> tensor<5x3xf32>
+  return %0, %1, %2, %3, %4 : tensor<4x6xf32>, tensor<5x9xf32>, tensor<4x6xf32>, tensor<4x6xf32>, tensor<5x3xf32>
+}
+
+// -----
+
+// as_strided in row-major order is a reshape (strides of size-1 dims do not
+// matter); any other stride stays generic.
+// CHECK-LABEL: func.func @strided
+func.func @strided(%x: tensor<2x32x1x1xf32>) -> (tensor<2x32x1x1xf32>, tensor<64xf32>, tensor<2x32x1x1xf32>) {
+  %0 = tdx.aten "aten::as_strided"(%x) {args = {size = array<i64: 2, 32, 1, 1>, stride = array<i64: 32, 1, 32, 32>, storage_offset}} : (tensor<2x32x1x1xf32>) -> tensor<2x32x1x1xf32>
+  // CHECK: %[[R:.*]] = tdx.reshape %{{.*}} [64]
+  %1 = tdx.aten "aten::as_strided"(%x) {args = {size = array<i64: 64>, stride = array<i64: 1>, storage_offset = 0 : i64}} : (tensor<2x32x1x1xf32>) -> tensor<64xf32>
+  // CHECK: %[[G:.*]] = tdx.aten "aten::as_strided"
+  // expected-remark @+1 {{stays generic}}
+  %2 = tdx.aten "aten::as_strided"(%x) {args = {size = array<i64: 2, 32, 1, 1>, stride = array<i64: 1, 2, 1, 1>, storage_offset}} : (tensor<2x32x1x1xf32>) -> tensor<2x32x1x1xf32>
+  // CHECK: return %arg0, %[[R]], %[[G]]
+  return %0, %1, %2 : tensor<2x32x1x1xf32>, tensor<64xf32>, tensor<2x32x1x1xf32>
 }
