@@ -382,13 +382,14 @@ Value raiseMatmul(Call &c) {
   return MatmulOp::create(c.b, c.loc, c.resultType(), c.plain[0], c.plain[1]);
 }
 
-/// addmm(self, m1, m2, beta=1, alpha=1) = m1 @ m2 + self.
+/// addmm / baddbmm (self, m1, m2, beta=1, alpha=1) = m1 @ m2 + self.
 Value raiseAddmm(Call &c) {
   if (c.plain.size() != 3 || c.number("beta").value_or(1.0) != 1.0 ||
       c.number("alpha").value_or(1.0) != 1.0)
     return {};
   Value mm = MatmulOp::create(c.b, c.loc, c.resultType(), c.plain[1], c.plain[2]);
-  return AddOp::create(c.b, c.loc, c.resultType(), mm, c.cast(c.plain[0], c.elementType()));
+  Value r = c.binary<AddOp>(mm, c.cast(c.plain[0], c.elementType()));
+  return r && r.getType() == c.resultType() ? r : Value();
 }
 
 Value raiseLinear(Call &c) {
@@ -704,6 +705,7 @@ const llvm::StringMap<RaiseFn> &table() {
     t["aten::bmm"] = &raiseMatmul;
     t["aten::matmul"] = &raiseMatmul;
     t["aten::addmm"] = &raiseAddmm;
+    t["aten::baddbmm"] = &raiseAddmm;
     t["aten::linear"] = &raiseLinear;
     t["aten::_softmax"] = &raiseSoftmax;
     t["aten::softmax"] = &raiseSoftmax;

@@ -113,6 +113,7 @@ case("aten::outer", torch.outer, R(4), R(6))
 case("aten::reciprocal", torch.reciprocal, R(4, 6, low=0.5))
 case("aten::stack", lambda x, y: torch.stack([x, y], dim=1), R(4, 6), R(4, 6))
 case("aten::addmm", torch.addmm, R(6), R(4, 5), R(5, 6))
+case("aten::baddbmm", torch.baddbmm, R(1, 4, 6), R(3, 4, 5), R(3, 5, 6))
 case("aten::adaptive_avg_pool2d", lambda x: F.adaptive_avg_pool2d(x, 1), R(2, 3, 5, 5))
 case("aten::repeat_interleave", lambda x: x.repeat_interleave(3, dim=1), R(4, 2, 5))
 
