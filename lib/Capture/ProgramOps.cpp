@@ -92,6 +92,7 @@ std::string verifyMlir(const std::string &text) {
 std::string runPipeline(const std::string &text, const std::string &pipeline) {
   static bool registered = [] {
     mlir::tdx::registerTdxPasses();
+    mlir::tdx::registerTdxPipelines();
     mlir::registerTransformsPasses();
     return true;
   }();

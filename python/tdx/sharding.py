@@ -160,9 +160,8 @@ def _propagate(prog, *, bandwidth=None, latency=None, flops=None):
     if flops is not None:
         options.append(f"flops={float(flops)}")
     suffix = "{" + " ".join(options) + "}" if options else ""
-    # canonicalize first: it folds the reshapes around batched matmuls that
-    # PyTorch's decomposition of torch.matmul adds, so heads stay sharded.
-    return prog.run_pipeline("canonicalize,tdx-propagate-sharding" + suffix)
+    # The registered pipeline tdx-compile runs too (passes/Pipelines.cpp).
+    return prog.run_pipeline("tdx-place" + suffix)
 
 
 def _as_list(x):
@@ -179,7 +178,7 @@ def _partition(prog):
                            "partition the global program once")
     if "tdx.shardings" not in prog._mlir:
         _propagate(prog)
-    return prog.run_pipeline("tdx-insert-collectives,tdx-partition")
+    return prog.run_pipeline("tdx-spmd")
 
 
 def _comm_report(prog):

@@ -2,6 +2,8 @@
 // has exactly one collective, the all_reduce of the row-parallel output.
 // RUN: tdx-opt %s --tdx-propagate-sharding --tdx-insert-collectives --tdx-partition | FileCheck %s --implicit-check-not=tdx.all_gather --implicit-check-not=tdx.reduce_scatter --implicit-check-not=tdx.all_to_all --implicit-check-not=tdx.chunk
 // RUN: tdx-opt %s --tdx-propagate-sharding --tdx-insert-collectives --tdx-partition --tdx-comm-report -o /dev/null | FileCheck %s --check-prefix=REPORT
+// The registered pipelines (what tdx-compile and Python run) give the same program.
+// RUN: tdx-opt %s --tdx-place --tdx-spmd | FileCheck %s --implicit-check-not=tdx.all_gather --implicit-check-not=tdx.reduce_scatter --implicit-check-not=tdx.all_to_all --implicit-check-not=tdx.chunk
 
 tdx.mesh @mesh shape = [4] axes = ["tp"]
 tdx.parameter @fc1.weight : tensor<64x16xf32> sharding <@mesh, [Shard(0)]> init {

@@ -116,6 +116,19 @@ case("aten::addmm", torch.addmm, R(6), R(4, 5), R(5, 6))
 case("aten::baddbmm", torch.baddbmm, R(1, 4, 6), R(3, 4, 5), R(3, 5, 6))
 case("aten::adaptive_avg_pool2d", lambda x: F.adaptive_avg_pool2d(x, 1), R(2, 3, 5, 5))
 case("aten::repeat_interleave", lambda x: x.repeat_interleave(3, dim=1), R(4, 2, 5))
+case("aten::roll", lambda x: torch.roll(x, (2, -1), (1, 0)), R(4, 6))
+case("aten::constant_pad_nd", lambda x: F.pad(x, (1, 2, 0, 1), value=-1.0), R(4, 6))
+case("aten::index", lambda t, i: t[i] * 2, R(10, 3, 2), I(10, 5))
+
+
+def _write_slice(x, s):
+    y = x.clone()
+    y[:, 1:3] = s
+    y[0] = 0.5
+    return y
+
+
+case("aten::slice_scatter", _write_slice, R(4, 6), R(4, 2))
 
 # tdx ops that capture never produces from a PyTorch model, and why. The
 # e2e suite skips them; their lit tests and other pytest files cover them.

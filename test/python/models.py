@@ -90,13 +90,13 @@ def apply_rotary(x, cos, sin):
 
 
 class LlamaBlock(nn.Module):
-    def __init__(self, d, heads, hidden):
+    def __init__(self, d, heads, hidden, kv_heads=None):
         super().__init__()
-        self.heads = heads
+        self.heads, self.kv_heads = heads, kv_heads or heads
         self.attention_norm = RMSNorm(d)
         self.wq = nn.Linear(d, d, bias=False)
-        self.wk = nn.Linear(d, d, bias=False)
-        self.wv = nn.Linear(d, d, bias=False)
+        self.wk = nn.Linear(d, d // heads * self.kv_heads, bias=False)
+        self.wv = nn.Linear(d, d // heads * self.kv_heads, bias=False)
         self.wo = nn.Linear(d, d, bias=False)
         self.ffn_norm = RMSNorm(d)
         self.w1 = nn.Linear(d, hidden, bias=False)
@@ -106,10 +106,13 @@ class LlamaBlock(nn.Module):
     def forward(self, x, cos, sin):
         b, t, d = x.shape
         h = self.attention_norm(x)
-        shape = (b, t, self.heads, d // self.heads)
+        shape, kv = (b, t, self.heads, d // self.heads), (b, t, self.kv_heads, d // self.heads)
         q = apply_rotary(self.wq(h).view(shape).transpose(1, 2), cos, sin)
-        k = apply_rotary(self.wk(h).view(shape).transpose(1, 2), cos, sin)
-        v = self.wv(h).view(shape).transpose(1, 2)
+        k = apply_rotary(self.wk(h).view(kv).transpose(1, 2), cos, sin)
+        v = self.wv(h).view(kv).transpose(1, 2)
+        if self.kv_heads != self.heads:  # grouped-query attention
+            k = torch.repeat_interleave(k, self.heads // self.kv_heads, dim=1)
+            v = v.repeat_interleave(self.heads // self.kv_heads, dim=1)
         att = (q @ k.transpose(-2, -1)) / math.sqrt(d // self.heads)
         att = att.softmax(dim=-1)
         x = x + self.wo((att @ v).transpose(1, 2).reshape(b, t, d))
@@ -118,10 +121,10 @@ class LlamaBlock(nn.Module):
 
 
 class Llama(nn.Module):
-    def __init__(self, vocab=96, d=32, heads=4, hidden=64, layers=2, context=16):
+    def __init__(self, vocab=96, d=32, heads=4, hidden=64, layers=2, context=16, kv_heads=None):
         super().__init__()
         self.tok_embeddings = nn.Embedding(vocab, d)
-        self.layers = nn.ModuleList(LlamaBlock(d, heads, hidden) for _ in range(layers))
+        self.layers = nn.ModuleList(LlamaBlock(d, heads, hidden, kv_heads) for _ in range(layers))
         self.norm = RMSNorm(d)
         self.output = nn.Linear(d, vocab, bias=False)
         cos, sin = rotary_tables(d // heads, context)
@@ -135,59 +138,10 @@ class Llama(nn.Module):
         return self.output(self.norm(x))
 
 
-# --- Grouped-query attention, Mistral / LLaMA-2-70B style ------------------
-
-class GQABlock(nn.Module):
-    """Attention with fewer key/value heads than query heads, the keys and
-    values repeated with repeat_interleave, as Mistral-style code does."""
-
-    def __init__(self, d, heads, kv_heads, hidden):
-        super().__init__()
-        self.heads, self.kv_heads, self.head_dim = heads, kv_heads, d // heads
-        self.attention_norm = RMSNorm(d)
-        self.wq = nn.Linear(d, heads * self.head_dim, bias=False)
-        self.wk = nn.Linear(d, kv_heads * self.head_dim, bias=False)
-        self.wv = nn.Linear(d, kv_heads * self.head_dim, bias=False)
-        self.wo = nn.Linear(heads * self.head_dim, d, bias=False)
-        self.ffn_norm = RMSNorm(d)
-        self.w1 = nn.Linear(d, hidden, bias=False)
-        self.w2 = nn.Linear(hidden, d, bias=False)
-        self.w3 = nn.Linear(d, hidden, bias=False)
-
-    def forward(self, x, cos, sin):
-        b, t, d = x.shape
-        h = self.attention_norm(x)
-        q = self.wq(h).view(b, t, self.heads, self.head_dim).transpose(1, 2)
-        k = self.wk(h).view(b, t, self.kv_heads, self.head_dim).transpose(1, 2)
-        v = self.wv(h).view(b, t, self.kv_heads, self.head_dim).transpose(1, 2)
-        q, k = apply_rotary(q, cos, sin), apply_rotary(k, cos, sin)
-        rep = self.heads // self.kv_heads
-        k = torch.repeat_interleave(k, rep, dim=1)
-        v = v.repeat_interleave(rep, dim=1)
-        mask = torch.full((t, t), float("-inf")).triu(1)
-        att = (q @ k.transpose(-2, -1)) / math.sqrt(self.head_dim) + mask
-        att = att.softmax(dim=-1)
-        x = x + self.wo((att @ v).transpose(1, 2).reshape(b, t, d))
-        h = self.ffn_norm(x)
-        return x + self.w2(F.silu(self.w1(h)) * self.w3(h))
-
-
-class GQA(nn.Module):
-    def __init__(self, vocab=96, d=32, heads=4, kv_heads=2, hidden=64, layers=2, context=16):
-        super().__init__()
-        self.tok_embeddings = nn.Embedding(vocab, d)
-        self.layers = nn.ModuleList(GQABlock(d, heads, kv_heads, hidden) for _ in range(layers))
-        self.norm = RMSNorm(d)
-        self.output = nn.Linear(d, vocab, bias=False)
-        cos, sin = rotary_tables(d // heads, context)
-        self.register_buffer("rope_cos", cos, persistent=False)
-        self.register_buffer("rope_sin", sin, persistent=False)
-
-    def forward(self, ids):
-        x = self.tok_embeddings(ids)
-        for layer in self.layers:
-            x = layer(x, self.rope_cos, self.rope_sin)
-        return self.output(self.norm(x))
+def GQA():
+    """Grouped-query attention (Mistral / LLaMA-2-70B style): 4 query heads
+    share 2 key/value heads, repeated with repeat_interleave."""
+    return Llama(kv_heads=2)
 
 
 # --- A small conv net with BatchNorm buffers ---------------------------------

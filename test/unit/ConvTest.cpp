@@ -7,22 +7,13 @@
 
 #include "tdx/Runtime/Conv.h"
 
-#include <ATen/ATen.h>
-#include <gtest/gtest.h>
+#include "AtenTestUtil.h"
 
 using namespace tdx::kern;
+using tdx::test::expectClose;
+using tdx::test::randn;
 
 namespace {
-
-at::Tensor randn(std::vector<int64_t> shape, int64_t seed) {
-  return at::randn(shape, at::make_generator<at::CPUGeneratorImpl>(seed));
-}
-
-void expectClose(const at::Tensor &got, const at::Tensor &want) {
-  ASSERT_EQ(got.sizes(), want.sizes());
-  EXPECT_TRUE(at::allclose(got, want, 1e-5, 1e-5))
-      << "max abs difference " << (got - want).abs().max().item<double>();
-}
 
 /// conv2d as the CUDA backend computes it: im2col, then W[g] @ cols[g].
 at::Tensor im2colConv(const at::Tensor &x, const at::Tensor &w, std::vector<int64_t> s,
@@ -62,7 +53,7 @@ TEST(ConvTest, Im2colTimesWeightIsConvolution) {
   for (const Case &c : cases) {
     at::Tensor x = randn(c.x, 1), w = randn(c.w, 2);
     expectClose(im2colConv(x, w, c.s, c.p, c.d, c.groups),
-                at::convolution(x, w, {}, c.s, c.p, c.d, false, {0, 0}, c.groups));
+                at::convolution(x, w, {}, c.s, c.p, c.d, false, {0, 0}, c.groups), 1e-5, 1e-5);
   }
 }
 
@@ -95,6 +86,6 @@ TEST(ConvTest, PoolingElementsMatchATen) {
             got.data_ptr<float>()[(plane * g.oh + oy) * g.ow + ox] =
                 isMax ? maxPoolAt(g, in, oy, ox) : avgPoolAt(g, in, oy, ox, countPad);
           }
-      expectClose(got, want);
+      expectClose(got, want, 1e-5, 1e-5);
     }
 }

@@ -6,24 +6,11 @@
 #include "tdx/Runtime/Box.h"
 #include "tdx/Runtime/Rows.h"
 
-#include <ATen/ATen.h>
-#include <gtest/gtest.h>
+#include "AtenTestUtil.h"
 
 using namespace tdx::kern;
-
-namespace {
-
-at::Tensor randn(std::vector<int64_t> shape, int64_t seed) {
-  return at::randn(shape, at::make_generator<at::CPUGeneratorImpl>(seed));
-}
-
-void expectClose(const at::Tensor &got, const at::Tensor &want) {
-  ASSERT_EQ(got.sizes(), want.sizes());
-  EXPECT_TRUE(at::allclose(got, want, 1e-5, 1e-6))
-      << "max abs difference " << (got - want).abs().max().item<double>();
-}
-
-} // namespace
+using tdx::test::expectClose;
+using tdx::test::randn;
 
 TEST(RowsTest, SoftmaxAndLogSoftmaxAlongEveryDim) {
   at::Tensor x = randn({3, 5, 7}, 1) * 4;

@@ -90,13 +90,9 @@ int main(int argc, char **argv) {
       return placed ? mlir::WalkResult::interrupt() : mlir::WalkResult::advance();
     });
     if (!placed) {
-      // As tdx.parallelize does: canonicalize folds the reshapes around the
-      // batched matmuls of torch.matmul's decomposition, so heads stay sharded.
-      pm.addPass(mlir::createCanonicalizerPass());
-      pm.addPass(mlir::tdx::createPropagateSharding());
+      mlir::tdx::buildPlacePipeline(pm, {});
     }
-    pm.addPass(mlir::tdx::createInsertCollectives());
-    pm.addPass(mlir::tdx::createPartition());
+    mlir::tdx::buildSpmdPipeline(pm);
     if (failed(pm.run(*module)))
       return 1;
   }

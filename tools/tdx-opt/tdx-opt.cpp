@@ -23,6 +23,7 @@ int main(int argc, char **argv) {
                   mlir::arith::ArithDialect, mlir::tensor::TensorDialect,
                   mlir::linalg::LinalgDialect, mlir::shard::ShardDialect>();
   mlir::tdx::registerTdxPasses();
+  mlir::tdx::registerTdxPipelines();
   // The generic transforms users chain with ours (canonicalize, cse, ...).
   mlir::registerTransformsPasses();
   return mlir::asMainReturnCode(mlir::MlirOptMain(

@@ -6,6 +6,10 @@
 #include "mlir/IR/BuiltinOps.h"
 #include "mlir/Pass/Pass.h"
 
+namespace mlir {
+class OpPassManager;
+}
+
 namespace mlir::tdx {
 
 #define GEN_PASS_DECL
@@ -13,6 +17,13 @@ namespace mlir::tdx {
 
 #define GEN_PASS_REGISTRATION
 #include "tdx/Passes/Passes.h.inc"
+
+/// The sharding pipeline, registered once as `tdx-place` and `tdx-spmd`:
+/// canonicalize + tdx-propagate-sharding, then tdx-insert-collectives +
+/// tdx-partition. tdx-compile, the Python package and tdx-opt run these.
+void buildPlacePipeline(OpPassManager &pm, const PropagateShardingOptions &options);
+void buildSpmdPipeline(OpPassManager &pm);
+void registerTdxPipelines();
 
 } // namespace mlir::tdx
 
