@@ -41,17 +41,12 @@ namespace {
 using ::tdx::rt::DType;
 using ::tdx::rt::InitProgram;
 
+/// The dtype of `t` where init programs make it (not F16 / BF16).
 std::optional<DType> dtypeOf(Type t) {
-  if (t.isF32())
-    return DType::F32;
-  if (t.isF64())
-    return DType::F64;
-  if (t.isInteger(64))
-    return DType::I64;
-  if (t.isInteger(32))
-    return DType::I32;
-  if (t.isInteger(1))
-    return DType::Bool;
+#define TDX_DTYPE(Name, stored, bytes, aten, ctype, mlir)                                  \
+  if (t.mlir && DType::Name != DType::F16 && DType::Name != DType::BF16)                   \
+    return DType::Name;
+#include "tdx/Runtime/DTypes.def"
   return std::nullopt;
 }
 

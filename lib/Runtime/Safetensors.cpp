@@ -20,8 +20,9 @@ using namespace tdx::rt;
 namespace {
 
 const std::pair<const char *, DType> kDtypes[] = {
-    {"F32", DType::F32}, {"F64", DType::F64}, {"F16", DType::F16}, {"BF16", DType::BF16},
-    {"I64", DType::I64}, {"I32", DType::I32}, {"BOOL", DType::Bool}};
+#define TDX_DTYPE(Name, stored, bytes, aten, ctype, mlir) {stored, DType::Name},
+#include "tdx/Runtime/DTypes.def"
+};
 
 std::runtime_error error(const std::string &what) { return std::runtime_error("tdx: " + what); }
 
@@ -55,19 +56,22 @@ private:
 
 int64_t tdx::rt::dtypeSize(DType t) {
   switch (t) {
-  case DType::F64:
-  case DType::I64:
-    return 8;
-  case DType::F32:
-  case DType::I32:
-    return 4;
-  case DType::F16:
-  case DType::BF16:
-    return 2;
-  case DType::Bool:
-    return 1;
+#define TDX_DTYPE(Name, stored, bytes, aten, ctype, mlir)                                  \
+  case DType::Name:                                                                        \
+    return bytes;
+#include "tdx/Runtime/DTypes.def"
   }
   return 0;
+}
+
+const char *tdx::rt::dtypeEnumerator(DType t) {
+  switch (t) {
+#define TDX_DTYPE(Name, stored, bytes, aten, ctype, mlir)                                  \
+  case DType::Name:                                                                        \
+    return #Name;
+#include "tdx/Runtime/DTypes.def"
+  }
+  return "?";
 }
 
 const char *tdx::rt::dtypeName(DType t) {

@@ -17,21 +17,12 @@ using namespace mlir::tdx;
 
 namespace {
 
+/// The emitted dtype of element type `t` ("T::kFloat"), "" when none.
 std::string dtype(Type t) {
-  if (t.isF32())
-    return "T::kFloat";
-  if (t.isF64())
-    return "T::kDouble";
-  if (t.isF16())
-    return "T::kHalf";
-  if (t.isBF16())
-    return "T::kBFloat16";
-  if (t.isInteger(64))
-    return "T::kLong";
-  if (t.isInteger(32))
-    return "T::kInt";
-  if (t.isInteger(1))
-    return "T::kBool";
+#define TDX_DTYPE(Name, stored, bytes, aten, ctype, mlir)                                  \
+  if (t.mlir)                                                                              \
+    return "T::" #aten;
+#include "tdx/Runtime/DTypes.def"
   return "";
 }
 
@@ -143,9 +134,8 @@ LogicalResult Emitter::emitInit(Operation *decl, StringRef name, RankedTensorTyp
     for (auto [i, v] : llvm::enumerate(n.values))
       values += (i ? ", " : "") + number(v);
     values += "}";
-    static const char *dtypes[] = {"F32", "F64", "F16", "BF16", "I64", "I32", "Bool"};
     inits_ << "    {tdx::rt::InitProgram::" << ::tdx::rt::InitProgram::kindName(n.kind) << ", tdx::rt::DType::"
-           << dtypes[static_cast<int>(n.dtype)] << ", " << list(n.shape) << ", "
+           << ::tdx::rt::dtypeEnumerator(n.dtype) << ", " << list(n.shape) << ", "
            << n.a << ", " << n.b << ", {" << number(n.p[0]) << ", " << number(n.p[1]) << ", "
            << number(n.p[2]) << ", " << number(n.p[3]) << "}, " << n.seed << "ull, " << n.stream
            << "ull, " << values << "},\n";

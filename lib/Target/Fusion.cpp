@@ -56,16 +56,10 @@ std::string literal(double v) {
 } // namespace
 
 std::string mlir::tdx::cType(Type t) {
-  if (t.isF32())
-    return "float";
-  if (t.isF64())
-    return "double";
-  if (t.isInteger(64))
-    return "int64_t";
-  if (t.isInteger(32))
-    return "int32_t";
-  if (t.isInteger(1))
-    return "bool";
+#define TDX_DTYPE(Name, stored, bytes, aten, ctype, mlir)                                  \
+  if (t.mlir)                                                                              \
+    return ctype;
+#include "tdx/Runtime/DTypes.def"
   return "";
 }
 

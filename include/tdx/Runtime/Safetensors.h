@@ -19,10 +19,16 @@
 
 namespace tdx::rt {
 
-/// Element types of stored tensors, with their safetensors names.
-enum class DType { F32, F64, F16, BF16, I64, I32, Bool };
+/// Element types of stored tensors (tdx/Runtime/DTypes.def).
+enum class DType {
+#define TDX_DTYPE(Name, stored, bytes, aten, ctype, mlir) Name,
+#include "tdx/Runtime/DTypes.def"
+};
 int64_t dtypeSize(DType t);
+/// The safetensors name ("F32", "BOOL").
 const char *dtypeName(DType t);
+/// The enumerator's name ("F32", "Bool"): emitted sources spell it so.
+const char *dtypeEnumerator(DType t);
 /// Throws naming the dtype when it is not one of the above.
 DType dtypeNamed(const std::string &name);
 

@@ -168,9 +168,9 @@ at::Tensor Context::allToAll(const at::Tensor &x, const std::vector<std::string>
 namespace {
 // The element types model binaries store, as ATen names them.
 const std::pair<DType, at::ScalarType> kDtypes[] = {
-    {DType::F32, at::kFloat}, {DType::F64, at::kDouble}, {DType::F16, at::kHalf},
-    {DType::BF16, at::kBFloat16}, {DType::I64, at::kLong}, {DType::I32, at::kInt},
-    {DType::Bool, at::kBool}};
+#define TDX_DTYPE(Name, stored, bytes, aten, ctype, mlir) {DType::Name, at::aten},
+#include "tdx/Runtime/DTypes.def"
+};
 } // namespace
 
 at::ScalarType tdx::rt::scalarTypeOf(DType t) {

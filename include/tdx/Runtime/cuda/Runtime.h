@@ -35,9 +35,9 @@ namespace tdx::cu {
 using rt::DType;
 using rt::Layout;
 using rt::parseLayout;
-constexpr DType kFloat = DType::F32, kDouble = DType::F64, kHalf = DType::F16,
-                kBFloat16 = DType::BF16, kLong = DType::I64, kInt = DType::I32,
-                kBool = DType::Bool;
+// ATen's dtype names, for the emitted source (tdx/Runtime/DTypes.def).
+#define TDX_DTYPE(Name, stored, bytes, aten, ctype, mlir) constexpr DType aten = DType::Name;
+#include "tdx/Runtime/DTypes.def"
 
 /// A strided view of device memory. Default-constructed: undefined (the
 /// `{}` of an optional argument).
