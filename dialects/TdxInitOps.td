@@ -65,7 +65,7 @@ def Tdx_UniformOp : Tdx_RandomOp<"uniform", "uniform",
   let description = [{
     Values uniform in `[low, high)`, like `torch.nn.init.uniform_`.
     `kaiming_uniform_`, `xavier_uniform_` and nn.Linear's default init are
-    this op with the bound computed from the fan (see `tdx/Init/TorchInit.h`).
+    this op with the bound computed from the fan, as capture records them.
 
     ```mlir
     %w = tdx.uniform(-2.500000e-01, 2.500000e-01) seed(0, 1) : tensor<16x16xf32>
