@@ -30,6 +30,24 @@ def Tdx_Dialect : Dialect {
   }];
   let useDefaultAttributePrinterParser = 1;
   let dependentDialects = ["::mlir::func::FuncDialect"];
+  // The discardable attributes below are checked wherever they appear.
+  let hasOperationAttrVerify = 1;
+  let hasRegionArgAttrVerify = 1;
+  let hasRegionResultAttrVerify = 1;
+  let extraClassDeclaration = [{
+    /// The discardable attributes of the dialect, by the one spelling every
+    /// pass, the emitter and the Python package use.
+    /// Per-result placements of an op (an array of #tdx.sharding).
+    static constexpr ::llvm::StringLiteral kShardingsAttrName = "tdx.shardings";
+    /// The placement of a function argument or result (#tdx.sharding).
+    static constexpr ::llvm::StringLiteral kShardingAttrName = "tdx.sharding";
+    /// The global type of a partitioned function's argument or result.
+    static constexpr ::llvm::StringLiteral kGlobalTypeAttrName = "tdx.global_type";
+    /// A module whose types are per-rank (unit).
+    static constexpr ::llvm::StringLiteral kPartitionedAttrName = "tdx.partitioned";
+    /// The payload a collective moves per rank (i64 bytes).
+    static constexpr ::llvm::StringLiteral kPayloadBytesAttrName = "tdx.payload_bytes";
+  }];
 }
 
 //===----------------------------------------------------------------------===//

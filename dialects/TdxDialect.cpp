@@ -29,3 +29,55 @@ void TdxDialect::initialize() {
 #include "tdx/Dialect/TdxOps.cpp.inc"
       >();
 }
+
+//===----------------------------------------------------------------------===//
+// Discardable attributes
+//===----------------------------------------------------------------------===//
+
+/// Checks a `tdx.*` attribute found on `op` (or one of its region's
+/// arguments or results): a known name with the kind of value it holds.
+static LogicalResult verifyTdxAttribute(Operation *op, NamedAttribute attr, bool onValue) {
+  StringRef name = attr.getName().getValue();
+  Attribute value = attr.getValue();
+  auto wrong = [&](StringRef what) {
+    return op->emitError() << "'" << name << "' must be " << what << ", got " << value;
+  };
+  if (onValue) {
+    if (name == TdxDialect::kShardingAttrName)
+      return isa<ShardingAttr>(value) ? success() : wrong("a #tdx.sharding");
+    if (name == TdxDialect::kGlobalTypeAttrName)
+      return isa<TypeAttr>(value) ? success() : wrong("a type");
+    return op->emitError() << "unknown tdx attribute '" << name
+                           << "' on a function argument or result; tdx uses '"
+                           << TdxDialect::kShardingAttrName << "' and '"
+                           << TdxDialect::kGlobalTypeAttrName << "' there";
+  }
+  if (name == TdxDialect::kShardingsAttrName) {
+    auto array = dyn_cast<ArrayAttr>(value);
+    if (!array || !llvm::all_of(array, [](Attribute a) { return isa<ShardingAttr>(a); }))
+      return wrong("an array of #tdx.sharding, one per result");
+    return success();
+  }
+  if (name == TdxDialect::kPartitionedAttrName)
+    return isa<UnitAttr>(value) ? success() : wrong("a unit attribute");
+  if (name == TdxDialect::kPayloadBytesAttrName)
+    return isa<IntegerAttr>(value) ? success() : wrong("an integer");
+  return op->emitError() << "unknown tdx attribute '" << name << "'; tdx puts '"
+                         << TdxDialect::kShardingsAttrName << "', '"
+                         << TdxDialect::kPartitionedAttrName << "' and '"
+                         << TdxDialect::kPayloadBytesAttrName << "' on ops";
+}
+
+LogicalResult TdxDialect::verifyOperationAttribute(Operation *op, NamedAttribute attr) {
+  return verifyTdxAttribute(op, attr, false);
+}
+
+LogicalResult TdxDialect::verifyRegionArgAttribute(Operation *op, unsigned, unsigned,
+                                                   NamedAttribute attr) {
+  return verifyTdxAttribute(op, attr, true);
+}
+
+LogicalResult TdxDialect::verifyRegionResultAttribute(Operation *op, unsigned, unsigned,
+                                                      NamedAttribute attr) {
+  return verifyTdxAttribute(op, attr, true);
+}

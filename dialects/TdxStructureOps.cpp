@@ -141,7 +141,7 @@ LogicalResult ParamRefOp::verifySymbolUses(SymbolTableCollection &symbols) {
                                            : cast<BufferOp>(target).getType();
   // In a partitioned module a reference reads this rank's shard.
   auto module = (*this)->getParentOfType<ModuleOp>();
-  if (module && module->hasAttr("tdx.partitioned")) {
+  if (module && module->hasAttr(::mlir::tdx::TdxDialect::kPartitionedAttrName)) {
     // A tied name reads the value it shares, placed as that one is.
     FlatSymbolRefAttr tied = isa<ParameterOp>(target) ? cast<ParameterOp>(target).getTiedToAttr()
                                                       : cast<BufferOp>(target).getTiedToAttr();

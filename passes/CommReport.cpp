@@ -27,7 +27,7 @@ struct Entry {
 
 /// The payload recorded by tdx-partition, or the size of a static input.
 int64_t payloadBytes(Operation *op) {
-  if (auto attr = op->getAttrOfType<IntegerAttr>("tdx.payload_bytes"))
+  if (auto attr = op->getAttrOfType<IntegerAttr>(::mlir::tdx::TdxDialect::kPayloadBytesAttrName))
     return attr.getInt();
   auto t = cast<RankedTensorType>(op->getOperand(0).getType());
   if (!t.hasStaticShape())

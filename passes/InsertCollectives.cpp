@@ -53,7 +53,7 @@ struct InsertCollectivesPass
         next[step.axis] = step.to;
         auto r = RedistributeOp::create(b, op.getLoc(), v, shardingOf(mesh, layout),
                                         shardingOf(mesh, next));
-        r->setAttr("tdx.shardings", b.getArrayAttr({shardingOf(mesh, next)}));
+        r->setAttr(::mlir::tdx::TdxDialect::kShardingsAttrName, b.getArrayAttr({shardingOf(mesh, next)}));
         if (report)
           mlir::emitRemark(r.getLoc()) << stringifyStepKind(step.kind) << " on mesh axis \""
                          << cast<StringAttr>(mesh.getAxes()[step.axis]).getValue()

@@ -48,8 +48,8 @@ private:
 Layout FunctionPartitioner::layoutOfValue(Value v) {
   ShardingAttr sharding;
   if (auto arg = dyn_cast<BlockArgument>(v)) {
-    sharding = fn.getArgAttrOfType<ShardingAttr>(arg.getArgNumber(), "tdx.sharding");
-  } else if (auto attr = v.getDefiningOp()->getAttrOfType<ArrayAttr>("tdx.shardings")) {
+    sharding = fn.getArgAttrOfType<ShardingAttr>(arg.getArgNumber(), ::mlir::tdx::TdxDialect::kShardingAttrName);
+  } else if (auto attr = v.getDefiningOp()->getAttrOfType<ArrayAttr>(::mlir::tdx::TdxDialect::kShardingsAttrName)) {
     unsigned index = cast<OpResult>(v).getResultNumber();
     if (index < attr.size())
       sharding = dyn_cast<ShardingAttr>(attr[index]);
@@ -89,14 +89,14 @@ LogicalResult FunctionPartitioner::lowerVocabParallel(Operation *op) {
   }();
   if (ShapedType::isDynamic(global))
     return op->emitOpError("cannot tell the global vocabulary size of its split operand");
-  ArrayAttr shardings = op->getAttrOfType<ArrayAttr>("tdx.shardings");
+  ArrayAttr shardings = op->getAttrOfType<ArrayAttr>(::mlir::tdx::TdxDialect::kShardingsAttrName);
   FailureOr<Value> replacement =
       embedding ? lowerVocabParallelEmbedding(b, embedding, mesh, axes[0], global)
                 : lowerVocabParallelCrossEntropy(b, loss, mesh, axes[0], global);
   if (failed(replacement))
     return failure();
   if (Operation *def = replacement->getDefiningOp(); def && shardings)
-    def->setAttr("tdx.shardings", shardings);
+    def->setAttr(::mlir::tdx::TdxDialect::kShardingsAttrName, shardings);
   op->getResult(0).replaceAllUsesWith(*replacement);
   op->erase();
   return success();
@@ -173,11 +173,11 @@ LogicalResult FunctionPartitioner::lowerRedistribute(RedistributeOp op) {
                             << "; run tdx-insert-collectives first";
   }
   if (collective) {
-    collective->setAttr("tdx.payload_bytes", b.getI64IntegerAttr(payload));
+    collective->setAttr(::mlir::tdx::TdxDialect::kPayloadBytesAttrName, b.getI64IntegerAttr(payload));
     result = collective->getResult(0);
   }
   if (Operation *def = result.getDefiningOp(); def && def != input.getDefiningOp())
-    def->setAttr("tdx.shardings", b.getArrayAttr({op.getTarget()}));
+    def->setAttr(::mlir::tdx::TdxDialect::kShardingsAttrName, b.getArrayAttr({op.getTarget()}));
   op.getResult().replaceAllUsesWith(result);
   op.erase();
   return success();
@@ -186,7 +186,7 @@ LogicalResult FunctionPartitioner::lowerRedistribute(RedistributeOp op) {
 LogicalResult FunctionPartitioner::retype(Operation *op) {
   if (op->getNumResults() == 0)
     return success();
-  auto shardings = op->getAttrOfType<ArrayAttr>("tdx.shardings");
+  auto shardings = op->getAttrOfType<ArrayAttr>(::mlir::tdx::TdxDialect::kShardingsAttrName);
   if (!shardings || shardings.size() != op->getNumResults())
     return op->emitOpError() << "has no placement for its results ('tdx.shardings'); "
                                 "run tdx-propagate-sharding before tdx-partition";
@@ -237,12 +237,12 @@ LogicalResult FunctionPartitioner::run() {
   // The global signature stays on the function for whoever feeds the per-rank
   // program global tensors (the model binaries' driver).
   for (auto [i, t] : llvm::enumerate(fn.getFunctionType().getInputs()))
-    fn.setArgAttr(i, "tdx.global_type", TypeAttr::get(t));
+    fn.setArgAttr(i, ::mlir::tdx::TdxDialect::kGlobalTypeAttrName, TypeAttr::get(t));
   for (auto [i, t] : llvm::enumerate(fn.getFunctionType().getResults()))
-    fn.setResultAttr(i, "tdx.global_type", TypeAttr::get(t));
+    fn.setResultAttr(i, ::mlir::tdx::TdxDialect::kGlobalTypeAttrName, TypeAttr::get(t));
   for (BlockArgument arg : fn.getArguments()) {
     auto global = dyn_cast<RankedTensorType>(arg.getType());
-    auto sharding = fn.getArgAttrOfType<ShardingAttr>(arg.getArgNumber(), "tdx.sharding");
+    auto sharding = fn.getArgAttrOfType<ShardingAttr>(arg.getArgNumber(), ::mlir::tdx::TdxDialect::kShardingAttrName);
     if (!global || !sharding)
       continue;
     if (failed(sharding.verifyFor(fn, global, symbols,
@@ -280,7 +280,7 @@ LogicalResult FunctionPartitioner::run() {
 struct PartitionPass : public mlir::tdx::impl::PartitionBase<PartitionPass> {
   void runOnOperation() override {
     ModuleOp module = getOperation();
-    if (module->hasAttr("tdx.partitioned")) {
+    if (module->hasAttr(::mlir::tdx::TdxDialect::kPartitionedAttrName)) {
       module.emitError("tdx-partition: the module is already partitioned (its types "
                        "are per-rank); partition the global program once");
       return signalPassFailure();
@@ -291,12 +291,12 @@ struct PartitionPass : public mlir::tdx::impl::PartitionBase<PartitionPass> {
       // The mesh: the one the function's placements name.
       ShardingAttr any;
       fn.walk([&](Operation *op) {
-        if (auto s = op->getAttrOfType<ArrayAttr>("tdx.shardings"))
+        if (auto s = op->getAttrOfType<ArrayAttr>(::mlir::tdx::TdxDialect::kShardingsAttrName))
           if (!s.empty())
             any = dyn_cast<ShardingAttr>(s[0]);
       });
       for (unsigned i = 0; i < fn.getNumArguments() && !any; ++i)
-        any = fn.getArgAttrOfType<ShardingAttr>(i, "tdx.sharding");
+        any = fn.getArgAttrOfType<ShardingAttr>(i, ::mlir::tdx::TdxDialect::kShardingAttrName);
       if (!any)
         continue;
       MeshOp mesh = lookupMesh(fn, any.getMesh());
@@ -308,7 +308,7 @@ struct PartitionPass : public mlir::tdx::impl::PartitionBase<PartitionPass> {
       if (failed(FunctionPartitioner(fn, mesh).run()))
         return signalPassFailure();
     }
-    module->setAttr("tdx.partitioned", UnitAttr::get(module.getContext()));
+    module->setAttr(::mlir::tdx::TdxDialect::kPartitionedAttrName, UnitAttr::get(module.getContext()));
   }
 };
 

@@ -300,7 +300,7 @@ LogicalResult FunctionPropagation::seed() {
     }
   }
   for (BlockArgument arg : fn.getArguments()) {
-    auto sharding = fn.getArgAttrOfType<ShardingAttr>(arg.getArgNumber(), "tdx.sharding");
+    auto sharding = fn.getArgAttrOfType<ShardingAttr>(arg.getArgNumber(), ::mlir::tdx::TdxDialect::kShardingAttrName);
     if (!sharding || !isTensor(arg))
       continue;
     if (sharding.getMesh().getAttr() != mesh.getSymNameAttr() ||
@@ -512,7 +512,7 @@ void FunctionPropagation::decideOp(Operation *op) {
   if (isa<func::ReturnOp>(op)) {
     for (auto [i, v] : llvm::enumerate(op->getOperands())) {
       Layout l = isTensor(v) ? layout(v) : Layout();
-      if (auto sharding = fn.getResultAttrOfType<ShardingAttr>(i, "tdx.sharding"))
+      if (auto sharding = fn.getResultAttrOfType<ShardingAttr>(i, ::mlir::tdx::TdxDialect::kShardingAttrName))
         l = layoutOf(sharding);
       req.push_back(l);
     }
@@ -632,7 +632,7 @@ void FunctionPropagation::rewrite() {
     else
       b.setInsertionPointAfter(v.getDefiningOp());
     auto r = RedistributeOp::create(b, v.getLoc(), v, shardingOf(mesh, have), to);
-    r->setAttr("tdx.shardings", b.getArrayAttr({to}));
+    r->setAttr(::mlir::tdx::TdxDialect::kShardingsAttrName, b.getArrayAttr({to}));
     it->second = r.getResult();
     return r.getResult();
   };
@@ -647,12 +647,12 @@ void FunctionPropagation::rewrite() {
       SmallVector<Attribute> shardings;
       for (Value r : op->getResults())
         shardings.push_back(shardingOf(mesh, layout(r)));
-      op->setAttr("tdx.shardings", b.getArrayAttr(shardings));
+      op->setAttr(::mlir::tdx::TdxDialect::kShardingsAttrName, b.getArrayAttr(shardings));
     }
   }
   for (BlockArgument arg : fn.getArguments())
     if (isTensor(arg))
-      fn.setArgAttr(arg.getArgNumber(), "tdx.sharding", shardingOf(mesh, layout(arg)));
+      fn.setArgAttr(arg.getArgNumber(), ::mlir::tdx::TdxDialect::kShardingAttrName, shardingOf(mesh, layout(arg)));
   for (Operation *op : ops)
     if (auto ref = dyn_cast<ParamRefOp>(op)) {
       Operation *target = symbols.lookupNearestSymbolFrom(op, ref.getNameAttr());
@@ -716,7 +716,7 @@ FailureOr<MeshOp> meshOfFunction(func::FuncOp fn, SymbolTableCollection &symbols
     }
   });
   for (unsigned i = 0; i < fn.getNumArguments(); ++i)
-    if (auto s = fn.getArgAttrOfType<ShardingAttr>(i, "tdx.sharding"))
+    if (auto s = fn.getArgAttrOfType<ShardingAttr>(i, ::mlir::tdx::TdxDialect::kShardingAttrName))
       uses.push_back({s.getMesh(), fn.getLoc()});
   if (uses.empty())
     return MeshOp();
@@ -741,7 +741,7 @@ struct PropagateShardingPass
   using PropagateShardingBase::PropagateShardingBase;
 
   void runOnOperation() override {
-    if (getOperation()->hasAttr("tdx.partitioned")) {
+    if (getOperation()->hasAttr(::mlir::tdx::TdxDialect::kPartitionedAttrName)) {
       getOperation().emitError("tdx-propagate-sharding runs on the global view, "
                                "but this module is already partitioned");
       return signalPassFailure();

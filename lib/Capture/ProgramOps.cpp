@@ -167,7 +167,7 @@ std::string annotate(const std::string &text, const std::string &target,
     if (failed(sharding.verifyFor(fn, fn.getArgumentTypes()[index], collection,
                                   "sharding of " + target)))
       throw CaptureError("tdx: cannot place " + target + ":\n" + diags.text);
-    fn.setArgAttr(index, "tdx.sharding", sharding);
+    fn.setArgAttr(index, ::mlir::tdx::TdxDialect::kShardingAttrName, sharding);
   } else {
     Operation *decl = symbols.lookup(target);
     auto param = dyn_cast_or_null<ParameterOp>(decl);
@@ -330,7 +330,7 @@ std::string functionToJson(const std::string &text, const std::string &function)
   for (BlockArgument arg : fn.getArguments()) {
     names[arg] = "arg" + std::to_string(arg.getArgNumber());
     llvm::json::Object a{{"type", typeToJson(arg.getType())}};
-    if (auto s = fn.getArgAttr(arg.getArgNumber(), "tdx.sharding"))
+    if (auto s = fn.getArgAttr(arg.getArgNumber(), ::mlir::tdx::TdxDialect::kShardingAttrName))
       a["sharding"] = attrToJson(s);
     args.push_back(std::move(a));
   }

@@ -72,7 +72,7 @@ struct Emitter {
                                   b.getArrayAttr({mesh.getAxes()[axis]}),
                                   ReduceKindAttr::get(b.getContext(), kind));
     if (t.hasStaticShape())
-      op->setAttr("tdx.payload_bytes",
+      op->setAttr(::mlir::tdx::TdxDialect::kPayloadBytesAttrName,
                   b.getI64IntegerAttr(t.getNumElements() *
                                       ((t.getElementTypeBitWidth() + 7) / 8)));
     return op;

@@ -485,7 +485,7 @@ FailureOr<Signature> signatureOf(func::FuncOp fn, int64_t meshRank) {
   FunctionType type = fn.getFunctionType();
   for (auto [i, local] : llvm::enumerate(type.getInputs())) {
     Type t = local;
-    if (auto global = fn.getArgAttrOfType<TypeAttr>(i, "tdx.global_type"))
+    if (auto global = fn.getArgAttrOfType<TypeAttr>(i, ::mlir::tdx::TdxDialect::kGlobalTypeAttrName))
       t = global.getValue();
     auto ranked = dyn_cast<RankedTensorType>(t);
     if (!ranked || dtype(ranked.getElementType()).empty())
@@ -493,12 +493,12 @@ FailureOr<Signature> signatureOf(func::FuncOp fn, int64_t meshRank) {
                             << ", which the CPU backend cannot pass; use a ranked tensor of "
                                "f32/f64/f16/bf16/i64/i32/i1";
     sig.inputs.push_back(
-        {ranked, layoutText(fn.getArgAttrOfType<ShardingAttr>(i, "tdx.sharding"), meshRank)});
+        {ranked, layoutText(fn.getArgAttrOfType<ShardingAttr>(i, ::mlir::tdx::TdxDialect::kShardingAttrName), meshRank)});
   }
   auto ret = cast<func::ReturnOp>(fn.getBody().front().getTerminator());
   for (auto [i, local] : llvm::enumerate(type.getResults())) {
     Type t = local;
-    if (auto global = fn.getResultAttrOfType<TypeAttr>(i, "tdx.global_type"))
+    if (auto global = fn.getResultAttrOfType<TypeAttr>(i, ::mlir::tdx::TdxDialect::kGlobalTypeAttrName))
       t = global.getValue();
     auto ranked = dyn_cast<RankedTensorType>(t);
     if (!ranked || dtype(ranked.getElementType()).empty())
@@ -507,8 +507,8 @@ FailureOr<Signature> signatureOf(func::FuncOp fn, int64_t meshRank) {
     ShardingAttr sharding;
     Value v = ret.getOperand(i);
     if (auto arg = dyn_cast<BlockArgument>(v))
-      sharding = fn.getArgAttrOfType<ShardingAttr>(arg.getArgNumber(), "tdx.sharding");
-    else if (auto attr = v.getDefiningOp()->getAttrOfType<ArrayAttr>("tdx.shardings"))
+      sharding = fn.getArgAttrOfType<ShardingAttr>(arg.getArgNumber(), ::mlir::tdx::TdxDialect::kShardingAttrName);
+    else if (auto attr = v.getDefiningOp()->getAttrOfType<ArrayAttr>(::mlir::tdx::TdxDialect::kShardingsAttrName))
       sharding = dyn_cast<ShardingAttr>(attr[cast<OpResult>(v).getResultNumber()]);
     sig.outputs.push_back({ranked, layoutText(sharding, meshRank)});
   }
@@ -519,7 +519,7 @@ FailureOr<Signature> signatureOf(func::FuncOp fn, int64_t meshRank) {
 
 LogicalResult mlir::tdx::emitCpp(ModuleOp module, llvm::raw_ostream &os, Backend backend) {
   const char *backendName = backend == Backend::CUDA ? "the CUDA backend" : "the CPU backend";
-  if (!module->hasAttr("tdx.partitioned"))
+  if (!module->hasAttr(::mlir::tdx::TdxDialect::kPartitionedAttrName))
     return module.emitError("the module is not partitioned; run `tdx-opt --tdx-propagate-sharding "
                             "--tdx-insert-collectives --tdx-partition` first (tdx-compile runs "
                             "them for you)");

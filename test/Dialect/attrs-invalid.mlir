@@ -1,32 +1,32 @@
 // RUN: tdx-opt %s -split-input-file -verify-diagnostics
 
 // expected-error @+1 {{Shard(-1) has a negative dim}}
-func.func @negative_dim() attributes {tdx.p = #tdx.placement<Shard(-1)>} { return }
+func.func @negative_dim() attributes {test.p = #tdx.placement<Shard(-1)>} { return }
 
 // -----
 
 // expected-error @+1 {{unknown placement 'Sharded'; expected Shard(<dim>), Replicate or Partial(sum|avg|max|min)}}
-func.func @unknown_placement() attributes {tdx.p = #tdx.placement<Sharded(0)>} { return }
+func.func @unknown_placement() attributes {test.p = #tdx.placement<Sharded(0)>} { return }
 
 // -----
 
 // expected-error @+1 {{unknown Partial reduction 'prod'; expected sum, avg, max or min}}
-func.func @unknown_reduce() attributes {tdx.p = #tdx.placement<Partial(prod)>} { return }
+func.func @unknown_reduce() attributes {test.p = #tdx.placement<Partial(prod)>} { return }
 
 // -----
 
 // expected-error @+1 {{expected integer value}}
-func.func @shard_without_dim() attributes {tdx.p = #tdx.placement<Shard(x)>} { return }
+func.func @shard_without_dim() attributes {test.p = #tdx.placement<Shard(x)>} { return }
 
 // -----
 
 // expected-error @+1 {{expected attribute value}}
-func.func @sharding_without_mesh() attributes {tdx.s = #tdx.sharding<[Shard(0)]>} { return }
+func.func @sharding_without_mesh() attributes {test.s = #tdx.sharding<[Shard(0)]>} { return }
 
 // -----
 
 // expected-error @+1 {{expected '['}}
-func.func @sharding_without_list() attributes {tdx.s = #tdx.sharding<@m, Shard(0)>} { return }
+func.func @sharding_without_list() attributes {test.s = #tdx.sharding<@m, Shard(0)>} { return }
 
 // -----
 
@@ -71,3 +71,27 @@ func.func @unknown_mesh(%x: tensor<8x8xf32>) -> tensor<8x8xf32> {
   %0 = tdx.annotate %x <@nope, [Shard(0)]> : tensor<8x8xf32>
   return %0 : tensor<8x8xf32>
 }
+
+// -----
+
+// The dialect's discardable attributes are checked where they appear.
+// expected-error @+1 {{unknown tdx attribute 'tdx.shardingz'; tdx puts 'tdx.shardings', 'tdx.partitioned' and 'tdx.payload_bytes' on ops}}
+func.func @misspelled() attributes {tdx.shardingz = 1} { return }
+
+// -----
+
+func.func @bad_shardings(%x: tensor<4xf32>) -> tensor<4xf32> {
+  // expected-error @+1 {{'tdx.shardings' must be an array of #tdx.sharding, one per result, got [1]}}
+  %0 = tdx.neg %x {tdx.shardings = [1]} : tensor<4xf32>
+  return %0 : tensor<4xf32>
+}
+
+// -----
+
+// expected-error @+1 {{'tdx.global_type' must be a type, got 3 : i64}}
+func.func @bad_global_type(%x: tensor<4xf32> {tdx.global_type = 3}) { return }
+
+// -----
+
+// expected-error @+1 {{unknown tdx attribute 'tdx.shardings' on a function argument or result; tdx uses 'tdx.sharding' and 'tdx.global_type' there}}
+func.func @op_attr_on_argument(%x: tensor<4xf32> {tdx.shardings = []}) { return }

@@ -80,13 +80,13 @@ int main(int argc, char **argv) {
       mlir::parseSourceFile<mlir::ModuleOp>(sources, &context);
   if (!module)
     return 1;
-  if (!(*module)->hasAttr("tdx.partitioned")) {
+  if (!(*module)->hasAttr(::mlir::tdx::TdxDialect::kPartitionedAttrName)) {
     auto pm = mlir::PassManager::on<mlir::ModuleOp>(&context);
     // Propagation runs once: a program it placed already (tdx.parallelize
     // does) keeps its placements.
     bool placed = false;
     module->walk([&](mlir::Operation *op) {
-      placed |= op->hasAttr("tdx.shardings");
+      placed |= op->hasAttr(::mlir::tdx::TdxDialect::kShardingsAttrName);
       return placed ? mlir::WalkResult::interrupt() : mlir::WalkResult::advance();
     });
     if (!placed) {
