@@ -88,55 +88,37 @@ LogicalResult ConvOp::inferReturnTypes(MLIRContext *, std::optional<Location> lo
 
 LogicalResult ConvOp::verify() { return verifyInferredType(*this); }
 
-template <typename PoolOp>
-static LogicalResult inferPool(std::optional<Location> loc, ValueRange operands,
-                               typename PoolOp::Adaptor adaptor, bool isMax,
-                               SmallVectorImpl<Type> &inferred) {
-  StringRef name = PoolOp::getOperationName();
-  auto x = cast<RankedTensorType>(operands[0].getType());
+LogicalResult mlir::tdx::inferPoolResult(std::optional<Location> loc, StringRef name,
+                                         Type inputType, ArrayRef<int64_t> kernel,
+                                         ArrayRef<int64_t> stride, ArrayRef<int64_t> padding,
+                                         ArrayRef<int64_t> dilation, bool ceilMode,
+                                         bool countIncludePad, bool isMax,
+                                         SmallVectorImpl<Type> &inferred) {
+  auto x = cast<RankedTensorType>(inputType);
   if (x.getRank() != 4)
     return emitOptionalError(loc, "'", name, "' op input must be [N, C, H, W], got ", x);
   if (failed(checkWindow(loc, name, 2,
-                         {{"kernel", adaptor.getKernel()},
-                          {"stride", adaptor.getStride()},
-                          {"padding", adaptor.getPadding()},
-                          {"dilation", adaptor.getDilation()}})))
+                         {{"kernel", kernel},
+                          {"stride", stride},
+                          {"padding", padding},
+                          {"dilation", dilation}})))
     return failure();
-  if (isMax && adaptor.getCountIncludePad())
+  if (isMax && countIncludePad)
     return emitOptionalError(loc, "'", name, "' op count_include_pad is for average pooling");
-  if (!isMax && llvm::any_of(adaptor.getDilation(), [](int64_t d) { return d != 1; }))
+  if (!isMax && llvm::any_of(dilation, [](int64_t d) { return d != 1; }))
     return emitOptionalError(loc, "'", name, "' op average pooling has no dilation; use [1, 1]");
   SmallVector<int64_t> shape = {x.getDimSize(0), x.getDimSize(1)};
   for (int64_t d = 0; d < 2; ++d) {
-    int64_t k = adaptor.getKernel()[d], p = adaptor.getPadding()[d];
+    int64_t k = kernel[d], p = padding[d];
     if (2 * p > k)
-      return emitOptionalError(loc, "'", name, "' op padding ", listStr(adaptor.getPadding()),
-                               " must be at most half of the kernel ",
-                               listStr(adaptor.getKernel()));
-    int64_t out = outSize(x.getDimSize(2 + d), k, adaptor.getStride()[d], p,
-                          adaptor.getDilation()[d], adaptor.getCeilMode());
+      return emitOptionalError(loc, "'", name, "' op padding ", listStr(padding),
+                               " must be at most half of the kernel ", listStr(kernel));
+    int64_t out = outSize(x.getDimSize(2 + d), k, stride[d], p, dilation[d], ceilMode);
     if (out < 1)
-      return emitOptionalError(loc, "'", name, "' op kernel ", listStr(adaptor.getKernel()),
+      return emitOptionalError(loc, "'", name, "' op kernel ", listStr(kernel),
                                " is larger than the padded input ", x);
     shape.push_back(out);
   }
   inferred.push_back(RankedTensorType::get(shape, x.getElementType()));
   return success();
 }
-
-LogicalResult MaxPoolOp::inferReturnTypes(MLIRContext *, std::optional<Location> loc,
-                                          ValueRange operands, DictionaryAttr attributes,
-                                          OpaqueProperties properties, RegionRange regions,
-                                          SmallVectorImpl<Type> &inferred) {
-  return inferPool<MaxPoolOp>(loc, operands, Adaptor(operands, attributes, properties, regions),
-                              true, inferred);
-}
-LogicalResult AvgPoolOp::inferReturnTypes(MLIRContext *, std::optional<Location> loc,
-                                          ValueRange operands, DictionaryAttr attributes,
-                                          OpaqueProperties properties, RegionRange regions,
-                                          SmallVectorImpl<Type> &inferred) {
-  return inferPool<AvgPoolOp>(loc, operands, Adaptor(operands, attributes, properties, regions),
-                              false, inferred);
-}
-LogicalResult MaxPoolOp::verify() { return verifyInferredType(*this); }
-LogicalResult AvgPoolOp::verify() { return verifyInferredType(*this); }

@@ -40,7 +40,23 @@ def Tdx_ConvOp : Tdx_InferredOp<"conv"> {
   }];
 }
 
-class Tdx_PoolOp<string mnemonic> : Tdx_InferredOp<mnemonic> {
+class Tdx_PoolOp<string mnemonic, bit isMax> : Tdx_InferredOp<mnemonic> {
+  let extraClassDefinition = [{
+    ::mlir::LogicalResult $cppClass::verify() {
+      return verifyInferredType(*this);
+    }
+    ::mlir::LogicalResult $cppClass::inferReturnTypes(
+        ::mlir::MLIRContext *context, ::std::optional<::mlir::Location> loc,
+        ::mlir::ValueRange operands, ::mlir::DictionaryAttr attributes,
+        ::mlir::OpaqueProperties properties, ::mlir::RegionRange regions,
+        ::llvm::SmallVectorImpl<::mlir::Type> &inferred) {
+      Adaptor adaptor(operands, attributes, properties, regions);
+      return inferPoolResult(loc, getOperationName(), operands[0].getType(),
+          adaptor.getKernel(), adaptor.getStride(), adaptor.getPadding(),
+          adaptor.getDilation(), adaptor.getCeilMode(), adaptor.getCountIncludePad(),
+          /*isMax=*/}] # !if(isMax, "true", "false") # [{, inferred);
+    }
+  }];
   let arguments = (ins Tdx_FloatTensor:$input, DenseI64ArrayAttr:$kernel,
                        DenseI64ArrayAttr:$stride, DenseI64ArrayAttr:$padding,
                        DenseI64ArrayAttr:$dilation, UnitAttr:$ceil_mode,
@@ -53,7 +69,7 @@ class Tdx_PoolOp<string mnemonic> : Tdx_InferredOp<mnemonic> {
   }];
 }
 
-def Tdx_MaxPoolOp : Tdx_PoolOp<"max_pool"> {
+def Tdx_MaxPoolOp : Tdx_PoolOp<"max_pool", 1> {
   let summary = "2-D max pooling (aten::max_pool2d)";
   let description = [{
     `input` is `[N, C, H, W]`; each output element is the maximum of its
@@ -67,7 +83,7 @@ def Tdx_MaxPoolOp : Tdx_PoolOp<"max_pool"> {
   }];
 }
 
-def Tdx_AvgPoolOp : Tdx_PoolOp<"avg_pool"> {
+def Tdx_AvgPoolOp : Tdx_PoolOp<"avg_pool", 0> {
   let summary = "2-D average pooling (aten::avg_pool2d)";
   let description = [{
     `input` is `[N, C, H, W]`; each output element is the mean of its window,

@@ -54,6 +54,21 @@ LogicalResult AtenOp::verify() {
   return success();
 }
 
+SmallVector<Value> AtenOp::getPlainOperands() {
+  DenseSet<unsigned> listed;
+  if (DictionaryAttr dict = getArgsAttr())
+    for (NamedAttribute kv : dict)
+      if (auto refs = tensorListRefs(kv.getValue()))
+        for (std::optional<unsigned> r : *refs)
+          if (r)
+            listed.insert(*r);
+  SmallVector<Value> plain;
+  for (auto [i, v] : llvm::enumerate(getOperands()))
+    if (!listed.contains(i))
+      plain.push_back(v);
+  return plain;
+}
+
 std::optional<SmallVector<std::optional<unsigned>>> AtenOp::tensorListRefs(Attribute arg) {
   auto arr = dyn_cast<ArrayAttr>(arg);
   if (!arr || arr.empty() || !llvm::all_of(arr, [](Attribute e) {

@@ -42,6 +42,9 @@ def Tdx_AtenOp : Tdx_Op<"aten", [Pure]> {
     /// None element), or nullopt when `arg` is not a tensor list.
     static std::optional<::llvm::SmallVector<std::optional<unsigned>>>
     tensorListRefs(::mlir::Attribute arg);
+    /// The operands of plain Tensor arguments (those no tensor list holds),
+    /// in schema order.
+    ::llvm::SmallVector<::mlir::Value> getPlainOperands();
   }];
   let arguments = (ins StrAttr:$schema, Variadic<AnyType>:$operands,
                        OptionalAttr<DictionaryAttr>:$args);

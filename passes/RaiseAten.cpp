@@ -30,20 +30,9 @@ namespace {
 /// A tdx.aten op's arguments by schema name, and helpers to build with.
 class Call {
 public:
-  Call(AtenOp op, OpBuilder &b) : op(op), b(b), loc(op.getLoc()) {
-    auto [name, overload] = op.getSchema().split('.');
-    this->name = name;
-    this->overload = overload;
-    if (DictionaryAttr dict = op.getArgsAttr())
-      for (NamedAttribute kv : dict) {
-        auto refs = AtenOp::tensorListRefs(kv.getValue());
-        for (std::optional<unsigned> r : refs ? *refs : SmallVector<std::optional<unsigned>>())
-          if (r)
-            listed.insert(*r);
-      }
-    for (auto [i, v] : llvm::enumerate(op.getOperands()))
-      if (!listed.contains(i))
-        plain.push_back(v);
+  Call(AtenOp op, OpBuilder &b)
+      : op(op), b(b), loc(op.getLoc()), plain(op.getPlainOperands()) {
+    std::tie(name, overload) = op.getSchema().split('.');
   }
 
   mutable AtenOp op;
@@ -52,7 +41,6 @@ public:
   StringRef name, overload;
   /// Tensor operands that are not in a tensor list, in schema order.
   SmallVector<Value> plain;
-  DenseSet<unsigned> listed;
 
   Attribute arg(StringRef n) const {
     DictionaryAttr dict = op.getArgsAttr();
@@ -139,9 +127,6 @@ using RaiseFn = Value (*)(Call &);
 
 template <typename OpT> Value raiseUnary(Call &c) {
   if (c.plain.size() != 1 || c.op->getNumResults() != 1 || !c.overload.empty())
-    return {};
-  if (!isa<FloatType>(c.elementType()) &&
-      !OpT::template hasTrait<OpTrait::SameOperandsAndResultType>())
     return {};
   Value x = c.cast(c.plain[0], c.elementType());
   auto r = OpT::create(c.b, c.loc, x);

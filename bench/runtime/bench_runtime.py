@@ -138,7 +138,7 @@ def run_tdx(exe, steps, weights):
     (y,) = exe.run(ids(), params=weights, steps=steps, verbose=True)
     # "tdx: N ranks: init A ms, step B ms, C bytes communicated"
     words = exe.last_log.split()
-    return float(words[words.index("step") + 1]), int(words[words.index("bytes") - 1]), y
+    return exe.last_step_ms(), int(words[words.index("bytes") - 1]), y
 
 
 def tdx_overhead(exe, steps, weights):

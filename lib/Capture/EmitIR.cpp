@@ -250,13 +250,6 @@ private:
     return v;
   }
 
-  Value operand(const c10::IValue &v, RankedTensorType like) {
-    if (v.isTensor())
-      return read(v.toTensor());
-    auto scalarType = RankedTensorType::get({}, like.getElementType());
-    return full(v.toScalar().toDouble(), scalarType);
-  }
-
   /// A generic tdx.aten op: every schema argument is kept. Tensors are
   /// operands in schema order; a Tensor[] / Tensor?[] argument is an array
   /// of operand numbers (`index` integers) and `unit` for a None element;

@@ -338,17 +338,9 @@ LogicalResult Emitter::emitOp(Operation *op) {
                                     "ops only; compile for --target cpu, or express the op with "
                                     "tdx ops";
         // Operands that a Tensor[] argument holds are passed in that list.
-        DenseSet<unsigned> inLists;
-        if (DictionaryAttr dict = o.getArgsAttr())
-          for (NamedAttribute kv : dict)
-            if (auto refs = AtenOp::tensorListRefs(kv.getValue()))
-              for (std::optional<unsigned> r : *refs)
-                if (r)
-                  inLists.insert(*r);
         std::string tensors = "{", args = "{";
-        for (auto [i, v] : llvm::enumerate(o.getOperands()))
-          if (!inLists.contains(i))
-            tensors += (tensors.size() > 1 ? ", " : "") + name(v);
+        for (auto [i, v] : llvm::enumerate(o.getPlainOperands()))
+          tensors += (i ? ", " : "") + name(v);
         if (DictionaryAttr dict = o.getArgsAttr())
           for (NamedAttribute kv : dict) {
             FailureOr<std::string> value = atenArgument(o, kv);

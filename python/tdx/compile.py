@@ -74,6 +74,14 @@ class Executable:
             got = safetensors.load(out)
         return tuple(got[f"output:{i}"] for i in range(len(got)))
 
+    def last_step_ms(self):
+        """The step time (ms) of the last ``run(..., verbose=True)``, from the
+        binary's line "tdx: N ranks: init A ms, step B ms, C bytes ..."."""
+        words = getattr(self, "last_log", "").split()
+        if "step" not in words:
+            raise TdxError("no step time: run the binary with verbose=True first")
+        return float(words[words.index("step") + 1])
+
     def materialize(self, nprocs=None, seed=0, timeout=300):
         """The gathered global parameters after sharded init, by qualified name."""
         with tempfile.TemporaryDirectory() as tmp:

@@ -28,6 +28,12 @@ NAMES = sorted(CASES)
 RESULTS = {backend: {} for backend in XFAIL}
 
 
+def outputs(fn, *xs):
+    """A case's outputs as a tuple."""
+    out = fn(*xs)
+    return tuple(out) if isinstance(out, (tuple, list)) else (out,)
+
+
 class Fn(torch.nn.Module):
     def __init__(self, fn):
         super().__init__()
@@ -36,8 +42,7 @@ class Fn(torch.nn.Module):
         self.register_buffer("unused", torch.zeros(1))
 
     def forward(self, *xs):
-        out = self.fn(*xs)
-        return tuple(out) if isinstance(out, (tuple, list)) else (out,)
+        return outputs(self.fn, *xs)
 
 
 class Suite(torch.nn.Module):
@@ -52,14 +57,14 @@ class Suite(torch.nn.Module):
         out, i = [], 0
         for name in self.names:
             case = CASES[name]
-            got = Fn(case.fn)(*xs[i:i + len(case.inputs)])
+            got = outputs(case.fn, *xs[i:i + len(case.inputs)])
             i += len(case.inputs)
             out.extend(got)
         return tuple(out)
 
 
 def eager_outputs(names):
-    return {name: Fn(CASES[name].fn)(*CASES[name].inputs) for name in names}
+    return {name: outputs(CASES[name].fn, *CASES[name].inputs) for name in names}
 
 
 def flat_inputs(names):

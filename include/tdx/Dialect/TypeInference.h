@@ -42,6 +42,14 @@ LogicalResult inferReduceResult(std::optional<Location> loc, StringRef opName,
                                 Type inputType, std::optional<ArrayRef<int64_t>> dims,
                                 bool keepdim, SmallVectorImpl<Type> &inferred);
 
+/// The result of 2-D max (`isMax`) or average pooling of `inputType`
+/// ([N, C, H, W]) with the window attributes of tdx.max_pool / tdx.avg_pool.
+LogicalResult inferPoolResult(std::optional<Location> loc, StringRef opName, Type inputType,
+                              ArrayRef<int64_t> kernel, ArrayRef<int64_t> stride,
+                              ArrayRef<int64_t> padding, ArrayRef<int64_t> dilation,
+                              bool ceilMode, bool countIncludePad, bool isMax,
+                              SmallVectorImpl<Type> &inferred);
+
 /// Verifies an op's result types against its static `inferReturnTypes`.
 /// A failed inference has already reported why at the op's location.
 template <typename OpT>
