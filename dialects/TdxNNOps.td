@@ -144,7 +144,7 @@ def Tdx_RmsNormOp : Tdx_InferredOp<"rms_norm"> {
   }];
 }
 
-def Tdx_EmbeddingOp : Tdx_InferredOp<"embedding"> {
+def Tdx_EmbeddingOp : Tdx_InferredOp<"embedding", [], /*ownPartition=*/1> {
   let summary = "torch.nn.functional.embedding: rows of weight by index";
   let description = [{
     `weight` is `[num_embeddings, dim]`, `indices` an integer tensor of any
@@ -163,7 +163,7 @@ def Tdx_EmbeddingOp : Tdx_InferredOp<"embedding"> {
   }];
 }
 
-def Tdx_CrossEntropyOp : Tdx_InferredOp<"cross_entropy"> {
+def Tdx_CrossEntropyOp : Tdx_InferredOp<"cross_entropy", [], /*ownPartition=*/1> {
   let summary = "torch.nn.functional.cross_entropy on logits";
   let description = [{
     `input` holds logits `[N, C, d...]` (or `[C]`); `target` holds class

@@ -17,6 +17,9 @@ class Tdx_Op<string mnemonic, list<Trait> traits = []>
 /// The op has a factor mapping for sharding propagation (ShardingRules.cpp).
 def Tdx_HasShardingRule
     : DeclareOpInterfaceMethods<Tdx_ShardingRuleOpInterface>;
+/// ... and a per-rank rewrite of its own in tdx-partition (PartitionRules.cpp).
+def Tdx_HasPartitionRule
+    : DeclareOpInterfaceMethods<Tdx_ShardingRuleOpInterface, ["partition"]>;
 
 def Tdx_Tensor : RankedTensorOf<[AnyType]>;
 def Tdx_FloatTensor : RankedTensorOf<[AnyFloat]>;
@@ -30,8 +33,10 @@ def Tdx_NumericTensor
 /// `inferReturnTypes` (the signature of InferTypeOpInterface's). The printed
 /// form keeps the result type; the verifier checks it against the inferred
 /// one and reports a failed inference once, with its reason.
-class Tdx_InferredOp<string mnemonic, list<Trait> traits = []>
-    : Tdx_Op<mnemonic, !listconcat(traits, [Pure, Tdx_HasShardingRule])> {
+class Tdx_InferredOp<string mnemonic, list<Trait> traits = [],
+                     bit ownPartition = 0>
+    : Tdx_Op<mnemonic, !listconcat(traits, [Pure, !if(ownPartition, Tdx_HasPartitionRule,
+                                                      Tdx_HasShardingRule)])> {
   let hasVerifier = 1;
   let extraClassDeclaration = [{
     static ::mlir::LogicalResult inferReturnTypes(

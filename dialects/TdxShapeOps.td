@@ -10,7 +10,7 @@
 
 include "TdxOpBase.td"
 
-def Tdx_ReshapeOp : Tdx_InferredOp<"reshape"> {
+def Tdx_ReshapeOp : Tdx_InferredOp<"reshape", [], /*ownPartition=*/1> {
   let summary = "Tensor.reshape / view with at most one -1";
   let description = [{
     `shape` may hold one `-1`, which is inferred from the element count. The
@@ -87,7 +87,7 @@ def Tdx_ConcatOp : Tdx_InferredOp<"concat"> {
     "$inputs `dim` $dim attr-dict `:` functional-type($inputs, results)";
 }
 
-def Tdx_ExpandOp : Tdx_InferredOp<"expand"> {
+def Tdx_ExpandOp : Tdx_InferredOp<"expand", [], /*ownPartition=*/1> {
   let summary = "broadcast to a larger shape (Tensor.expand)";
   let description = [{
     `sizes` has at least the input's rank; `-1` keeps a dim; a dim of size 1

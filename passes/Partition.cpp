@@ -3,7 +3,6 @@
 #include "tdx/Dialect/TdxOps.h"
 #include "tdx/Passes/Passes.h"
 #include "tdx/Sharding/Layout.h"
-#include "tdx/Sharding/VocabParallel.h"
 
 #include "mlir/IR/Builders.h"
 
@@ -39,10 +38,25 @@ private:
   }
   LogicalResult lowerRedistribute(RedistributeOp op);
   LogicalResult retype(Operation *op);
-  LogicalResult lowerVocabParallel(Operation *op);
   /// The layout a value has: its producer's `tdx.shardings`, its
   /// argument's `tdx.sharding`, or replicated.
   Layout layoutOfValue(Value v);
+  int64_t globalDimSize(Value v, int64_t dim);
+  friend class Context;
+};
+
+/// What an op's `partition` method sees of the partitioner.
+class Context final : public PartitionContext {
+public:
+  explicit Context(FunctionPartitioner &p) : p(p) {}
+  OpBuilder &builder() override { return p.b; }
+  Operation *mesh() override { return p.mesh; }
+  ArrayRef<int64_t> meshShape() override { return p.meshShape; }
+  SmallVector<PlacementAttr> layoutOf(Value v) override { return p.layoutOfValue(v); }
+  int64_t globalDimSize(Value v, int64_t dim) override { return p.globalDimSize(v, dim); }
+
+private:
+  FunctionPartitioner &p;
 };
 
 Layout FunctionPartitioner::layoutOfValue(Value v) {
@@ -57,49 +71,23 @@ Layout FunctionPartitioner::layoutOfValue(Value v) {
   return sharding ? layoutOf(sharding) : replicatedLayout(fn.getContext(), meshShape.size());
 }
 
-LogicalResult FunctionPartitioner::lowerVocabParallel(Operation *op) {
-  auto embedding = dyn_cast<EmbeddingOp>(op);
-  auto loss = dyn_cast<CrossEntropyOp>(op);
-  if (!embedding && !loss)
-    return success();
-  Value split = embedding ? embedding.getWeight() : loss.getInput();
-  int64_t dim = embedding ? 0 : (cast<RankedTensorType>(split.getType()).getRank() == 1 ? 0 : 1);
-  Layout layout = layoutOfValue(split);
-  SmallVector<int64_t> axes;
-  for (auto [axis, p] : llvm::enumerate(layout))
+int64_t FunctionPartitioner::globalDimSize(Value v, int64_t dim) {
+  // A parameter's declaration keeps its global type.
+  if (auto ref = dyn_cast_or_null<ParamRefOp>(v.getDefiningOp())) {
+    auto param = SymbolTable::lookupNearestSymbolFrom<ParameterOp>(ref, ref.getNameAttr());
+    if (param && param.getTiedToAttr())
+      param = SymbolTable::lookupNearestSymbolFrom<ParameterOp>(ref, param.getTiedToAttr());
+    if (param)
+      return param.getTensorType().getDimSize(dim);
+  }
+  // Otherwise from the local size, when the split is even.
+  int64_t size = cast<RankedTensorType>(v.getType()).getDimSize(dim);
+  if (ShapedType::isDynamic(size))
+    return size;
+  for (auto [axis, p] : llvm::enumerate(layoutOfValue(v)))
     if (p.isShard() && p.getDim() == dim)
-      axes.push_back(axis);
-  if (axes.empty())
-    return success();
-  if (axes.size() > 1)
-    return op->emitOpError("splits its vocabulary over several mesh axes; split it over one");
-  // The global size of the split dim: from the value's producer type before
-  // partitioning is gone, so recompute it from the local size when even.
-  auto global = [&]() -> int64_t {
-    Operation *def = split.getDefiningOp();
-    if (auto ref = dyn_cast_or_null<ParamRefOp>(def)) {
-      auto param = SymbolTable::lookupNearestSymbolFrom<ParameterOp>(ref, ref.getNameAttr());
-      if (param && param.getTiedToAttr())
-        param = SymbolTable::lookupNearestSymbolFrom<ParameterOp>(ref, param.getTiedToAttr());
-      if (param)
-        return param.getTensorType().getDimSize(dim);
-    }
-    int64_t local = cast<RankedTensorType>(split.getType()).getDimSize(dim);
-    return ShapedType::isDynamic(local) ? ShapedType::kDynamic : local * meshShape[axes[0]];
-  }();
-  if (ShapedType::isDynamic(global))
-    return op->emitOpError("cannot tell the global vocabulary size of its split operand");
-  ArrayAttr shardings = op->getAttrOfType<ArrayAttr>(::mlir::tdx::TdxDialect::kShardingsAttrName);
-  FailureOr<Value> replacement =
-      embedding ? lowerVocabParallelEmbedding(b, embedding, mesh, axes[0], global)
-                : lowerVocabParallelCrossEntropy(b, loss, mesh, axes[0], global);
-  if (failed(replacement))
-    return failure();
-  if (Operation *def = replacement->getDefiningOp(); def && shardings)
-    def->setAttr(::mlir::tdx::TdxDialect::kShardingsAttrName, shardings);
-  op->getResult(0).replaceAllUsesWith(*replacement);
-  op->erase();
-  return success();
+      size *= meshShape[axis];
+  return size;
 }
 
 LogicalResult FunctionPartitioner::lowerRedistribute(RedistributeOp op) {
@@ -202,34 +190,6 @@ LogicalResult FunctionPartitioner::retype(Operation *op) {
                                << " but its function on @" << mesh.getSymName();
     result.setType(localType(global, sharding.getPlacements(), meshShape));
   }
-  // Ops whose attributes spell out result sizes follow their result.
-  auto local = dyn_cast<RankedTensorType>(op->getResult(0).getType());
-  auto sizesOf = [&](ArrayRef<int64_t> old) -> FailureOr<SmallVector<int64_t>> {
-    SmallVector<int64_t> sizes;
-    int64_t dynamic = 0;
-    for (auto [i, d] : llvm::enumerate(local.getShape())) {
-      bool keep = old.size() == local.getShape().size() && old[i] == -1;
-      if (ShapedType::isDynamic(d))
-        ++dynamic;
-      sizes.push_back(ShapedType::isDynamic(d) || keep ? -1 : d);
-    }
-    if (dynamic > 1)
-      return op->emitOpError() << "would need " << dynamic
-                               << " rank-dependent sizes after partitioning; shard "
-                                  "at most one dim of it unevenly";
-    return sizes;
-  };
-  if (auto reshape = dyn_cast<ReshapeOp>(op)) {
-    FailureOr<SmallVector<int64_t>> sizes = sizesOf({});
-    if (failed(sizes))
-      return failure();
-    reshape.setShape(*sizes);
-  } else if (auto expand = dyn_cast<ExpandOp>(op)) {
-    FailureOr<SmallVector<int64_t>> sizes = sizesOf(expand.getSizes());
-    if (failed(sizes))
-      return failure();
-    expand.setSizes(*sizes);
-  }
   return success();
 }
 
@@ -254,6 +214,7 @@ LogicalResult FunctionPartitioner::run() {
                             << mesh.getSymName();
     arg.setType(localType(global, sharding.getPlacements(), meshShape));
   }
+  Context context(*this);
   SmallVector<Operation *> ops;
   fn.walk([&](Operation *op) {
     if (op != fn.getOperation())
@@ -268,8 +229,11 @@ LogicalResult FunctionPartitioner::run() {
     if (isa<AnnotateOp>(op))
       return op->emitOpError("is still here; run tdx-propagate-sharding before "
                              "tdx-partition");
-    if (failed(retype(op)) || failed(lowerVocabParallel(op)))
+    if (failed(retype(op)))
       return failure();
+    if (auto iface = dyn_cast<ShardingRuleOpInterface>(op))
+      if (failed(iface.partition(context)))
+        return failure();
   }
   auto ret = cast<func::ReturnOp>(fn.getBody().back().getTerminator());
   fn.setType(FunctionType::get(fn.getContext(), fn.getBody().getArgumentTypes(),

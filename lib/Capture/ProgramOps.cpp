@@ -56,40 +56,65 @@ struct Diagnostics {
     });
   }
 };
+} // namespace
+
 /// A program parsed in a context of its own, with its diagnostics collected.
-struct ParsedProgram {
+struct Module::Impl {
   MLIRContext ctx;
   Diagnostics diags{ctx};
   OwningOpRef<ModuleOp> module;
 
-  explicit ParsedProgram(const std::string &text) {
-    registerProgramDialects(ctx);
-    module = parseSourceString<ModuleOp>(text, &ctx);
-  }
-  /// The module, or a CaptureError with the parse errors.
-  ModuleOp get() {
-    if (!module)
-      throw CaptureError("tdx: the program does not parse:\n" + diags.text);
-    return *module;
-  }
-  std::string print() {
-    std::string out;
-    llvm::raw_string_ostream os(out);
-    module->print(os);
-    return out;
-  }
+  Impl() { registerProgramDialects(ctx); }
+  /// Diagnostics since the last call.
+  std::string takeDiagnostics() { return std::exchange(diags.text, ""); }
 };
 
+namespace {
+/// Restores the program on scope exit unless committed: an edit that throws
+/// leaves the program as it was.
+class Transaction {
+public:
+  explicit Transaction(Module::Impl &impl) : impl(impl), backup(impl.module->clone()) {
+    impl.takeDiagnostics();
+  }
+  ~Transaction() {
+    if (backup)
+      impl.module = std::move(backup);
+  }
+  void commit() { backup = nullptr; }
+
+private:
+  Module::Impl &impl;
+  OwningOpRef<ModuleOp> backup;
+};
 } // namespace
 
-std::string verifyMlir(const std::string &text) {
-  ParsedProgram program(text);
-  if (!program.module)
-    return program.diags.text.empty() ? "error: cannot parse the module" : program.diags.text;
-  return program.diags.text;
+Module::Module() : impl(std::make_unique<Impl>()) {}
+Module::~Module() = default;
+
+std::shared_ptr<Module> Module::parse(const std::string &text) {
+  std::shared_ptr<Module> m(new Module());
+  m->impl->module = parseSourceString<ModuleOp>(text, &m->impl->ctx);
+  if (!m->impl->module) {
+    std::string diags = m->impl->takeDiagnostics();
+    throw CaptureError("tdx: the program does not parse:\n" +
+                       (diags.empty() ? std::string("error: cannot parse the module\n") : diags));
+  }
+  if (failed(verify(*m->impl->module)))
+    throw CaptureError("tdx: the program does not verify:\n" + m->impl->takeDiagnostics());
+  return m;
 }
 
-std::string runPipeline(const std::string &text, const std::string &pipeline) {
+std::shared_ptr<Module> Module::clone() const { return parse(print()); }
+
+std::string Module::print() const {
+  std::string out;
+  llvm::raw_string_ostream os(out);
+  impl->module->print(os);
+  return out;
+}
+
+void Module::runPipeline(const std::string &pipeline) {
   static bool registered = [] {
     mlir::tdx::registerTdxPasses();
     mlir::tdx::registerTdxPipelines();
@@ -97,10 +122,7 @@ std::string runPipeline(const std::string &text, const std::string &pipeline) {
     return true;
   }();
   (void)registered;
-  ParsedProgram program(text);
-  ModuleOp module = program.get();
-  MLIRContext &ctx = program.ctx;
-  std::string &diagText = program.diags.text;
+  MLIRContext &ctx = impl->ctx;
   PassManager pm(&ctx);
   // The manager is anchored on builtin.module: parse what runs inside it.
   llvm::StringRef inner = llvm::StringRef(pipeline).trim();
@@ -110,23 +132,20 @@ std::string runPipeline(const std::string &text, const std::string &pipeline) {
   llvm::raw_string_ostream es(error);
   if (failed(parsePassPipeline(inner, pm, es)))
     throw CaptureError("tdx: cannot parse the pass pipeline '" + pipeline + "': " + error);
-  if (failed(pm.run(module)))
-    throw CaptureError("tdx: the pipeline '" + pipeline + "' failed:\n" + diagText);
-  return program.print();
+  // A failed pipeline leaves the program as it was.
+  Transaction transaction(*impl);
+  if (failed(pm.run(*impl->module)))
+    throw CaptureError("tdx: the pipeline '" + pipeline + "' failed:\n" + impl->takeDiagnostics());
+  transaction.commit();
 }
 
-std::string annotate(const std::string &text, const std::string &target,
-                     const std::string &meshName, const std::vector<int64_t> &shape,
-                     const std::vector<std::string> &axes,
-                     const std::string &placements) {
-  ParsedProgram program(text);
-  ModuleOp module = program.get();
-  MLIRContext &ctx = program.ctx;
-  Diagnostics &diags = program.diags;
+void Module::declareMesh(const std::string &meshName, const std::vector<int64_t> &shape,
+                         const std::vector<std::string> &axes) {
+  ModuleOp module = *impl->module;
+  MLIRContext &ctx = impl->ctx;
+  Diagnostics &diags = impl->diags;
   OpBuilder b(&ctx);
   SymbolTable symbols(module);
-
-  // The mesh.
   auto mesh = symbols.lookup<MeshOp>(meshName);
   if (!mesh) {
     if (symbols.lookup(meshName))
@@ -147,6 +166,17 @@ std::string annotate(const std::string &text, const std::string &target,
       throw CaptureError("tdx: the program already has a mesh '" + meshName +
                          "' of another shape or axis names; use one mesh per program");
   }
+}
+
+void Module::annotate(const std::string &target, const std::string &meshName,
+                      const std::vector<int64_t> &shape, const std::vector<std::string> &axes,
+                      const std::string &placements) {
+  Transaction transaction(*impl);
+  declareMesh(meshName, shape, axes);
+  ModuleOp module = *impl->module;
+  MLIRContext &ctx = impl->ctx;
+  Diagnostics &diags = impl->diags;
+  SymbolTable symbols(module);
 
   std::string attrText = "#tdx.sharding<@" + meshName + ", " + placements + ">";
   auto sharding = dyn_cast_or_null<ShardingAttr>(parseAttribute(attrText, &ctx));
@@ -194,15 +224,15 @@ std::string annotate(const std::string &text, const std::string &target,
     else
       buffer.setShardingAttr(sharding);
   }
-  return program.print();
+  transaction.commit();
 }
 
-std::string annotateUses(const std::string &text, const std::string &param,
-                         const std::string &meshName, const std::string &placements) {
-  ParsedProgram program(text);
-  ModuleOp module = program.get();
-  MLIRContext &ctx = program.ctx;
-  Diagnostics &diags = program.diags;
+void Module::annotateUses(const std::string &param, const std::string &meshName,
+                          const std::string &placements) {
+  Transaction transaction(*impl);
+  ModuleOp module = *impl->module;
+  MLIRContext &ctx = impl->ctx;
+  Diagnostics &diags = impl->diags;
   auto fn = SymbolTable::lookupNearestSymbolFrom<func::FuncOp>(
       module, StringAttr::get(&ctx, "forward"));
   if (!fn)
@@ -234,7 +264,59 @@ std::string annotateUses(const std::string &text, const std::string &param,
   }
   if (!placed)
     throw CaptureError("tdx: the forward does not use parameter '" + param + "'");
-  return program.print();
+  transaction.commit();
+}
+
+std::vector<Module::StateInfo> Module::state() const {
+  std::vector<StateInfo> out;
+  for (Operation &op : impl->module->getBody()->getOperations()) {
+    auto param = dyn_cast<ParameterOp>(op);
+    auto buffer = dyn_cast<BufferOp>(op);
+    if (!param && !buffer)
+      continue;
+    auto type = cast<RankedTensorType>(param ? param.getType() : buffer.getType());
+    FlatSymbolRefAttr tied = param ? param.getTiedToAttr() : buffer.getTiedToAttr();
+    StateInfo info;
+    info.name = (param ? param.getSymName() : buffer.getSymName()).str();
+    info.shape.assign(type.getShape().begin(), type.getShape().end());
+    llvm::raw_string_ostream os(info.dtype);
+    type.getElementType().print(os);
+    info.isBuffer = static_cast<bool>(buffer);
+    info.tiedTo = tied ? tied.getValue().str() : "";
+    out.push_back(std::move(info));
+  }
+  return out;
+}
+
+int64_t Module::numArguments(const std::string &function) const {
+  auto fn = impl->module->lookupSymbol<func::FuncOp>(function);
+  return fn ? static_cast<int64_t>(fn.getNumArguments()) : -1;
+}
+
+bool Module::isPartitioned() const {
+  return (*impl->module)->hasAttr(TdxDialect::kPartitionedAttrName);
+}
+
+bool Module::isPlaced() const {
+  bool placed = false;
+  impl->module->walk([&](Operation *op) {
+    if (op->hasAttr(TdxDialect::kShardingsAttrName))
+      placed = true;
+    return placed ? WalkResult::interrupt() : WalkResult::advance();
+  });
+  return placed;
+}
+
+std::vector<Module::MeshInfo> Module::meshes() const {
+  std::vector<MeshInfo> out;
+  for (MeshOp mesh : impl->module->getOps<MeshOp>()) {
+    MeshInfo info{mesh.getSymName().str(), {}, {}};
+    info.shape.assign(mesh.getShape().begin(), mesh.getShape().end());
+    for (StringRef a : mesh.getAxes().getAsValueRange<StringAttr>())
+      info.axes.push_back(a.str());
+    out.push_back(std::move(info));
+  }
+  return out;
 }
 
 namespace {
@@ -317,10 +399,9 @@ llvm::json::Value attrToJson(Attribute a, bool atenArgs = false) {
 
 } // namespace
 
-std::string functionToJson(const std::string &text, const std::string &function) {
-  ParsedProgram program(text);
-  ModuleOp module = program.get();
-  MLIRContext &ctx = program.ctx;
+std::string Module::functionToJson(const std::string &function) const {
+  ModuleOp module = *impl->module;
+  MLIRContext &ctx = impl->ctx;
   auto fn = SymbolTable::lookupNearestSymbolFrom<func::FuncOp>(
       module, StringAttr::get(&ctx, function));
   if (!fn)

@@ -122,17 +122,42 @@ PYBIND11_MODULE(_C, m) {
       .def(py::init([](std::shared_ptr<Trace> t) { return TraceGuard{{t}, nullptr}; }))
       .def("__enter__", [](TraceGuard &g) { g.enter(); })
       .def("__exit__", [](TraceGuard &g, py::args) { g.exit(); });
-  m.def("verify_mlir", &verifyMlir, py::arg("text"));
-  m.def("function_to_json", &functionToJson, py::arg("text"), py::arg("function") = "forward");
-  m.def("annotate_uses", &annotateUses, py::arg("text"), py::arg("param"),
-        py::arg("mesh_name"), py::arg("placements"));
-  m.def("annotate", &annotate, py::arg("text"), py::arg("target"), py::arg("mesh_name"),
-        py::arg("shape"), py::arg("axes"), py::arg("placements"));
-  m.def(
-      "run_pipeline",
-      [](const std::string &text, const std::string &pipeline) {
-        py::gil_scoped_release release;
-        return runPipeline(text, pipeline);
-      },
-      py::arg("text"), py::arg("pipeline"));
+  py::class_<Module, std::shared_ptr<Module>>(m, "Module")
+      .def_static("parse", &Module::parse, py::arg("text"))
+      .def("clone", &Module::clone)
+      .def("print", &Module::print)
+      .def(
+          "run_pipeline",
+          [](Module &mod, const std::string &pipeline) {
+            py::gil_scoped_release release;
+            mod.runPipeline(pipeline);
+          },
+          py::arg("pipeline"))
+      .def("declare_mesh", &Module::declareMesh, py::arg("name"), py::arg("shape"),
+           py::arg("axes"))
+      .def("annotate", &Module::annotate, py::arg("target"), py::arg("mesh_name"),
+           py::arg("shape"), py::arg("axes"), py::arg("placements"))
+      .def("annotate_uses", &Module::annotateUses, py::arg("param"), py::arg("mesh_name"),
+           py::arg("placements"))
+      .def("state",
+           [](const Module &mod) {
+             std::vector<std::tuple<std::string, std::vector<int64_t>, std::string, bool,
+                                    std::string>>
+                 out;
+             for (const Module::StateInfo &s : mod.state())
+               out.emplace_back(s.name, s.shape, s.dtype, s.isBuffer, s.tiedTo);
+             return out;
+           })
+      .def("num_arguments", &Module::numArguments, py::arg("function"))
+      .def("is_partitioned", &Module::isPartitioned)
+      .def("is_placed", &Module::isPlaced)
+      .def("meshes",
+           [](const Module &mod) {
+             std::vector<std::tuple<std::string, std::vector<int64_t>, std::vector<std::string>>>
+                 out;
+             for (const Module::MeshInfo &m : mod.meshes())
+               out.emplace_back(m.name, m.shape, m.axes);
+             return out;
+           })
+      .def("function_to_json", &Module::functionToJson, py::arg("function") = "forward");
 }

@@ -1,7 +1,6 @@
 """Compiled model binaries: `tdx.compile(prog)` and `Executable.run`."""
 
 import os
-import re
 import shutil
 import subprocess
 import tempfile
@@ -122,9 +121,4 @@ def compile(prog, target="cpu", output=None, cuda_arch="sm_90", keep_source=Fals
     done = subprocess.run(cmd, capture_output=True, text=True)
     if done.returncode != 0:
         raise TdxError(f"tdx-compile failed:\n{done.stderr.strip()}")
-    world = 1
-    m = re.search(r"tdx\.mesh @\S+ shape = \[([0-9, ]*)\]", text)
-    if m and m.group(1).strip():
-        for n in m.group(1).split(","):
-            world *= int(n)
-    return Executable(os.path.abspath(binary), world, target)
+    return Executable(os.path.abspath(binary), prog.world_size, target)

@@ -1,7 +1,6 @@
 """tdx.Program: a captured model as an MLIR module in the tdx dialect."""
 
 import os
-import re
 
 import torch
 
@@ -25,17 +24,21 @@ class Program:
     """
 
     def __init__(self, mlir):
-        problems = _C.verify_mlir(mlir)
-        if problems:
-            raise CaptureError(f"the program does not verify:\n{problems}")
-        self._mlir = mlir
+        # Parsed once; passes and placements edit the parsed module.
+        self._module = _C.Module.parse(mlir)
 
     @property
     def mlir(self):
-        return self._mlir
+        return self._module.print()
 
     def __str__(self):
-        return self._mlir
+        return self.mlir
+
+    def copy(self):
+        """An independent copy of the program."""
+        prog = Program.__new__(Program)
+        prog._module = self._module.clone()
+        return prog
 
     def __repr__(self):
         return f"tdx.Program({len(self.parameters())} parameters and buffers)"
@@ -43,7 +46,7 @@ class Program:
     def save(self, path):
         """Writes the MLIR text to ``path``."""
         with open(path, "w") as f:
-            f.write(self._mlir)
+            f.write(self.mlir)
 
     @classmethod
     def load(cls, path):
@@ -55,8 +58,10 @@ class Program:
 
     def run_pipeline(self, pipeline):
         """Runs an MLIR pass pipeline on the program, in place, and returns it:
-        ``prog.run_pipeline("tdx-propagate-sharding,tdx-partition")``."""
-        self._mlir = _C.run_pipeline(self._mlir, pipeline)
+        ``prog.run_pipeline("tdx-propagate-sharding,tdx-partition")``. A
+        pipeline that fails raises CaptureError and leaves the program as it
+        was."""
+        self._module.run_pipeline(pipeline)
         return self
 
     def annotate(self, name, mesh, placements):
@@ -87,13 +92,34 @@ class Program:
 
     def parameters(self):
         """Qualified name -> (shape, dtype) of every parameter and buffer."""
-        out = {}
-        pattern = re.compile(r'tdx\.(?:parameter|buffer) @("[^"]+"|[\w.$-]+) : tensor<([^>]*)>')
-        for m in pattern.finditer(self._mlir):
-            name = m.group(1).strip('"')
-            *dims, elem = m.group(2).split("x") if "x" in m.group(2) else [m.group(2)]
-            out[name] = (tuple(int(d) for d in dims), _DTYPES.get(elem, elem))
-        return out
+        return {name: (tuple(shape), _DTYPES.get(dtype, dtype))
+                for name, shape, dtype, _, _ in self._module.state()}
+
+    @property
+    def mesh(self):
+        """The program's mesh as a :class:`tdx.DeviceMesh`, None without one."""
+        from .sharding import init_device_mesh
+        meshes = self._module.meshes()
+        if not meshes:
+            return None
+        if len(meshes) > 1:
+            raise CaptureError(f"the program declares {len(meshes)} meshes "
+                               f"({', '.join(m[0] for m in meshes)}); a program runs on one")
+        name, shape, axes = meshes[0]
+        mesh = init_device_mesh("cpu", shape, axes)
+        mesh.name = name
+        return mesh
+
+    @property
+    def world_size(self):
+        """Devices of the program's mesh (1 without one)."""
+        mesh = self.mesh
+        return mesh.size() if mesh is not None else 1
+
+    @property
+    def is_partitioned(self):
+        """Whether the program is per-rank (tdx-partition has run)."""
+        return self._module.is_partitioned()
 
 
 def _named_state(module, kind, prefix=""):

@@ -5,7 +5,6 @@ compiler work is in the C++ passes (docs/sharding.md)."""
 import fnmatch
 import json
 import os
-import re
 import tempfile
 
 import torch
@@ -125,30 +124,8 @@ def _annotate(prog, name, mesh, placements):
         if not isinstance(p, (Shard, Replicate, Partial)):
             raise TypeError(f"placements are tdx.Shard, tdx.Replicate or tdx.Partial, got {p!r}")
     text = "[" + ", ".join(str(p) for p in placements) + "]"
-    prog._mlir = _C.annotate(prog._mlir, name, mesh.name, list(mesh.shape),
-                             list(mesh.mesh_dim_names), text)
+    prog._module.annotate(name, mesh.name, list(mesh.shape), list(mesh.mesh_dim_names), text)
     return prog
-
-
-def _ensure_mesh(prog, mesh):
-    """Declares ``mesh`` in the program (no-op when it is there already)."""
-    names = prog.parameters()
-    if not names:
-        raise CaptureError("the program has no parameters to place")
-    first = next(iter(names))
-    # Re-placing a parameter with its current placement declares the mesh.
-    if f"tdx.mesh @{mesh.name} " not in prog._mlir:
-        prog._mlir = _C.annotate(prog._mlir, first, mesh.name, list(mesh.shape),
-                                 list(mesh.mesh_dim_names),
-                                 "[" + ", ".join(["Replicate"] * mesh.ndim) + "]") \
-            if "sharding <@" not in _decl_line(prog._mlir, first) else prog._mlir
-
-
-def _decl_line(text, name):
-    for line in text.splitlines():
-        if f"@{name} " in line or f'@"{name}" ' in line:
-            return line
-    return ""
 
 
 def _propagate(prog, *, bandwidth=None, latency=None, flops=None):
@@ -168,15 +145,11 @@ def _as_list(x):
     return list(x) if isinstance(x, (list, tuple)) else [x]
 
 
-def _is_partitioned(text):
-    return re.match(r"\s*module attributes \{[^}]*\btdx\.partitioned\b", text) is not None
-
-
 def _partition(prog):
-    if _is_partitioned(prog._mlir):
+    if prog.is_partitioned:
         raise CaptureError("the program is already partitioned (its types are per-rank); "
                            "partition the global program once")
-    if "tdx.shardings" not in prog._mlir:
+    if not prog._module.is_placed():
         _propagate(prog)
     return prog.run_pipeline("tdx-spmd")
 
@@ -184,9 +157,8 @@ def _partition(prog):
 def _comm_report(prog):
     """[{kind, mesh_axes, bytes, group_size, location}] for one forward step;
     partitions a copy of the program first if needed."""
-    from .program import Program
-    work = Program(prog._mlir)
-    if not _is_partitioned(work._mlir):
+    work = prog.copy()
+    if not work.is_partitioned:
         _partition(work)
     fd, path = tempfile.mkstemp(suffix=".json")
     os.close(fd)
@@ -221,9 +193,9 @@ class RowwiseParallel(_Style):
 
 class VocabParallel(_Style):
     """An Embedding (or tied output projection) split by vocabulary: weight
-    Shard(0). The compiler does not yet emit the masked lookup a
-    vocabulary-sharded embedding needs, so it gathers the table first
-    (docs/sharding.md, Limits)."""
+    Shard(0). Each rank looks up the ids its rows hold (masked) and one
+    all_reduce sums the partial rows; a tied head's cross-entropy stays split
+    by class (docs/sharding.md)."""
     placements = {"weight": Shard(0)}
 
 
@@ -278,15 +250,14 @@ def parallelize(prog, mesh, plan, *, data_parallel=None):
         placements[axis] = Shard(seq_dim)
         if dp_axis is not None:
             placements[dp_axis] = Shard(0)
-        _ensure_mesh(prog, mesh)
-        prog._mlir = _C.annotate_uses(prog._mlir, name, mesh.name,
-                                      "[" + ", ".join(str(p) for p in placements) + "]")
+        prog._module.declare_mesh(mesh.name, list(mesh.shape), list(mesh.mesh_dim_names))
+        prog._module.annotate_uses(name, mesh.name,
+                                   "[" + ", ".join(str(p) for p in placements) + "]")
     if data_parallel is not None:
         axis = mesh.axis(data_parallel)
-        signature = prog._mlir.split("func.func @forward(", 1)
-        if len(signature) != 2:
+        count = prog._module.num_arguments("forward")
+        if count < 0:
             raise CaptureError("data parallelism places the forward's inputs; trace the model first")
-        count = signature[1].split(")", 1)[0].count("%arg")
         for i in range(count):
             placements = [Replicate()] * mesh.ndim
             placements[axis] = Shard(0)

@@ -89,11 +89,10 @@ def num(v):
 
 class Executor:
     def __init__(self, prog, params):
-        text = prog.mlir if isinstance(prog, tdx.Program) else prog
-        m = re.search(r'tdx\.mesh @(\S+) shape = \[([\d, ]+)\] axes = \[([^\]]*)\]', text)
-        self.mesh_shape = [int(x) for x in m.group(2).split(",")]
-        self.axes = re.findall(r'"([^"]+)"', m.group(3))
-        self.fn = json.loads(tdx._C.function_to_json(text, "forward"))
+        prog = prog if isinstance(prog, tdx.Program) else tdx.Program(prog)
+        self.mesh_shape = list(prog.mesh.shape)
+        self.axes = list(prog.mesh.mesh_dim_names)
+        self.fn = json.loads(prog._module.function_to_json("forward"))
         self.params = params
         self.coords = list(itertools.product(*[range(s) for s in self.mesh_shape]))
 

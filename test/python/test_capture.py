@@ -116,6 +116,18 @@ def test_program_save_load_run_pipeline(tmp_path):
     assert "total parameters: 2 (0 tied), 15 elements" in summary.read_text()
     with pytest.raises(tdx.CaptureError, match="cannot parse the pass pipeline"):
         loaded.run_pipeline("no-such-pass")
+    # A pipeline or a placement that fails leaves the program as it was.
+    before = loaded.mlir
+    with pytest.raises(tdx.CaptureError, match="already partitioned"):
+        loaded.run_pipeline("tdx-partition,tdx-partition")
+    assert loaded.mlir == before
+    mesh = tdx.init_device_mesh("cpu", (2,), ("tp",))
+    with pytest.raises(tdx.CaptureError, match="no parameter or buffer named 'nope'"):
+        loaded.annotate("nope", mesh, [tdx.Shard(0)])
+    assert loaded.mlir == before and loaded.mesh is None and loaded.world_size == 1
+    copy = loaded.copy().annotate("weight", mesh, [tdx.Shard(0)])
+    assert copy.mesh.shape == (2,) and copy.mesh.mesh_dim_names == ("tp",)
+    assert copy.world_size == 2 and loaded.mlir == before
     with pytest.raises(FileNotFoundError):
         tdx.Program.load(tmp_path / "missing.mlir")
     bad = tmp_path / "bad.mlir"

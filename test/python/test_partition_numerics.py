@@ -22,7 +22,7 @@ def state(module):
 
 def run_partitioned(prog, params, inputs):
     # The global output types: from the program before partitioning.
-    fn = json.loads(tdx._C.function_to_json(prog.mlir))
+    fn = json.loads(prog._module.function_to_json())
     ret = [op for op in fn["ops"] if op["name"] == "func.return"][0]
     types = {}
     for op in fn["ops"]:

@@ -202,37 +202,74 @@ std::string captureToMlir(const Recording &recording,
                           const std::vector<StateEntry> &entries, int64_t seed,
                           const ForwardSpec *forward = nullptr);
 
-/// Parses and verifies MLIR text; returns the diagnostics ("" when valid).
-std::string verifyMlir(const std::string &text);
-/// Runs a pass pipeline ("builtin.module(...)" or a comma list of passes) on
-/// MLIR text and returns the result; throws CaptureError with diagnostics.
-std::string runPipeline(const std::string &text, const std::string &pipeline);
+/// A tdx program parsed once and edited in place: what the Python
+/// `tdx.Program` holds. Every edit that fails throws CaptureError naming what
+/// is wrong and leaves the program as it was.
+class Module {
+public:
+  struct Impl;
+  ~Module();
+  /// Parses and verifies MLIR text; throws CaptureError with the diagnostics.
+  static std::shared_ptr<Module> parse(const std::string &text);
+  std::shared_ptr<Module> clone() const;
+  std::string print() const;
 
-/// Places `target` of the program `text` on a mesh and returns the new text.
-/// `target` is a parameter or buffer's qualified name (a tied name places
-/// the value it shares) or "input:<i>" for the i-th forward input. The mesh
-/// `meshName` is declared with `shape` and `axes` unless the program has it
-/// already (then they must match). `placements` is DTensor-style text:
-/// "[Shard(0), Replicate]". Throws CaptureError naming what is wrong.
-std::string annotate(const std::string &text, const std::string &target,
-                     const std::string &meshName, const std::vector<int64_t> &shape,
-                     const std::vector<std::string> &axes,
-                     const std::string &placements);
+  /// Runs a pass pipeline ("builtin.module(...)" or a comma list of passes).
+  void runPipeline(const std::string &pipeline);
+  /// Declares the mesh `meshName` of `shape` and `axes` unless the program
+  /// has it already (then they must match).
+  void declareMesh(const std::string &meshName, const std::vector<int64_t> &shape,
+                   const std::vector<std::string> &axes);
+  /// Places `target` on a mesh (declared as by declareMesh): a parameter or
+  /// buffer's qualified name (a tied name places the value it shares) or
+  /// "input:<i>" for the i-th forward input. `placements` is DTensor-style
+  /// text: "[Shard(0), Replicate]".
+  void annotate(const std::string &target, const std::string &meshName,
+                const std::vector<int64_t> &shape, const std::vector<std::string> &axes,
+                const std::string &placements);
+  /// Places the results of the forward ops that use the parameter `param`
+  /// (for example a norm's weight) on the declared mesh `meshName`, by
+  /// annotating them (sequence parallelism: a norm's output stays split by
+  /// sequence).
+  void annotateUses(const std::string &param, const std::string &meshName,
+                    const std::string &placements);
 
-/// Places the results of the forward ops that use the parameter `param`
-/// (for example a norm's weight) with `placements` on the mesh, by
-/// annotating them (sequence parallelism: a norm's output stays split by
-/// sequence). Returns the new text; throws CaptureError.
-std::string annotateUses(const std::string &text, const std::string &param,
-                         const std::string &meshName, const std::string &placements);
+  /// A parameter or buffer declaration.
+  struct StateInfo {
+    std::string name;
+    std::vector<int64_t> shape;
+    std::string dtype; // MLIR element type: f32, i64, ...
+    bool isBuffer;
+    std::string tiedTo; // "" unless it shares another name's value
+  };
+  std::vector<StateInfo> state() const;
+  /// The argument count of `func.func @<function>`, -1 when there is none.
+  int64_t numArguments(const std::string &function) const;
+  /// Whether tdx-partition has run (types are per-rank).
+  bool isPartitioned() const;
+  /// Whether propagation has placed the ops (`tdx.shardings`).
+  bool isPlaced() const;
+  /// The `tdx.mesh` declarations.
+  struct MeshInfo {
+    std::string name;
+    std::vector<int64_t> shape;
+    std::vector<std::string> axes;
+  };
+  std::vector<MeshInfo> meshes() const;
 
-/// The ops of `func.func @<function>` as JSON, for tools that interpret
-/// programs (the test suite's reference executor): a list of
-/// {"name", "operands", "results", "types", "attrs"} in program order, with
-/// value names "argN" / "vN", types as {"shape", "dtype"}, and attributes as
-/// JSON numbers, strings, lists and objects (placements as their text).
-/// Also "args": the function's argument types and "tdx.sharding" texts.
-std::string functionToJson(const std::string &text, const std::string &function);
+  /// The ops of `func.func @<function>` as JSON, for tools that interpret
+  /// programs (the test suite's reference executor): a list of
+  /// {"name", "operands", "results", "types", "attrs"} in program order,
+  /// with value names "argN" / "vN", types as {"shape", "dtype"}, and
+  /// attributes as JSON numbers, strings, lists and objects (placements as
+  /// their text). Also "args": the function's argument types and
+  /// "tdx.sharding" texts.
+  std::string functionToJson(const std::string &function) const;
+
+private:
+  Module();
+  std::unique_ptr<Impl> impl;
+};
 
 } // namespace tdx::capture
 

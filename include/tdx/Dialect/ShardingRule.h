@@ -9,6 +9,7 @@
 #ifndef TDX_DIALECT_SHARDINGRULE_H
 #define TDX_DIALECT_SHARDINGRULE_H
 
+#include "mlir/IR/Builders.h"
 #include "mlir/IR/BuiltinTypes.h"
 #include "mlir/IR/Operation.h"
 #include "tdx/Dialect/TdxDialect.h"
@@ -75,6 +76,24 @@ struct ShardingRule {
 /// The rule of `op`: its ShardingRuleOpInterface rule, or `replicated` for an
 /// op without one.
 ShardingRule getShardingRuleOrReplicated(Operation *op);
+
+/// What `ShardingRuleOpInterface::partition` sees of the function being
+/// partitioned (tdx-partition implements it): the builder, the mesh, and the
+/// global facts that retyping to per-rank types has erased.
+class PartitionContext {
+public:
+  virtual ~PartitionContext() = default;
+  virtual OpBuilder &builder() = 0;
+  /// The `tdx.mesh` op the function is placed on.
+  virtual Operation *mesh() = 0;
+  virtual ArrayRef<int64_t> meshShape() = 0;
+  /// The layout of `v` (one placement per mesh axis): its producer's
+  /// `tdx.shardings`, its argument's `tdx.sharding`, or replicated.
+  virtual SmallVector<PlacementAttr> layoutOf(Value v) = 0;
+  /// The global size of dim `dim` of `v`, or ShapedType::kDynamic when it
+  /// cannot be told (an uneven split of a computed value).
+  virtual int64_t globalDimSize(Value v, int64_t dim) = 0;
+};
 
 } // namespace mlir::tdx
 

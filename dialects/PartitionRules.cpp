@@ -1,6 +1,18 @@
-//===- VocabParallel.cpp - per-rank programs of vocab-split ops -----------===//
+//===- PartitionRules.cpp - ops with a per-rank rewrite of their own ------===//
+//
+// The `partition` methods of ShardingRuleOpInterface, for the ops whose
+// per-rank computation is not the global one on local operands:
+//   - an embedding whose table is split by rows, and a cross-entropy whose
+//     classes are split, over one mesh axis: a masked local lookup and a
+//     log-sum-exp whose max and sum cross the axis. Both leave a Partial sum,
+//     which tdx-insert-collectives turned into one all_reduce where a
+//     replicated value is needed.
+//   - reshape and expand, whose size attributes spell out global sizes.
+// Every other op keeps the interface's default (nothing to rewrite).
+//
+//===----------------------------------------------------------------------===//
 
-#include "tdx/Sharding/VocabParallel.h"
+#include "tdx/Dialect/TdxOps.h"
 
 using namespace mlir;
 using namespace mlir::tdx;
@@ -90,9 +102,8 @@ struct Emitter {
 
 } // namespace
 
-FailureOr<Value> mlir::tdx::lowerVocabParallelEmbedding(OpBuilder &b, EmbeddingOp op,
-                                                        MeshOp mesh, int64_t axis,
-                                                        int64_t vocab) {
+static FailureOr<Value> vocabParallelEmbedding(OpBuilder &b, EmbeddingOp op, MeshOp mesh,
+                                               int64_t axis, int64_t vocab) {
   b.setInsertionPoint(op);
   Emitter e{b, op.getLoc()};
   Value ids = op.getIndices();
@@ -123,9 +134,8 @@ FailureOr<Value> mlir::tdx::lowerVocabParallelEmbedding(OpBuilder &b, EmbeddingO
   return out;
 }
 
-FailureOr<Value> mlir::tdx::lowerVocabParallelCrossEntropy(OpBuilder &b, CrossEntropyOp op,
-                                                           MeshOp mesh, int64_t axis,
-                                                           int64_t classes) {
+static FailureOr<Value> vocabParallelCrossEntropy(OpBuilder &b, CrossEntropyOp op, MeshOp mesh,
+                                                  int64_t axis, int64_t classes) {
   b.setInsertionPoint(op);
   Emitter e{b, op.getLoc()};
   Value x = op.getInput(), t = op.getTarget();
@@ -186,4 +196,88 @@ FailureOr<Value> mlir::tdx::lowerVocabParallelCrossEntropy(OpBuilder &b, CrossEn
     return e.binary<DivOp>(all(loss), all(e.castTo(valid, f)));
   }
   return failure();
+}
+
+/// The one mesh axis that splits dim `dim` of `split`, -1 when none.
+static FailureOr<int64_t> splittingAxis(Operation *op, PartitionContext &ctx, Value split,
+                                        int64_t dim) {
+  SmallVector<int64_t> axes;
+  for (auto [axis, p] : llvm::enumerate(ctx.layoutOf(split)))
+    if (p.isShard() && p.getDim() == dim)
+      axes.push_back(axis);
+  if (axes.size() > 1)
+    return op->emitOpError("splits its vocabulary over several mesh axes; split it over one");
+  return axes.empty() ? -1 : axes.front();
+}
+
+/// Replaces `op` by `replacement`, which takes over its placement.
+static LogicalResult replaceWith(Operation *op, FailureOr<Value> replacement) {
+  if (failed(replacement))
+    return failure();
+  if (Operation *def = replacement->getDefiningOp())
+    if (auto shardings = op->getAttr(TdxDialect::kShardingsAttrName))
+      def->setAttr(TdxDialect::kShardingsAttrName, shardings);
+  op->getResult(0).replaceAllUsesWith(*replacement);
+  op->erase();
+  return success();
+}
+
+/// Vocabulary-parallel form of `op` when dim `dim` of `split` is sharded.
+template <typename Op, typename Lower>
+static LogicalResult partitionVocabSplit(Op op, PartitionContext &ctx, Value split, int64_t dim,
+                                         Lower lower) {
+  FailureOr<int64_t> axis = splittingAxis(op, ctx, split, dim);
+  if (failed(axis))
+    return failure();
+  if (*axis < 0)
+    return success();
+  int64_t global = ctx.globalDimSize(split, dim);
+  if (ShapedType::isDynamic(global))
+    return op.emitOpError("cannot tell the global vocabulary size of its split operand");
+  return replaceWith(op, lower(ctx.builder(), op, cast<MeshOp>(ctx.mesh()), *axis, global));
+}
+
+LogicalResult EmbeddingOp::partition(PartitionContext &ctx) {
+  return partitionVocabSplit(*this, ctx, getWeight(), 0, vocabParallelEmbedding);
+}
+
+LogicalResult CrossEntropyOp::partition(PartitionContext &ctx) {
+  int64_t dim = getInput().getType().getRank() == 1 ? 0 : 1;
+  return partitionVocabSplit(*this, ctx, getInput(), dim, vocabParallelCrossEntropy);
+}
+
+/// The local sizes of an op whose attribute spells out its result sizes:
+/// the (retyped) result's, with `-1` for the one rank-dependent dim and for
+/// dims that `old` keeps with `-1`.
+static FailureOr<SmallVector<int64_t>> localSizes(Operation *op, ArrayRef<int64_t> old) {
+  auto local = cast<RankedTensorType>(op->getResult(0).getType());
+  SmallVector<int64_t> sizes;
+  int64_t dynamic = 0;
+  for (auto [i, d] : llvm::enumerate(local.getShape())) {
+    bool keep = old.size() == local.getShape().size() && old[i] == -1;
+    if (ShapedType::isDynamic(d))
+      ++dynamic;
+    sizes.push_back(ShapedType::isDynamic(d) || keep ? -1 : d);
+  }
+  if (dynamic > 1)
+    return op->emitOpError() << "would need " << dynamic
+                             << " rank-dependent sizes after partitioning; shard "
+                                "at most one dim of it unevenly";
+  return sizes;
+}
+
+LogicalResult ReshapeOp::partition(PartitionContext &) {
+  FailureOr<SmallVector<int64_t>> sizes = localSizes(*this, {});
+  if (failed(sizes))
+    return failure();
+  setShape(*sizes);
+  return success();
+}
+
+LogicalResult ExpandOp::partition(PartitionContext &) {
+  FailureOr<SmallVector<int64_t>> sizes = localSizes(*this, getSizes());
+  if (failed(sizes))
+    return failure();
+  setSizes(*sizes);
+  return success();
 }
