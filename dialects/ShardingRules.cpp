@@ -88,6 +88,18 @@ ShardingRule EmptyOp::getShardingRule() { return creationRule(*this); }
 ShardingRule FullOp::getShardingRule() { return creationRule(*this); }
 ShardingRule ParamRefOp::getShardingRule() { return creationRule(*this); }
 
+/// The value's dims, each its own factor; propagation requires the state's
+/// layout of it (PropagateSharding.cpp).
+ShardingRule AssignOp::getShardingRule() {
+  ShardingRule rule;
+  TensorFactors dims;
+  for (int64_t size : tensorType(getValue()).getShape())
+    dims.push_back({rule.addFactor(size)});
+  rule.operands.push_back(dims);
+  rule.addedAfterReduction.push_back(false);
+  return rule;
+}
+
 //===----------------------------------------------------------------------===//
 // Contractions
 //===----------------------------------------------------------------------===//

@@ -131,36 +131,62 @@ LogicalResult BufferOp::verifySymbolUses(SymbolTableCollection &symbols) {
 // ParamRefOp
 //===----------------------------------------------------------------------===//
 
-LogicalResult ParamRefOp::verifySymbolUses(SymbolTableCollection &symbols) {
-  Operation *target = symbols.lookupNearestSymbolFrom(*this, getNameAttr());
+/// Checks that `op` names a tdx.parameter or tdx.buffer and that `type` is
+/// its declared type, or in a partitioned module its local type.
+static LogicalResult verifyStateAccess(Operation *op, FlatSymbolRefAttr name, Type type,
+                                       StringRef what, SymbolTableCollection &symbols) {
+  Operation *target = symbols.lookupNearestSymbolFrom(op, name);
   if (!target || !isa<ParameterOp, BufferOp>(target))
-    return emitOpError() << "refers to " << getNameAttr()
-                         << ", which is not a tdx.parameter or tdx.buffer in "
-                            "scope";
+    return op->emitOpError() << "refers to " << name
+                             << ", which is not a tdx.parameter or tdx.buffer in scope";
   Type declared = isa<ParameterOp>(target) ? cast<ParameterOp>(target).getType()
                                            : cast<BufferOp>(target).getType();
-  // In a partitioned module a reference reads this rank's shard.
-  auto module = (*this)->getParentOfType<ModuleOp>();
+  // In a partitioned module a function reads and writes this rank's shard.
+  auto module = op->getParentOfType<ModuleOp>();
   if (module && module->hasAttr(::mlir::tdx::TdxDialect::kPartitionedAttrName)) {
-    // A tied name reads the value it shares, placed as that one is.
+    // A tied name is the value it shares, placed as that one is.
     FlatSymbolRefAttr tied = isa<ParameterOp>(target) ? cast<ParameterOp>(target).getTiedToAttr()
                                                       : cast<BufferOp>(target).getTiedToAttr();
-    Operation *owner = tied ? symbols.lookupNearestSymbolFrom(*this, tied) : target;
+    Operation *owner = tied ? symbols.lookupNearestSymbolFrom(op, tied) : target;
     if (!owner || !isa<ParameterOp, BufferOp>(owner))
       owner = target;
     ShardingAttr sharding = isa<ParameterOp>(owner) ? cast<ParameterOp>(owner).getShardingAttr()
                                                     : cast<BufferOp>(owner).getShardingAttr();
     if (sharding)
-      if (auto mesh = symbols.lookupNearestSymbolFrom<MeshOp>(*this, sharding.getMesh()))
+      if (auto mesh = symbols.lookupNearestSymbolFrom<MeshOp>(op, sharding.getMesh()))
         declared = localType(cast<RankedTensorType>(declared),
                              sharding.getPlacements(), mesh.getShape());
-    if (declared != getType())
-      return emitOpError() << "result type " << getType() << " differs from "
-                           << getNameAttr() << "'s local (per-rank) type " << declared;
+    if (declared != type)
+      return op->emitOpError() << what << " " << type << " differs from " << name
+                               << "'s local (per-rank) type " << declared;
     return success();
   }
-  if (declared != getType())
-    return emitOpError() << "result type " << getType() << " differs from "
-                         << getNameAttr() << "'s declared type " << declared;
+  if (declared != type)
+    return op->emitOpError() << what << " " << type << " differs from " << name
+                             << "'s declared type " << declared;
+  return success();
+}
+
+LogicalResult ParamRefOp::verifySymbolUses(SymbolTableCollection &symbols) {
+  return verifyStateAccess(*this, getNameAttr(), getType(), "result type", symbols);
+}
+
+//===----------------------------------------------------------------------===//
+// AssignOp
+//===----------------------------------------------------------------------===//
+
+LogicalResult AssignOp::verifySymbolUses(SymbolTableCollection &symbols) {
+  if (failed(verifyStateAccess(*this, getNameAttr(), getValue().getType(), "value type",
+                               symbols)))
+    return failure();
+  // Two writes of one state in one function would race.
+  Operation *first = nullptr;
+  (*this)->getParentOp()->walk([&](AssignOp other) {
+    if (!first && other.getName() == getName())
+      first = other;
+  });
+  if (first != getOperation())
+    return emitOpError() << "writes " << getNameAttr()
+                         << " a second time in one function; write each state once";
   return success();
 }

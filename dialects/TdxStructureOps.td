@@ -95,4 +95,27 @@ def Tdx_ParamRefOp : Tdx_Op<"param_ref", [Pure, Tdx_HasShardingRule,
   let assemblyFormat = "$name attr-dict `:` type($result)";
 }
 
+def Tdx_AssignOp : Tdx_Op<"assign", [Tdx_HasShardingRule,
+    DeclareOpInterfaceMethods<SymbolUserOpInterface>]> {
+  let summary = "writes the new value of a parameter or buffer";
+  let description = [{
+    Program state updated in place: after the function returns, the
+    `tdx.parameter` or `tdx.buffer` named `name` holds `value` (a training
+    step's updated weights and optimizer state). `tdx.param_ref`s of the
+    name read the value the state had when the function was entered,
+    wherever they are. The value must have the declared type (the local type
+    in a partitioned module); propagation gives it the state's placement, so
+    a state is placed the same before and after a step. A tied name writes
+    the value it shares.
+
+    ```mlir
+    %w = tdx.param_ref @w : tensor<4x8xf32>
+    %n = tdx.sub %w, %u : (tensor<4x8xf32>, tensor<4x8xf32>) -> tensor<4x8xf32>
+    tdx.assign @w, %n : tensor<4x8xf32>
+    ```
+  }];
+  let arguments = (ins FlatSymbolRefAttr:$name, Tdx_Tensor:$value);
+  let assemblyFormat = "$name `,` $value attr-dict `:` type($value)";
+}
+
 #endif // TDX_DIALECT_TDXSTRUCTUREOPS_TD

@@ -86,6 +86,7 @@ private:
 
   SmallVector<Operation *> ops;
   DenseMap<Value, Value> leader; // param_ref results of one parameter share a state
+  DenseMap<StringAttr, Value> firstRef; // the state's first param_ref, by owner name
   DenseMap<Value, State> states;
   /// Per op, the layout each tensor operand must have.
   DenseMap<Operation *, SmallVector<Layout>> required;
@@ -264,7 +265,6 @@ LogicalResult FunctionPropagation::seed() {
   });
   // All references to one parameter (or to the names tied to it) share one
   // state: a parameter has one layout.
-  DenseMap<StringAttr, Value> firstRef;
   for (Operation *op : ops) {
     auto ref = dyn_cast<ParamRefOp>(op);
     if (!ref)
@@ -334,7 +334,8 @@ LogicalResult FunctionPropagation::seed() {
 //===----------------------------------------------------------------------===//
 
 FailureOr<bool> FunctionPropagation::propagateOp(Operation *op, int level) {
-  if (isa<func::ReturnOp, RedistributeOp>(op))
+  // A written state keeps the layout it is read with (decideOp).
+  if (isa<func::ReturnOp, RedistributeOp, AssignOp>(op))
     return false;
   ShardingRule rule;
   if (auto annotate = dyn_cast<AnnotateOp>(op)) {
@@ -507,6 +508,24 @@ void FunctionPropagation::decideOp(Operation *op) {
   }
   if (auto redistribute = dyn_cast<RedistributeOp>(op)) {
     req = {layoutOf(redistribute.getSource())};
+    return;
+  }
+  if (auto assign = dyn_cast<AssignOp>(op)) {
+    // The state's layout: that of its reads, else its declaration's.
+    Operation *target = symbols.lookupNearestSymbolFrom(op, assign.getNameAttr());
+    StringAttr owner = assign.getNameAttr().getAttr();
+    ShardingAttr declared;
+    if (auto p = dyn_cast_or_null<ParameterOp>(target)) {
+      owner = p.getTiedToAttr() ? p.getTiedToAttr().getAttr() : owner;
+      declared = p.getShardingAttr();
+    } else if (auto b = dyn_cast_or_null<BufferOp>(target)) {
+      owner = b.getTiedToAttr() ? b.getTiedToAttr().getAttr() : owner;
+      declared = b.getShardingAttr();
+    }
+    auto ref = firstRef.find(owner);
+    req = {ref != firstRef.end() ? layout(ref->second)
+           : declared            ? layoutOf(declared)
+                                 : replicatedLayout(ctx, rank)};
     return;
   }
   if (isa<func::ReturnOp>(op)) {

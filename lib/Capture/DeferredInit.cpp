@@ -203,6 +203,14 @@ std::shared_ptr<Recording> deferredInit(const std::function<void()> &build,
   return recording;
 }
 
+void deferredInitInto(const std::shared_ptr<Recording> &recording,
+                      const std::function<void()> &build, bool fakeCuda) {
+  RecordingScope scope(recording.get());
+  FakeMode fake(fakeCuda);
+  c10::impl::IncludeDispatchKeyGuard include(c10::DispatchKey::DeferredInit);
+  build();
+}
+
 at::Tensor liftConstant(const at::Tensor &real) {
   Recording *recording = tlsRecording;
   at::Tensor fake;

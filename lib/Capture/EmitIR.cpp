@@ -29,6 +29,8 @@
 #include "llvm/ADT/SetVector.h"
 
 #include <ATen/ATen.h>
+
+#include <unordered_set>
 #include <ATen/core/dispatch/Dispatcher.h>
 
 using namespace mlir;
@@ -124,6 +126,18 @@ public:
   Functionalizer(OpBuilder &b, Location loc, int64_t seed) : b(b), loc(loc), seed(seed) {}
 
   void run(const std::vector<RecordedOp> &ops) {
+    // What later ops read: a fused form that drops an op's auxiliary results
+    // (a loss's total weight, a norm's mean and rstd) is taken only when
+    // nothing reads them (a backward does).
+    for (const RecordedOp &op : ops)
+      for (const c10::IValue &a : op.arguments) {
+        if (a.isTensor())
+          read_.insert(a.toTensor().unsafeGetTensorImpl());
+        else if (a.isList())
+          for (const c10::IValue &e : a.toListRef())
+            if (e.isTensor())
+              read_.insert(e.toTensor().unsafeGetTensorImpl());
+      }
     for (const RecordedOp &op : ops) {
       current = fullName(op);
       handle(op);
@@ -199,6 +213,15 @@ private:
   std::unordered_map<c10::StorageImpl *, int64_t> version;
 
   std::unordered_map<c10::StorageImpl *, at::Tensor> owners;
+  std::unordered_set<const c10::TensorImpl *> read_;
+
+  /// Whether a later op reads result `i` or beyond of `op`.
+  bool auxiliaryResultsRead(const RecordedOp &op, size_t from) const {
+    for (size_t i = from; i < op.results.size(); ++i)
+      if (op.results[i].isTensor() && read_.count(op.results[i].toTensor().unsafeGetTensorImpl()))
+        return true;
+    return false;
+  }
 
   void define(const at::Tensor &t, Value v) {
     c10::TensorImpl *impl = t.unsafeGetTensorImpl();
@@ -578,6 +601,7 @@ private:
     // cross_entropy reaches the fake backend as log_softmax + nll_loss:
     // one tdx.cross_entropy again (its sharding rule knows the classes).
     if (op.name == "aten::nll_loss_forward" && op.results.size() == 2 &&
+        !auxiliaryResultsRead(op, 1) &&
         (op.arguments[2].isNone() ||
          (op.arguments[2].isTensor() && !op.arguments[2].toTensor().defined()))) {
       Value logp = read(op.arguments[0].toTensor());
@@ -602,7 +626,7 @@ private:
         }
       }
     }
-    if (op.name == "aten::native_layer_norm") {
+    if (op.name == "aten::native_layer_norm" && !auxiliaryResultsRead(op, 1)) {
       const at::Tensor &x = op.arguments[0].toTensor();
       std::vector<int64_t> normalized = op.arguments[1].toIntVector();
       SmallVector<Value> ops = {read(x)};
@@ -754,7 +778,7 @@ std::string captureToMlir(const Recording &recording, const std::vector<StateEnt
       inputs.push_back(tensorType(b, t));
     for (const at::Tensor &t : forward->outputs)
       outputs.push_back(tensorType(b, t));
-    auto fn = func::FuncOp::create(b, loc, "forward", b.getFunctionType(inputs, outputs));
+    auto fn = func::FuncOp::create(b, loc, forward->function, b.getFunctionType(inputs, outputs));
     Block *entry = fn.addEntryBlock();
     b.setInsertionPointToEnd(entry);
     Functionalizer g(b, loc, seed);
@@ -789,6 +813,23 @@ std::string captureToMlir(const Recording &recording, const std::vector<StateEnt
     SmallVector<Value> results;
     for (const at::Tensor &t : forward->outputs)
       results.push_back(g.read(t));
+    if (forward->writeState)
+      for (const StateEntry &e : entries) {
+        if (!e.tiedTo.empty())
+          continue;
+        // A state the step did not write reads as its own param_ref.
+        Value now = g.read(e.tensor);
+        auto ref = now.getDefiningOp<ParamRefOp>();
+        if (ref && ref.getName() == e.name) {
+          if (ref->use_empty())
+            ref->erase();
+          continue;
+        }
+        if (now.getType() != tensorType(b, e.tensor))
+          throw CaptureError("tdx: the step leaves " + e.name + " with another shape or dtype; "
+                             "a training step keeps every state's type");
+        AssignOp::create(b, loc, FlatSymbolRefAttr::get(&ctx, e.name), now);
+      }
     func::ReturnOp::create(b, loc, results);
   }
   // Generic aten ops that tdx knows become first-class ops.

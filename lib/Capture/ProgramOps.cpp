@@ -187,12 +187,12 @@ void Module::annotate(const std::string &target, const std::string &meshName,
   llvm::StringRef t(target);
   if (t.consume_front("input:")) {
     unsigned index;
-    auto fn = symbols.lookup<func::FuncOp>("forward");
+    auto fn = symbols.lookup<func::FuncOp>(entry());
     if (!fn)
-      throw CaptureError("tdx: the program has no forward function; trace the model "
-                         "(tdx.trace) to place its inputs");
+      throw CaptureError("tdx: the program has no forward or train_step function; trace the "
+                         "model (tdx.trace, tdx.trace_train_step) to place its inputs");
     if (t.getAsInteger(10, index) || index >= fn.getNumArguments())
-      throw CaptureError("tdx: '" + target + "' is not an input of forward, which takes " +
+      throw CaptureError("tdx: '" + target + "' is not an input of " + entry() + ", which takes " +
                          std::to_string(fn.getNumArguments()) + " input(s): input:0 ...");
     if (failed(sharding.verifyFor(fn, fn.getArgumentTypes()[index], collection,
                                   "sharding of " + target)))
@@ -234,9 +234,10 @@ void Module::annotateUses(const std::string &param, const std::string &meshName,
   MLIRContext &ctx = impl->ctx;
   Diagnostics &diags = impl->diags;
   auto fn = SymbolTable::lookupNearestSymbolFrom<func::FuncOp>(
-      module, StringAttr::get(&ctx, "forward"));
+      module, StringAttr::get(&ctx, entry()));
   if (!fn)
-    throw CaptureError("tdx: the program has no forward function; trace the model first");
+    throw CaptureError("tdx: the program has no forward or train_step function; trace the "
+                       "model first");
   std::string attrText = "#tdx.sharding<@" + meshName + ", " + placements + ">";
   auto sharding = dyn_cast_or_null<ShardingAttr>(parseAttribute(attrText, &ctx));
   if (!sharding)
@@ -286,6 +287,13 @@ std::vector<Module::StateInfo> Module::state() const {
     out.push_back(std::move(info));
   }
   return out;
+}
+
+std::string Module::entry() const {
+  for (const char *name : {"forward", "train_step"})
+    if (impl->module->lookupSymbol<func::FuncOp>(name))
+      return name;
+  return "forward";
 }
 
 int64_t Module::numArguments(const std::string &function) const {

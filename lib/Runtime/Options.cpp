@@ -25,6 +25,10 @@ int tdx::rt::parseOptions(int argc, char **argv, Options &o) {
         o.params = value();
       else if (a == "--dump-params")
         o.dumpParams = value();
+      else if (a == "--batches")
+        o.batches = value();
+      else if (a == "--save-state")
+        o.saveState = value();
       else if (a == "--seed")
         o.seed = std::stoull(value());
       else if (a == "--collective-timeout")
@@ -41,13 +45,21 @@ int tdx::rt::parseOptions(int argc, char **argv, Options &o) {
             << " --inputs in.safetensors --outputs out.safetensors\n"
                "       [--params FILE|DIR] [--dump-params out.safetensors]\n"
                "       [--seed S] [--steps N] [--collective-timeout S] [--verbose] [--profile]\n"
+               "   or: mpirun -np N " << argv[0] << " --batches b.safetensors --steps N\n"
+               "       --outputs out.safetensors [--save-state state.safetensors] [--params ...]\n"
                "--inputs: tensors 'input:0', 'input:1', ... (global; each rank reads its part).\n"
                "--outputs: written by rank 0, tensors 'output:0', ... (global, gathered).\n"
                "--params: a safetensors file, or a directory of them (a split checkpoint);\n"
-               "each rank reads only its shard of each parameter. Without it every rank\n"
+               "each rank reads only its shard of each parameter (optimizer state, named\n"
+               "'optimizer.*', starts fresh when the file lacks it). Without it every rank\n"
                "makes its shards from the program's init, with the captured seeds xor S.\n"
                "--dump-params: rank 0 writes the gathered global parameters after init.\n"
                "--steps N runs the forward N times (step time is their mean).\n"
+               "--batches: a training step's program (it updates its parameters and\n"
+               "buffers) runs N steps, step k on tensors 'k:input:0', 'k:input:1', ...;\n"
+               "--outputs then holds 'k:output:0', ... of every step (the losses).\n"
+               "--save-state: rank 0 writes the gathered global parameters and buffers\n"
+               "(optimizer state included) after the last step.\n"
                "--collective-timeout S (default 300): a collective that does not complete\n"
                "in S seconds ends every rank with an error naming its mesh axes.\n"
                "--verbose: init time and memory per rank, step time, bytes communicated.\n"
@@ -66,6 +78,11 @@ int tdx::rt::parseOptions(int argc, char **argv, Options &o) {
       std::cerr << "tdx: the value of " << a << " is out of range\n";
       return 2;
     }
+  }
+  if (!o.batches.empty() && !o.inputs.empty()) {
+    std::cerr << "tdx: --batches and --inputs exclude each other: a training run reads "
+                 "its inputs from --batches (see --help)\n";
+    return 2;
   }
   return -1;
 }

@@ -11,6 +11,7 @@
 #include "llvm/Support/FormatVariadic.h"
 
 #include <cmath>
+#include <utility>
 
 using namespace mlir;
 using namespace mlir::tdx;
@@ -101,6 +102,8 @@ public:
   /// The init programs, emitted before init().
   std::string initText;
   llvm::raw_string_ostream inits_{initText};
+  /// The state writes (tdx.assign) of the function, emitted before it returns.
+  std::string pendingWrites;
   int inits = 0;
   llvm::raw_ostream &os;
   DenseMap<Value, std::string> names;
@@ -356,7 +359,20 @@ LogicalResult Emitter::emitOp(Operation *op) {
           os << "  T::Tensor " << name(r) << " = " << results << ".at(" << i << ");\n";
         return success();
       })
+      .Case([&](AssignOp o) {
+        // States are written when the step ends: every param_ref of the
+        // step reads the value it had on entry.
+        auto target = SymbolTable::lookupNearestSymbolFrom(o, o.getNameAttr());
+        StringRef n = o.getName();
+        if (auto p = dyn_cast_or_null<ParameterOp>(target); p && p.getTiedToAttr())
+          n = p.getTiedToAttr().getValue();
+        if (auto b = dyn_cast_or_null<BufferOp>(target); b && b.getTiedToAttr())
+          n = b.getTiedToAttr().getValue();
+        pendingWrites += "  s[\"" + n.str() + "\"] = " + in(0) + ";\n";
+        return success();
+      })
       .Case([&](func::ReturnOp o) {
+        os << std::exchange(pendingWrites, "");
         os << "  return {";
         for (auto [i, v] : llvm::enumerate(o.getOperands()))
           os << (i ? ", " : "") << name(v);
@@ -381,7 +397,7 @@ LogicalResult Emitter::emitReduce(Operation *op, StringRef fn,
   if (!dims || dims->empty())
     e = (fn + "(" + x + ")").str();
   else
-    e = (fn + "(" + x + ", " + list(*dims) + ", " + (keep ? "true" : "false") + ")").str();
+    e = (fn + "(" + x + ", std::vector<int64_t>" + list(*dims) + ", " + (keep ? "true" : "false") + ")").str();
   os << "  T::Tensor " << name(op->getResult(0)) << " = " << e << ";\n";
   return success();
 }

@@ -82,18 +82,20 @@ PYBIND11_MODULE(_C, m) {
           [](const Recording &r,
              const std::vector<std::tuple<std::string, at::Tensor, bool, std::string>> &entries,
              std::shared_ptr<Trace> trace, const std::vector<at::Tensor> &inputs,
-             const std::vector<at::Tensor> &outputs) {
+             const std::vector<at::Tensor> &outputs, const std::string &function,
+             bool writeState) {
             std::vector<StateEntry> es;
             for (const auto &[name, tensor, isBuffer, tiedTo] : entries)
               es.push_back({name, tensor, isBuffer, tiedTo});
             if (!trace)
               return captureToMlir(r, es, r.seed());
-            ForwardSpec spec{trace.get(), inputs, outputs};
+            ForwardSpec spec{trace.get(), inputs, outputs, function, writeState};
             return captureToMlir(r, es, r.seed(), &spec);
           },
           py::arg("entries"), py::arg("trace") = nullptr,
           py::arg("inputs") = std::vector<at::Tensor>{},
-          py::arg("outputs") = std::vector<at::Tensor>{})
+          py::arg("outputs") = std::vector<at::Tensor>{}, py::arg("function") = "forward",
+          py::arg("write_state") = false)
       .def("op_names", [](const Recording &r) {
         std::vector<std::string> names;
         for (const RecordedOp &op : r.ops())
@@ -108,6 +110,12 @@ PYBIND11_MODULE(_C, m) {
       },
       py::arg("build"), py::arg("fake_cuda") = true);
   m.def("recording_of", &recordingOf, py::arg("tensor"));
+  m.def(
+      "deferred_init_into",
+      [](std::shared_ptr<Recording> recording, py::function build, bool fakeCuda) {
+        deferredInitInto(recording, [&] { build(); }, fakeCuda);
+      },
+      py::arg("recording"), py::arg("build"), py::arg("fake_cuda") = true);
 
   py::class_<Trace, std::shared_ptr<Trace>>(m, "Trace")
       .def(py::init<>())
@@ -148,6 +156,7 @@ PYBIND11_MODULE(_C, m) {
                out.emplace_back(s.name, s.shape, s.dtype, s.isBuffer, s.tiedTo);
              return out;
            })
+      .def("entry", &Module::entry)
       .def("num_arguments", &Module::numArguments, py::arg("function"))
       .def("is_partitioned", &Module::isPartitioned)
       .def("is_placed", &Module::isPlaced)

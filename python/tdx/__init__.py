@@ -25,6 +25,7 @@ from .deferred import (
 )
 from .program import Program, capture, trace
 from .compile import Executable, compile
+from .training import trace_train_step
 from .sharding import (
     ColwiseParallel,
     DeviceMesh,
@@ -39,6 +40,7 @@ from .sharding import (
 )
 
 __all__ = [
+    "trace_train_step",
     "Executable",
     "compile",
     "ColwiseParallel",

@@ -73,6 +73,33 @@ class Executable:
             got = safetensors.load(out)
         return tuple(got[f"output:{i}"] for i in range(len(got)))
 
+    def train(self, batches, *, nprocs=None, params=None, seed=0, verbose=False, timeout=600):
+        """Runs a training step's program (``tdx.trace_train_step``) once per
+        batch; returns ``(losses, state)``: the loss of every step (a list of
+        floats) and the final global state by name, parameters as in
+        ``model.state_dict()`` and optimizer state as
+        ``optimizer.<param name>.<key>``.
+
+        ``batches`` is a list of batches, each a tuple of global tensors in
+        the order the step takes them. ``params`` is as for :meth:`run`."""
+        batches = [tuple(b) if isinstance(b, (tuple, list)) else (b,) for b in batches]
+        if not batches:
+            raise ValueError("train needs at least one batch")
+        with tempfile.TemporaryDirectory() as tmp:
+            inp = os.path.join(tmp, "batches.safetensors")
+            out = os.path.join(tmp, "out.safetensors")
+            state = os.path.join(tmp, "state.safetensors")
+            safetensors.save({f"{k}:input:{i}": x for k, batch in enumerate(batches)
+                              for i, x in enumerate(batch)}, inp)
+            args = ["--batches", inp, "--steps", str(len(batches)), "--outputs", out,
+                    "--save-state", state, "--seed", str(seed)]
+            args += self._params_args(params, tmp) + (["--verbose"] if verbose else [])
+            self.last_log = self._launch(nprocs, args, timeout)
+            got = safetensors.load(out)
+            final = safetensors.load(state)
+        losses = [float(got[f"{k}:output:0"]) for k in range(len(batches))]
+        return losses, final
+
     def last_step_ms(self):
         """The step time (ms) of the last ``run(..., verbose=True)``, from the
         binary's line "tdx: N ranks: init A ms, step B ms, C bytes ..."."""

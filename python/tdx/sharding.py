@@ -255,9 +255,10 @@ def parallelize(prog, mesh, plan, *, data_parallel=None):
                                    "[" + ", ".join(str(p) for p in placements) + "]")
     if data_parallel is not None:
         axis = mesh.axis(data_parallel)
-        count = prog._module.num_arguments("forward")
+        count = prog._module.num_arguments(prog._module.entry())
         if count < 0:
-            raise CaptureError("data parallelism places the forward's inputs; trace the model first")
+            raise CaptureError("data parallelism places the step's inputs; trace the model first "
+                               "(tdx.trace or tdx.trace_train_step)")
         for i in range(count):
             placements = [Replicate()] * mesh.ndim
             placements[axis] = Shard(0)

@@ -156,3 +156,36 @@ tdx.buffer @b : tensor<4xf32> init {
 }
 // expected-error @+1 {{'tdx.buffer' op has type 'tensor<4xi64>' but is tied to @b of type 'tensor<4xf32>'; tied names must have one type}}
 tdx.buffer @c : tensor<4xi64> tied_to @b
+
+// -----
+
+func.func @assign_unknown(%v: tensor<4xf32>) {
+  // expected-error @+1 {{'tdx.assign' op refers to @nope, which is not a tdx.parameter or tdx.buffer in scope}}
+  tdx.assign @nope, %v : tensor<4xf32>
+  return
+}
+
+// -----
+
+tdx.parameter @w : tensor<4xf32> init {
+  %0 = tdx.full 0.0 : tensor<4xf32>
+  tdx.yield %0 : tensor<4xf32>
+}
+func.func @assign_wrong_type(%v: tensor<4xf64>) {
+  // expected-error @+1 {{'tdx.assign' op value type 'tensor<4xf64>' differs from @w's declared type 'tensor<4xf32>'}}
+  tdx.assign @w, %v : tensor<4xf64>
+  return
+}
+
+// -----
+
+tdx.parameter @w : tensor<4xf32> init {
+  %0 = tdx.full 0.0 : tensor<4xf32>
+  tdx.yield %0 : tensor<4xf32>
+}
+func.func @assign_twice(%v: tensor<4xf32>) {
+  tdx.assign @w, %v : tensor<4xf32>
+  // expected-error @+1 {{'tdx.assign' op writes @w a second time in one function; write each state once}}
+  tdx.assign @w, %v : tensor<4xf32>
+  return
+}

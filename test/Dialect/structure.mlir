@@ -49,3 +49,21 @@ func.func @forward() -> (tensor<100x16xf32>, tensor<16xf32>) {
   %b = tdx.param_ref @"bn.running_var" : tensor<16xf32>
   return %w, %b : tensor<100x16xf32>, tensor<16xf32>
 }
+
+// -----
+
+// A training step writes its state back.
+tdx.parameter @w : tensor<4xf32> init {
+  %0 = tdx.full 1.0 : tensor<4xf32>
+  tdx.yield %0 : tensor<4xf32>
+}
+// CHECK-LABEL: func.func @train_step
+// CHECK: %[[W:.*]] = tdx.param_ref @w : tensor<4xf32>
+// CHECK: %[[N:.*]] = tdx.sub %[[W]], %arg0
+// CHECK: tdx.assign @w, %[[N]] : tensor<4xf32>
+func.func @train_step(%g: tensor<4xf32>) -> tensor<4xf32> {
+  %w = tdx.param_ref @w : tensor<4xf32>
+  %n = tdx.sub %w, %g : (tensor<4xf32>, tensor<4xf32>) -> tensor<4xf32>
+  tdx.assign @w, %n : tensor<4xf32>
+  return %w : tensor<4xf32>
+}

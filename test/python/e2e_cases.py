@@ -143,7 +143,8 @@ NOT_CAPTURED = {
                         "trunc_normal_ (uniform, erfinv, clamp)",
 }
 # Structure, sharding and collective ops: not compute a model writes.
-STRUCTURAL = {"tdx.mesh", "tdx.parameter", "tdx.buffer", "tdx.param_ref", "tdx.yield",
+# tdx.assign: training steps, test_training.py.
+STRUCTURAL = {"tdx.mesh", "tdx.parameter", "tdx.buffer", "tdx.param_ref", "tdx.assign", "tdx.yield",
               "tdx.annotate", "tdx.redistribute", "tdx.all_gather", "tdx.all_reduce",
               "tdx.all_to_all", "tdx.reduce_scatter", "tdx.broadcast", "tdx.chunk",
               "tdx.mesh_coord"}

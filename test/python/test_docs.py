@@ -7,7 +7,7 @@ import re
 import pytest
 
 DOCS = os.path.join(os.path.dirname(__file__), "..", "..", "docs")
-BLOCKS = [block for page in ("capture.md", "sharding.md", "runtime.md")
+BLOCKS = [block for page in ("capture.md", "sharding.md", "runtime.md", "training.md")
           for block in re.findall(r"```python\n(.*?)```", open(os.path.join(DOCS, page)).read(), re.S)]
 
 

@@ -107,6 +107,10 @@ bool isDeferred(const at::Tensor &tensor);
 
 /// The recording a deferred tensor belongs to, or null.
 std::shared_ptr<Recording> recordingOf(const at::Tensor &tensor);
+/// Runs `build` under deferred init recording into `recording` (which made
+/// a module before): more state of that module, such as its optimizer's.
+void deferredInitInto(const std::shared_ptr<Recording> &recording,
+                      const std::function<void()> &build, bool fakeCuda);
 
 /// A recording lives as long as its owner holds it (the module built by
 /// deferred_init keeps it); deferred tensors refer to it weakly.
@@ -197,6 +201,11 @@ struct ForwardSpec {
   const Trace *trace;
   std::vector<at::Tensor> inputs;
   std::vector<at::Tensor> outputs;
+  /// The function's name.
+  std::string function = "forward";
+  /// A training step: every parameter and buffer the trace wrote is written
+  /// back with `tdx.assign` (program state updated in place).
+  bool writeState = false;
 };
 std::string captureToMlir(const Recording &recording,
                           const std::vector<StateEntry> &entries, int64_t seed,
@@ -243,6 +252,9 @@ public:
     std::string tiedTo; // "" unless it shares another name's value
   };
   std::vector<StateInfo> state() const;
+  /// The function a model binary runs: @forward (tdx.trace) or @train_step
+  /// (tdx.trace_train_step). Inputs ("input:<i>") are its arguments.
+  std::string entry() const;
   /// The argument count of `func.func @<function>`, -1 when there is none.
   int64_t numArguments(const std::string &function) const;
   /// Whether tdx-partition has run (types are per-rank).

@@ -10,6 +10,8 @@ namespace tdx::rt {
 
 struct Options {
   std::string inputs, outputs, params, dumpParams;
+  /// Training: one batch per step, and the state written after the last.
+  std::string batches, saveState;
   uint64_t seed = 0;
   int64_t steps = 1;
   double timeout = 300;

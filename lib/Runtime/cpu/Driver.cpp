@@ -29,6 +29,9 @@ at::Tensor readLocal(const Context &ctx, const TensorStore &store, const std::st
   return local.to(dtype);
 }
 
+/// A training step's optimizer state (tdx.trace_train_step's names).
+bool isOptimizerState(const std::string &name) { return name.rfind("optimizer.", 0) == 0; }
+
 void save(const std::string &path, const std::map<std::string, at::Tensor> &tensors) {
   std::vector<at::Tensor> keep;
   std::vector<TensorToWrite> out;
@@ -55,9 +58,17 @@ int tdx::rt::runMain(int argc, char **argv, const Program &program) {
     State state;
     if (!o.params.empty()) {
       TensorStore store(o.params);
+      // A model's state dict has no optimizer state: what the file lacks of
+      // it starts as the program's init makes it (a fresh optimizer).
+      bool fresh = false;
       for (const Program::Param &p : program.params)
-        state[p.name] =
-            readLocal(ctx, store, p.name, "parameter", p.shape, p.dtype, parseLayout(p.layout));
+        fresh |= isOptimizerState(p.name) && !store.find(p.name);
+      if (fresh)
+        program.init(ctx, state);
+      for (const Program::Param &p : program.params)
+        if (!isOptimizerState(p.name) || store.find(p.name))
+          state[p.name] =
+              readLocal(ctx, store, p.name, "parameter", p.shape, p.dtype, parseLayout(p.layout));
     } else {
       program.init(ctx, state);
     }
@@ -72,7 +83,7 @@ int tdx::rt::runMain(int argc, char **argv, const Program &program) {
                   local / 1048576.0, (peakRssKiB() - rssBefore) / 1024.0);
       std::fflush(stdout);
     }
-    if (!o.dumpParams.empty()) {
+    auto saveState = [&](const std::string &path) {
       std::map<std::string, at::Tensor> all;
       for (const Program::Param &p : program.params) {
         at::Tensor g = ctx.gather(state.at(p.name), p.shape, parseLayout(p.layout));
@@ -80,7 +91,40 @@ int tdx::rt::runMain(int argc, char **argv, const Program &program) {
           all[p.name] = g;
       }
       if (rank == 0)
-        save(o.dumpParams, all);
+        save(path, all);
+    };
+    if (!o.dumpParams.empty())
+      saveState(o.dumpParams);
+    if (!o.batches.empty()) {
+      // Training: step k reads batch k and updates the state in place.
+      TensorStore in(o.batches);
+      std::map<std::string, at::Tensor> saved;
+      auto t2 = std::chrono::steady_clock::now();
+      for (int64_t step = 0; step < o.steps; ++step) {
+        std::vector<at::Tensor> local;
+        for (size_t i = 0; i < program.inputs.size(); ++i) {
+          const Program::Value &v = program.inputs[i];
+          local.push_back(readLocal(ctx, in, std::to_string(step) + ":input:" + std::to_string(i),
+                                    "batch input", v.shape, v.dtype, parseLayout(v.layout)));
+        }
+        std::vector<at::Tensor> out = program.forward(ctx, state, local);
+        for (size_t i = 0; i < out.size(); ++i) {
+          at::Tensor g = ctx.gather(out[i], program.outputs[i].shape,
+                                    parseLayout(program.outputs[i].layout));
+          if (rank == 0)
+            saved[std::to_string(step) + ":output:" + std::to_string(i)] = g;
+        }
+      }
+      auto t3 = std::chrono::steady_clock::now();
+      if (rank == 0 && !o.outputs.empty())
+        save(o.outputs, saved);
+      if (!o.saveState.empty())
+        saveState(o.saveState);
+      ctx.reportSteps(o.verbose, std::chrono::duration<double, std::milli>(t1 - t0).count(),
+                      std::chrono::duration<double, std::milli>(t3 - t2).count(), o.steps);
+    } else if (!o.saveState.empty()) {
+      throw std::runtime_error("--save-state writes the state after training steps; give "
+                               "--batches too (or --dump-params for the state after init)");
     }
     if (!o.inputs.empty()) {
       TensorStore in(o.inputs);

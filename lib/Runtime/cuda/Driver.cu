@@ -61,6 +61,9 @@ int tdx::cu::runMain(int argc, char **argv, const Program &program) {
     ctx.setCollectiveTimeout(o.timeout);
     auto t0 = std::chrono::steady_clock::now();
     State state;
+    if (!o.batches.empty() || !o.saveState.empty())
+      throw std::runtime_error("--batches and --save-state (training runs) are not in the CUDA "
+                               "runtime yet; train with a CPU binary (tdx-compile --target cpu)");
     if (!o.params.empty()) {
       TensorStore store(o.params);
       for (const Program::Param &p : program.params)
