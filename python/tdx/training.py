@@ -11,9 +11,15 @@ __all__ = ["trace_train_step"]
 
 
 def _optimizer_state(optimizer):
-    """(key, init) of every state tensor torch's optimizer keeps per
-    parameter, created before the step so that the step only updates it."""
-    if type(optimizer) is torch.optim.SGD:
+    """The state keys torch's optimizer keeps per parameter, one list per
+    param group; the state is created before the step (as torch creates it
+    on the first step) so that the step only updates it."""
+    for group in optimizer.param_groups:
+        if group.get("foreach"):
+            raise CaptureError("trace_train_step: build the optimizer with foreach=False "
+                               "(tdx records the per-parameter update)")
+    kind = type(optimizer)
+    if kind is torch.optim.SGD:
         keys = []
         for group in optimizer.param_groups:
             if group["momentum"] != 0 and group["dampening"] != 0:
@@ -21,14 +27,49 @@ def _optimizer_state(optimizer):
                     "trace_train_step: SGD with dampening != 0 starts its momentum buffer "
                     "from the first gradient, which a compiled step cannot tell from later "
                     "ones; use dampening=0")
-            if group.get("foreach"):
-                raise CaptureError("trace_train_step: build the optimizer with foreach=False")
             keys.append(["momentum_buffer"] if group["momentum"] != 0 else [])
         return keys
+    if kind in (torch.optim.Adam, torch.optim.AdamW):
+        return [["step", "exp_avg", "exp_avg_sq"] + (["max_exp_avg_sq"] if g["amsgrad"] else [])
+                for g in optimizer.param_groups]
     raise CaptureError(
-        f"trace_train_step supports torch.optim.SGD (with or without momentum) so far; "
-        f"{type(optimizer).__name__} is not supported yet (torch 1.13's Adam and AdamW "
-        f"read their step count with .item(), which a traced step cannot)")
+        f"trace_train_step supports torch.optim.SGD, Adam and AdamW; "
+        f"{kind.__name__} is not supported yet")
+
+
+def _step(optimizer):
+    """``optimizer.step()`` in a form a trace can record. torch 1.13's Adam
+    reads its step count with ``.item()`` unless ``differentiable``: its own
+    tensor formulation is used. AdamW has no such mode in 1.13: its
+    decoupled decay, then torch's Adam update with no decay (AdamW's update
+    exactly)."""
+    kind = type(optimizer)
+    if kind is torch.optim.SGD:
+        optimizer.step()
+        return
+    if kind is torch.optim.Adam:
+        saved = [g["differentiable"] for g in optimizer.param_groups]
+        for g in optimizer.param_groups:
+            g["differentiable"] = True
+        try:
+            optimizer.step()
+        finally:
+            for g, d in zip(optimizer.param_groups, saved):
+                g["differentiable"] = d
+        return
+    from torch.optim.adam import adam
+    for g in optimizer.param_groups:
+        params = [p for p in g["params"] if p.grad is not None]
+        states = [optimizer.state[p] for p in params]
+        for p in params:
+            p.mul_(1 - g["lr"] * g["weight_decay"])
+        beta1, beta2 = g["betas"]
+        adam(params, [p.grad for p in params], [s["exp_avg"] for s in states],
+             [s["exp_avg_sq"] for s in states],
+             [s["max_exp_avg_sq"] for s in states] if g["amsgrad"] else [],
+             [s["step"] for s in states], foreach=False, capturable=False,
+             differentiable=True, amsgrad=g["amsgrad"], beta1=beta1, beta2=beta2, lr=g["lr"],
+             weight_decay=0.0, eps=g["eps"], maximize=g["maximize"])
 
 
 def trace_train_step(model, optimizer, loss_fn, *batch):
@@ -40,8 +81,8 @@ def trace_train_step(model, optimizer, loss_fn, *batch):
     optimizer state is named ``optimizer.<param name>.<key>`` with torch's
     keys and starts as torch starts it.
 
-    ``optimizer`` is a torch.optim optimizer built on the deferred model's
-    parameters. The batch's values are never read, only shapes and dtypes."""
+    ``optimizer`` is a torch.optim SGD, Adam or AdamW (foreach=False) built
+    on the deferred model's parameters. The batch's values are never read, only shapes and dtypes."""
     from .deferred import _python_guards
     if not isinstance(optimizer, torch.optim.Optimizer):
         raise TypeError(f"trace_train_step takes a torch.optim optimizer, got "
@@ -65,7 +106,11 @@ def trace_train_step(model, optimizer, loss_fn, *batch):
         for group, group_keys in zip(optimizer.param_groups, keys):
             for p in group["params"]:
                 if group_keys:
-                    optimizer.state[p] = {k: torch.zeros(p.shape, dtype=p.dtype) for k in group_keys}
+                    # torch's own starting values: zeros, and a 0-D float step.
+                    optimizer.state[p] = {k: torch.zeros(() if k == "step" else p.shape,
+                                                         dtype=torch.float32 if k == "step"
+                                                         else p.dtype)
+                                          for k in group_keys}
     _C.deferred_init_into(recording, init_state)
     for p, state in optimizer.state.items():
         for key, t in state.items():
@@ -89,7 +134,7 @@ def trace_train_step(model, optimizer, loss_fn, *batch):
             with torch.no_grad():
                 for p, g in zip(trained, grads):
                     p.grad = g
-                optimizer.step()
+                _step(optimizer)
                 for p in trained:
                     p.grad = None
             loss = loss.detach()

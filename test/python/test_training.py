@@ -43,6 +43,8 @@ MODELS = {"mlp": (mlp, mlp_loss), "gpt2": (GPT2, lm_loss), "llama": (Llama, lm_l
 OPTIMIZERS = {
     "sgd": lambda params: torch.optim.SGD(params, lr=0.1),
     "momentum": lambda params: torch.optim.SGD(params, lr=0.05, momentum=0.9, weight_decay=0.01),
+    "adamw": lambda params: torch.optim.AdamW(params, lr=1e-3, weight_decay=0.1),
+    "adam": lambda params: torch.optim.Adam(params, lr=1e-3, weight_decay=0.01, amsgrad=True),
 }
 MESHES = {"1": ((1,), ("dp",), None), "dp2": ((2,), ("dp",), "dp")}
 
@@ -85,8 +87,9 @@ def rel(a, b):
 
 
 CASES = [("mlp", "sgd", "1"), ("mlp", "momentum", "1"), ("mlp", "momentum", "dp2"),
-         ("gpt2", "momentum", "1"), ("gpt2", "momentum", "dp2"),
-         ("llama", "momentum", "1"), ("llama", "sgd", "dp2")]
+         ("mlp", "adam", "1"), ("mlp", "adamw", "dp2"),
+         ("gpt2", "momentum", "1"), ("gpt2", "adamw", "1"), ("gpt2", "adamw", "dp2"),
+         ("llama", "adamw", "1"), ("llama", "momentum", "dp2")]
 
 
 @pytest.mark.parametrize("model,opt,mesh", CASES)
@@ -101,7 +104,17 @@ def test_training_matches_eager(model, opt, mesh):
     for k, (got, ref) in enumerate(zip(losses, want)):
         assert abs(got - ref) <= 1e-5 * abs(ref), f"step {k}: loss {got} vs eager {ref}"
     for name, p in eager.named_parameters():
-        assert rel(state[name], p.detach()) < 1e-4, f"{name} after {STEPS} steps"
+        err = rel(state[name], p.detach())
+        if err >= 1e-4 and opt in ("adam", "adamw"):
+            # Adam divides by the gradient's own scale: entries whose gradient
+            # is rounding noise (an attention key bias has an exactly zero
+            # gradient) take steps of up to lr whose sign any summation order,
+            # eager's own, decides. They must stay within a hundredth of lr.
+            lr = optimizer.param_groups[0]["lr"]
+            worst = (state[name] - p.detach()).abs().max().item()
+            assert worst <= 1e-2 * lr, f"{name} after {STEPS} steps: {worst} (rel {err})"
+        else:
+            assert err < 1e-4, f"{name} after {STEPS} steps"
     names = {id(p): n for n, p in eager.named_parameters()}
     for p, s in optimizer.state.items():
         for key, t in s.items():
@@ -152,8 +165,11 @@ def test_unsupported_optimizers_and_misuse_are_named():
     torch.manual_seed(0)
     model = tdx.deferred_init(mlp)
     x, y = batches("mlp")[0]
-    with pytest.raises(tdx.CaptureError, match="Adam is not supported yet"):
-        tdx.trace_train_step(model, torch.optim.Adam(model.parameters()), mlp_loss, x, y)
+    with pytest.raises(tdx.CaptureError, match="RMSprop is not supported yet"):
+        tdx.trace_train_step(model, torch.optim.RMSprop(model.parameters()), mlp_loss, x, y)
+    with pytest.raises(tdx.CaptureError, match="foreach=False"):
+        tdx.trace_train_step(model, torch.optim.AdamW(model.parameters(), foreach=True),
+                             mlp_loss, x, y)
     with pytest.raises(tdx.CaptureError, match="dampening=0"):
         tdx.trace_train_step(model, torch.optim.SGD(model.parameters(), lr=0.1, momentum=0.9,
                                                     dampening=0.5), mlp_loss, x, y)
