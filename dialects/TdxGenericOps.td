@@ -5,7 +5,7 @@
 
 include "TdxOpBase.td"
 
-def Tdx_AtenOp : Tdx_Op<"aten", [Pure]> {
+def Tdx_AtenOp : Tdx_Op<"aten", [Pure, Tdx_HasShardingRule]> {
   let summary = "any aten op without a first-class tdx op, by schema name";
   let description = [{
     Keeps an op that tdx has no dedicated op for, so that capture never loses
@@ -21,8 +21,12 @@ def Tdx_AtenOp : Tdx_Op<"aten", [Pure]> {
       strings (and devices by name), `array<i64: ...>` for int lists and
       arrays of bools or f64 for bool and float lists.
 
-    The sharding passes treat it as needing replicated operands; the CPU
-    runtime runs it through ATen, which checks the values against the schema
+    The sharding passes treat it as needing replicated operands, except for
+    the schemas with a rule in `AtenShardingRules.cpp` (the backward ops
+    libtorch's autograd dispatches: pointwise and softmax backwards, layer
+    norm, embedding and NLL loss backward), which a training step shards
+    like the forward ops they differentiate. The CPU runtime runs it
+    through ATen, which checks the values against the schema
     and names the operator and argument when one does not fit.
 
     ```mlir

@@ -601,7 +601,6 @@ private:
     // cross_entropy reaches the fake backend as log_softmax + nll_loss:
     // one tdx.cross_entropy again (its sharding rule knows the classes).
     if (op.name == "aten::nll_loss_forward" && op.results.size() == 2 &&
-        !auxiliaryResultsRead(op, 1) &&
         (op.arguments[2].isNone() ||
          (op.arguments[2].isTensor() && !op.arguments[2].toTensor().defined()))) {
       Value logp = read(op.arguments[0].toTensor());
@@ -617,11 +616,38 @@ private:
         int64_t r = op.arguments[3].toInt();
         if (r >= 0 && r <= 2) {
           const at::Tensor &out = op.results[0].toTensor();
-          define(out, CrossEntropyOp::create(
-                          b, loc, tensorType(b, out), ls.getOperand(0),
-                          read(op.arguments[1].toTensor()),
-                          LossReductionAttr::get(b.getContext(), reductions[r]),
-                          b.getI64IntegerAttr(op.arguments[4].toInt()), b.getF64FloatAttr(0.0)));
+          Value target = read(op.arguments[1].toTensor());
+          auto loss = [&](LossReduction reduction) {
+            return CrossEntropyOp::create(
+                b, loc, tensorType(b, out), ls.getOperand(0), target,
+                LossReductionAttr::get(b.getContext(), reduction),
+                b.getI64IntegerAttr(op.arguments[4].toInt()), b.getF64FloatAttr(0.0));
+          };
+          if (!auxiliaryResultsRead(op, 1)) {
+            define(out, loss(reductions[r]));
+            return;
+          }
+          // nll_loss_backward reads the total weight: without class weights,
+          // the count of targets that are not ignored. A mean is then the
+          // sum over that count, as ATen computes it, which a split batch
+          // keeps split (two Partial sums) where a mean would gather it.
+          auto tt = cast<RankedTensorType>(target.getType());
+          Type f = lt.getElementType();
+          Value ignore = FullOp::create(b, loc, RankedTensorType::get({}, tt.getElementType()),
+                                        b.getF64FloatAttr(static_cast<double>(op.arguments[4].toInt())));
+          Value kept = CmpOp::create(b, loc, RankedTensorType::get(tt.getShape(), b.getI1Type()),
+                                     CmpPredicate::ne, target, ignore);
+          Value ones = CastOp::create(b, loc, RankedTensorType::get(tt.getShape(), f), kept);
+          SmallVector<int64_t> all;
+          for (int64_t d = 0; d < tt.getRank(); ++d)
+            all.push_back(d);
+          auto scalar = RankedTensorType::get({}, f);
+          Value total = SumOp::create(b, loc, scalar, ones, b.getDenseI64ArrayAttr(all), UnitAttr());
+          define(op.results[1].toTensor(), total);
+          if (reductions[r] == LossReduction::mean)
+            define(out, DivOp::create(b, loc, scalar, loss(LossReduction::sum), total));
+          else
+            define(out, loss(reductions[r]));
           return;
         }
       }

@@ -192,3 +192,19 @@ def test_train_needs_batches_and_the_cpu_binary_checks_options(tmp_path):
         exe.train([])
     with pytest.raises(tdx.TdxError, match="batch input"):
         exe.train([(torch.randn(16, 8),)])
+
+
+@pytest.mark.parametrize("opt", ["momentum", "adamw"])
+def test_data_parallel_step_all_reduces_each_gradient_once(opt):
+    # DDP's communication and nothing else: one all_reduce per parameter
+    # gradient with its bytes, plus the loss's sum and its target count
+    # (4 bytes each). The backward's own ops keep the batch split.
+    torch.manual_seed(0)
+    model = tdx.deferred_init(mlp)
+    prog = tdx.trace_train_step(model, OPTIMIZERS[opt](model.parameters()), mlp_loss,
+                                *batches("mlp")[0])
+    tdx.parallelize(prog, tdx.init_device_mesh("cpu", (2,), ("dp",)), {}, data_parallel="dp")
+    report = prog.comm_report()
+    assert {r["kind"] for r in report} == {"all_reduce"}, report
+    grads = sorted(p.numel() * 4 for p in mlp().parameters())
+    assert sorted(r["bytes"] for r in report) == sorted(grads + [4, 4])

@@ -1,0 +1,225 @@
+//===- AtenShardingRules.cpp - factor mappings of generic aten ops --------===//
+//
+// A `tdx.aten` op is replicated unless its schema has a rule here. The rows
+// are the ops libtorch's autograd dispatches for the backward of ops tdx
+// shards (a training step's backward is recorded as libtorch runs it): with
+// a rule, the batch stays split through the backward and a weight's
+// gradient comes out Partial, as the forward's matmuls do. A rule only
+// maps dims to factors; the op still runs through ATen on the local
+// operands, so a rule is right when ATen on a shard computes the shard (or
+// the partial sum) of the global result.
+//
+//===----------------------------------------------------------------------===//
+
+#include "tdx/Dialect/ShardingRule.h"
+#include "tdx/Dialect/TdxOps.h"
+
+#include "llvm/ADT/StringMap.h"
+
+using namespace mlir;
+using namespace mlir::tdx;
+
+namespace {
+
+RankedTensorType typeOf(Value v) { return cast<RankedTensorType>(v.getType()); }
+
+int64_t intArg(AtenOp op, StringRef name, int64_t otherwise) {
+  DictionaryAttr args = op.getArgsAttr();
+  auto i = args ? args.getAs<IntegerAttr>(name) : IntegerAttr();
+  return i ? i.getInt() : otherwise;
+}
+
+/// Every operand and the one result have one shape: one factor per dim,
+/// `replicated` for the dims that may not be split (a softmax's dim).
+std::optional<ShardingRule> sameShape(AtenOp op, ArrayRef<int64_t> replicatedDims) {
+  if (op->getNumResults() != 1)
+    return std::nullopt;
+  RankedTensorType t = typeOf(op->getResult(0));
+  ShardingRule rule;
+  TensorFactors dims;
+  for (int64_t d = 0; d < t.getRank(); ++d)
+    dims.push_back({rule.addFactor(t.getDimSize(d), llvm::is_contained(replicatedDims, d)
+                                                        ? FactorKind::Replicated
+                                                        : FactorKind::Parallel)});
+  for (Value v : op->getOperands()) {
+    if (typeOf(v).getShape() != t.getShape())
+      return std::nullopt;
+    rule.operands.push_back(dims);
+    rule.addedAfterReduction.push_back(false);
+  }
+  rule.results.push_back(dims);
+  return rule;
+}
+
+/// gelu_backward(grad, self), threshold_backward(grad, self, threshold), ...
+std::optional<ShardingRule> pointwise(AtenOp op) { return sameShape(op, {}); }
+
+/// _softmax_backward_data(grad, output, dim, dtype) and the log form.
+std::optional<ShardingRule> softmaxBackward(AtenOp op) {
+  int64_t rank = typeOf(op->getResult(0)).getRank();
+  int64_t dim = intArg(op, "dim", 0);
+  return sameShape(op, {dim < 0 ? dim + rank : dim});
+}
+
+/// The factors of a norm's operands: `batch` over the leading dims, the
+/// `normalized` trailing dims replicated; `[B..., 1...]` statistics.
+struct NormFactors {
+  ShardingRule rule;
+  TensorFactors full, stats, weight;
+};
+std::optional<NormFactors> normFactors(RankedTensorType input, int64_t normalized,
+                                       FactorKind batchKind) {
+  if (normalized > input.getRank())
+    return std::nullopt;
+  NormFactors n;
+  int64_t batch = input.getRank() - normalized;
+  for (int64_t d = 0; d < input.getRank(); ++d) {
+    bool isBatch = d < batch;
+    int64_t f = n.rule.addFactor(input.getDimSize(d),
+                                 isBatch ? batchKind : FactorKind::Replicated);
+    n.full.push_back({f});
+    n.stats.push_back(isBatch ? DimFactors{f} : DimFactors{});
+    if (!isBatch)
+      n.weight.push_back({f});
+  }
+  return n;
+}
+
+int64_t normalizedRank(AtenOp op) {
+  DictionaryAttr args = op.getArgsAttr();
+  auto shape = args ? args.getAs<DenseI64ArrayAttr>("normalized_shape") : DenseI64ArrayAttr();
+  return shape ? static_cast<int64_t>(shape.size()) : -1;
+}
+
+/// native_layer_norm(input, normalized_shape, weight?, bias?, eps)
+///   -> (out, mean, rstd)
+std::optional<ShardingRule> layerNorm(AtenOp op) {
+  int64_t k = normalizedRank(op);
+  if (k < 0 || op->getNumResults() != 3)
+    return std::nullopt;
+  auto n = normFactors(typeOf(op->getOperand(0)), k, FactorKind::Parallel);
+  if (!n)
+    return std::nullopt;
+  n->rule.operands.push_back(n->full);
+  for (Value v : op->getOperands().drop_front()) {
+    if (typeOf(v).getRank() != k)
+      return std::nullopt;
+    n->rule.operands.push_back(n->weight);
+  }
+  n->rule.addedAfterReduction.assign(op->getNumOperands(), false);
+  n->rule.results = {n->full, n->stats, n->stats};
+  return n->rule;
+}
+
+/// native_layer_norm_backward(grad_out, input, normalized_shape, mean, rstd,
+/// weight?, bias?, output_mask) -> (grad_input, grad_weight, grad_bias).
+/// The batch dims are summed away in the weight and bias gradients: a split
+/// batch leaves those Partial.
+std::optional<ShardingRule> layerNormBackward(AtenOp op) {
+  int64_t k = normalizedRank(op);
+  if (k < 0 || op->getNumOperands() < 4 || op->getNumResults() != 3)
+    return std::nullopt;
+  RankedTensorType input = typeOf(op->getOperand(1));
+  auto n = normFactors(input, k, FactorKind::Reduction);
+  if (!n || typeOf(op->getOperand(0)) != input)
+    return std::nullopt;
+  n->rule.operands = {n->full, n->full, n->stats, n->stats};
+  for (Value v : op->getOperands().drop_front(4)) {
+    if (typeOf(v).getRank() != k)
+      return std::nullopt;
+    n->rule.operands.push_back(n->weight);
+  }
+  n->rule.addedAfterReduction.assign(op->getNumOperands(), false);
+  for (Value r : op->getResults().drop_front())
+    if (typeOf(r).getRank() != k)
+      return std::nullopt;
+  n->rule.results = {n->full, n->weight, n->weight};
+  return n->rule;
+}
+
+/// embedding_dense_backward(grad_output [S..., D], indices [S...],
+/// num_weights, padding_idx, scale_grad_by_freq) -> [V, D]: rows are
+/// summed over S, so a split S leaves a Partial table gradient.
+std::optional<ShardingRule> embeddingBackward(AtenOp op) {
+  DictionaryAttr args = op.getArgsAttr();
+  auto byFreq = args ? args.getAs<BoolAttr>("scale_grad_by_freq") : BoolAttr();
+  if (!byFreq || byFreq.getValue() || op->getNumOperands() != 2)
+    return std::nullopt; // frequencies count over every index
+  RankedTensorType grad = typeOf(op->getOperand(0)), ids = typeOf(op->getOperand(1));
+  RankedTensorType out = typeOf(op->getResult(0));
+  if (grad.getRank() != ids.getRank() + 1 || out.getRank() != 2)
+    return std::nullopt;
+  ShardingRule rule;
+  TensorFactors g, i;
+  for (int64_t d = 0; d < ids.getRank(); ++d) {
+    int64_t f = rule.addFactor(ids.getDimSize(d), FactorKind::Reduction);
+    g.push_back({f});
+    i.push_back({f});
+  }
+  int64_t dim = rule.addFactor(out.getDimSize(1));
+  g.push_back({dim});
+  int64_t rows = rule.addFactor(out.getDimSize(0), FactorKind::Replicated);
+  rule.operands = {g, i};
+  rule.addedAfterReduction = {false, false};
+  rule.results = {{{rows}, {dim}}};
+  return rule;
+}
+
+/// nll_loss_backward(grad_output, self [N, C] or [C], target, weight?,
+/// reduction, ignore_index, total_weight): each row's gradient needs only
+/// its own target (and the global total weight, a replicated operand).
+std::optional<ShardingRule> nllLossBackward(AtenOp op) {
+  RankedTensorType self = typeOf(op->getOperand(1));
+  if (self.getRank() != 2 || op->getNumResults() != 1)
+    return std::nullopt;
+  ShardingRule rule;
+  int64_t n = rule.addFactor(self.getDimSize(0));
+  int64_t c = rule.addFactor(self.getDimSize(1), FactorKind::Replicated);
+  for (auto [i, v] : llvm::enumerate(op->getOperands())) {
+    RankedTensorType t = typeOf(v);
+    TensorFactors dims;
+    if (i == 1)
+      dims = {{n}, {c}};
+    else if (i == 2 || (i == 0 && t.getRank() == 1)) // target; an unreduced grad_output
+      dims = {{n}};
+    else if (t.getRank() == 1) // class weights
+      dims = {{c}};
+    else if (t.getRank() != 0) // grad_output, total_weight: scalars
+      return std::nullopt;
+    rule.operands.push_back(dims);
+    rule.addedAfterReduction.push_back(false);
+  }
+  rule.results = {{{n}, {c}}};
+  return rule;
+}
+
+using Rule = std::optional<ShardingRule> (*)(AtenOp);
+const llvm::StringMap<Rule> &rules() {
+  static const llvm::StringMap<Rule> table = {
+      {"aten::gelu_backward", pointwise},
+      {"aten::threshold_backward", pointwise},
+      {"aten::silu_backward", pointwise},
+      {"aten::sigmoid_backward", pointwise},
+      {"aten::tanh_backward", pointwise},
+      {"aten::hardtanh_backward", pointwise},
+      {"aten::hardswish_backward", pointwise},
+      {"aten::hardsigmoid_backward", pointwise},
+      {"aten::_softmax_backward_data", softmaxBackward},
+      {"aten::_log_softmax_backward_data", softmaxBackward},
+      {"aten::native_layer_norm", layerNorm},
+      {"aten::native_layer_norm_backward", layerNormBackward},
+      {"aten::embedding_dense_backward", embeddingBackward},
+      {"aten::nll_loss_backward", nllLossBackward},
+  };
+  return table;
+}
+
+} // namespace
+
+ShardingRule AtenOp::getShardingRule() {
+  auto row = rules().find(getSchema());
+  if (row != rules().end())
+    if (std::optional<ShardingRule> rule = row->second(*this))
+      return *rule;
+  return ShardingRule::replicated(*this);
+}
