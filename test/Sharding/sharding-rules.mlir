@@ -1,7 +1,7 @@
 // The factor mapping of every op family, as tdx-propagate-sharding sees it.
 // A dim lists its factors major to minor ("kl": split by a reshape), "1" when
 // it has none (a broadcast dim).
-// RUN: tdx-opt %s -verify-diagnostics --tdx-print-sharding-rules -o /dev/null
+// RUN: tdx-opt %s -split-input-file -verify-diagnostics --tdx-print-sharding-rules -o /dev/null
 
 func.func @rules(%a: tensor<4x1xf32>, %b: tensor<8xf32>, %m: tensor<2x1x8x16xf32>, %n: tensor<3x16x4xf32>,
                  %x: tensor<2x8x16xf32>, %w: tensor<32x16xf32>, %bias: tensor<32xf32>, %g: tensor<16xf32>,
@@ -59,5 +59,28 @@ func.func @rules(%a: tensor<4x1xf32>, %b: tensor<8xf32>, %m: tensor<2x1x8x16xf32
   %24 = tdx.aten "aten::cumsum"(%b) {args = {dim = 0 : i64}} : (tensor<8xf32>) -> tensor<8xf32>
   // expected-remark @+1 {{sharding rule: () -> ([i]) {i=4} replicated={i}}}
   %25 = tdx.uniform(0.0, 1.0) seed(0, 0) : tensor<4xf32>
+  return
+}
+
+// -----
+
+// Generic aten ops: replicated, except the backward ops with a rule in
+// AtenShardingRules.cpp.
+func.func @aten_rules(%g: tensor<2x8x16xf32>, %x: tensor<2x8x16xf32>, %s: tensor<2x8x1xf32>,
+                      %w: tensor<16xf32>, %ids: tensor<2x8xi64>, %lp: tensor<4x10xf32>,
+                      %t: tensor<4xi64>, %one: tensor<f32>) {
+  // expected-remark @+1 {{sharding rule: ([i, j, k], [i, j, k]) -> ([i, j, k]) {i=2, j=8, k=16}}}
+  %0 = tdx.aten "aten::gelu_backward"(%g, %x) {args = {approximate = "tanh"}} : (tensor<2x8x16xf32>, tensor<2x8x16xf32>) -> tensor<2x8x16xf32>
+  // expected-remark @+1 {{sharding rule: ([i, j, k], [i, j, k]) -> ([i, j, k]) {i=2, j=8, k=16} replicated={k}}}
+  %1 = tdx.aten "aten::_softmax_backward_data"(%g, %x) {args = {dim = -1 : i64, input_dtype = 6 : i64}} : (tensor<2x8x16xf32>, tensor<2x8x16xf32>) -> tensor<2x8x16xf32>
+  // expected-remark @+1 {{sharding rule: ([i, j, k], [i, j, k], [i, j, 1], [i, j, 1], [k], [k]) -> ([i, j, k], [k], [k]) {i=2, j=8, k=16} reduction={i, j} partial=sum replicated={k}}}
+  %2:3 = tdx.aten "aten::native_layer_norm_backward"(%g, %x, %s, %s, %w, %w) {args = {normalized_shape = array<i64: 16>, output_mask = [true, true, true]}} : (tensor<2x8x16xf32>, tensor<2x8x16xf32>, tensor<2x8x1xf32>, tensor<2x8x1xf32>, tensor<16xf32>, tensor<16xf32>) -> (tensor<2x8x16xf32>, tensor<16xf32>, tensor<16xf32>)
+  // expected-remark @+1 {{sharding rule: ([i, j, k], [i, j]) -> ([l, k]) {i=2, j=8, k=16, l=100} reduction={i, j} partial=sum replicated={l}}}
+  %3 = tdx.aten "aten::embedding_dense_backward"(%g, %ids) {args = {num_weights = 100 : i64, padding_idx = -1 : i64, scale_grad_by_freq = false}} : (tensor<2x8x16xf32>, tensor<2x8xi64>) -> tensor<100x16xf32>
+  // Frequencies count over every index: replicated.
+  // expected-remark @+1 {{sharding rule: ([i, j, k], [l, m]) -> ([n, o]) {i=2, j=8, k=16, l=2, m=8, n=100, o=16} replicated={i, j, k, l, m, n, o}}}
+  %4 = tdx.aten "aten::embedding_dense_backward"(%g, %ids) {args = {num_weights = 100 : i64, padding_idx = -1 : i64, scale_grad_by_freq = true}} : (tensor<2x8x16xf32>, tensor<2x8xi64>) -> tensor<100x16xf32>
+  // expected-remark @+1 {{sharding rule: ([], [i, j], [i], []) -> ([i, j]) {i=4, j=10} replicated={j}}}
+  %5 = tdx.aten "aten::nll_loss_backward"(%one, %lp, %t, %one) {args = {weight = unit, reduction = 1 : i64, ignore_index = -100 : i64}} : (tensor<f32>, tensor<4x10xf32>, tensor<4xi64>, tensor<f32>) -> tensor<4x10xf32>
   return
 }
