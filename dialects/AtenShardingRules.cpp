@@ -51,8 +51,17 @@ std::optional<ShardingRule> sameShape(AtenOp op, ArrayRef<int64_t> replicatedDim
   return rule;
 }
 
-/// gelu_backward(grad, self), threshold_backward(grad, self, threshold), ...
-std::optional<ShardingRule> pointwise(AtenOp op) { return sameShape(op, {}); }
+/// gelu_backward(grad, self), threshold_backward(grad, self, threshold),
+/// addcmul(self, t1, t2, value), ... (an optimizer's update), broadcasting.
+std::optional<ShardingRule> pointwise(AtenOp op) {
+  if (op->getNumResults() != 1)
+    return std::nullopt;
+  int64_t rank = typeOf(op->getResult(0)).getRank();
+  for (Value v : op->getOperands())
+    if (typeOf(v).getRank() > rank)
+      return std::nullopt;
+  return ShardingRule::broadcast(op);
+}
 
 /// _softmax_backward_data(grad, output, dim, dtype) and the log form.
 std::optional<ShardingRule> softmaxBackward(AtenOp op) {
@@ -204,6 +213,8 @@ const llvm::StringMap<Rule> &rules() {
       {"aten::hardtanh_backward", pointwise},
       {"aten::hardswish_backward", pointwise},
       {"aten::hardsigmoid_backward", pointwise},
+      {"aten::addcmul", pointwise},
+      {"aten::addcdiv", pointwise},
       {"aten::_softmax_backward_data", softmaxBackward},
       {"aten::_log_softmax_backward_data", softmaxBackward},
       {"aten::native_layer_norm", layerNorm},

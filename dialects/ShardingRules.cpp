@@ -15,32 +15,6 @@ static RankedTensorType tensorType(Value v) {
   return cast<RankedTensorType>(v.getType());
 }
 
-/// Elementwise with numpy broadcasting: one factor per result dim; an operand
-/// dim of size 1 that is broadcast has no factor.
-static ShardingRule broadcastRule(Operation *op) {
-  ShardingRule rule;
-  auto result = cast<RankedTensorType>(op->getResult(0).getType());
-  int64_t rank = result.getRank();
-  TensorFactors resultDims;
-  for (int64_t size : result.getShape())
-    resultDims.push_back({rule.addFactor(size)});
-  for (Value operand : op->getOperands()) {
-    auto t = tensorType(operand);
-    TensorFactors dims;
-    for (int64_t d = 0; d < t.getRank(); ++d) {
-      int64_t r = d + rank - t.getRank();
-      if (t.getDimSize(d) == 1 && result.getDimSize(r) != 1)
-        dims.push_back({});
-      else
-        dims.push_back(resultDims[r]);
-    }
-    rule.operands.push_back(dims);
-    rule.addedAfterReduction.push_back(false);
-  }
-  rule.results.push_back(resultDims);
-  return rule;
-}
-
 /// Every dim of the single result is its own parallel factor (creation ops).
 static ShardingRule creationRule(Operation *op) {
   ShardingRule rule;
@@ -72,17 +46,17 @@ static ShardingRule sameShapeRule(Operation *op, ArrayRef<int64_t> replicatedDim
 // broadcasting ops.
 #define TDX_UNARY(Name, fn, aten, isLinear)                                      \
   ShardingRule Name##Op::getShardingRule() {                                     \
-    ShardingRule rule = broadcastRule(*this);                                  \
+    ShardingRule rule = ShardingRule::broadcast(*this);                                  \
     rule.linear = isLinear;                                                    \
     return rule;                                                               \
   }
 #define TDX_BINARY(Name, fn, aten)                                               \
-  ShardingRule Name##Op::getShardingRule() { return broadcastRule(*this); }
+  ShardingRule Name##Op::getShardingRule() { return ShardingRule::broadcast(*this); }
 #include "tdx/Runtime/ElementwiseOps.def"
-ShardingRule CmpOp::getShardingRule() { return broadcastRule(*this); }
-ShardingRule WhereOp::getShardingRule() { return broadcastRule(*this); }
-ShardingRule GeluOp::getShardingRule() { return broadcastRule(*this); }
-ShardingRule CastOp::getShardingRule() { return broadcastRule(*this); }
+ShardingRule CmpOp::getShardingRule() { return ShardingRule::broadcast(*this); }
+ShardingRule WhereOp::getShardingRule() { return ShardingRule::broadcast(*this); }
+ShardingRule GeluOp::getShardingRule() { return ShardingRule::broadcast(*this); }
+ShardingRule CastOp::getShardingRule() { return ShardingRule::broadcast(*this); }
 
 ShardingRule EmptyOp::getShardingRule() { return creationRule(*this); }
 ShardingRule FullOp::getShardingRule() { return creationRule(*this); }

@@ -170,6 +170,41 @@ def _comm_report(prog):
         os.unlink(path)
 
 
+def _place_zero(prog, mesh, dp, zero, placed):
+    """Splits optimizer state over mesh axis ``dp`` on top of the plan's
+    placements. zero=1/2 keeps the parameters where the plan puts them
+    (replicated over dp): the update runs on the split state and the new
+    parameters are all-gathered. zero=3 leaves them to propagation, which
+    stores each like its state (split over dp) and gathers it where the step
+    reads it."""
+    state = prog._module.state()
+    params = {name for name, _, _, is_buffer, tied in state if not is_buffer and not tied}
+    if zero == 3 and placed:
+        raise ValueError("zero=3 with a tensor-parallel plan is not supported yet: its "
+                         "parameters would be split over dp where the plan replicates them; "
+                         "use zero=1 with a plan")
+    for name, shape, _, is_buffer, tied in state:
+        if tied:
+            continue
+        if name in params and zero < 3:
+            _annotate(prog, name, mesh, placed.get(name, [Replicate()] * mesh.ndim))
+            continue
+        if not name.startswith("optimizer."):
+            continue
+        owner = name[len("optimizer."):].rpartition(".")[0]
+        if owner not in params:
+            continue
+        placements = list(placed.get(owner, [Replicate()] * mesh.ndim))
+        split = {p.dim for p in placements if isinstance(p, Shard)}
+        n = mesh.shape[dp]
+        dim = next((d for d, size in enumerate(shape)
+                    if d not in split and size >= n and size % n == 0), None)
+        if dim is None:  # a scalar (Adam's step) or no dim that divides
+            continue
+        placements[dp] = Shard(dim)
+        _annotate(prog, name, mesh, placements)
+
+
 # --- Parallel plans ----------------------------------------------------------
 
 class _Style:
@@ -212,15 +247,33 @@ class SequenceParallel(_Style):
         self.seq_dim = seq_dim
 
 
-def parallelize(prog, mesh, plan, *, data_parallel=None):
+def parallelize(prog, mesh, plan, *, data_parallel=None, zero=0):
     """Places a traced program by a plan: ``plan`` maps module name patterns
     (fnmatch, ``"layers.*.attn.wq"``) to ColwiseParallel(), RowwiseParallel(),
     SequenceParallel() or VocabParallel() over their mesh axis (default
-    ``"tp"``); ``data_parallel`` names the mesh axis that splits every forward
-    input's batch dim. Every other mesh axis replicates. Returns the program."""
+    ``"tp"``); ``data_parallel`` names the mesh axis that splits every
+    input's batch dim. Every other mesh axis replicates.
+
+    ``zero`` (a training step's program, with ``data_parallel``) is ZeRO as
+    placements over the data-parallel axis: 0 leaves optimizer state where
+    propagation puts it (replicated over dp, as DDP); 1 and 2 split every
+    optimizer state tensor over dp (its first dim that divides evenly and
+    the plan does not split), so gradients are reduce-scattered into the
+    update and parameters all-gathered after it (2 is 1: gradients are
+    values, never stored); 3 also stores the parameters split over dp, which
+    are all-gathered once per step where the step reads them (dp-only
+    meshes so far). Returns the program."""
     if not isinstance(mesh, DeviceMesh):
         raise TypeError(f"parallelize takes a tdx.DeviceMesh, got {type(mesh).__name__}")
+    if zero not in (0, 1, 2, 3):
+        raise ValueError(f"zero must be 0, 1, 2 or 3, got {zero!r}")
+    if zero and data_parallel is None:
+        raise ValueError("zero shards over the data-parallel axis: give data_parallel=<mesh axis>")
+    if zero and prog._module.entry() != "train_step":
+        raise ValueError("zero places optimizer state: trace the training step with "
+                         "tdx.trace_train_step first")
     params = prog.parameters()
+    placed = {}
     used = set()
     sequence_parallel = []
     for name in params:
@@ -238,6 +291,7 @@ def parallelize(prog, mesh, plan, *, data_parallel=None):
             else:
                 placements[axis] = style.placements[leaf]
                 _annotate(prog, name, mesh, placements)
+                placed[name] = placements
             used.add(pattern)
             break
     unused = [p for p in plan if p not in used]
@@ -253,6 +307,8 @@ def parallelize(prog, mesh, plan, *, data_parallel=None):
         prog._module.declare_mesh(mesh.name, list(mesh.shape), list(mesh.mesh_dim_names))
         prog._module.annotate_uses(name, mesh.name,
                                    "[" + ", ".join(str(p) for p in placements) + "]")
+    if zero:
+        _place_zero(prog, mesh, mesh.axis(data_parallel), zero, placed)
     if data_parallel is not None:
         axis = mesh.axis(data_parallel)
         count = prog._module.num_arguments(prog._module.entry())

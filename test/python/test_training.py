@@ -13,6 +13,7 @@ import torch.nn.functional as F
 
 import tdx
 from models import GPT2, Llama
+from test_sharding import GPT2_PLAN, LLAMA_PLAN
 
 STEPS = 10
 
@@ -46,19 +47,23 @@ OPTIMIZERS = {
     "adamw": lambda params: torch.optim.AdamW(params, lr=1e-3, weight_decay=0.1),
     "adam": lambda params: torch.optim.Adam(params, lr=1e-3, weight_decay=0.01, amsgrad=True),
 }
-MESHES = {"1": ((1,), ("dp",), None), "dp2": ((2,), ("dp",), "dp")}
+MESHES = {"1": ((1,), ("dp",), None), "dp2": ((2,), ("dp",), "dp"),
+          "tp2": ((2,), ("tp",), None), "2x2": ((2, 2), ("dp", "tp"), "dp")}
+PLANS = {"mlp": {}, "gpt2": GPT2_PLAN, "llama": LLAMA_PLAN}
 
 
 @functools.lru_cache(maxsize=None)
-def compiled(model, opt, mesh):
+def compiled(model, opt, mesh, zero=0):
     build, loss_fn = MODELS[model]
     torch.manual_seed(0)
     deferred = tdx.deferred_init(build)
     optimizer = OPTIMIZERS[opt](deferred.parameters())
     prog = tdx.trace_train_step(deferred, optimizer, loss_fn, *batches(model)[0])
     shape, axes, dp = MESHES[mesh]
-    if dp:
-        tdx.parallelize(prog, tdx.init_device_mesh("cpu", shape, axes), {}, data_parallel=dp)
+    plan = PLANS[model] if "tp" in axes else {}
+    if dp or plan:
+        tdx.parallelize(prog, tdx.init_device_mesh("cpu", shape, axes), plan, data_parallel=dp,
+                        zero=zero)
     return prog.mlir, tdx.compile(prog)
 
 
@@ -89,13 +94,18 @@ def rel(a, b):
 CASES = [("mlp", "sgd", "1"), ("mlp", "momentum", "1"), ("mlp", "momentum", "dp2"),
          ("mlp", "adam", "1"), ("mlp", "adamw", "dp2"),
          ("gpt2", "momentum", "1"), ("gpt2", "adamw", "1"), ("gpt2", "adamw", "dp2"),
-         ("llama", "adamw", "1"), ("llama", "momentum", "dp2")]
+         ("llama", "adamw", "1"), ("llama", "momentum", "dp2"),
+         ("gpt2", "adamw", "tp2"), ("gpt2", "momentum", "2x2"), ("llama", "adamw", "2x2")]
+# ZeRO stages by placement: (model, optimizer, mesh, zero).
+ZERO_CASES = [("mlp", "adamw", "dp2", 1), ("mlp", "momentum", "dp2", 3),
+              ("gpt2", "adamw", "dp2", 1), ("gpt2", "adamw", "dp2", 3),
+              ("llama", "momentum", "2x2", 1)]
 
 
-@pytest.mark.parametrize("model,opt,mesh", CASES)
-def test_training_matches_eager(model, opt, mesh):
+@pytest.mark.parametrize("model,opt,mesh,zero", [c + (0,) for c in CASES] + ZERO_CASES)
+def test_training_matches_eager(model, opt, mesh, zero):
     data = batches(model)
-    _, exe = compiled(model, opt, mesh)
+    _, exe = compiled(model, opt, mesh, zero)
     eager, optimizer, want = eager_run(model, opt, data)
     torch.manual_seed(0)
     start = {k: v.detach() for k, v in full_state(MODELS[model][0]()).items()}
@@ -208,3 +218,62 @@ def test_data_parallel_step_all_reduces_each_gradient_once(opt):
     assert {r["kind"] for r in report} == {"all_reduce"}, report
     grads = sorted(p.numel() * 4 for p in mlp().parameters())
     assert sorted(r["bytes"] for r in report) == sorted(grads + [4, 4])
+
+
+def zero_program(opt, zero):
+    torch.manual_seed(0)
+    model = tdx.deferred_init(mlp)
+    prog = tdx.trace_train_step(model, OPTIMIZERS[opt](model.parameters()), mlp_loss,
+                                *batches("mlp")[0])
+    return tdx.parallelize(prog, tdx.init_device_mesh("cpu", (2,), ("dp",)), {},
+                           data_parallel="dp", zero=zero)
+
+
+@pytest.mark.parametrize("opt", ["momentum", "adamw"])
+def test_zero1_reduce_scatters_gradients_and_gathers_parameters(opt):
+    report = zero_program(opt, 1).comm_report()
+    grads = sorted(p.numel() * 4 for p in mlp().parameters())
+    by_kind = lambda k: sorted(r["bytes"] for r in report if r["kind"] == k)
+    assert by_kind("reduce_scatter") == grads
+    assert by_kind("all_gather") == sorted(g // 2 for g in grads)  # each rank's half
+    assert by_kind("all_reduce") == [4, 4]  # the loss's sum and target count
+    assert {r["kind"] for r in report} == {"reduce_scatter", "all_gather", "all_reduce"}
+
+
+@pytest.mark.parametrize("opt", ["momentum", "adamw"])
+def test_zero3_stores_parameters_split_and_gathers_them_for_the_step(opt):
+    prog = zero_program(opt, 3)
+    report = prog.comm_report()
+    grads = sorted(p.numel() * 4 for p in mlp().parameters())
+    assert sorted(r["bytes"] for r in report if r["kind"] == "reduce_scatter") == grads
+    gathers = [r["bytes"] for r in report if r["kind"] == "all_gather"]
+    # Every parameter's half, at most twice (forward and backward).
+    assert set(gathers) == {g // 2 for g in grads} and len(gathers) <= 2 * len(grads)
+    assert sorted(r["bytes"] for r in report if r["kind"] == "all_reduce") == [4, 4]
+    prog.partition()
+    for name in ("0.weight", "0.bias", "2.weight", "2.bias"):
+        for state in (name, f"optimizer.{name}.momentum_buffer" if opt == "momentum"
+                      else f"optimizer.{name}.exp_avg"):
+            decl = [l for l in prog.mlir.splitlines()
+                    if re.search(rf"tdx\.(parameter|buffer) @{re.escape(sym(state))} ", l)]
+            assert decl and "[Shard(" in decl[0], (state, decl)
+
+
+def test_zero_needs_a_training_step_and_a_data_parallel_axis():
+    mesh = tdx.init_device_mesh("cpu", (2,), ("dp",))
+    torch.manual_seed(0)
+    fwd = tdx.trace(tdx.deferred_init(mlp), torch.randn(16, 8))
+    with pytest.raises(ValueError, match="trace_train_step"):
+        tdx.parallelize(fwd, mesh, {}, data_parallel="dp", zero=1)
+    prog = zero_program("momentum", 0)
+    with pytest.raises(ValueError, match="data_parallel"):
+        tdx.parallelize(prog, mesh, {}, zero=1)
+    with pytest.raises(ValueError, match="0, 1, 2 or 3"):
+        tdx.parallelize(prog, mesh, {}, data_parallel="dp", zero=4)
+    torch.manual_seed(0)
+    gpt = tdx.deferred_init(GPT2)
+    step = tdx.trace_train_step(gpt, torch.optim.SGD(gpt.parameters(), lr=0.1), lm_loss,
+                                *batches("gpt2")[0])
+    with pytest.raises(ValueError, match="zero=3 with a tensor-parallel plan"):
+        tdx.parallelize(step, tdx.init_device_mesh("cpu", (2, 2), ("dp", "tp")), GPT2_PLAN,
+                        data_parallel="dp", zero=3)

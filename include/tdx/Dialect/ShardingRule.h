@@ -67,6 +67,9 @@ struct ShardingRule {
   /// A rule that keeps every operand and result replicated: every dim gets
   /// its own replicated factor (generic aten ops, unknown ops).
   static ShardingRule replicated(Operation *op);
+  /// Elementwise with numpy broadcasting: one factor per dim of the single
+  /// result; an operand dim of size 1 that is broadcast has no factor.
+  static ShardingRule broadcast(Operation *op);
 
   /// Prints the rule Shardy-style, for example
   /// `([i, k], [k, j]) -> ([i, j]) {i=8, j=4, k=16} reduction={k}`.
