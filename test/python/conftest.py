@@ -11,6 +11,22 @@ except ImportError as e:  # pragma: no cover
 
 sys.path.insert(0, os.path.dirname(__file__))
 
+import pytest  # noqa: E402
+
+
+def pytest_configure(config):
+    config.addinivalue_line("markers", "slow: long cases, skipped unless TDX_SLOW=1")
+
+
+def pytest_collection_modifyitems(config, items):
+    """Cases marked slow run with TDX_SLOW=1 (the default run keeps CI short)."""
+    if os.environ.get("TDX_SLOW") == "1":
+        return
+    skip = pytest.mark.skip(reason="slow: run with TDX_SLOW=1")
+    for item in items:
+        if "slow" in item.keywords:
+            item.add_marker(skip)
+
 
 def pytest_terminal_summary(terminalreporter):
     """The e2e op suite's count per backend and its expected-failure table."""
