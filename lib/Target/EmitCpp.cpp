@@ -190,6 +190,18 @@ FailureOr<std::string> Emitter::atenArgument(AtenOp o, NamedAttribute kv) {
                             "i64, f64, string, array<i64>, bool or f64 arrays and tensor lists";
 }
 
+/// The runtime's key of the state `name` names from `op`: a tied name reads
+/// and writes the value it shares.
+static std::string stateKey(Operation *op, FlatSymbolRefAttr name) {
+  Operation *target = SymbolTable::lookupNearestSymbolFrom(op, name);
+  StringRef n = name.getValue();
+  if (auto p = dyn_cast_or_null<ParameterOp>(target); p && p.getTiedToAttr())
+    n = p.getTiedToAttr().getValue();
+  if (auto b = dyn_cast_or_null<BufferOp>(target); b && b.getTiedToAttr())
+    n = b.getTiedToAttr().getValue();
+  return n.str();
+}
+
 LogicalResult Emitter::emitOp(Operation *op) {
   auto out = [&](size_t i = 0) { return name(op->getResult(i)); };
   auto in = [&](size_t i) { return name(op->getOperand(i)); };
@@ -201,14 +213,7 @@ LogicalResult Emitter::emitOp(Operation *op) {
   auto opts = [&]() { return dtype(type().getElementType()); };
   return llvm::TypeSwitch<Operation *, LogicalResult>(op)
       .Case([&](ParamRefOp o) {
-        // A tied name reads the value it shares.
-        auto target = SymbolTable::lookupNearestSymbolFrom(o, o.getNameAttr());
-        StringRef n = o.getName();
-        if (auto p = dyn_cast_or_null<ParameterOp>(target); p && p.getTiedToAttr())
-          n = p.getTiedToAttr().getValue();
-        if (auto b = dyn_cast_or_null<BufferOp>(target); b && b.getTiedToAttr())
-          n = b.getTiedToAttr().getValue();
-        return assign("s.at(\"" + n.str() + "\")");
+        return assign("s.at(\"" + stateKey(o, o.getNameAttr()) + "\")");
       })
       .Case([&](FullOp o) {
         return assign("T::full(" + list(type().getShape()) + ", " +
@@ -363,13 +368,7 @@ LogicalResult Emitter::emitOp(Operation *op) {
       .Case([&](AssignOp o) {
         // States are written when the step ends: every param_ref of the
         // step reads the value it had on entry.
-        auto target = SymbolTable::lookupNearestSymbolFrom(o, o.getNameAttr());
-        StringRef n = o.getName();
-        if (auto p = dyn_cast_or_null<ParameterOp>(target); p && p.getTiedToAttr())
-          n = p.getTiedToAttr().getValue();
-        if (auto b = dyn_cast_or_null<BufferOp>(target); b && b.getTiedToAttr())
-          n = b.getTiedToAttr().getValue();
-        pendingWrites += "  s[\"" + n.str() + "\"] = " + in(0) + ";\n";
+        pendingWrites += "  s[\"" + stateKey(o, o.getNameAttr()) + "\"] = " + in(0) + ";\n";
         return success();
       })
       .Case([&](func::ReturnOp o) {

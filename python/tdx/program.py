@@ -177,6 +177,17 @@ def _flatten(value, what):
                        f"got {type(value).__name__}")
 
 
+def _fake_inputs(values, what, fn):
+    """Fake tensors of the shapes and dtypes of `values` (tensors only)."""
+    inputs = []
+    for i, x in enumerate(values):
+        if not isinstance(x, torch.Tensor):
+            raise CaptureError(f"{what} #{i} is a {type(x).__name__}; {fn} takes tensors "
+                               f"(constants belong in the module)")
+        inputs.append(x if _C.is_fake(x) else _C.fake_like(x))
+    return inputs
+
+
 def trace(module, *example_inputs):
     """Like :func:`capture`, plus ``func.func @forward`` recorded from
     ``module(*example_inputs)`` on fake tensors (the inputs' values are never
@@ -184,12 +195,7 @@ def trace(module, *example_inputs):
     name with ``tdx.param_ref``; shapes are global."""
     from .deferred import _python_guards
     entries, recording = _checked_entries(module, "trace")
-    inputs = []
-    for i, x in enumerate(example_inputs):
-        if not isinstance(x, torch.Tensor):
-            raise CaptureError(f"example input #{i} is a {type(x).__name__}; trace takes "
-                               f"tensors (constants belong in the module)")
-        inputs.append(x if _C.is_fake(x) else _C.fake_like(x))
+    inputs = _fake_inputs(example_inputs, "example input", "trace")
     log = _C.Trace()
     before = len(recording)
     with _python_guards(fake_cuda=True), _C.TraceMode(log):

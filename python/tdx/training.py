@@ -5,7 +5,7 @@ import torch
 
 from . import _C
 from .errors import CaptureError
-from .program import Program, _checked_entries
+from .program import Program, _checked_entries, _fake_inputs
 
 __all__ = ["trace_train_step"]
 
@@ -116,12 +116,7 @@ def trace_train_step(model, optimizer, loss_fn, *batch):
         for key, t in state.items():
             entries.append((f"optimizer.{names[id(p)]}.{key}", t, True, ""))
 
-    inputs = []
-    for i, x in enumerate(batch):
-        if not isinstance(x, torch.Tensor):
-            raise CaptureError(f"batch element #{i} is a {type(x).__name__}; trace_train_step "
-                               f"takes tensors")
-        inputs.append(x if _C.is_fake(x) else _C.fake_like(x))
+    inputs = _fake_inputs(batch, "batch element", "trace_train_step")
     log = _C.Trace()
     before = len(recording)
     try:
