@@ -34,26 +34,30 @@ ShardingRule ShardingRule::replicated(Operation *op) {
   return rule;
 }
 
+TensorFactors ShardingRule::broadcastFactors(RankedTensorType operand, RankedTensorType result,
+                                             const TensorFactors &resultDims) {
+  TensorFactors dims;
+  for (int64_t d = 0; d < operand.getRank(); ++d) {
+    int64_t r = d + result.getRank() - operand.getRank();
+    if (operand.getDimSize(d) == 1 && result.getDimSize(r) != 1)
+      dims.push_back({});
+    else
+      dims.push_back(resultDims[r]);
+  }
+  return dims;
+}
+
 /// Elementwise with numpy broadcasting: one factor per result dim; an operand
 /// dim of size 1 that is broadcast has no factor.
 ShardingRule ShardingRule::broadcast(Operation *op) {
   ShardingRule rule;
   auto result = cast<RankedTensorType>(op->getResult(0).getType());
-  int64_t rank = result.getRank();
   TensorFactors resultDims;
   for (int64_t size : result.getShape())
     resultDims.push_back({rule.addFactor(size)});
   for (Value operand : op->getOperands()) {
-    auto t = cast<RankedTensorType>(operand.getType());
-    TensorFactors dims;
-    for (int64_t d = 0; d < t.getRank(); ++d) {
-      int64_t r = d + rank - t.getRank();
-      if (t.getDimSize(d) == 1 && result.getDimSize(r) != 1)
-        dims.push_back({});
-      else
-        dims.push_back(resultDims[r]);
-    }
-    rule.operands.push_back(dims);
+    rule.operands.push_back(
+        broadcastFactors(cast<RankedTensorType>(operand.getType()), result, resultDims));
     rule.addedAfterReduction.push_back(false);
   }
   rule.results.push_back(resultDims);

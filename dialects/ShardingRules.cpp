@@ -140,16 +140,7 @@ ShardingRule LinearOp::getShardingRule() {
   rule.operands = {xDims, wDims};
   rule.addedAfterReduction = {false, false};
   if (Value bias = getBias()) {
-    auto b = tensorType(bias);
-    TensorFactors bDims;
-    for (int64_t d = 0; d < b.getRank(); ++d) {
-      int64_t rd = d + r.getRank() - b.getRank();
-      if (b.getDimSize(d) == 1 && r.getDimSize(rd) != 1)
-        bDims.push_back({});
-      else
-        bDims.push_back(resultDims[rd]);
-    }
-    rule.operands.push_back(bDims);
+    rule.operands.push_back(ShardingRule::broadcastFactors(tensorType(bias), r, resultDims));
     rule.addedAfterReduction.push_back(true);
   }
   rule.results = {resultDims};

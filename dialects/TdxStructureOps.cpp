@@ -131,6 +131,32 @@ LogicalResult BufferOp::verifySymbolUses(SymbolTableCollection &symbols) {
 // ParamRefOp
 //===----------------------------------------------------------------------===//
 
+Operation *mlir::tdx::lookupStateOwner(Operation *from, FlatSymbolRefAttr name,
+                                       SymbolTableCollection *symbols) {
+  auto lookup = [&](FlatSymbolRefAttr n) {
+    return symbols ? symbols->lookupNearestSymbolFrom(from, n)
+                   : SymbolTable::lookupNearestSymbolFrom(from, n);
+  };
+  Operation *decl = lookup(name);
+  FlatSymbolRefAttr tied;
+  if (auto p = dyn_cast_or_null<ParameterOp>(decl))
+    tied = p.getTiedToAttr();
+  else if (auto b = dyn_cast_or_null<BufferOp>(decl))
+    tied = b.getTiedToAttr();
+  else
+    return nullptr;
+  Operation *owner = tied ? lookup(tied) : decl;
+  return isa_and_nonnull<ParameterOp, BufferOp>(owner) ? owner : nullptr;
+}
+
+ShardingAttr mlir::tdx::stateSharding(Operation *decl) {
+  if (auto p = dyn_cast_or_null<ParameterOp>(decl))
+    return p.getShardingAttr();
+  if (auto b = dyn_cast_or_null<BufferOp>(decl))
+    return b.getShardingAttr();
+  return {};
+}
+
 /// Checks that `op` names a tdx.parameter or tdx.buffer and that `type` is
 /// its declared type, or in a partitioned module its local type.
 static LogicalResult verifyStateAccess(Operation *op, FlatSymbolRefAttr name, Type type,
@@ -145,14 +171,8 @@ static LogicalResult verifyStateAccess(Operation *op, FlatSymbolRefAttr name, Ty
   auto module = op->getParentOfType<ModuleOp>();
   if (module && module->hasAttr(::mlir::tdx::TdxDialect::kPartitionedAttrName)) {
     // A tied name is the value it shares, placed as that one is.
-    FlatSymbolRefAttr tied = isa<ParameterOp>(target) ? cast<ParameterOp>(target).getTiedToAttr()
-                                                      : cast<BufferOp>(target).getTiedToAttr();
-    Operation *owner = tied ? symbols.lookupNearestSymbolFrom(op, tied) : target;
-    if (!owner || !isa<ParameterOp, BufferOp>(owner))
-      owner = target;
-    ShardingAttr sharding = isa<ParameterOp>(owner) ? cast<ParameterOp>(owner).getShardingAttr()
-                                                    : cast<BufferOp>(owner).getShardingAttr();
-    if (sharding)
+    Operation *owner = lookupStateOwner(op, name, &symbols);
+    if (ShardingAttr sharding = stateSharding(owner ? owner : target))
       if (auto mesh = symbols.lookupNearestSymbolFrom<MeshOp>(op, sharding.getMesh()))
         declared = localType(cast<RankedTensorType>(declared),
                              sharding.getPlacements(), mesh.getShape());

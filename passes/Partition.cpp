@@ -73,13 +73,9 @@ Layout FunctionPartitioner::layoutOfValue(Value v) {
 
 int64_t FunctionPartitioner::globalDimSize(Value v, int64_t dim) {
   // A parameter's declaration keeps its global type.
-  if (auto ref = dyn_cast_or_null<ParamRefOp>(v.getDefiningOp())) {
-    auto param = SymbolTable::lookupNearestSymbolFrom<ParameterOp>(ref, ref.getNameAttr());
-    if (param && param.getTiedToAttr())
-      param = SymbolTable::lookupNearestSymbolFrom<ParameterOp>(ref, param.getTiedToAttr());
-    if (param)
+  if (auto ref = dyn_cast_or_null<ParamRefOp>(v.getDefiningOp()))
+    if (auto param = dyn_cast_or_null<ParameterOp>(lookupStateOwner(ref, ref.getNameAttr())))
       return param.getTensorType().getDimSize(dim);
-  }
   // Otherwise from the local size, when the split is even.
   int64_t size = cast<RankedTensorType>(v.getType()).getDimSize(dim);
   if (ShapedType::isDynamic(size))

@@ -512,17 +512,9 @@ void FunctionPropagation::decideOp(Operation *op) {
   }
   if (auto assign = dyn_cast<AssignOp>(op)) {
     // The state's layout: that of its reads, else its declaration's.
-    Operation *target = symbols.lookupNearestSymbolFrom(op, assign.getNameAttr());
-    StringAttr owner = assign.getNameAttr().getAttr();
-    ShardingAttr declared;
-    if (auto p = dyn_cast_or_null<ParameterOp>(target)) {
-      owner = p.getTiedToAttr() ? p.getTiedToAttr().getAttr() : owner;
-      declared = p.getShardingAttr();
-    } else if (auto b = dyn_cast_or_null<BufferOp>(target)) {
-      owner = b.getTiedToAttr() ? b.getTiedToAttr().getAttr() : owner;
-      declared = b.getShardingAttr();
-    }
-    auto ref = firstRef.find(owner);
+    Operation *owner = lookupStateOwner(op, assign.getNameAttr(), &symbols);
+    ShardingAttr declared = stateSharding(owner);
+    auto ref = owner ? firstRef.find(SymbolTable::getSymbolName(owner)) : firstRef.end();
     req = {ref != firstRef.end() ? layout(ref->second)
            : declared            ? layoutOf(declared)
                                  : replicatedLayout(ctx, rank)};

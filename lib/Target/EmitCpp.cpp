@@ -193,13 +193,8 @@ FailureOr<std::string> Emitter::atenArgument(AtenOp o, NamedAttribute kv) {
 /// The runtime's key of the state `name` names from `op`: a tied name reads
 /// and writes the value it shares.
 static std::string stateKey(Operation *op, FlatSymbolRefAttr name) {
-  Operation *target = SymbolTable::lookupNearestSymbolFrom(op, name);
-  StringRef n = name.getValue();
-  if (auto p = dyn_cast_or_null<ParameterOp>(target); p && p.getTiedToAttr())
-    n = p.getTiedToAttr().getValue();
-  if (auto b = dyn_cast_or_null<BufferOp>(target); b && b.getTiedToAttr())
-    n = b.getTiedToAttr().getValue();
-  return n.str();
+  Operation *owner = lookupStateOwner(op, name);
+  return (owner ? SymbolTable::getSymbolName(owner).getValue() : name.getValue()).str();
 }
 
 LogicalResult Emitter::emitOp(Operation *op) {

@@ -70,6 +70,10 @@ struct ShardingRule {
   /// Elementwise with numpy broadcasting: one factor per dim of the single
   /// result; an operand dim of size 1 that is broadcast has no factor.
   static ShardingRule broadcast(Operation *op);
+  /// The factors of `operand` broadcast (numpy-style) to `result`, whose
+  /// dims have `resultDims`: a size-1 dim that grows has no factor.
+  static TensorFactors broadcastFactors(RankedTensorType operand, RankedTensorType result,
+                                        const TensorFactors &resultDims);
 
   /// Prints the rule Shardy-style, for example
   /// `([i, k], [k, j]) -> ([i, j]) {i=8, j=4, k=16} reduction={k}`.

@@ -23,4 +23,14 @@ class TdxTableElementwise : public TraitBase<ConcreteOp, TdxTableElementwise> {}
 #define GET_OP_CLASSES
 #include "tdx/Dialect/TdxOps.h.inc"
 
+namespace mlir::tdx {
+/// The tdx.parameter or tdx.buffer that holds the value `name` names, seen
+/// from `from`: its declaration, or the one a tied name shares. Null when
+/// `name` is no state. `symbols` caches lookups when given.
+Operation *lookupStateOwner(Operation *from, FlatSymbolRefAttr name,
+                            SymbolTableCollection *symbols = nullptr);
+/// The placement a tdx.parameter or tdx.buffer declares (null without one).
+ShardingAttr stateSharding(Operation *decl);
+} // namespace mlir::tdx
+
 #endif // TDX_DIALECT_TDXOPS_H
