@@ -8,6 +8,7 @@
 //     which tdx-insert-collectives turned into one all_reduce where a
 //     replicated value is needed.
 //   - reshape and expand, whose size attributes spell out global sizes.
+//   - the random ops, which keep their global shape to draw this rank's box.
 // Every other op keeps the interface's default (nothing to rewrite).
 //
 //===----------------------------------------------------------------------===//
@@ -281,3 +282,19 @@ LogicalResult ExpandOp::partition(PartitionContext &) {
   setSizes(*sizes);
   return success();
 }
+
+/// A random op draws its box of the global tensor: the global shape stays.
+template <typename Op>
+static LogicalResult keepGlobalShape(Op op, PartitionContext &ctx) {
+  RankedTensorType global = ctx.globalResultType(0);
+  if (global != op.getType())
+    op.setGlobalShape(global.getShape());
+  return success();
+}
+
+LogicalResult UniformOp::partition(PartitionContext &ctx) { return keepGlobalShape(*this, ctx); }
+LogicalResult NormalOp::partition(PartitionContext &ctx) { return keepGlobalShape(*this, ctx); }
+LogicalResult TruncNormalOp::partition(PartitionContext &ctx) {
+  return keepGlobalShape(*this, ctx);
+}
+LogicalResult BernoulliOp::partition(PartitionContext &ctx) { return keepGlobalShape(*this, ctx); }

@@ -61,6 +61,10 @@ ShardingRule CastOp::getShardingRule() { return ShardingRule::broadcast(*this); 
 ShardingRule EmptyOp::getShardingRule() { return creationRule(*this); }
 ShardingRule FullOp::getShardingRule() { return creationRule(*this); }
 ShardingRule ParamRefOp::getShardingRule() { return creationRule(*this); }
+ShardingRule UniformOp::getShardingRule() { return creationRule(*this); }
+ShardingRule NormalOp::getShardingRule() { return creationRule(*this); }
+ShardingRule TruncNormalOp::getShardingRule() { return creationRule(*this); }
+ShardingRule BernoulliOp::getShardingRule() { return creationRule(*this); }
 
 /// The value's dims, each its own factor; propagation requires the state's
 /// layout of it (PropagateSharding.cpp).

@@ -33,15 +33,6 @@ LogicalResult CastOp::verify() {
   return success();
 }
 
-LogicalResult DropoutOp::verify() {
-  double p = getP().convertToDouble();
-  if (!(p >= 0.0 && p < 1.0))
-    return emitOpError() << "drop probability p = " << formatNumber(p)
-                         << " must be in [0, 1); p = 1 zeroes everything: use "
-                            "'tdx.full 0.0' instead";
-  return success();
-}
-
 LogicalResult CmpOp::verify() { return verifyInferredType(*this); }
 LogicalResult WhereOp::verify() { return verifyInferredType(*this); }
 

@@ -148,24 +148,4 @@ def Tdx_CastOp : Tdx_Op<"cast", [Pure, Tdx_HasShardingRule]> {
   let hasVerifier = 1;
 }
 
-def Tdx_DropoutOp : Tdx_Op<"dropout", [Pure, SameOperandsAndResultType]> {
-  let summary = "training-mode dropout with a counter-based mask";
-  let description = [{
-    Zeroes each element with probability `p` and scales the rest by
-    `1 / (1 - p)`. The mask of element `i` is a pure function of
-    `(seed, stream, i)`, like the random init ops. Eval-mode dropout is the
-    identity and is not recorded.
-
-    ```mlir
-    %r = tdx.dropout %x p 1.000000e-01 seed(0, 7) : tensor<4x8xf32>
-    ```
-  }];
-  let arguments = (ins Tdx_FloatTensor:$input, F64Attr:$p, I64Attr:$seed,
-                       I64Attr:$stream);
-  let results = (outs Tdx_FloatTensor:$result);
-  let assemblyFormat =
-    "$input `p` $p `seed` `(` $seed `,` $stream `)` attr-dict `:` type($input)";
-  let hasVerifier = 1;
-}
-
 #endif // TDX_DIALECT_TDXELEMENTWISEOPS_TD

@@ -49,7 +49,24 @@ LogicalResult ArangeOp::verify() {
   return success();
 }
 
+/// A partitioned random op's `global_shape` holds its (local) result.
+static LogicalResult verifyGlobalShape(Operation *op, std::optional<ArrayRef<int64_t>> global) {
+  if (!global)
+    return success();
+  auto type = cast<RankedTensorType>(op->getResult(0).getType());
+  if (static_cast<int64_t>(global->size()) != type.getRank())
+    return op->emitOpError() << "global_shape has " << global->size()
+                             << " dims but the result has rank " << type.getRank();
+  for (auto [d, g] : llvm::enumerate(*global))
+    if (g < 0 || (!type.isDynamicDim(d) && type.getDimSize(d) > g))
+      return op->emitOpError() << "result dim " << d << " of size " << type.getDimSize(d)
+                               << " is not a part of global size " << g;
+  return success();
+}
+
 LogicalResult UniformOp::verify() {
+  if (failed(verifyGlobalShape(*this, getGlobalShape())))
+    return failure();
   double low = getLow().convertToDouble(), high = getHigh().convertToDouble();
   if (!(low <= high) || !std::isfinite(low) || !std::isfinite(high))
     return emitOpError() << "needs finite low <= high, got [" << num(low) << ", "
@@ -58,6 +75,8 @@ LogicalResult UniformOp::verify() {
 }
 
 LogicalResult NormalOp::verify() {
+  if (failed(verifyGlobalShape(*this, getGlobalShape())))
+    return failure();
   double std = getStd().convertToDouble();
   if (!(std >= 0) || !std::isfinite(std) ||
       !std::isfinite(getMean().convertToDouble()))
@@ -67,6 +86,8 @@ LogicalResult NormalOp::verify() {
 }
 
 LogicalResult TruncNormalOp::verify() {
+  if (failed(verifyGlobalShape(*this, getGlobalShape())))
+    return failure();
   double std = getStd().convertToDouble();
   double a = getA().convertToDouble(), b = getB().convertToDouble();
   if (!(std >= 0) || !std::isfinite(std))
@@ -74,5 +95,14 @@ LogicalResult TruncNormalOp::verify() {
   if (!(a < b))
     return emitOpError() << "needs truncation bounds a < b, got [" << num(a) << ", "
                          << num(b) << "]";
+  return success();
+}
+
+LogicalResult BernoulliOp::verify() {
+  if (failed(verifyGlobalShape(*this, getGlobalShape())))
+    return failure();
+  double p = getP().convertToDouble();
+  if (!(p >= 0.0 && p <= 1.0))
+    return emitOpError() << "needs a probability p in [0, 1], got " << num(p);
   return success();
 }

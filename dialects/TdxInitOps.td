@@ -50,10 +50,17 @@ def Tdx_ArangeOp : Tdx_Op<"arange", [Pure]> {
   let hasVerifier = 1;
 }
 
+/// In a parameter's init program a random op makes the global tensor. In a
+/// function it draws anew at every call of the function: call `c` (from 0,
+/// one per training step or forward) reads stream `stream + (c + 1) * 2^32`
+/// (tdx/Runtime/Philox.h). tdx-partition keeps the global shape in
+/// `global_shape`, and each rank draws its own box of the global tensor, so
+/// the values are the same on every mesh and layout.
 class Tdx_RandomOp<string mnemonic, string what, dag params, string paramFmt>
-    : Tdx_Op<mnemonic, [Pure]> {
+    : Tdx_Op<mnemonic, [Pure, Tdx_HasPartitionRule]> {
   let summary = what # " random values from (seed, stream), layout-independent";
-  let arguments = !con(params, (ins I64Attr:$seed, I64Attr:$stream));
+  let arguments = !con(params, (ins I64Attr:$seed, I64Attr:$stream,
+                                    OptionalAttr<DenseI64ArrayAttr>:$global_shape));
   let results = (outs Tdx_FloatTensor:$result);
   let assemblyFormat = "`(` " # paramFmt #
       " `)` `seed` `(` $seed `,` $stream `)` attr-dict `:` type($result)";
@@ -94,6 +101,21 @@ def Tdx_TruncNormalOp : Tdx_RandomOp<"trunc_normal", "truncated normal",
 
     ```mlir
     %w = tdx.trunc_normal(0.000000e+00, 2.000000e-02, -4.000000e-02, 4.000000e-02) seed(0, 3) : tensor<16x16xf32>
+    ```
+  }];
+}
+
+def Tdx_BernoulliOp : Tdx_RandomOp<"bernoulli", "Bernoulli (0 or 1)",
+    (ins F64Attr:$p), "$p"> {
+  let description = [{
+    Ones with probability `p` and zeros otherwise, like
+    `torch.empty(...).bernoulli_(p)`: element `i` is 1 when the uniform of
+    `(seed, stream, i)` is below `p`. Training-mode dropout is recorded as
+    this mask (keep probability `1 - p`), divided by `1 - p` and multiplied
+    with the input; the backward reads the same mask.
+
+    ```mlir
+    %keep = tdx.bernoulli(9.000000e-01) seed(0, 7) : tensor<4x8xf32>
     ```
   }];
 }

@@ -29,6 +29,8 @@ private:
   ArrayRef<int64_t> meshShape;
   OpBuilder b;
   SymbolTableCollection symbols;
+  /// The global result types of the op being partitioned.
+  SmallVector<RankedTensorType> globalResults;
 
   FlatSymbolRefAttr meshRef() {
     return FlatSymbolRefAttr::get(mesh.getSymNameAttr());
@@ -54,6 +56,7 @@ public:
   ArrayRef<int64_t> meshShape() override { return p.meshShape; }
   SmallVector<PlacementAttr> layoutOf(Value v) override { return p.layoutOfValue(v); }
   int64_t globalDimSize(Value v, int64_t dim) override { return p.globalDimSize(v, dim); }
+  RankedTensorType globalResultType(unsigned i) override { return p.globalResults[i]; }
 
 private:
   FunctionPartitioner &p;
@@ -170,6 +173,9 @@ LogicalResult FunctionPartitioner::lowerRedistribute(RedistributeOp op) {
 LogicalResult FunctionPartitioner::retype(Operation *op) {
   if (op->getNumResults() == 0)
     return success();
+  globalResults.clear();
+  for (Value result : op->getResults())
+    globalResults.push_back(dyn_cast<RankedTensorType>(result.getType()));
   auto shardings = op->getAttrOfType<ArrayAttr>(::mlir::tdx::TdxDialect::kShardingsAttrName);
   if (!shardings || shardings.size() != op->getNumResults())
     return op->emitOpError() << "has no placement for its results ('tdx.shardings'); "

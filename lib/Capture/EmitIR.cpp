@@ -509,20 +509,31 @@ private:
     if (n == "aten::uniform_") {
       auto [s, k] = key();
       return UniformOp::create(b, loc, type, b.getF64FloatAttr(a[1].toDouble()),
-                               b.getF64FloatAttr(a[2].toDouble()), s, k);
+                               b.getF64FloatAttr(a[2].toDouble()), s, k,
+                               DenseI64ArrayAttr());
     }
     if (n == "aten::normal_") {
       auto [s, k] = key();
       return NormalOp::create(b, loc, type, b.getF64FloatAttr(a[1].toDouble()),
-                              b.getF64FloatAttr(a[2].toDouble()), s, k);
+                              b.getF64FloatAttr(a[2].toDouble()), s, k,
+                               DenseI64ArrayAttr());
     }
     if (n == "aten::rand" || n == "aten::rand_like") {
       auto [s, k] = key();
-      return UniformOp::create(b, loc, type, b.getF64FloatAttr(0.0), b.getF64FloatAttr(1.0), s, k);
+      return UniformOp::create(b, loc, type, b.getF64FloatAttr(0.0), b.getF64FloatAttr(1.0), s, k,
+                               DenseI64ArrayAttr());
+    }
+    // Training-mode dropout's mask (torch.empty_like(x).bernoulli_(1 - p)).
+    if ((n == "aten::bernoulli_" && op.overload == "float") ||
+        (n == "aten::bernoulli" && op.overload == "p")) {
+      auto [s, k] = key();
+      return BernoulliOp::create(b, loc, type, b.getF64FloatAttr(a[1].toDouble()), s, k,
+                               DenseI64ArrayAttr());
     }
     if (n == "aten::randn" || n == "aten::randn_like") {
       auto [s, k] = key();
-      return NormalOp::create(b, loc, type, b.getF64FloatAttr(0.0), b.getF64FloatAttr(1.0), s, k);
+      return NormalOp::create(b, loc, type, b.getF64FloatAttr(0.0), b.getF64FloatAttr(1.0), s, k,
+                               DenseI64ArrayAttr());
     }
     if (n == "aten::arange" && type.getRank() == 1) {
       double start = 0, end, step = 1;

@@ -71,6 +71,14 @@ public:
     n.dtype = *dtype;
     n.shape.assign(type.getShape().begin(), type.getShape().end());
     auto seedOf = [](IntegerAttr a) { return static_cast<uint64_t>(a.getValue().getZExtValue()); };
+    // A random op partitioned in a function keeps its global shape.
+    auto random = [&](auto o) -> LogicalResult {
+      n.seed = seedOf(o.getSeedAttr());
+      n.stream = seedOf(o.getStreamAttr());
+      if (std::optional<ArrayRef<int64_t>> global = o.getGlobalShape())
+        n.shape.assign(global->begin(), global->end());
+      return success();
+    };
     auto unary = [&](InitProgram::Kind k) -> LogicalResult {
       FailureOr<int> a = node(op->getOperand(0));
       n.kind = k;
@@ -102,17 +110,13 @@ public:
               n.kind = InitProgram::Uniform;
               n.p[0] = o.getLow().convertToDouble();
               n.p[1] = o.getHigh().convertToDouble();
-              n.seed = seedOf(o.getSeedAttr());
-              n.stream = seedOf(o.getStreamAttr());
-              return success();
+              return random(o);
             })
             .Case([&](NormalOp o) {
               n.kind = InitProgram::Normal;
               n.p[0] = o.getMean().convertToDouble();
               n.p[1] = o.getStd().convertToDouble();
-              n.seed = seedOf(o.getSeedAttr());
-              n.stream = seedOf(o.getStreamAttr());
-              return success();
+              return random(o);
             })
             .Case([&](TruncNormalOp o) {
               n.kind = InitProgram::TruncNormal;
@@ -120,9 +124,12 @@ public:
               n.p[1] = o.getStd().convertToDouble();
               n.p[2] = o.getA().convertToDouble();
               n.p[3] = o.getB().convertToDouble();
-              n.seed = seedOf(o.getSeedAttr());
-              n.stream = seedOf(o.getStreamAttr());
-              return success();
+              return random(o);
+            })
+            .Case([&](BernoulliOp o) {
+              n.kind = InitProgram::Bernoulli;
+              n.p[0] = o.getP().convertToDouble();
+              return random(o);
             })
             .Case([&](arith::ConstantOp o) -> LogicalResult {
               auto dense = dyn_cast<DenseElementsAttr>(o.getValue());
@@ -155,7 +162,7 @@ public:
             });
     if (failed(built))
       return failure();
-    if (!type.hasStaticShape() || type.getRank() > 8)
+    if (llvm::any_of(n.shape, ShapedType::isDynamic) || n.shape.size() > 8)
       return op->emitOpError("init programs need static shapes of rank <= 8"), failure();
     program.nodes.push_back(std::move(n));
     return nodes[v] = static_cast<int>(program.nodes.size()) - 1;
@@ -175,6 +182,13 @@ FailureOr<InitProgram> mlir::tdx::buildInitProgram(Operation *decl) {
   ProgramBuilder b;
   // Operands are added before their users: the result is the last node.
   if (failed(b.node(yield.getValues().front())))
+    return failure();
+  return std::move(b.program);
+}
+
+FailureOr<InitProgram> mlir::tdx::buildValueProgram(Value value) {
+  ProgramBuilder b;
+  if (failed(b.node(value)))
     return failure();
   return std::move(b.program);
 }

@@ -43,6 +43,12 @@ InitProgram tdx::rt::withSeed(InitProgram program, uint64_t seed) {
   return program;
 }
 
+InitProgram tdx::rt::atCall(InitProgram program, uint64_t call) {
+  for (InitProgram::Node &n : program.nodes)
+    n.stream += (call + 1) << 32;
+  return program;
+}
+
 double InitProgram::at(int n, const int64_t *index) const {
   const Node &node = nodes[n];
   uint64_t i = static_cast<uint64_t>(linear(index, node.shape));
@@ -71,6 +77,8 @@ double InitProgram::at(int n, const int64_t *index) const {
   case TruncNormal:
     return roundTo(node.dtype, tdx::rng::truncNormal(node.seed, node.stream, i, node.p[0],
                                                      node.p[1], node.p[2], node.p[3]));
+  case Bernoulli:
+    return tdx::rng::uniform01(node.seed, node.stream, i) < node.p[0] ? 1.0 : 0.0;
   case Constant:
     return node.values.size() == 1 ? node.values[0] : node.values[i];
   case Reshape: {

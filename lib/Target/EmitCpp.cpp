@@ -78,6 +78,20 @@ std::string layoutText(ShardingAttr sharding, int64_t rank) {
   return text.substr(text.find('['), text.rfind(']') - text.find('[') + 1);
 }
 
+/// The placement of `v`: its argument's `tdx.sharding` or its producer's
+/// `tdx.shardings` entry; null when unplaced (replicated).
+ShardingAttr shardingOf(Value v) {
+  if (auto arg = dyn_cast<BlockArgument>(v)) {
+    auto fn = dyn_cast<func::FuncOp>(arg.getOwner()->getParentOp());
+    return fn ? fn.getArgAttrOfType<ShardingAttr>(arg.getArgNumber(),
+                                                  ::mlir::tdx::TdxDialect::kShardingAttrName)
+              : ShardingAttr();
+  }
+  auto attr = v.getDefiningOp()->getAttrOfType<ArrayAttr>(::mlir::tdx::TdxDialect::kShardingsAttrName);
+  unsigned i = cast<OpResult>(v).getResultNumber();
+  return attr && i < attr.size() ? dyn_cast<ShardingAttr>(attr[i]) : ShardingAttr();
+}
+
 class Emitter {
 public:
   Emitter(int64_t meshRank, Backend backend, llvm::raw_ostream &os)
@@ -97,6 +111,8 @@ public:
                            bool keep);
   LogicalResult emitInit(Operation *decl, StringRef name, RankedTensorType type,
                          ShardingAttr sharding);
+  /// Writes `program` with the init programs; returns its variable's name.
+  std::string programVar(const ::tdx::rt::InitProgram &program);
 
   int64_t meshRank;
   Backend backend;
@@ -131,9 +147,15 @@ LogicalResult Emitter::emitInit(Operation *decl, StringRef name, RankedTensorTyp
        << ");\n";
     return success();
   }
+  os << "  s[\"" << name << "\"] = ctx.init(" << programVar(*program) << ", " << layout
+     << ");\n";
+  return success();
+}
+
+std::string Emitter::programVar(const ::tdx::rt::InitProgram &program) {
   std::string var = "kInit" + std::to_string(inits++);
   inits_ << "static const tdx::rt::InitProgram " << var << "{{\n";
-  for (const ::tdx::rt::InitProgram::Node &n : program->nodes) {
+  for (const ::tdx::rt::InitProgram::Node &n : program.nodes) {
     std::string values = "{";
     for (auto [i, v] : llvm::enumerate(n.values))
       values += (i ? ", " : "") + number(v);
@@ -145,8 +167,7 @@ LogicalResult Emitter::emitInit(Operation *decl, StringRef name, RankedTensorTyp
            << "ull, " << values << "},\n";
   }
   inits_ << "}};\n";
-  os << "  s[\"" << name << "\"] = ctx.init(" << var << ", " << layout << ");\n";
-  return success();
+  return var;
 }
 
 /// The c10::IValue of one argument of a tdx.aten op (see its description).
@@ -215,6 +236,15 @@ LogicalResult Emitter::emitOp(Operation *op) {
                       number(o.getValue().convertToDouble()) + ", " + opts() + ")");
       })
       .Case([&](EmptyOp) { return assign("T::zeros(" + list(type().getShape()) + ", " + opts() + ")"); })
+      .Case<UniformOp, NormalOp, TruncNormalOp, BernoulliOp>([&](Operation *o) -> LogicalResult {
+        // This rank's box of the global draw of this call (`call`).
+        FailureOr<::tdx::rt::InitProgram> program = buildValueProgram(o->getResult(0));
+        if (failed(program))
+          return failure();
+        return assign("ctx.init(tdx::rt::atCall(" + programVar(*program) +
+                      ", call), parseLayout(\"" + layoutText(shardingOf(o->getResult(0)), meshRank) +
+                      "\"))");
+      })
       .Case([&](ArangeOp o) {
         return assign("T::arange(" + number(o.getStart().convertToDouble()) + ", " +
                       number(o.getEnd().convertToDouble()) + ", " +
@@ -507,13 +537,7 @@ FailureOr<Signature> signatureOf(func::FuncOp fn, int64_t meshRank) {
     if (!ranked || dtype(ranked.getElementType()).empty())
       return fn.emitError() << "result #" << i << " has type " << t
                             << ", which the CPU backend cannot return";
-    ShardingAttr sharding;
-    Value v = ret.getOperand(i);
-    if (auto arg = dyn_cast<BlockArgument>(v))
-      sharding = fn.getArgAttrOfType<ShardingAttr>(arg.getArgNumber(), ::mlir::tdx::TdxDialect::kShardingAttrName);
-    else if (auto attr = v.getDefiningOp()->getAttrOfType<ArrayAttr>(::mlir::tdx::TdxDialect::kShardingsAttrName))
-      sharding = dyn_cast<ShardingAttr>(attr[cast<OpResult>(v).getResultNumber()]);
-    sig.outputs.push_back({ranked, layoutText(sharding, meshRank)});
+    sig.outputs.push_back({ranked, layoutText(shardingOf(ret.getOperand(i)), meshRank)});
   }
   return sig;
 }
@@ -574,6 +598,8 @@ LogicalResult mlir::tdx::emitCpp(ModuleOp module, llvm::raw_ostream &os, Backend
 
   bs << "static std::vector<T::Tensor> forward(Context &ctx, State &s, "
         "const std::vector<T::Tensor> &in) {\n";
+  // The call's index, which the random ops of the function draw with.
+  bs << "  const uint64_t call = ctx.nextCall();\n  (void)call;\n";
   for (BlockArgument arg : fn.getArguments())
     bs << "  const T::Tensor &" << e.name(arg) << " = in[" << arg.getArgNumber() << "];\n";
   FusionPlan plan = planFusion(fn.getBody().front());

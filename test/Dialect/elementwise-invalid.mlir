@@ -128,14 +128,6 @@ func.func @cast_shape(%a: tensor<4xf32>) {
 
 // -----
 
-func.func @dropout_p(%a: tensor<4xf32>) {
-  // expected-error @+1 {{'tdx.dropout' op drop probability p = 1 must be in [0, 1); p = 1 zeroes everything: use 'tdx.full 0.0' instead}}
-  %0 = tdx.dropout %a p 1.0 seed(0, 0) : tensor<4xf32>
-  return
-}
-
-// -----
-
 func.func @log_int(%a: tensor<4xi32>) {
   // expected-error @+1 {{'tdx.log' op operand #0 must be ranked tensor of floating-point values, but got 'tensor<4xi32>'}}
   %0 = tdx.log %a : tensor<4xi32>

@@ -72,6 +72,30 @@ func.func @uniform_bounds() {
 
 // -----
 
+func.func @bernoulli_p() {
+  // expected-error @+1 {{'tdx.bernoulli' op needs a probability p in [0, 1], got 1.5}}
+  %0 = tdx.bernoulli(1.5) seed(0, 0) : tensor<4xf32>
+  return
+}
+
+// -----
+
+func.func @bernoulli_global_rank() {
+  // expected-error @+1 {{'tdx.bernoulli' op global_shape has 1 dims but the result has rank 2}}
+  %0 = tdx.bernoulli(0.5) seed(0, 0) {global_shape = array<i64: 8>} : tensor<4x2xf32>
+  return
+}
+
+// -----
+
+func.func @uniform_global_smaller() {
+  // expected-error @+1 {{'tdx.uniform' op result dim 0 of size 8 is not a part of global size 4}}
+  %0 = tdx.uniform(0.0, 1.0) seed(0, 0) {global_shape = array<i64: 4>} : tensor<8xf32>
+  return
+}
+
+// -----
+
 func.func @uniform_int() {
   // expected-error @+1 {{'tdx.uniform' op result #0 must be ranked tensor of floating-point values, but got 'tensor<4xi32>'}}
   %0 = tdx.uniform(0.0, 1.0) seed(0, 0) : tensor<4xi32>

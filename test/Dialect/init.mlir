@@ -41,5 +41,10 @@ func.func @random() {
   // A zero std is a constant, as in torch.
   // CHECK: tdx.normal(1.000000e+00, 0.000000e+00) seed(0, 4) : tensor<2xf32>
   %3 = tdx.normal(1.0, 0.0) seed(0, 4) : tensor<2xf32>
+  // CHECK: tdx.bernoulli(9.000000e-01) seed(0, 5) : tensor<4x8xf32>
+  %4 = tdx.bernoulli(0.9) seed(0, 5) : tensor<4x8xf32>
+  // A partitioned draw keeps its global shape.
+  // CHECK: tdx.bernoulli(5.000000e-01) seed(0, 6) {global_shape = array<i64: 7, 8>} : tensor<?x8xf32>
+  %5 = tdx.bernoulli(0.5) seed(0, 6) {global_shape = array<i64: 7, 8>} : tensor<?x8xf32>
   return
 }

@@ -57,8 +57,11 @@ func.func @rules(%a: tensor<4x1xf32>, %b: tensor<8xf32>, %m: tensor<2x1x8x16xf32
   %23 = tdx.cast %a : tensor<4x1xf32> to tensor<4x1xbf16>
   // expected-remark @+1 {{sharding rule: ([i]) -> ([j]) {i=8, j=8} replicated={i, j}}}
   %24 = tdx.aten "aten::cumsum"(%b) {args = {dim = 0 : i64}} : (tensor<8xf32>) -> tensor<8xf32>
-  // expected-remark @+1 {{sharding rule: () -> ([i]) {i=4} replicated={i}}}
+  // A random op draws any box of its global tensor.
+  // expected-remark @+1 {{sharding rule: () -> ([i]) {i=4}}}
   %25 = tdx.uniform(0.0, 1.0) seed(0, 0) : tensor<4xf32>
+  // expected-remark @+1 {{sharding rule: () -> ([i, j]) {i=4, j=8}}}
+  %26 = tdx.bernoulli(0.9) seed(0, 1) : tensor<4x8xf32>
   return
 }
 

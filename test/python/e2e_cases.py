@@ -135,7 +135,6 @@ case("aten::slice_scatter", _write_slice, R(4, 6), R(4, 2))
 NOT_CAPTURED = {
     "tdx.aten": "the generic op itself (every uncovered aten op)",
     "tdx.rms_norm": "libtorch 1.13 has no rms_norm op; written in IR by hand (lit-tested)",
-    "tdx.dropout": "eval-mode dropout is the identity; training capture is not built yet",
     "tdx.empty": "only in init programs (torch.empty before an init op)",
     "tdx.uniform": "init programs only (test_capture, ShardedInitTest)",
     "tdx.normal": "init programs only (test_capture, ShardedInitTest)",

@@ -10,9 +10,11 @@ import torch.nn.functional as F
 # --- GPT-2 style: tied embeddings, _init_weights after construction --------
 
 class GPT2Block(nn.Module):
-    def __init__(self, d, heads):
+    def __init__(self, d, heads, dropout=0.0):
         super().__init__()
         self.heads = heads
+        self.attn_dropout = nn.Dropout(dropout)
+        self.resid_dropout = nn.Dropout(dropout)
         self.ln_1 = nn.LayerNorm(d)
         self.c_attn = nn.Linear(d, 3 * d)
         self.c_proj = nn.Linear(d, d)
@@ -28,18 +30,20 @@ class GPT2Block(nn.Module):
         v = v.view(b, t, self.heads, d // self.heads).transpose(1, 2)
         att = (q @ k.transpose(-2, -1)) * (1.0 / math.sqrt(d // self.heads))
         mask = torch.triu(torch.ones(t, t, dtype=torch.bool), diagonal=1)
-        att = att.masked_fill(mask, float("-inf")).softmax(dim=-1)
+        att = self.attn_dropout(att.masked_fill(mask, float("-inf")).softmax(dim=-1))
         y = (att @ v).transpose(1, 2).reshape(b, t, d)
-        x = x + self.c_proj(y)
-        return x + self.mlp_proj(F.gelu(self.c_fc(self.ln_2(x)), approximate="tanh"))
+        x = x + self.resid_dropout(self.c_proj(y))
+        h = self.mlp_proj(F.gelu(self.c_fc(self.ln_2(x)), approximate="tanh"))
+        return x + self.resid_dropout(h)
 
 
 class GPT2(nn.Module):
-    def __init__(self, vocab=128, d=32, heads=4, layers=2, context=16):
+    def __init__(self, vocab=128, d=32, heads=4, layers=2, context=16, dropout=0.0):
         super().__init__()
         self.wte = nn.Embedding(vocab, d)
         self.wpe = nn.Embedding(context, d)
-        self.h = nn.ModuleList(GPT2Block(d, heads) for _ in range(layers))
+        self.drop = nn.Dropout(dropout)
+        self.h = nn.ModuleList(GPT2Block(d, heads, dropout) for _ in range(layers))
         self.ln_f = nn.LayerNorm(d)
         self.lm_head = nn.Linear(d, vocab, bias=False)
         self.lm_head.weight = self.wte.weight  # weight tying
@@ -58,7 +62,7 @@ class GPT2(nn.Module):
 
     def forward(self, ids):
         t = ids.shape[1]
-        x = self.wte(ids) + self.wpe(torch.arange(t))
+        x = self.drop(self.wte(ids) + self.wpe(torch.arange(t)))
         for block in self.h:
             x = block(x)
         return self.lm_head(self.ln_f(x))

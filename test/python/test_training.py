@@ -12,6 +12,7 @@ import torch
 import torch.nn.functional as F
 
 import tdx
+import philox
 from models import GPT2, Llama
 from test_sharding import GPT2_PLAN, LLAMA_PLAN
 
@@ -32,6 +33,7 @@ def mlp_loss(model, x, y):
 
 
 def batches(model):
+    model = model.split("-")[0]
     g = torch.Generator().manual_seed(5)
     if model == "mlp":
         return [(torch.randn(16, 8, generator=g), torch.randint(0, 4, (16,), generator=g))
@@ -40,7 +42,8 @@ def batches(model):
             for _ in range(STEPS)]
 
 
-MODELS = {"mlp": (mlp, mlp_loss), "gpt2": (GPT2, lm_loss), "llama": (Llama, lm_loss)}
+MODELS = {"mlp": (mlp, mlp_loss), "gpt2": (GPT2, lm_loss), "llama": (Llama, lm_loss),
+          "gpt2-dropout": (functools.partial(GPT2, dropout=0.1), lm_loss)}
 OPTIMIZERS = {
     "sgd": lambda params: torch.optim.SGD(params, lr=0.1),
     "momentum": lambda params: torch.optim.SGD(params, lr=0.05, momentum=0.9, weight_decay=0.01),
@@ -49,7 +52,7 @@ OPTIMIZERS = {
 }
 MESHES = {"1": ((1,), ("dp",), None), "dp2": ((2,), ("dp",), "dp"),
           "tp2": ((2,), ("tp",), None), "2x2": ((2, 2), ("dp", "tp"), "dp")}
-PLANS = {"mlp": {}, "gpt2": GPT2_PLAN, "llama": LLAMA_PLAN}
+PLANS = {"mlp": {}, "gpt2": GPT2_PLAN, "llama": LLAMA_PLAN, "gpt2-dropout": GPT2_PLAN}
 
 
 @functools.lru_cache(maxsize=None)
@@ -67,10 +70,12 @@ def compiled(model, opt, mesh, zero=0):
     return prog.mlir, tdx.compile(prog)
 
 
-def eager_run(model, opt, data):
+def eager_run(model, opt, data, dropout_masks=None):
     build, loss_fn = MODELS[model]
     torch.manual_seed(0)
     eager = build()
+    if dropout_masks:
+        dropout_masks(eager)
     optimizer = OPTIMIZERS[opt](eager.parameters())
     losses = []
     for batch in data:
@@ -138,6 +143,92 @@ def test_training_matches_eager(model, opt, mesh, zero):
                 continue
             got = state[f"optimizer.{names[id(p)]}.{key}"]
             assert rel(got, t) < 1e-4, f"optimizer.{names[id(p)]}.{key}"
+
+
+def tdx_dropout(program_text, data):
+    """Makes an eager model's nn.Dropout modules multiply by tdx's masks: the
+    k-th dropout of step c draws the k-th tdx.bernoulli of the step program
+    at call c (written again from the definition in philox.py)."""
+    draws = []
+    for m in re.finditer(r"tdx\.bernoulli\((\S+)\) seed\((-?\d+), (\d+)\)(?: \{([^}]*)\})? : "
+                         r"tensor<([\dx]+)xf32>", program_text):
+        keep, seed, stream, attrs, local = m.groups()
+        shape = re.search(r"global_shape = array<i64: ([\d, ]+)>", attrs or "")
+        shape = shape.group(1).split(", ") if shape else local.split("x")
+        draws.append((float(keep), int(seed), int(stream), tuple(map(int, shape))))
+    assert draws, "the step program draws no dropout mask"
+    calls = iter(range(len(data)))
+
+    def install(model):
+        at = {"call": -1, "k": len(draws)}
+
+        def step_hook(module, args):
+            assert at["k"] == len(draws), "every mask of the step was drawn"
+            at["call"], at["k"] = next(calls), 0
+
+        def masked(x):
+            keep, seed, stream, shape = draws[at["k"]]
+            at["k"] += 1
+            assert x.shape == shape
+            return x * (philox.bernoulli(keep, seed, stream, shape, call=at["call"]) / keep)
+
+        model.register_forward_pre_hook(step_hook)
+        for module in model.modules():
+            if isinstance(module, torch.nn.Dropout):
+                module.forward = masked
+    return install
+
+
+@pytest.mark.parametrize("mesh", ["1", pytest.param("dp2", marks=slow),
+                                  pytest.param("tp2", marks=slow), "2x2"])
+def test_dropout_training_matches_eager_with_the_same_masks(mesh):
+    # GPT-2 with dropout 0.1 on the embeddings, attention probabilities and
+    # both residual branches. Each rank draws only its box of each mask, and
+    # the boxes make the definition's global mask on every layout: the step
+    # is eager's with those masks.
+    model, opt = "gpt2-dropout", "momentum"
+    data = batches(model)
+    text, exe = compiled(model, opt, mesh)
+    eager, optimizer, want = eager_run(model, opt, data, tdx_dropout(text, data))
+    torch.manual_seed(0)
+    start = {k: v.detach() for k, v in full_state(MODELS[model][0]()).items()}
+    losses, state = exe.train(data, params=start)
+    for k, (got, ref) in enumerate(zip(losses, want)):
+        assert abs(got - ref) <= 1e-5 * abs(ref), f"step {k}: loss {got} vs eager {ref}"
+    for name, p in eager.named_parameters():
+        assert rel(state[name], p.detach()) < 1e-4, f"{name} after {STEPS} steps"
+    # Dropout took effect: without it the losses differ.
+    _, _, plain = eager_run("gpt2", opt, data)
+    assert max(abs(a - b) for a, b in zip(losses, plain)) > 1e-3
+
+
+def test_dropout_mask_is_the_definitions_box_on_every_layout():
+    # A forward in training mode, run 3 times: the third call's mask on one
+    # rank and on 2x2 with an uneven split is bitwise the definition's.
+    class Drop(torch.nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.scale = torch.nn.Parameter(torch.ones(10))
+            self.drop = torch.nn.Dropout(0.3)
+
+        def forward(self, x):
+            return self.drop(x) * self.scale
+
+    x = torch.randn(7, 10)
+    prog = tdx.trace(tdx.deferred_init(Drop), x)
+    [(seed, stream)] = re.findall(r"tdx\.bernoulli\(\S+\) seed\((-?\d+), (\d+)\)", prog.mlir)
+    want = x * (philox.bernoulli(0.7, int(seed), int(stream), (7, 10), call=2) / 0.7)
+    assert 0 < (want == 0).sum() < want.numel()
+    assert torch.equal(tdx.compile(prog.copy()).run(x, steps=3)[0], want)
+    mesh = tdx.init_device_mesh("cpu", (2, 2), ("dp", "tp"))
+    prog.annotate("input:0", mesh, [tdx.Shard(1), tdx.Shard(0)])
+    prog.propagate()
+    prog.partition()
+    assert "global_shape = array<i64: 7, 10>" in prog.mlir
+    assert torch.equal(tdx.compile(prog).run(x, steps=3)[0], want)
+    # Another call draws another mask.
+    other = x * (philox.bernoulli(0.7, int(seed), int(stream), (7, 10), call=0) / 0.7)
+    assert not torch.equal(other, want)
 
 
 def test_first_step_applies_eagers_gradients():

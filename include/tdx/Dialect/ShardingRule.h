@@ -100,6 +100,8 @@ public:
   /// The global size of dim `dim` of `v`, or ShapedType::kDynamic when it
   /// cannot be told (an uneven split of a computed value).
   virtual int64_t globalDimSize(Value v, int64_t dim) = 0;
+  /// The global type of result `i` of the op being partitioned.
+  virtual RankedTensorType globalResultType(unsigned i) = 0;
 };
 
 } // namespace mlir::tdx

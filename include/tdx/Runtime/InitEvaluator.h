@@ -35,6 +35,10 @@ ShardBox shardBox(RankedTensorType global, ArrayRef<PlacementAttr> layout,
 /// transposes, generic aten ops) are refused with a diagnostic naming them.
 FailureOr<::tdx::rt::InitProgram> buildInitProgram(Operation *decl);
 
+/// The program of `value` and the ops it reads (a random op of a function:
+/// its global shape, from `global_shape` once partitioned).
+FailureOr<::tdx::rt::InitProgram> buildValueProgram(Value value);
+
 /// The elements of `box` of the value `decl` (a tdx.parameter or tdx.buffer
 /// with an init region) yields, row-major, as raw bytes of its element type
 /// (f64, f32, i64, i32; i1 as one byte).

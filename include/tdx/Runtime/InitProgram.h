@@ -28,7 +28,8 @@ struct InitProgram {
   /// Leaves, then cast and reshape, then the elementwise table's ops
   /// (ElementwiseOps.def), named like their tdx ops.
 #define TDX_INIT_KINDS(X)                                                                  \
-  X(Empty) X(Full) X(Arange) X(Uniform) X(Normal) X(TruncNormal) X(Constant) X(Cast) X(Reshape)
+  X(Empty) X(Full) X(Arange) X(Uniform) X(Normal) X(TruncNormal) X(Bernoulli) X(Constant) X(Cast) \
+  X(Reshape)
   enum Kind : int {
 #define TDX_KIND(k) k,
     TDX_INIT_KINDS(TDX_KIND)
@@ -45,7 +46,7 @@ struct InitProgram {
     std::vector<int64_t> shape;
     int a = -1, b = -1;
     /// Full: value; Arange: start, step; Uniform: low, high; Normal: mean,
-    /// std; TruncNormal: mean, std, a, b.
+    /// std; TruncNormal: mean, std, a, b; Bernoulli: p.
     double p[4] = {0, 0, 0, 0};
     uint64_t seed = 0, stream = 0;
     /// Constant: every element (one for a splat).
@@ -66,6 +67,11 @@ struct InitProgram {
 /// `program` with `seed` mixed (xor) into every random op's seed: --seed S
 /// of a model binary; S = 0 is the init the program was captured with.
 InitProgram withSeed(InitProgram program, uint64_t seed);
+
+/// `program` as a function's random op draws it at call `call` (from 0):
+/// every random op's stream moves to stream + (call + 1) * 2^32, so no call
+/// meets another's draws or an init program's (tdx/Runtime/Philox.h).
+InitProgram atCall(InitProgram program, uint64_t call);
 
 } // namespace tdx::rt
 

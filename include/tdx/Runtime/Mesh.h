@@ -72,6 +72,10 @@ public:
   /// Throws the timeout error for `what` over `axes`.
   [[noreturn]] void timedOut(const char *what, const std::vector<std::string> &axes) const;
 
+  /// The index of this call of the program's function (from 0), which its
+  /// random ops draw with (InitProgram.h's atCall).
+  uint64_t nextCall() { return calls_++; }
+
   /// The sum of `value` over all ranks (every rank gets it).
   int64_t sumOverWorld(int64_t value);
   void barrier();
@@ -100,6 +104,7 @@ protected:
 
 private:
   int64_t bytes_ = 0;
+  uint64_t calls_ = 0;
   double timeout_ = 300;
   std::map<std::vector<std::string>, void *> groups_; // axes -> MPI_Comm*
 };

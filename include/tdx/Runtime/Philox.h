@@ -15,6 +15,12 @@
 //             z = sqrt(-2 ln u1) cos(2 pi u2)            (Box-Muller)
 //   truncated normal on [a, b]: u as for uniform, then the inverse normal CDF
 //             of Phi(alpha) + u (Phi(beta) - Phi(alpha)).
+//   bernoulli(p): 1 when u (as for uniform) < p, else 0.
+//
+// A random op inside a function (dropout's mask) draws anew at each call c
+// of it (c from 0: one per training step or forward): its stream is
+// stream + (c + 1) * 2^32 (InitProgram.h's atCall). Init programs use
+// streams below 2^32.
 //
 // Arithmetic is in double and rounded once to the element type. Build it
 // without floating-point contraction (-ffp-contract=off, nvcc --fmad=false)
