@@ -228,7 +228,7 @@ void Module::annotate(const std::string &target, const std::string &meshName,
 }
 
 void Module::annotateUses(const std::string &param, const std::string &meshName,
-                          const std::string &placements) {
+                          const std::string &placements, bool reads) {
   Transaction transaction(*impl);
   ModuleOp module = *impl->module;
   MLIRContext &ctx = impl->ctx;
@@ -249,22 +249,27 @@ void Module::annotateUses(const std::string &param, const std::string &meshName,
   fn.walk([&](ParamRefOp ref) {
     if (ref.getName() != param)
       return;
-    for (Operation *user : ref->getUsers())
-      if (user->getNumResults() == 1 && isa<RankedTensorType>(user->getResult(0).getType()))
-        users.push_back(user);
+    if (reads)
+      users.push_back(ref);
+    else
+      for (Operation *user : ref->getUsers())
+        if (user->getNumResults() == 1 && isa<RankedTensorType>(user->getResult(0).getType()))
+          users.push_back(user);
   });
   for (Operation *user : users) {
     Value result = user->getResult(0);
     b.setInsertionPointAfter(user);
     auto annotate = AnnotateOp::create(b, user->getLoc(), result, sharding, b.getI64IntegerAttr(0));
     if (failed(sharding.verifyFor(annotate, result.getType(), symbols,
-                                  "sharding of the output of " + param + "'s user")))
+                                  reads ? "sharding of the reads of " + param
+                                        : "sharding of the output of " + param + "'s user")))
       throw CaptureError("tdx: cannot place the users of " + param + ":\n" + diags.text);
     result.replaceAllUsesExcept(annotate.getResult(), annotate);
     ++placed;
   }
   if (!placed)
-    throw CaptureError("tdx: the forward does not use parameter '" + param + "'");
+    throw CaptureError("tdx: the " + entry() + " function does not use parameter '" + param +
+                       "'");
   transaction.commit();
 }
 

@@ -146,7 +146,7 @@ PYBIND11_MODULE(_C, m) {
       .def("annotate", &Module::annotate, py::arg("target"), py::arg("mesh_name"),
            py::arg("shape"), py::arg("axes"), py::arg("placements"))
       .def("annotate_uses", &Module::annotateUses, py::arg("param"), py::arg("mesh_name"),
-           py::arg("placements"))
+           py::arg("placements"), py::arg("reads") = false)
       .def("state",
            [](const Module &mod) {
              std::vector<std::tuple<std::string, std::vector<int64_t>, std::string, bool,

@@ -174,35 +174,45 @@ def _place_zero(prog, mesh, dp, zero, placed):
     """Splits optimizer state over mesh axis ``dp`` on top of the plan's
     placements. zero=1/2 keeps the parameters where the plan puts them
     (replicated over dp): the update runs on the split state and the new
-    parameters are all-gathered. zero=3 leaves them to propagation, which
-    stores each like its state (split over dp) and gathers it where the step
-    reads it."""
+    parameters are all-gathered. zero=3 stores each like its state (split
+    over dp) and gathers it over dp where the step reads it."""
     state = prog._module.state()
     params = {name for name, _, _, is_buffer, tied in state if not is_buffer and not tied}
-    if zero == 3 and placed:
-        raise ValueError("zero=3 with a tensor-parallel plan is not supported yet: its "
-                         "parameters would be split over dp where the plan replicates them; "
-                         "use zero=1 with a plan")
-    for name, shape, _, is_buffer, tied in state:
-        if tied:
-            continue
-        if name in params and zero < 3:
-            _annotate(prog, name, mesh, placed.get(name, [Replicate()] * mesh.ndim))
-            continue
-        if not name.startswith("optimizer."):
-            continue
-        owner = name[len("optimizer."):].rpartition(".")[0]
-        if owner not in params:
-            continue
+
+    def split_over_dp(shape, owner):
+        """The owner's plan placements with dp splitting the first dim that
+        divides evenly and the plan leaves whole; None when none does."""
         placements = list(placed.get(owner, [Replicate()] * mesh.ndim))
         split = {p.dim for p in placements if isinstance(p, Shard)}
         n = mesh.shape[dp]
         dim = next((d for d, size in enumerate(shape)
                     if d not in split and size >= n and size % n == 0), None)
         if dim is None:  # a scalar (Adam's step) or no dim that divides
-            continue
+            return None
         placements[dp] = Shard(dim)
-        _annotate(prog, name, mesh, placements)
+        return placements
+
+    for name, shape, _, is_buffer, tied in state:
+        if tied:
+            continue
+        if name in params:
+            use = placed.get(name, [Replicate()] * mesh.ndim)
+            stored = split_over_dp(shape, name) if zero == 3 else None
+            _annotate(prog, name, mesh, stored or use)
+            if stored:
+                # Stored split like its optimizer state, gathered over dp
+                # where the step reads it.
+                prog._module.annotate_uses(name, mesh.name,
+                                           "[" + ", ".join(str(p) for p in use) + "]", reads=True)
+            continue
+        if not name.startswith("optimizer."):
+            continue
+        owner = name[len("optimizer."):].rpartition(".")[0]
+        if owner not in params:
+            continue
+        placements = split_over_dp(shape, owner)
+        if placements is not None:
+            _annotate(prog, name, mesh, placements)
 
 
 # --- Parallel plans ----------------------------------------------------------
@@ -261,8 +271,8 @@ def parallelize(prog, mesh, plan, *, data_parallel=None, zero=0):
     the plan does not split), so gradients are reduce-scattered into the
     update and parameters all-gathered after it (2 is 1: gradients are
     values, never stored); 3 also stores the parameters split over dp, which
-    are all-gathered once per step where the step reads them (dp-only
-    meshes so far). Returns the program."""
+    are all-gathered once per step where the step reads them. Returns the
+    program."""
     if not isinstance(mesh, DeviceMesh):
         raise TypeError(f"parallelize takes a tdx.DeviceMesh, got {type(mesh).__name__}")
     if zero not in (0, 1, 2, 3):

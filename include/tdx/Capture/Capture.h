@@ -236,12 +236,13 @@ public:
   void annotate(const std::string &target, const std::string &meshName,
                 const std::vector<int64_t> &shape, const std::vector<std::string> &axes,
                 const std::string &placements);
-  /// Places the results of the forward ops that use the parameter `param`
-  /// (for example a norm's weight) on the declared mesh `meshName`, by
-  /// annotating them (sequence parallelism: a norm's output stays split by
-  /// sequence).
+  /// Places the results of the ops that use the parameter `param` (for
+  /// example a norm's weight) on the declared mesh `meshName`, by annotating
+  /// them (sequence parallelism: a norm's output stays split by sequence);
+  /// with `reads`, the values that read `param` instead (ZeRO-3: a
+  /// parameter stored split is gathered where the step reads it).
   void annotateUses(const std::string &param, const std::string &meshName,
-                    const std::string &placements);
+                    const std::string &placements, bool reads = false);
 
   /// A parameter or buffer declaration.
   struct StateInfo {
