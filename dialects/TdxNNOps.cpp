@@ -317,6 +317,40 @@ struct FoldBatchReshapes : public OpRewritePattern<MatmulOp> {
   }
 };
 
+/// transpose(reshape(x [L..., m, k] -> [prod(L), m, k]), 1, 2): the same
+/// reshape of x with its last two dims swapped. The backward of a batched
+/// matmul transposes the operands it saved merged; with the transpose above
+/// the merge, FoldBatchReshapes sees the backward's matmuls too, and heads
+/// stay sharded through the whole training step.
+struct SwapTransposeAboveMerge : public OpRewritePattern<TransposeOp> {
+  using OpRewritePattern::OpRewritePattern;
+
+  LogicalResult matchAndRewrite(TransposeOp op, PatternRewriter &rewriter) const override {
+    auto merge = op.getInput().getDefiningOp<ReshapeOp>();
+    auto t = cast<RankedTensorType>(op.getType());
+    if (!merge || t.getRank() != 3)
+      return failure();
+    int64_t d0 = op.getDim0() < 0 ? op.getDim0() + 3 : op.getDim0();
+    int64_t d1 = op.getDim1() < 0 ? op.getDim1() + 3 : op.getDim1();
+    if (std::min(d0, d1) != 1 || std::max(d0, d1) != 2)
+      return failure();
+    auto x = cast<RankedTensorType>(merge.getInput().getType());
+    auto m = cast<RankedTensorType>(merge.getType());
+    int64_t rank = x.getRank();
+    if (rank < 3 || !x.hasStaticShape() || !m.hasStaticShape() ||
+        m.getDimSize(1) != x.getDimSize(rank - 2) || m.getDimSize(2) != x.getDimSize(rank - 1))
+      return failure();
+    SmallVector<int64_t> swapped(x.getShape());
+    std::swap(swapped[rank - 2], swapped[rank - 1]);
+    auto xt = RankedTensorType::get(swapped, x.getElementType());
+    Value inner = TransposeOp::create(rewriter, op.getLoc(), xt, merge.getInput(),
+                                      rewriter.getI64IntegerAttr(rank - 2),
+                                      rewriter.getI64IntegerAttr(rank - 1));
+    rewriter.replaceOpWithNewOp<ReshapeOp>(op, t, inner, rewriter.getDenseI64ArrayAttr(t.getShape()));
+    return success();
+  }
+};
+
 /// add(matmul(x, transpose(W)), b) with W [n, k] and b [n]: linear(x, W, b),
 /// as torch's addmm decomposition recorded it. One op (addmm on CPU, one
 /// cuBLAS call plus the bias on CUDA) instead of a matmul and a pass.
@@ -379,5 +413,6 @@ struct FoldLinearReshapes : public OpRewritePattern<ReshapeOp> {
 } // namespace
 
 void MatmulOp::getCanonicalizationPatterns(RewritePatternSet &results, MLIRContext *context) {
-  results.add<FoldBatchReshapes, FoldLinear, FoldLinearReshapes>(context);
+  results.add<FoldBatchReshapes, SwapTransposeAboveMerge, FoldLinear, FoldLinearReshapes>(
+      context);
 }

@@ -1,0 +1,67 @@
+// RUN: tdx-opt %s -split-input-file --canonicalize | FileCheck %s
+
+// torch.matmul's decomposition of a batched matmul: merge the leading dims,
+// bmm, split them again. One matmul over the leading dims.
+// CHECK-LABEL: func.func @batch_reshapes
+// CHECK-SAME: (%[[A:.*]]: tensor<4x4x8x8xf32>, %[[B:.*]]: tensor<4x4x8x2xf32>)
+// CHECK-NEXT: %[[M:.*]] = tdx.matmul %[[A]], %[[B]] : (tensor<4x4x8x8xf32>, tensor<4x4x8x2xf32>) -> tensor<4x4x8x2xf32>
+// CHECK-NEXT: return %[[M]]
+func.func @batch_reshapes(%a: tensor<4x4x8x8xf32>, %b: tensor<4x4x8x2xf32>) -> tensor<4x4x8x2xf32> {
+  %0 = tdx.reshape %a [16, 8, 8] : tensor<4x4x8x8xf32> -> tensor<16x8x8xf32>
+  %1 = tdx.reshape %b [16, 8, 2] : tensor<4x4x8x2xf32> -> tensor<16x8x2xf32>
+  %2 = tdx.matmul %0, %1 : (tensor<16x8x8xf32>, tensor<16x8x2xf32>) -> tensor<16x8x2xf32>
+  %3 = tdx.reshape %2 [4, 4, 8, 2] : tensor<16x8x2xf32> -> tensor<4x4x8x2xf32>
+  return %3 : tensor<4x4x8x2xf32>
+}
+
+// -----
+
+// The backward of that matmul transposes the operand it saved merged: the
+// transpose moves above the merge, and the backward's matmul folds too.
+// CHECK-LABEL: func.func @backward_transposed_operand
+// CHECK-SAME: (%[[A:.*]]: tensor<4x4x8x8xf32>, %[[G:.*]]: tensor<4x4x8x2xf32>)
+// CHECK-NEXT: %[[T:.*]] = tdx.transpose %[[A]] 2, 3 : tensor<4x4x8x8xf32> -> tensor<4x4x8x8xf32>
+// CHECK-NEXT: %[[M:.*]] = tdx.matmul %[[T]], %[[G]] : (tensor<4x4x8x8xf32>, tensor<4x4x8x2xf32>) -> tensor<4x4x8x2xf32>
+// CHECK-NEXT: return %[[M]]
+func.func @backward_transposed_operand(%a: tensor<4x4x8x8xf32>, %g: tensor<4x4x8x2xf32>) -> tensor<4x4x8x2xf32> {
+  %0 = tdx.reshape %a [16, 8, 8] : tensor<4x4x8x8xf32> -> tensor<16x8x8xf32>
+  %1 = tdx.transpose %0 1, 2 : tensor<16x8x8xf32> -> tensor<16x8x8xf32>
+  %2 = tdx.reshape %g [16, 8, 2] : tensor<4x4x8x2xf32> -> tensor<16x8x2xf32>
+  %3 = tdx.matmul %1, %2 : (tensor<16x8x8xf32>, tensor<16x8x2xf32>) -> tensor<16x8x2xf32>
+  %4 = tdx.reshape %3 [4, 4, 8, 2] : tensor<16x8x2xf32> -> tensor<4x4x8x2xf32>
+  return %4 : tensor<4x4x8x2xf32>
+}
+
+// -----
+
+// A transpose of other dims, or of a reshape that is not a merge of the
+// leading dims, stays.
+// CHECK-LABEL: func.func @other_transposes_stay
+// CHECK: tdx.reshape %{{.*}} [16, 8, 8]
+// CHECK-NEXT: tdx.transpose %{{.*}} 0, 1
+// CHECK: tdx.reshape %{{.*}} [8, 16, 8]
+// CHECK-NEXT: tdx.transpose %{{.*}} 1, 2
+func.func @other_transposes_stay(%a: tensor<4x4x8x8xf32>) -> (tensor<8x16x8xf32>, tensor<8x8x16xf32>) {
+  %0 = tdx.reshape %a [16, 8, 8] : tensor<4x4x8x8xf32> -> tensor<16x8x8xf32>
+  %1 = tdx.transpose %0 0, 1 : tensor<16x8x8xf32> -> tensor<8x16x8xf32>
+  %2 = tdx.reshape %a [8, 16, 8] : tensor<4x4x8x8xf32> -> tensor<8x16x8xf32>
+  %3 = tdx.transpose %2 1, 2 : tensor<8x16x8xf32> -> tensor<8x8x16xf32>
+  return %1, %3 : tensor<8x16x8xf32>, tensor<8x8x16xf32>
+}
+
+// -----
+
+// addmm's decomposition, x @ W^T + b, is a linear; so is one with leading
+// dims merged around it.
+// CHECK-LABEL: func.func @linear
+// CHECK-SAME: (%[[X:.*]]: tensor<4x8x16xf32>, %[[W:.*]]: tensor<32x16xf32>, %[[B:.*]]: tensor<32xf32>)
+// CHECK-NEXT: %[[L:.*]] = tdx.linear %[[X]], %[[W]], %[[B]] : (tensor<4x8x16xf32>, tensor<32x16xf32>, tensor<32xf32>) -> tensor<4x8x32xf32>
+// CHECK-NEXT: return %[[L]]
+func.func @linear(%x: tensor<4x8x16xf32>, %w: tensor<32x16xf32>, %b: tensor<32xf32>) -> tensor<4x8x32xf32> {
+  %0 = tdx.reshape %x [32, 16] : tensor<4x8x16xf32> -> tensor<32x16xf32>
+  %1 = tdx.transpose %w 0, 1 : tensor<32x16xf32> -> tensor<16x32xf32>
+  %2 = tdx.matmul %0, %1 : (tensor<32x16xf32>, tensor<16x32xf32>) -> tensor<32x32xf32>
+  %3 = tdx.add %2, %b : (tensor<32x32xf32>, tensor<32xf32>) -> tensor<32x32xf32>
+  %4 = tdx.reshape %3 [4, 8, 32] : tensor<32x32xf32> -> tensor<4x8x32xf32>
+  return %4 : tensor<4x8x32xf32>
+}
