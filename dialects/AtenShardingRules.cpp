@@ -202,9 +202,48 @@ std::optional<ShardingRule> nllLossBackward(AtenOp op) {
   return rule;
 }
 
+/// slice_backward(grad, input_sizes, dim, start, end, step): the gradient
+/// of a slice, placed in zeros of the input's shape (rotary embeddings'
+/// x[..., ::2]). The other dims split alike; the op is linear in grad.
+std::optional<ShardingRule> sliceBackward(AtenOp op) {
+  if (op->getNumOperands() != 1 || op->getNumResults() != 1)
+    return std::nullopt;
+  RankedTensorType g = typeOf(op->getOperand(0)), r = typeOf(op->getResult(0));
+  if (g.getRank() != r.getRank())
+    return std::nullopt;
+  int64_t dim = intArg(op, "dim", 0);
+  dim = dim < 0 ? dim + r.getRank() : dim;
+  ShardingRule rule;
+  TensorFactors grad, result;
+  for (int64_t d = 0; d < r.getRank(); ++d) {
+    if (d == dim) {
+      grad.push_back({rule.addFactor(g.getDimSize(d), FactorKind::Replicated)});
+      result.push_back({rule.addFactor(r.getDimSize(d), FactorKind::Replicated)});
+      continue;
+    }
+    if (g.getDimSize(d) != r.getDimSize(d))
+      return std::nullopt;
+    int64_t f = rule.addFactor(r.getDimSize(d));
+    grad.push_back({f});
+    result.push_back({f});
+  }
+  rule.operands.push_back(grad);
+  rule.addedAfterReduction.push_back(false);
+  rule.results.push_back(result);
+  rule.linear = true;
+  return rule;
+}
+
 using Rule = std::optional<ShardingRule> (*)(AtenOp);
-const llvm::StringMap<Rule> &rules() {
-  static const llvm::StringMap<Rule> table = {
+/// A schema's rule, and the argument that spells the result's shape (global
+/// in the captured program, the local shape once partitioned).
+struct Row {
+  Row(Rule rule, const char *resultSizes = nullptr) : rule(rule), resultSizes(resultSizes) {}
+  Rule rule;
+  const char *resultSizes;
+};
+const llvm::StringMap<Row> &rules() {
+  static const llvm::StringMap<Row> table = {
       {"aten::gelu_backward", pointwise},
       {"aten::threshold_backward", pointwise},
       {"aten::silu_backward", pointwise},
@@ -221,6 +260,7 @@ const llvm::StringMap<Rule> &rules() {
       {"aten::native_layer_norm_backward", layerNormBackward},
       {"aten::embedding_dense_backward", embeddingBackward},
       {"aten::nll_loss_backward", nllLossBackward},
+      {"aten::slice_backward", {sliceBackward, "input_sizes"}},
   };
   return table;
 }
@@ -230,7 +270,22 @@ const llvm::StringMap<Rule> &rules() {
 ShardingRule AtenOp::getShardingRule() {
   auto row = rules().find(getSchema());
   if (row != rules().end())
-    if (std::optional<ShardingRule> rule = row->second(*this))
+    if (std::optional<ShardingRule> rule = row->second.rule(*this))
       return *rule;
   return ShardingRule::replicated(*this);
+}
+
+LogicalResult AtenOp::partition(PartitionContext &) {
+  auto row = rules().find(getSchema());
+  if (row == rules().end() || !row->second.resultSizes)
+    return success();
+  auto local = cast<RankedTensorType>(getResult(0).getType());
+  if (!local.hasStaticShape())
+    return emitOpError() << "(" << getSchema() << ") is split unevenly, so its '"
+                         << row->second.resultSizes
+                         << "' differs between ranks; split the value it makes evenly";
+  NamedAttrList args(getArgsAttr());
+  args.set(row->second.resultSizes, DenseI64ArrayAttr::get(getContext(), local.getShape()));
+  setArgsAttr(args.getDictionary(getContext()));
+  return success();
 }

@@ -50,8 +50,18 @@ static ShardingRule sameShapeRule(Operation *op, ArrayRef<int64_t> replicatedDim
     rule.linear = isLinear;                                                    \
     return rule;                                                               \
   }
+/// Sums of Partial(sum) operands are Partial(sum): add and sub are linear
+/// in their operands together.
+template <typename Op>
+constexpr bool isAdditive() {
+  return std::is_same_v<Op, AddOp> || std::is_same_v<Op, SubOp>;
+}
 #define TDX_BINARY(Name, fn, aten)                                               \
-  ShardingRule Name##Op::getShardingRule() { return ShardingRule::broadcast(*this); }
+  ShardingRule Name##Op::getShardingRule() {                                     \
+    ShardingRule rule = ShardingRule::broadcast(*this);                          \
+    rule.linear = isAdditive<Name##Op>();                                        \
+    return rule;                                                               \
+  }
 #include "tdx/Runtime/ElementwiseOps.def"
 ShardingRule CmpOp::getShardingRule() { return ShardingRule::broadcast(*this); }
 ShardingRule WhereOp::getShardingRule() { return ShardingRule::broadcast(*this); }

@@ -561,18 +561,21 @@ void FunctionPropagation::decideOp(Operation *op) {
           add(it - rule.factorKinds.begin());
       }
     }
-    // A linear op may keep a Partial(sum) operand Partial.
-    if (rule.linear && op->getNumOperands() == 1 && isTensor(op->getOperand(0))) {
-      PlacementAttr p = state(op->getOperand(0))[axis].placement;
-      if (p && p.isPartial() && p.getReduce() == ReduceKind::Sum)
-        candidates.push_back(kPartialThrough);
-    }
+    // A linear op may keep Partial(sum) operands Partial (the backward's
+    // sums of partial gradients reduce once).
+    if (rule.linear && llvm::any_of(op->getOperands(), [&](Value v) {
+          PlacementAttr p = isTensor(v) ? state(v)[axis].placement : PlacementAttr();
+          return p && p.isPartial() && p.getReduce() == ReduceKind::Sum;
+        }))
+      candidates.push_back(kPartialThrough);
     double bestCost = std::numeric_limits<double>::infinity();
     SmallVector<double> costs;
     for (int64_t f : candidates) {
       double s = candidateCost(op, rule, axis, f);
       costs.push_back(s);
-      if (s < bestCost) {
+      // At equal cost a Partial is kept: reducing later costs the same
+      // here, and a sum of partials further on then reduces once.
+      if (s < bestCost || (f == kPartialThrough && s <= bestCost)) {
         bestCost = s;
         chosen[axis] = f;
       }

@@ -94,3 +94,26 @@ func.func @huge_priority(%x: tensor<8xf32>) -> tensor<8xf32> {
   %e = tdx.exp %xs : tensor<8xf32>
   return %e : tensor<8xf32>
 }
+
+// -----
+
+// A sum of partial gradients reduces once: add keeps Partial(sum) operands
+// Partial, and the one all_reduce comes where a replicated value is needed.
+tdx.mesh @mesh shape = [2] axes = ["tp"]
+// CHECK-LABEL: func.func @partial_sums
+// CHECK: %[[A:.*]] = tdx.add %{{.*}}, %{{.*}} {tdx.shardings = [#tdx.sharding<@mesh, [Partial(sum)]>]}
+// CHECK: tdx.redistribute %[[A]] <@mesh, [Partial(sum)]> to <@mesh, [Replicate]>
+// CHECK-NOT: tdx.redistribute
+func.func @partial_sums(%x: tensor<8x16xf32>, %y: tensor<8x16xf32>, %w: tensor<16x4xf32>, %v: tensor<16x4xf32>, %r: tensor<8x4xf32>) -> tensor<8x4xf32> {
+  %xs = tdx.annotate %x <@mesh, [Shard(1)]> : tensor<8x16xf32>
+  %ys = tdx.annotate %y <@mesh, [Shard(1)]> : tensor<8x16xf32>
+  %ws = tdx.annotate %w <@mesh, [Shard(0)]> : tensor<16x4xf32>
+  %vs = tdx.annotate %v <@mesh, [Shard(0)]> : tensor<16x4xf32>
+  %rr = tdx.annotate %r <@mesh, [Replicate]> : tensor<8x4xf32>
+  %p = tdx.matmul %xs, %ws : (tensor<8x16xf32>, tensor<16x4xf32>) -> tensor<8x4xf32>
+  %q = tdx.matmul %ys, %vs : (tensor<8x16xf32>, tensor<16x4xf32>) -> tensor<8x4xf32>
+  %a = tdx.add %p, %q : (tensor<8x4xf32>, tensor<8x4xf32>) -> tensor<8x4xf32>
+  %b = tdx.add %a, %rr : (tensor<8x4xf32>, tensor<8x4xf32>) -> tensor<8x4xf32>
+  %o = tdx.annotate %b <@mesh, [Replicate]> : tensor<8x4xf32>
+  return %o : tensor<8x4xf32>
+}

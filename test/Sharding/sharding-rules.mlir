@@ -85,5 +85,8 @@ func.func @aten_rules(%g: tensor<2x8x16xf32>, %x: tensor<2x8x16xf32>, %s: tensor
   %4 = tdx.aten "aten::embedding_dense_backward"(%g, %ids) {args = {num_weights = 100 : i64, padding_idx = -1 : i64, scale_grad_by_freq = true}} : (tensor<2x8x16xf32>, tensor<2x8xi64>) -> tensor<100x16xf32>
   // expected-remark @+1 {{sharding rule: ([], [i, j], [i], []) -> ([i, j]) {i=4, j=10} replicated={j}}}
   %5 = tdx.aten "aten::nll_loss_backward"(%one, %lp, %t, %one) {args = {weight = unit, reduction = 1 : i64, ignore_index = -100 : i64}} : (tensor<f32>, tensor<4x10xf32>, tensor<4xi64>, tensor<f32>) -> tensor<4x10xf32>
+  // The sliced dim is replicated; the others split alike.
+  // expected-remark @+1 {{sharding rule: ([i, j, k]) -> ([i, j, l]) {i=2, j=8, k=16, l=32} replicated={k, l}}}
+  %6 = tdx.aten "aten::slice_backward"(%g) {args = {dim = -1 : i64, input_sizes = array<i64: 2, 8, 32>, start = 1 : i64, end = 9223372036854775807 : i64, step = 2 : i64}} : (tensor<2x8x16xf32>) -> tensor<2x8x32xf32>
   return
 }

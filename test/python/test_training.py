@@ -318,6 +318,23 @@ def test_data_parallel_step_all_reduces_each_gradient_once(opt):
     assert sorted(r["bytes"] for r in report) == sorted(grads + [4, 4])
 
 
+@pytest.mark.parametrize("opt", ["momentum", "adamw"])
+def test_tensor_parallel_step_all_reduces_four_activations_per_layer(opt):
+    # Megatron on tp2, the whole step: per layer the forward all_reduces the
+    # attention's and the MLP's output, the backward the gradients of their
+    # inputs (the q/k/v and gate/up partial gradients summed first), each
+    # [4, 8, 32] floats; heads stay split through the attention's backward
+    # and the rotary embedding's. Nothing else moves: the weights are split.
+    torch.manual_seed(0)
+    model = tdx.deferred_init(Llama)
+    prog = tdx.trace_train_step(model, OPTIMIZERS[opt](model.parameters()), lm_loss,
+                                *batches("llama")[0])
+    tdx.parallelize(prog, tdx.init_device_mesh("cpu", (2,), ("tp",)), LLAMA_PLAN)
+    report = prog.comm_report()
+    layers = 2
+    assert [(r["kind"], r["bytes"]) for r in report] == [("all_reduce", 4 * 8 * 32 * 4)] * 4 * layers
+
+
 def zero_program(opt, zero):
     torch.manual_seed(0)
     model = tdx.deferred_init(mlp)

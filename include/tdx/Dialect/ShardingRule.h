@@ -42,8 +42,10 @@ struct ShardingRule {
   /// Operands that are added to the reduced value (a linear's bias): when a
   /// reduction factor is sharded they must be Partial too, not Replicate.
   llvm::SmallVector<bool> addedAfterReduction;
-  /// The op is linear in its single tensor operand (a reshape, transpose,
-  /// slice, negation, ...): a Partial operand can stay Partial through it.
+  /// The op is linear in its tensor operands together (a reshape,
+  /// transpose, slice, negation, ...; add and sub): Partial(sum) operands
+  /// can stay Partial(sum) through it (a Replicate one becomes Partial for
+  /// free: coordinate 0 keeps it).
   bool linear = false;
 
   int64_t addFactor(int64_t size, FactorKind kind = FactorKind::Parallel) {
