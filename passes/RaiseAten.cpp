@@ -408,6 +408,34 @@ template <typename OpT> Value raiseReduce(Call &c) {
                      keep ? c.b.getUnitAttr() : UnitAttr());
 }
 
+/// The 2-norm (norm with p = 2, linalg_vector_norm with ord = 2) as
+/// sqrt(sum(x * x)): a sum shards (a split dim leaves a Partial sum), so a
+/// gradient-clipping norm of split gradients reduces scalars, not tensors.
+Value raiseNorm(Call &c) {
+  if (c.plain.size() != 1 || !c.absentOrNone("dtype") || !isa<FloatType>(c.elementType()) ||
+      cast<RankedTensorType>(c.plain[0].getType()).getElementType() != c.elementType())
+    return {};
+  std::optional<double> p = c.arg("p") ? c.number("p") : c.arg("ord") ? c.number("ord") : 2.0;
+  if (c.arg("p") && c.isNone("p"))
+    p = 2.0;
+  if (!p || *p != 2.0)
+    return {};
+  std::optional<ArrayRef<int64_t>> dims = c.ints("dim");
+  if (c.arg("dim") && !dims && !c.isNone("dim"))
+    return {};
+  bool keep = c.boolean("keepdim").value_or(false);
+  Value x = c.plain[0];
+  Value squares = c.binary<MulOp>(x, x);
+  if (!squares)
+    return {};
+  auto type = c.resultType();
+  Value sum = SumOp::create(c.b, c.loc, type, squares,
+                            dims && !dims->empty() ? c.b.getDenseI64ArrayAttr(*dims)
+                                                   : DenseI64ArrayAttr(),
+                            keep ? c.b.getUnitAttr() : UnitAttr());
+  return SqrtOp::create(c.b, c.loc, sum);
+}
+
 Value raiseEmbedding(Call &c) {
   if (c.plain.size() != 2 || c.boolean("sparse").value_or(false))
     return {};
@@ -699,6 +727,8 @@ const llvm::StringMap<RaiseFn> &table() {
     t["aten::sum"] = &raiseReduce<SumOp>;
     t["aten::mean"] = &raiseReduce<MeanOp>;
     t["aten::amax"] = &raiseReduce<MaxOp>;
+    t["aten::norm"] = &raiseNorm;
+    t["aten::linalg_vector_norm"] = &raiseNorm;
     t["aten::embedding"] = &raiseEmbedding;
     t["aten::cat"] = &raiseCat;
     t["aten::stack"] = &raiseStack;

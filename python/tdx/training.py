@@ -72,7 +72,21 @@ def _step(optimizer):
              weight_decay=0.0, eps=g["eps"], maximize=g["maximize"])
 
 
-def trace_train_step(model, optimizer, loss_fn, *batch):
+def _clip_grad_norm(params, max_norm):
+    """torch.nn.utils.clip_grad_norm_ (torch 1.13, 2-norm) with the same ops,
+    each gradient rescaled by a new value rather than in place (the in-place
+    write goes through autograd's views of the gradients)."""
+    grads = [p.grad for p in params if p.grad is not None]
+    if not grads:
+        return
+    total = torch.norm(torch.stack([torch.norm(g, 2.0) for g in grads]), 2.0)
+    coef = torch.clamp(max_norm / (total + 1e-6), max=1.0)
+    for p in params:
+        if p.grad is not None:
+            p.grad = p.grad * coef
+
+
+def trace_train_step(model, optimizer, loss_fn, *batch, max_grad_norm=None):
     """Records one training step of a deferred-init ``model`` into
     ``func.func @train_step(batch...) -> loss``: ``loss_fn(model, *batch)``
     (a scalar), its gradients by libtorch's autograd on fake tensors (eager's
@@ -82,11 +96,18 @@ def trace_train_step(model, optimizer, loss_fn, *batch):
     keys and starts as torch starts it.
 
     ``optimizer`` is a torch.optim SGD, Adam or AdamW (foreach=False) built
-    on the deferred model's parameters. The batch's values are never read, only shapes and dtypes."""
+    on the deferred model's parameters. ``max_grad_norm`` clips the
+    gradients by their global 2-norm before the update, as
+    ``torch.nn.utils.clip_grad_norm_(model.parameters(), max_grad_norm)``
+    does between ``backward()`` and ``step()``. The batch's values are never
+    read, only shapes and dtypes."""
     from .deferred import _python_guards
     if not isinstance(optimizer, torch.optim.Optimizer):
         raise TypeError(f"trace_train_step takes a torch.optim optimizer, got "
                         f"{type(optimizer).__name__}")
+    if max_grad_norm is not None and not (isinstance(max_grad_norm, (int, float))
+                                          and max_grad_norm > 0):
+        raise ValueError(f"max_grad_norm must be a positive number, got {max_grad_norm!r}")
     if not callable(loss_fn):
         raise TypeError("loss_fn must be callable as loss_fn(model, *batch) -> scalar loss")
     entries, recording = _checked_entries(model, "trace_train_step")
@@ -129,6 +150,8 @@ def trace_train_step(model, optimizer, loss_fn, *batch):
             with torch.no_grad():
                 for p, g in zip(trained, grads):
                     p.grad = g
+                if max_grad_norm is not None:
+                    _clip_grad_norm(trained, max_grad_norm)
                 _step(optimizer)
                 for p in trained:
                     p.grad = None

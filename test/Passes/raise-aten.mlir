@@ -130,3 +130,23 @@ func.func @strided(%x: tensor<2x32x1x1xf32>) -> (tensor<2x32x1x1xf32>, tensor<64
   // CHECK: return %arg0, %[[R]], %[[G]]
   return %0, %1, %2 : tensor<2x32x1x1xf32>, tensor<64xf32>, tensor<2x32x1x1xf32>
 }
+
+// -----
+
+// The 2-norm is sqrt(sum(x * x)), a reduction that shards; other orders
+// stay generic.
+// CHECK-LABEL: func.func @norms
+func.func @norms(%x: tensor<4x8xf32>) -> (tensor<f32>, tensor<4xf32>, tensor<f32>, tensor<f32>) {
+  // CHECK: %[[S:.*]] = tdx.mul %{{.*}}, %{{.*}} : (tensor<4x8xf32>, tensor<4x8xf32>) -> tensor<4x8xf32>
+  // CHECK: %[[T:.*]] = tdx.sum %[[S]] dims = [0, 1] : tensor<4x8xf32> -> tensor<f32>
+  // CHECK: %[[N:.*]] = tdx.sqrt %[[T]] : tensor<f32>
+  %0 = tdx.aten "aten::norm.ScalarOpt_dim"(%x) {args = {p = 2.0 : f64, dim = array<i64: 0, 1>, keepdim = false}} : (tensor<4x8xf32>) -> tensor<f32>
+  // CHECK: tdx.sum %{{.*}} dims = [1] : tensor<4x8xf32> -> tensor<4xf32>
+  %1 = tdx.aten "aten::linalg_vector_norm"(%x) {args = {ord = 2.0 : f64, dim = array<i64: 1>, keepdim = false, dtype}} : (tensor<4x8xf32>) -> tensor<4xf32>
+  // CHECK: tdx.sum %{{.*}} : tensor<4x8xf32> -> tensor<f32>
+  %2 = tdx.aten "aten::norm.Scalar"(%x) {args = {p = 2 : i64}} : (tensor<4x8xf32>) -> tensor<f32>
+  // CHECK: tdx.aten "aten::norm.Scalar"
+  // expected-remark @+1 {{stays generic}}
+  %3 = tdx.aten "aten::norm.Scalar"(%x) {args = {p = 1 : i64}} : (tensor<4x8xf32>) -> tensor<f32>
+  return %0, %1, %2, %3 : tensor<f32>, tensor<4xf32>, tensor<f32>, tensor<f32>
+}

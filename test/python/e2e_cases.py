@@ -80,6 +80,8 @@ case("tdx.mean", lambda x: x.mean((1, 2), keepdim=True), R(4, 3, 6))
 case("tdx.max", lambda x: x.amax(-1), R(4, 6))
 case("tdx.softmax", lambda x: x.softmax(-1), R(4, 6))
 case("tdx.log_softmax", lambda x: F.log_softmax(x, dim=1), R(4, 6))
+case("aten::norm", lambda x: torch.norm(x, 2.0), R(4, 6))
+case("aten::linalg_vector_norm", lambda x: torch.linalg.vector_norm(x, 2.0, dim=1), R(4, 6))
 case("tdx.layer_norm", lambda x, w, b: F.layer_norm(x, (6,), w, b), R(4, 3, 6), R(6), R(6))
 case("tdx.embedding", lambda ids, w: F.embedding(ids, w), I(10, 4, 3), R(10, 6))
 case("tdx.cross_entropy", F.cross_entropy, R(4, 7), I(7, 4))
@@ -138,6 +140,8 @@ NOT_CAPTURED = {
     "tdx.empty": "only in init programs (torch.empty before an init op)",
     "tdx.uniform": "init programs only (test_capture, ShardedInitTest)",
     "tdx.normal": "init programs only (test_capture, ShardedInitTest)",
+    "tdx.bernoulli": "random (training-mode dropout's mask): no eager oracle draws tdx's "
+                     "values; test_training checks it against its definition (philox.py)",
     "tdx.trunc_normal": "written in IR by hand (lit-tested): capture records torch's own "
                         "trunc_normal_ (uniform, erfinv, clamp)",
 }

@@ -56,12 +56,13 @@ PLANS = {"mlp": {}, "gpt2": GPT2_PLAN, "llama": LLAMA_PLAN, "gpt2-dropout": GPT2
 
 
 @functools.lru_cache(maxsize=None)
-def compiled(model, opt, mesh, zero=0):
+def compiled(model, opt, mesh, zero=0, clip=None):
     build, loss_fn = MODELS[model]
     torch.manual_seed(0)
     deferred = tdx.deferred_init(build)
     optimizer = OPTIMIZERS[opt](deferred.parameters())
-    prog = tdx.trace_train_step(deferred, optimizer, loss_fn, *batches(model)[0])
+    prog = tdx.trace_train_step(deferred, optimizer, loss_fn, *batches(model)[0],
+                                max_grad_norm=clip)
     shape, axes, dp = MESHES[mesh]
     plan = PLANS[model] if "tp" in axes else {}
     if dp or plan:
@@ -70,7 +71,7 @@ def compiled(model, opt, mesh, zero=0):
     return prog.mlir, tdx.compile(prog)
 
 
-def eager_run(model, opt, data, dropout_masks=None):
+def eager_run(model, opt, data, dropout_masks=None, clip=None):
     build, loss_fn = MODELS[model]
     torch.manual_seed(0)
     eager = build()
@@ -82,6 +83,8 @@ def eager_run(model, opt, data, dropout_masks=None):
         optimizer.zero_grad()
         loss = loss_fn(eager, *batch)
         loss.backward()
+        if clip is not None:
+            torch.nn.utils.clip_grad_norm_(eager.parameters(), clip)
         optimizer.step()
         losses.append(loss.item())
     return eager, optimizer, losses
@@ -144,6 +147,30 @@ def test_training_matches_eager(model, opt, mesh, zero):
                 continue
             got = state[f"optimizer.{names[id(p)]}.{key}"]
             assert rel(got, t) < 1e-4, f"optimizer.{names[id(p)]}.{key}"
+
+
+@pytest.mark.parametrize("model,opt,mesh", [("mlp", "momentum", "dp2"),
+                                            ("gpt2", "adamw", "tp2")])
+def test_gradient_clipping_matches_eagers_clip_grad_norm(model, opt, mesh):
+    # max_grad_norm=0.05 clips every step here (the global norms are larger),
+    # as torch.nn.utils.clip_grad_norm_ between backward and step does. On
+    # tp2 each split gradient's squares sum to a Partial scalar: the norm
+    # moves scalars, never gradients.
+    clip = 0.05
+    data = batches(model)
+    text, exe = compiled(model, opt, mesh, clip=clip)
+    eager, _, want = eager_run(model, opt, data, clip=clip)
+    torch.manual_seed(0)
+    start = {k: v.detach() for k, v in full_state(MODELS[model][0]()).items()}
+    losses, state = exe.train(data, params=start)
+    for k, (got, ref) in enumerate(zip(losses, want)):
+        assert abs(got - ref) <= 1e-5 * abs(ref), f"step {k}: loss {got} vs eager {ref}"
+    for name, p in eager.named_parameters():
+        assert rel(state[name], p.detach()) < 1e-4, f"{name} after {STEPS} steps"
+    _, _, unclipped = eager_run(model, opt, data)
+    assert max(abs(a - b) for a, b in zip(want, unclipped)) > 1e-4  # clipping acted
+    if mesh == "tp2":
+        assert "tdx.aten \"aten::norm" not in text
 
 
 def tdx_dropout(program_text, data):
