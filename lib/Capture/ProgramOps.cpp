@@ -249,12 +249,21 @@ void Module::annotateUses(const std::string &param, const std::string &meshName,
   fn.walk([&](ParamRefOp ref) {
     if (ref.getName() != param)
       return;
-    if (reads)
+    if (reads) {
       users.push_back(ref);
-    else
-      for (Operation *user : ref->getUsers())
-        if (user->getNumResults() == 1 && isa<RankedTensorType>(user->getResult(0).getType()))
-          users.push_back(user);
+      return;
+    }
+    // Users whose results have no dim the placements split (a training
+    // step's update of the weight itself) are left to propagation.
+    int64_t needed = 0;
+    for (PlacementAttr p : sharding.getPlacements())
+      if (p.isShard())
+        needed = std::max<int64_t>(needed, p.getDim() + 1);
+    for (Operation *user : ref->getUsers())
+      if (user->getNumResults() == 1)
+        if (auto t = dyn_cast<RankedTensorType>(user->getResult(0).getType()))
+          if (t.getRank() >= needed)
+            users.push_back(user);
   });
   for (Operation *user : users) {
     Value result = user->getResult(0);

@@ -43,7 +43,8 @@ def batches(model):
 
 
 MODELS = {"mlp": (mlp, mlp_loss), "gpt2": (GPT2, lm_loss), "llama": (Llama, lm_loss),
-          "gpt2-dropout": (functools.partial(GPT2, dropout=0.1), lm_loss)}
+          "gpt2-dropout": (functools.partial(GPT2, dropout=0.1), lm_loss),
+          "llama-sp": (Llama, lm_loss)}
 OPTIMIZERS = {
     "sgd": lambda params: torch.optim.SGD(params, lr=0.1),
     "momentum": lambda params: torch.optim.SGD(params, lr=0.05, momentum=0.9, weight_decay=0.01),
@@ -52,7 +53,11 @@ OPTIMIZERS = {
 }
 MESHES = {"1": ((1,), ("dp",), None), "dp2": ((2,), ("dp",), "dp"),
           "tp2": ((2,), ("tp",), None), "2x2": ((2, 2), ("dp", "tp"), "dp")}
-PLANS = {"mlp": {}, "gpt2": GPT2_PLAN, "llama": LLAMA_PLAN, "gpt2-dropout": GPT2_PLAN}
+# Megatron sequence parallelism: the norms run on sequence-split activations.
+LLAMA_SP_PLAN = dict(LLAMA_PLAN, **{"layers.*.attention_norm": tdx.SequenceParallel(),
+                                    "layers.*.ffn_norm": tdx.SequenceParallel()})
+PLANS = {"mlp": {}, "gpt2": GPT2_PLAN, "llama": LLAMA_PLAN, "gpt2-dropout": GPT2_PLAN,
+         "llama-sp": LLAMA_SP_PLAN}
 
 
 @functools.lru_cache(maxsize=None)
@@ -112,6 +117,7 @@ CASES = [
     # ZeRO stages by placement.
     ("mlp", "adamw", "dp2", 1), ("mlp", "momentum", "dp2", 3),
     pytest.param("gpt2", "adamw", "dp2", 1, marks=slow), ("gpt2", "adamw", "dp2", 3),
+    ("llama-sp", "adamw", "tp2", 0), pytest.param("llama-sp", "momentum", "2x2", 0, marks=slow),
     ("llama", "momentum", "2x2", 1), ("gpt2", "momentum", "2x2", 3),
     pytest.param("llama", "adamw", "2x2", 3, marks=slow),
 ]
@@ -360,6 +366,28 @@ def test_tensor_parallel_step_all_reduces_four_activations_per_layer(opt):
     report = prog.comm_report()
     layers = 2
     assert [(r["kind"], r["bytes"]) for r in report] == [("all_reduce", 4 * 8 * 32 * 4)] * 4 * layers
+
+
+def test_sequence_parallel_step_reduce_scatters_and_gathers_activations():
+    # Megatron sequence parallelism over the whole step: each of the four
+    # activation all_reduces per layer of tensor parallelism becomes a
+    # reduce_scatter of the partial sums plus an all_gather of half the
+    # bytes (and one gather of the final norm's output for the head).
+    # What is still all-reduced is gradients of weights the plan
+    # replicates: the norms' (applied to split sequences) and the head's.
+    torch.manual_seed(0)
+    model = tdx.deferred_init(Llama)
+    prog = tdx.trace_train_step(model, OPTIMIZERS["sgd"](model.parameters()), lm_loss,
+                                *batches("llama")[0])
+    tdx.parallelize(prog, tdx.init_device_mesh("cpu", (2,), ("tp",)), LLAMA_SP_PLAN)
+    report = prog.comm_report()
+    layers, activation = 2, 4 * 8 * 32 * 4
+    by_kind = lambda k: sorted(r["bytes"] for r in report if r["kind"] == k)
+    assert by_kind("reduce_scatter") == [activation] * 4 * layers
+    assert by_kind("all_gather") == [activation // 2] * (4 * layers + 1)
+    replicated = sorted(p.numel() * 4 for n, p in Llama().named_parameters()
+                        if "norm" in n or n == "output.weight")
+    assert by_kind("all_reduce") == replicated
 
 
 def zero_program(opt, zero):

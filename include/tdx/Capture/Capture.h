@@ -238,8 +238,9 @@ public:
                 const std::string &placements);
   /// Places the results of the ops that use the parameter `param` (for
   /// example a norm's weight) on the declared mesh `meshName`, by annotating
-  /// them (sequence parallelism: a norm's output stays split by sequence);
-  /// with `reads`, the values that read `param` instead (ZeRO-3: a
+  /// them (sequence parallelism: a norm's output stays split by sequence;
+  /// users whose results lack a dim the placements split, like a training
+  /// step's update of the weight, are left to propagation); with `reads`, the values that read `param` instead (ZeRO-3: a
   /// parameter stored split is gathered where the step reads it).
   void annotateUses(const std::string &param, const std::string &meshName,
                     const std::string &placements, bool reads = false);
