@@ -737,16 +737,24 @@ private:
     SmallVector<Type> types;
     for (const c10::IValue &r : op.results)
       if (r.isTensor())
-        types.push_back(tensorType(b, r.toTensor()));
+        // An undefined result (a gradient output_mask did not ask for) is
+        // an empty tensor that nothing reads.
+        types.push_back(r.toTensor().defined()
+                            ? Type(tensorType(b, r.toTensor()))
+                            : Type(RankedTensorType::get({0}, b.getF32Type())));
     if (types.empty())
       return; // ops without tensor results change nothing we track
     SmallVector<Value> operands;
     Value first = generic(fullName(op), op, types);
     Operation *g = first ? first.getDefiningOp() : nullptr;
     size_t k = 0;
-    for (const c10::IValue &r : op.results)
-      if (r.isTensor() && g)
-        define(r.toTensor(), g->getResult(k++));
+    for (const c10::IValue &r : op.results) {
+      if (!r.isTensor() || !g)
+        continue;
+      Value result = g->getResult(k++);
+      if (r.toTensor().defined())
+        define(r.toTensor(), result);
+    }
   }
 };
 
