@@ -373,6 +373,24 @@ def test_data_parallel_step_all_reduces_each_gradient_once(opt):
     assert sorted(r["bytes"] for r in report) == sorted(grads + [4, 4])
 
 
+def test_tied_weight_gradient_is_all_reduced_once():
+    # GPT-2 ties lm_head.weight to wte.weight: its two gradient
+    # contributions (the head's matmul and the embedding's backward) are
+    # summed while Partial and reduced once. DP moves each gradient once
+    # (wpe's only for the 8 of 16 positions the batch uses), plus the loss.
+    torch.manual_seed(0)
+    model = tdx.deferred_init(GPT2)
+    prog = tdx.trace_train_step(model, OPTIMIZERS["adamw"](model.parameters()), lm_loss,
+                                *batches("gpt2")[0])
+    tdx.parallelize(prog, tdx.init_device_mesh("cpu", (2,), ("dp",)), {}, data_parallel="dp")
+    report = prog.comm_report()
+    assert {r["kind"] for r in report} == {"all_reduce"}
+    grads = {n: p.numel() * 4 for n, p in GPT2().named_parameters()}
+    assert len(report) == len(grads) + 2
+    used_wpe = 8 * 32 * 4
+    assert sum(r["bytes"] for r in report) == sum(grads.values()) - grads["wpe.weight"] + used_wpe + 8
+
+
 @pytest.mark.parametrize("opt", ["momentum", "adamw"])
 def test_tensor_parallel_step_all_reduces_four_activations_per_layer(opt):
     # Megatron on tp2, the whole step: per layer the forward all_reduces the
