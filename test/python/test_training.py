@@ -498,6 +498,30 @@ def test_zero3_with_a_tensor_parallel_plan_splits_parameters_over_both_axes():
     assert len(dp_gathers) >= len(split)
 
 
+def step_memory(exe, data):
+    """Per rank: (state bytes, peak tensor bytes in a step) from --verbose."""
+    exe.train(data[:2], verbose=True)
+    rows = re.findall(r"rank (\d+): state (\d+) bytes .* peak tensor memory in a step (\d+) bytes",
+                      exe.last_log)
+    return {int(r): (int(st), int(pk)) for r, st, pk in rows}
+
+
+def test_zero3_state_per_rank_is_the_replicated_state_over_n():
+    # GPT-2 with AdamW on dp2, measured in the binary (--verbose counts the
+    # bytes ATen's allocator holds): zero=0 keeps all parameters and
+    # optimizer state on each rank; zero=3 keeps half of them (within 5%:
+    # Adam's step counters and the 1-D weights the split leaves whole), and
+    # a step's peak stays below the replicated state plus its activations.
+    data = batches("gpt2")
+    ddp, zero3 = step_memory(compiled("gpt2", "adamw", "dp2", 0)[1], data), \
+        step_memory(compiled("gpt2", "adamw", "dp2", 3)[1], data)
+    replicated = ddp[0][0]
+    assert ddp[1][0] == replicated
+    for rank, (state, peak) in zero3.items():
+        assert abs(state - replicated / 2) <= 0.05 * replicated / 2, (rank, state, replicated)
+        assert state < peak < ddp[rank][1], (rank, peak, ddp[rank][1])
+
+
 def test_zero_needs_a_training_step_and_a_data_parallel_axis():
     mesh = tdx.init_device_mesh("cpu", (2,), ("dp",))
     torch.manual_seed(0)

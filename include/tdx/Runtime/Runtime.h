@@ -103,6 +103,16 @@ struct Profile {
   };
 };
 
+/// The bytes of tensors ATen's CPU allocator holds on this rank, counted by
+/// a wrapper around it (installed once): now and at the peak since the last
+/// resetPeak(). --verbose reports a training step's peak with it.
+struct TensorMemory {
+  static void install();
+  static int64_t current();
+  static int64_t peak();
+  static void resetPeak();
+};
+
 /// One row of an emitted elementwise kernel: `operands[i]` points at the
 /// row's first element of input i (then the outputs), `strides[i]` is input
 /// i's element stride along the row (0 when broadcast; outputs are dense).

@@ -50,6 +50,8 @@ int tdx::rt::runMain(int argc, char **argv, const Program &program) {
   if (int code = parseOptions(argc, argv, o); code >= 0)
     return code;
   try {
+    if (o.verbose)
+      TensorMemory::install();
     Context ctx(program.meshShape, program.axes, o.seed, o.verbose);
     const int rank = ctx.rank();
     ctx.setCollectiveTimeout(o.timeout);
@@ -99,6 +101,8 @@ int tdx::rt::runMain(int argc, char **argv, const Program &program) {
       // Training: step k reads batch k and updates the state in place.
       TensorStore in(o.batches);
       std::map<std::string, at::Tensor> saved;
+      TensorMemory::resetPeak();
+      int64_t peakStep = 0;
       auto t2 = std::chrono::steady_clock::now();
       for (int64_t step = 0; step < o.steps; ++step) {
         std::vector<at::Tensor> local;
@@ -107,7 +111,9 @@ int tdx::rt::runMain(int argc, char **argv, const Program &program) {
           local.push_back(readLocal(ctx, in, std::to_string(step) + ":input:" + std::to_string(i),
                                     "batch input", v.shape, v.dtype, parseLayout(v.layout)));
         }
+        TensorMemory::resetPeak();
         std::vector<at::Tensor> out = program.forward(ctx, state, local);
+        peakStep = std::max(peakStep, TensorMemory::peak());
         for (size_t i = 0; i < out.size(); ++i) {
           at::Tensor g = ctx.gather(out[i], program.outputs[i].shape,
                                     parseLayout(program.outputs[i].layout));
@@ -116,6 +122,19 @@ int tdx::rt::runMain(int argc, char **argv, const Program &program) {
         }
       }
       auto t3 = std::chrono::steady_clock::now();
+      if (o.verbose) {
+        // State stays; a step's working memory (activations, gradients,
+        // gathered parameters) comes and goes.
+        int64_t stateBytes = 0, optimizerBytes = 0;
+        for (const auto &[name, t] : state)
+          (isOptimizerState(name) ? optimizerBytes : stateBytes) += t.nbytes();
+        std::printf("tdx: rank %d: state %lld bytes (parameters and buffers %lld, optimizer "
+                    "%lld), peak tensor memory in a step %lld bytes\n",
+                    rank, static_cast<long long>(stateBytes + optimizerBytes),
+                    static_cast<long long>(stateBytes), static_cast<long long>(optimizerBytes),
+                    static_cast<long long>(peakStep));
+        std::fflush(stdout);
+      }
       if (rank == 0 && !o.outputs.empty())
         save(o.outputs, saved);
       if (!o.saveState.empty())
