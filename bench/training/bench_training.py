@@ -4,19 +4,28 @@ model, tdx next to its peers, in one run:
   - torch eager with torch.optim.AdamW, one process (the oracle and the
     1-rank baseline);
   - torch.nn.parallel.DistributedDataParallel on torch.distributed's gloo
-    backend, 2 processes, each on half the batch (the data-parallel peer);
-  - the tdx binary of tdx.trace_train_step (tdx.compile) under mpirun on 1
-    rank and data parallel on 2 ranks (one gradient all_reduce each, as DDP).
+    backend, 2 and 4 processes, each on its part of the batch;
+  - Megatron tensor parallelism written by hand on gloo, 2 processes:
+    column- and row-parallel linears with the all_reduces Megatron places
+    (two per layer in the forward, two in the backward);
+  - the tdx binary of tdx.trace_train_step (tdx.compile) under mpirun: 1
+    rank, data parallel on 2 and 4 ranks, ZeRO-3 on 2, and the Megatron plan
+    on 2 (tp2).
 
-Every process uses one ATen thread (2 cores here). A step time is the mean of
---steps steps after one warm-up step, best of --rounds rounds that alternate
-between the three. Losses of the last round are checked against eager's.
+Every process uses one ATen thread. A step time is the mean of --steps steps
+after one warm-up step, best of --rounds rounds that alternate between them.
+Every tdx configuration's losses are checked against eager's. tdx's bytes
+per step and peak tensor memory per rank are the binary's own (--verbose);
+the peers' bytes are the payload their algorithm moves (gradients for DDP,
+4 activations per layer for Megatron). This machine has 2 cores: 4 ranks
+share them, so 4-rank times measure oversubscription as much as anything.
 
     . build/env.sh && /usr/bin/python3 bench/training/bench_training.py [--steps 10]
 """
 
 import argparse
 import os
+import re
 import sys
 import time
 
@@ -71,6 +80,103 @@ def eager(data):
     return (time.perf_counter() - t0) * 1e3 / (len(data) - 1), losses
 
 
+class _CopyToTP(torch.autograd.Function):
+    """Megatron's f: identity forward, all_reduce of the gradient backward."""
+
+    @staticmethod
+    def forward(ctx, x):
+        return x
+
+    @staticmethod
+    def backward(ctx, g):
+        g = g.clone()
+        dist.all_reduce(g)
+        return g
+
+
+class _ReduceFromTP(torch.autograd.Function):
+    """Megatron's g: all_reduce forward, identity backward."""
+
+    @staticmethod
+    def forward(ctx, x):
+        x = x.clone()
+        dist.all_reduce(x)
+        return x
+
+    @staticmethod
+    def backward(ctx, g):
+        return g
+
+
+def megatron_model(rank, world):
+    """The eager GPT with each block's wq/wk/wv/fc split by output features
+    and wo/proj by input features over `world` ranks (this rank's shards of
+    the same weights), the rest replicated."""
+    m = model()
+    for block in m.h:
+        d = block.wq.in_features
+        for name in ("wq", "wk", "wv", "fc"):
+            lin = getattr(block, name)
+            w, b = lin.weight.detach().chunk(world)[rank], lin.bias.detach().chunk(world)[rank]
+            new = torch.nn.Linear(lin.in_features, w.shape[0])
+            new.weight.data.copy_(w)
+            new.bias.data.copy_(b)
+            setattr(block, name, new)
+        for name in ("wo", "proj"):
+            # Row-parallel: the local matmul, then the bias once after the
+            # all_reduce (replicated, as Megatron's RowParallelLinear).
+            lin = getattr(block, name)
+            w = lin.weight.detach().chunk(world, dim=1)[rank]
+            new = torch.nn.Linear(w.shape[1], lin.out_features, bias=False)
+            new.weight.data.copy_(w)
+            setattr(block, name, new)
+            setattr(block, name + "_bias", torch.nn.Parameter(lin.bias.detach().clone()))
+        heads = block.heads // world
+
+        def forward(x, block=block, heads=heads, d=d):
+            b, t, _ = x.shape
+            h = _CopyToTP.apply(block.ln_1(x))
+            split = lambda y: y.view(b, t, heads, d // block.heads).transpose(1, 2)
+            q, k, v = split(block.wq(h)), split(block.wk(h)), split(block.wv(h))
+            att = (q @ k.transpose(-2, -1) / (d // block.heads) ** 0.5).softmax(dim=-1)
+            y = (att @ v).transpose(1, 2).reshape(b, t, d // world)
+            x = x + _ReduceFromTP.apply(block.wo(y)) + block.wo_bias
+            h = _CopyToTP.apply(block.ln_2(x))
+            mlp = block.proj(F.gelu(block.fc(h), approximate="tanh"))
+            return x + _ReduceFromTP.apply(mlp) + block.proj_bias
+        block.forward = forward
+    return m
+
+
+def megatron_worker(rank, world, data, port, out):
+    torch.set_num_threads(1)
+    os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port))
+    dist.init_process_group("gloo", rank=rank, world_size=world)
+    m = megatron_model(rank, world)
+    opt = optimizer(m.parameters())
+    t0, losses = None, []
+    for k, batch in enumerate(data):
+        if k == 1:
+            dist.barrier()
+            t0 = time.perf_counter()
+        opt.zero_grad()
+        loss = loss_fn(m, *batch)
+        loss.backward()
+        opt.step()
+        losses.append(loss.item())
+    dist.barrier()
+    if rank == 0:
+        out.put(((time.perf_counter() - t0) * 1e3 / (len(data) - 1), losses))
+    dist.destroy_process_group()
+
+
+def megatron(data, world, port):
+    ctx = mp.get_context("spawn")
+    out = ctx.Queue()
+    mp.spawn(megatron_worker, args=(world, data, port, out), nprocs=world, join=True)
+    return out.get()
+
+
 def ddp_worker(rank, world, data, port, out):
     torch.set_num_threads(1)
     os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port))
@@ -98,14 +204,25 @@ def ddp(data, world, port):
     return out.get()
 
 
-def compile_tdx(world):
+MEGATRON_PLAN = {"h.*.wq": tdx.ColwiseParallel(), "h.*.wk": tdx.ColwiseParallel(),
+                 "h.*.wv": tdx.ColwiseParallel(), "h.*.wo": tdx.RowwiseParallel(),
+                 "h.*.fc": tdx.ColwiseParallel(), "h.*.proj": tdx.RowwiseParallel()}
+# name: (ranks, mesh axis, zero); the axis is "dp" (data parallel) or "tp".
+CONFIGS = {"tdx 1 rank": (1, None, 0), "tdx dp2": (2, "dp", 0), "tdx dp2 zero3": (2, "dp", 3),
+           "tdx tp2": (2, "tp", 0), "tdx dp4": (4, "dp", 0)}
+
+
+def compile_tdx(world, axis, zero):
     torch.manual_seed(0)
     deferred = tdx.deferred_init(lambda: GPT(**CONFIG))
     prog = tdx.trace_train_step(deferred, optimizer(deferred.parameters()), loss_fn,
                                 *batches(1)[0])
-    if world > 1:
-        tdx.parallelize(prog, tdx.init_device_mesh("cpu", (world,), ("dp",)), {},
-                        data_parallel="dp")
+    if axis:
+        mesh = tdx.init_device_mesh("cpu", (world,), (axis,))
+        if axis == "dp":
+            tdx.parallelize(prog, mesh, {}, data_parallel="dp", zero=zero)
+        else:
+            tdx.parallelize(prog, mesh, MEGATRON_PLAN)
     t0 = time.perf_counter()
     exe = tdx.compile(prog)
     return exe, time.perf_counter() - t0
@@ -113,7 +230,12 @@ def compile_tdx(world):
 
 def run_tdx(exe, data, weights):
     losses, _ = exe.train(data, params=weights, verbose=True)
-    return exe.last_step_ms(), losses
+    log = exe.last_log
+    # The binary prints the bytes all ranks sent per step: per rank here.
+    sent = re.search(r"(\d+) ranks: init [\d.]+ ms, step [\d.]+ ms, (\d+) bytes communicated", log)
+    peaks = [int(p) for p in re.findall(r"peak tensor memory in a step (\d+) bytes", log)]
+    per_rank = int(sent.group(2)) // int(sent.group(1)) if sent else 0
+    return exe.last_step_ms(), losses, per_rank, max(peaks)
 
 
 def main():
@@ -123,28 +245,44 @@ def main():
     args = parser.parse_args()
     data = batches(args.steps + 1)
     weights = {k: v.detach() for k, v in model().state_dict().items()}
-    exes = {w: compile_tdx(w) for w in (1, 2)}
-    best = {}
+    exes = {name: compile_tdx(*config) for name, config in CONFIGS.items()}
+    best, facts = {}, {}
     port = 29600
+    keep = lambda key, ms: best.__setitem__(key, min(best.get(key, ms), ms))
     for _ in range(args.rounds):
         e_ms, want = eager(data)
-        best["eager"] = min(best.get("eager", e_ms), e_ms)
-        for world, (exe, _) in exes.items():
-            ms, got = run_tdx(exe, data, weights)
-            best[f"tdx{world}"] = min(best.get(f"tdx{world}", ms), ms)
+        keep("torch eager", e_ms)
+        for name, (exe, _) in exes.items():
+            ms, got, sent, peak = run_tdx(exe, data, weights)
+            keep(name, ms)
+            facts[name] = (sent, peak)
             worst = max(abs(a - b) / abs(b) for a, b in zip(got, want))
-            assert worst < 1e-4, f"tdx on {world} rank(s): loss off eager's by {worst:.2e}"
+            assert worst < 1e-4, f"{name}: loss off eager's by {worst:.2e}"
+        for world in (2, 4):
+            port += 1
+            keep(f"DDP gloo {world}", ddp(data, world, port))
         port += 1
-        g_ms = ddp(data, 2, port)
-        best["ddp2"] = min(best.get("ddp2", g_ms), g_ms)
+        m_ms, m_losses = megatron(data, 2, port)
+        keep("Megatron gloo 2", m_ms)
+        worst = max(abs(a - b) / abs(b) for a, b in zip(m_losses, want))
+        assert worst < 1e-4, f"hand-written Megatron: loss off eager's by {worst:.2e}"
+    grads = sum(p.numel() * 4 for p in model().parameters())
+    activation = BATCH * SEQ * CONFIG["d"] * 4
+    peers = {"tdx 1 rank": ("torch eager", 0), "tdx dp2": ("DDP gloo 2", grads),
+             "tdx dp2 zero3": ("DDP gloo 2", grads), "tdx dp4": ("DDP gloo 4", grads),
+             "tdx tp2": ("Megatron gloo 2", 4 * CONFIG["layers"] * activation)}
     print(f"GPT {CONFIG}, batch {BATCH}x{SEQ}, AdamW, {args.steps} steps x best of "
           f"{args.rounds} rounds, 1 ATen thread per process")
-    print(f"tdx compile: {exes[1][1]:.1f} s (1 rank), {exes[2][1]:.1f} s (dp2)")
-    print(f"{'ranks':>5} | {'tdx ms':>8} | {'peer':>12} {'peer ms':>8} | {'peer/tdx':>8}")
-    print(f"{1:>5} | {best['tdx1']:>8.2f} | {'torch eager':>12} {best['eager']:>8.2f} | "
-          f"{best['eager'] / best['tdx1']:>8.2f}")
-    print(f"{2:>5} | {best['tdx2']:>8.2f} | {'DDP gloo':>12} {best['ddp2']:>8.2f} | "
-          f"{best['ddp2'] / best['tdx2']:>8.2f}")
+    print("tdx compile: " + ", ".join(f"{name} {t:.0f} s" for name, (_, t) in exes.items()))
+    print("bytes/step: payload per rank per step; peak MiB: tdx's largest rank")
+    print(f"{'config':>14} | {'tdx ms':>8} {'bytes/step':>11} {'peak MiB':>8} | "
+          f"{'peer':>15} {'peer ms':>8} {'bytes/step':>11} | {'peer/tdx':>8}")
+    for name in CONFIGS:
+        peer, peer_bytes = peers[name]
+        sent, peak = facts[name]
+        print(f"{name:>14} | {best[name]:>8.2f} {sent:>11} {peak / 2**20:>8.2f} | "
+              f"{peer:>15} {best[peer]:>8.2f} {peer_bytes:>11} | "
+              f"{best[peer] / best[name]:>8.2f}")
 
 
 if __name__ == "__main__":

@@ -1,6 +1,7 @@
 """Compiled model binaries: `tdx.compile(prog)` and `Executable.run`."""
 
 import os
+import re
 import shutil
 import subprocess
 import tempfile
@@ -103,10 +104,10 @@ class Executable:
     def last_step_ms(self):
         """The step time (ms) of the last ``run(..., verbose=True)``, from the
         binary's line "tdx: N ranks: init A ms, step B ms, C bytes ..."."""
-        words = getattr(self, "last_log", "").split()
-        if "step" not in words:
+        found = re.search(r"ranks: init [\d.]+ ms, step ([\d.]+) ms", getattr(self, "last_log", ""))
+        if not found:
             raise TdxError("no step time: run the binary with verbose=True first")
-        return float(words[words.index("step") + 1])
+        return float(found.group(1))
 
     def materialize(self, nprocs=None, seed=0, timeout=300):
         """The gathered global parameters after sharded init, by qualified name."""
