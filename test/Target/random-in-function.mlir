@@ -2,6 +2,8 @@
 // RUN:   | FileCheck %s --check-prefix=IR
 // RUN: tdx-opt %s --tdx-propagate-sharding --tdx-insert-collectives --tdx-partition \
 // RUN:   | tdx-translate --tdx-to-cpp | FileCheck %s
+// RUN: tdx-opt %s --tdx-propagate-sharding --tdx-insert-collectives --tdx-partition \
+// RUN:   | tdx-translate --tdx-to-cuda | FileCheck %s --check-prefix=CUDA
 
 // Dropout's mask in a step function: split like the activation it masks,
 // partitioned with its global shape, and drawn per rank as its box of the
@@ -21,3 +23,7 @@ func.func @forward(%x: tensor<7x8xf32>) -> tensor<7x8xf32> {
 // CHECK-LABEL: static std::vector<T::Tensor> forward(
 // CHECK: const uint64_t call = ctx.nextCall();
 // CHECK: = ctx.init(tdx::rt::atCall([[P]], call), parseLayout("[Shard(0)]"));
+
+// The CUDA backend draws the same way (its Context::init).
+// CUDA: const uint64_t call = ctx.nextCall();
+// CUDA: = ctx.init(tdx::rt::atCall(kInit{{[0-9]+}}, call), parseLayout("[Shard(0)]"));
