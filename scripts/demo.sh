@@ -23,7 +23,8 @@ echo "== tdx-opt $(basename "$model") --tdx-model-summary --canonicalize --cse"
   -o "$build/$(basename "$model" .mlir).opt.mlir"
 echo
 echo "== forward after canonicalize + cse (first 12 lines; all in $build/$(basename "$model" .mlir).opt.mlir)"
-sed -n '/func.func @forward/,$p' "$build/$(basename "$model" .mlir).opt.mlir" | head -12
+# awk, not sed | head: with pipefail, head leaving early would fail the script.
+awk '/func.func @forward/ { on = 1 } on && shown++ < 12' "$build/$(basename "$model" .mlir).opt.mlir"
 
 echo
 echo "== tdx-opt $(basename "$sharded") --tdx-propagate-sharding --tdx-insert-collectives --tdx-partition --tdx-comm-report"
@@ -31,7 +32,7 @@ echo "== tdx-opt $(basename "$sharded") --tdx-propagate-sharding --tdx-insert-co
   --tdx-partition --tdx-comm-report -o "$build/gpt-2x2.local.mlir"
 echo
 echo "== the per-rank forward, first 12 lines (all in $build/gpt-2x2.local.mlir)"
-sed -n '/func.func @forward/,$p' "$build/gpt-2x2.local.mlir" | head -12
+awk '/func.func @forward/ { on = 1 } on && shown++ < 12' "$build/gpt-2x2.local.mlir"
 
 echo
 echo "== /usr/bin/python3 examples/gpt_2x2.py"
