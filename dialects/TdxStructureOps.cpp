@@ -157,6 +157,18 @@ ShardingAttr mlir::tdx::stateSharding(Operation *decl) {
   return {};
 }
 
+ShardingAttr mlir::tdx::valueSharding(Value v) {
+  if (auto arg = dyn_cast<BlockArgument>(v)) {
+    auto fn = dyn_cast<func::FuncOp>(arg.getOwner()->getParentOp());
+    return fn ? fn.getArgAttrOfType<ShardingAttr>(arg.getArgNumber(),
+                                                  TdxDialect::kShardingAttrName)
+              : ShardingAttr();
+  }
+  auto attr = v.getDefiningOp()->getAttrOfType<ArrayAttr>(TdxDialect::kShardingsAttrName);
+  unsigned i = cast<OpResult>(v).getResultNumber();
+  return attr && i < attr.size() ? dyn_cast<ShardingAttr>(attr[i]) : ShardingAttr();
+}
+
 /// Checks that `op` names a tdx.parameter or tdx.buffer and that `type` is
 /// its declared type, or in a partitioned module its local type.
 static LogicalResult verifyStateAccess(Operation *op, FlatSymbolRefAttr name, Type type,

@@ -63,14 +63,7 @@ private:
 };
 
 Layout FunctionPartitioner::layoutOfValue(Value v) {
-  ShardingAttr sharding;
-  if (auto arg = dyn_cast<BlockArgument>(v)) {
-    sharding = fn.getArgAttrOfType<ShardingAttr>(arg.getArgNumber(), ::mlir::tdx::TdxDialect::kShardingAttrName);
-  } else if (auto attr = v.getDefiningOp()->getAttrOfType<ArrayAttr>(::mlir::tdx::TdxDialect::kShardingsAttrName)) {
-    unsigned index = cast<OpResult>(v).getResultNumber();
-    if (index < attr.size())
-      sharding = dyn_cast<ShardingAttr>(attr[index]);
-  }
+  ShardingAttr sharding = valueSharding(v);
   return sharding ? layoutOf(sharding) : replicatedLayout(fn.getContext(), meshShape.size());
 }
 

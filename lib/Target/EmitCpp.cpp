@@ -78,20 +78,6 @@ std::string layoutText(ShardingAttr sharding, int64_t rank) {
   return text.substr(text.find('['), text.rfind(']') - text.find('[') + 1);
 }
 
-/// The placement of `v`: its argument's `tdx.sharding` or its producer's
-/// `tdx.shardings` entry; null when unplaced (replicated).
-ShardingAttr shardingOf(Value v) {
-  if (auto arg = dyn_cast<BlockArgument>(v)) {
-    auto fn = dyn_cast<func::FuncOp>(arg.getOwner()->getParentOp());
-    return fn ? fn.getArgAttrOfType<ShardingAttr>(arg.getArgNumber(),
-                                                  ::mlir::tdx::TdxDialect::kShardingAttrName)
-              : ShardingAttr();
-  }
-  auto attr = v.getDefiningOp()->getAttrOfType<ArrayAttr>(::mlir::tdx::TdxDialect::kShardingsAttrName);
-  unsigned i = cast<OpResult>(v).getResultNumber();
-  return attr && i < attr.size() ? dyn_cast<ShardingAttr>(attr[i]) : ShardingAttr();
-}
-
 class Emitter {
 public:
   Emitter(int64_t meshRank, Backend backend, llvm::raw_ostream &os)
@@ -242,7 +228,7 @@ LogicalResult Emitter::emitOp(Operation *op) {
         if (failed(program))
           return failure();
         return assign("ctx.init(tdx::rt::atCall(" + programVar(*program) +
-                      ", call), parseLayout(\"" + layoutText(shardingOf(o->getResult(0)), meshRank) +
+                      ", call), parseLayout(\"" + layoutText(valueSharding(o->getResult(0)), meshRank) +
                       "\"))");
       })
       .Case([&](ArangeOp o) {
@@ -537,7 +523,7 @@ FailureOr<Signature> signatureOf(func::FuncOp fn, int64_t meshRank) {
     if (!ranked || dtype(ranked.getElementType()).empty())
       return fn.emitError() << "result #" << i << " has type " << t
                             << ", which the CPU backend cannot return";
-    sig.outputs.push_back({ranked, layoutText(shardingOf(ret.getOperand(i)), meshRank)});
+    sig.outputs.push_back({ranked, layoutText(valueSharding(ret.getOperand(i)), meshRank)});
   }
   return sig;
 }

@@ -31,6 +31,9 @@ Operation *lookupStateOwner(Operation *from, FlatSymbolRefAttr name,
                             SymbolTableCollection *symbols = nullptr);
 /// The placement a tdx.parameter or tdx.buffer declares (null without one).
 ShardingAttr stateSharding(Operation *decl);
+/// The placement of a function's value: its argument's `tdx.sharding` or its
+/// producer's `tdx.shardings` entry; null when it has none (replicated).
+ShardingAttr valueSharding(Value v);
 } // namespace mlir::tdx
 
 #endif // TDX_DIALECT_TDXOPS_H
