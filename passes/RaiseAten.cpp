@@ -394,18 +394,24 @@ Value raiseSoftmax(Call &c) {
   return SoftmaxOp::create(c.b, c.loc, c.plain[0], c.b.getI64IntegerAttr(*dim));
 }
 
-/// sum / mean / amax over `dim` (all dims when it is absent or empty).
-template <typename OpT> Value raiseReduce(Call &c) {
-  if (c.plain.size() != 1 || !c.absentOrNone("dtype") ||
-      cast<RankedTensorType>(c.plain[0].getType()).getElementType() != c.elementType())
-    return {};
+/// OpT of `x` over the call's `dim` (all dims when it is absent or empty)
+/// and `keepdim`, typed as the call's result; null for another `dim`.
+template <typename OpT> Value reduceAsCalled(Call &c, Value x) {
   std::optional<ArrayRef<int64_t>> dims = c.ints("dim");
   if (c.arg("dim") && !dims && !c.isNone("dim"))
     return {};
   bool keep = c.boolean("keepdim").value_or(false);
-  return OpT::create(c.b, c.loc, c.resultType(), c.plain[0],
+  return OpT::create(c.b, c.loc, c.resultType(), x,
                      dims && !dims->empty() ? c.b.getDenseI64ArrayAttr(*dims) : DenseI64ArrayAttr(),
                      keep ? c.b.getUnitAttr() : UnitAttr());
+}
+
+/// sum / mean / amax over `dim`.
+template <typename OpT> Value raiseReduce(Call &c) {
+  if (c.plain.size() != 1 || !c.absentOrNone("dtype") ||
+      cast<RankedTensorType>(c.plain[0].getType()).getElementType() != c.elementType())
+    return {};
+  return reduceAsCalled<OpT>(c, c.plain[0]);
 }
 
 /// The 2-norm (norm with p = 2, linalg_vector_norm with ord = 2) as
@@ -420,20 +426,10 @@ Value raiseNorm(Call &c) {
     p = 2.0;
   if (!p || *p != 2.0)
     return {};
-  std::optional<ArrayRef<int64_t>> dims = c.ints("dim");
-  if (c.arg("dim") && !dims && !c.isNone("dim"))
-    return {};
-  bool keep = c.boolean("keepdim").value_or(false);
   Value x = c.plain[0];
   Value squares = c.binary<MulOp>(x, x);
-  if (!squares)
-    return {};
-  auto type = c.resultType();
-  Value sum = SumOp::create(c.b, c.loc, type, squares,
-                            dims && !dims->empty() ? c.b.getDenseI64ArrayAttr(*dims)
-                                                   : DenseI64ArrayAttr(),
-                            keep ? c.b.getUnitAttr() : UnitAttr());
-  return SqrtOp::create(c.b, c.loc, sum);
+  Value sum = squares ? reduceAsCalled<SumOp>(c, squares) : Value();
+  return sum ? SqrtOp::create(c.b, c.loc, sum) : Value();
 }
 
 Value raiseEmbedding(Call &c) {
