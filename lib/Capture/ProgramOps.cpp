@@ -245,6 +245,12 @@ void Module::annotateUses(const std::string &param, const std::string &meshName,
   OpBuilder b(&ctx);
   SymbolTableCollection symbols;
   int64_t placed = 0;
+  // Users whose results have no dim the placements split (a training step's
+  // update of the weight itself) are left to propagation.
+  int64_t needed = 0;
+  for (PlacementAttr p : sharding.getPlacements())
+    if (p.isShard())
+      needed = std::max<int64_t>(needed, p.getDim() + 1);
   SmallVector<Operation *> users;
   fn.walk([&](ParamRefOp ref) {
     if (ref.getName() != param)
@@ -253,12 +259,6 @@ void Module::annotateUses(const std::string &param, const std::string &meshName,
       users.push_back(ref);
       return;
     }
-    // Users whose results have no dim the placements split (a training
-    // step's update of the weight itself) are left to propagation.
-    int64_t needed = 0;
-    for (PlacementAttr p : sharding.getPlacements())
-      if (p.isShard())
-        needed = std::max<int64_t>(needed, p.getDim() + 1);
     for (Operation *user : ref->getUsers())
       if (user->getNumResults() == 1)
         if (auto t = dyn_cast<RankedTensorType>(user->getResult(0).getType()))

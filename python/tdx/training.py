@@ -76,14 +76,13 @@ def _clip_grad_norm(params, max_norm):
     """torch.nn.utils.clip_grad_norm_ (torch 1.13, 2-norm) with the same ops,
     each gradient rescaled by a new value rather than in place (the in-place
     write goes through autograd's views of the gradients)."""
-    grads = [p.grad for p in params if p.grad is not None]
-    if not grads:
+    params = [p for p in params if p.grad is not None]
+    if not params:
         return
-    total = torch.norm(torch.stack([torch.norm(g, 2.0) for g in grads]), 2.0)
+    total = torch.norm(torch.stack([torch.norm(p.grad, 2.0) for p in params]), 2.0)
     coef = torch.clamp(max_norm / (total + 1e-6), max=1.0)
     for p in params:
-        if p.grad is not None:
-            p.grad = p.grad * coef
+        p.grad = p.grad * coef
 
 
 def trace_train_step(model, optimizer, loss_fn, *batch, max_grad_norm=None):

@@ -101,7 +101,6 @@ int tdx::rt::runMain(int argc, char **argv, const Program &program) {
       // Training: step k reads batch k and updates the state in place.
       TensorStore in(o.batches);
       std::map<std::string, at::Tensor> saved;
-      TensorMemory::resetPeak();
       int64_t peakStep = 0;
       auto t2 = std::chrono::steady_clock::now();
       for (int64_t step = 0; step < o.steps; ++step) {
