@@ -148,11 +148,18 @@ def megatron_model(rank, world):
     return m
 
 
-def megatron_worker(rank, world, data, port, out):
+def gloo_worker(rank, world, peer, data, port, out):
+    """One rank of a gloo peer: "ddp" (DDP on this rank's part of each batch)
+    or "megatron" (hand-written tensor parallelism on the whole batch)."""
     torch.set_num_threads(1)
     os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port))
     dist.init_process_group("gloo", rank=rank, world_size=world)
-    m = megatron_model(rank, world)
+    if peer == "ddp":
+        m = torch.nn.parallel.DistributedDataParallel(model())
+        part = lambda batch: tuple(t.chunk(world)[rank] for t in batch)
+    else:
+        m = megatron_model(rank, world)
+        part = lambda batch: batch
     opt = optimizer(m.parameters())
     t0, losses = None, []
     for k, batch in enumerate(data):
@@ -160,7 +167,7 @@ def megatron_worker(rank, world, data, port, out):
             dist.barrier()
             t0 = time.perf_counter()
         opt.zero_grad()
-        loss = loss_fn(m, *batch)
+        loss = loss_fn(m, *part(batch))
         loss.backward()
         opt.step()
         losses.append(loss.item())
@@ -170,37 +177,11 @@ def megatron_worker(rank, world, data, port, out):
     dist.destroy_process_group()
 
 
-def megatron(data, world, port):
+def gloo(peer, data, world, port):
+    """(step ms, rank 0's losses) of a gloo peer on `world` processes."""
     ctx = mp.get_context("spawn")
     out = ctx.Queue()
-    mp.spawn(megatron_worker, args=(world, data, port, out), nprocs=world, join=True)
-    return out.get()
-
-
-def ddp_worker(rank, world, data, port, out):
-    torch.set_num_threads(1)
-    os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port))
-    dist.init_process_group("gloo", rank=rank, world_size=world)
-    m = torch.nn.parallel.DistributedDataParallel(model())
-    opt = optimizer(m.parameters())
-    t0 = None
-    for k, (ids, targets) in enumerate(data):
-        if k == 1:
-            dist.barrier()
-            t0 = time.perf_counter()
-        opt.zero_grad()
-        loss_fn(m, ids.chunk(world)[rank], targets.chunk(world)[rank]).backward()
-        opt.step()
-    dist.barrier()
-    if rank == 0:
-        out.put((time.perf_counter() - t0) * 1e3 / (len(data) - 1))
-    dist.destroy_process_group()
-
-
-def ddp(data, world, port):
-    ctx = mp.get_context("spawn")
-    out = ctx.Queue()
-    mp.spawn(ddp_worker, args=(world, data, port, out), nprocs=world, join=True)
+    mp.spawn(gloo_worker, args=(world, peer, data, port, out), nprocs=world, join=True)
     return out.get()
 
 
@@ -260,9 +241,9 @@ def main():
             assert worst < 1e-4, f"{name}: loss off eager's by {worst:.2e}"
         for world in (2, 4):
             port += 1
-            keep(f"DDP gloo {world}", ddp(data, world, port))
+            keep(f"DDP gloo {world}", gloo("ddp", data, world, port)[0])
         port += 1
-        m_ms, m_losses = megatron(data, 2, port)
+        m_ms, m_losses = gloo("megatron", data, 2, port)
         keep("Megatron gloo 2", m_ms)
         worst = max(abs(a - b) / abs(b) for a, b in zip(m_losses, want))
         assert worst < 1e-4, f"hand-written Megatron: loss off eager's by {worst:.2e}"
