@@ -107,6 +107,26 @@ def eager_run(model, opt, data, dropout_masks=None, clip=None):
     return eager, optimizer, losses
 
 
+def train_from_eagers_start(model, exe, data):
+    """(losses, state) of the compiled step run on `data` from the weights
+    and buffers eager starts with."""
+    torch.manual_seed(0)
+    start = {k: v.detach() for k, v in full_state(MODELS[model][0]()).items()}
+    return exe.train(data, params=start)
+
+
+def assert_losses_match(losses, want):
+    for k, (got, ref) in enumerate(zip(losses, want)):
+        assert abs(got - ref) <= 1e-5 * abs(ref), f"step {k}: loss {got} vs eager {ref}"
+
+
+def assert_matches_eager(losses, want, state, eager):
+    """Every step's loss within 1e-5 and every final parameter within 1e-4."""
+    assert_losses_match(losses, want)
+    for name, p in eager.named_parameters():
+        assert rel(state[name], p.detach()) < 1e-4, f"{name} after {STEPS} steps"
+
+
 def full_state(module):
     """Parameters and every buffer (persistent or not) by name."""
     return dict(itertools.chain(module.named_parameters(), module.named_buffers()))
@@ -141,12 +161,9 @@ def test_training_matches_eager(model, opt, mesh, zero):
     data = batches(model)
     _, exe = compiled(model, opt, mesh, zero)
     eager, optimizer, want = eager_run(model, opt, data)
-    torch.manual_seed(0)
-    start = {k: v.detach() for k, v in full_state(MODELS[model][0]()).items()}
-    losses, state = exe.train(data, params=start)
+    losses, state = train_from_eagers_start(model, exe, data)
     assert len(losses) == STEPS
-    for k, (got, ref) in enumerate(zip(losses, want)):
-        assert abs(got - ref) <= 1e-5 * abs(ref), f"step {k}: loss {got} vs eager {ref}"
+    assert_losses_match(losses, want)
     for name, p in eager.named_parameters():
         err = rel(state[name], p.detach())
         if err >= 1e-4 and opt.startswith("adam"):
@@ -186,13 +203,8 @@ def test_gradient_clipping_matches_eagers_clip_grad_norm(model, opt, mesh):
     data = batches(model)
     text, exe = compiled(model, opt, mesh, clip=clip)
     eager, _, want = eager_run(model, opt, data, clip=clip)
-    torch.manual_seed(0)
-    start = {k: v.detach() for k, v in full_state(MODELS[model][0]()).items()}
-    losses, state = exe.train(data, params=start)
-    for k, (got, ref) in enumerate(zip(losses, want)):
-        assert abs(got - ref) <= 1e-5 * abs(ref), f"step {k}: loss {got} vs eager {ref}"
-    for name, p in eager.named_parameters():
-        assert rel(state[name], p.detach()) < 1e-4, f"{name} after {STEPS} steps"
+    losses, state = train_from_eagers_start(model, exe, data)
+    assert_matches_eager(losses, want, state, eager)
     _, _, unclipped = eager_run(model, opt, data)
     assert max(abs(a - b) for a, b in zip(want, unclipped)) > 1e-4  # clipping acted
     if mesh == "tp2":
@@ -244,13 +256,8 @@ def test_dropout_training_matches_eager_with_the_same_masks(mesh):
     data = batches(model)
     text, exe = compiled(model, opt, mesh)
     eager, optimizer, want = eager_run(model, opt, data, tdx_dropout(text, data))
-    torch.manual_seed(0)
-    start = {k: v.detach() for k, v in full_state(MODELS[model][0]()).items()}
-    losses, state = exe.train(data, params=start)
-    for k, (got, ref) in enumerate(zip(losses, want)):
-        assert abs(got - ref) <= 1e-5 * abs(ref), f"step {k}: loss {got} vs eager {ref}"
-    for name, p in eager.named_parameters():
-        assert rel(state[name], p.detach()) < 1e-4, f"{name} after {STEPS} steps"
+    losses, state = train_from_eagers_start(model, exe, data)
+    assert_matches_eager(losses, want, state, eager)
     # Dropout took effect: without it the losses differ.
     _, _, plain = eager_run("gpt2", opt, data)
     assert max(abs(a - b) for a, b in zip(losses, plain)) > 1e-3
@@ -342,6 +349,9 @@ def test_unsupported_optimizers_and_misuse_are_named():
     with pytest.raises(tdx.CaptureError, match="scalar"):
         tdx.trace_train_step(model, torch.optim.SGD(model.parameters(), lr=0.1),
                              lambda m, x, y: m(x), x, y)
+    with pytest.raises(ValueError, match="max_grad_norm must be a positive number"):
+        tdx.trace_train_step(model, torch.optim.SGD(model.parameters(), lr=0.1), mlp_loss, x, y,
+                             max_grad_norm=0)
     with pytest.raises(TypeError, match="torch.optim optimizer"):
         tdx.trace_train_step(model, None, mlp_loss, x, y)
     # The module is unchanged by the failed traces: a good one still works.
