@@ -24,31 +24,6 @@ void tdx::rt::checkMpi(int code, const char *what) {
   }
 }
 
-Layout tdx::rt::parseLayout(const std::string &text) {
-  Layout out;
-  size_t i = 0;
-  while ((i = text.find_first_of("SRP", i)) != std::string::npos) {
-    if (text.compare(i, 6, "Shard(") == 0) {
-      out.push_back({'S', std::stoll(text.substr(i + 6))});
-      i += 6;
-    } else if (text.compare(i, 9, "Replicate") == 0) {
-      out.push_back({'R', 0});
-      i += 9;
-    } else if (text.compare(i, 7, "Partial") == 0) {
-      std::string rest = text.substr(i + 7, 6);
-      int64_t r = rest.rfind("(max", 0) == 0 ? Max
-                  : rest.rfind("(min", 0) == 0 ? Min
-                  : rest.rfind("(avg", 0) == 0 ? Avg
-                                               : Sum;
-      out.push_back({'P', r});
-      i += 7;
-    } else {
-      ++i;
-    }
-  }
-  return out;
-}
-
 Mesh::Mesh(std::vector<int64_t> meshShape, std::vector<std::string> axes)
     : meshShape_(std::move(meshShape)), axes_(std::move(axes)) {
   int initialized = 0;
@@ -203,20 +178,10 @@ void Mesh::box(const std::vector<int64_t> &globalShape, const Layout &layout,
 }
 
 void Mesh::boxAt(const std::vector<int64_t> &coords, const std::vector<int64_t> &globalShape,
-                    const Layout &layout, std::vector<int64_t> &offset,
-                    std::vector<int64_t> &size) const {
-  offset.assign(globalShape.size(), 0);
-  size = globalShape;
-  for (size_t a = 0; a < layout.size() && a < meshShape_.size(); ++a) {
-    if (layout[a].kind != 'S')
-      continue;
-    int64_t d = layout[a].value;
-    auto [start, end] = chunkRange(size[d], meshShape_[a], coords[a]);
-    offset[d] += start;
-    size[d] = end - start;
-  }
+                 const Layout &layout, std::vector<int64_t> &offset,
+                 std::vector<int64_t> &size) const {
+  boxOf(meshShape_, coords, globalShape, layout, offset, size);
 }
-
 
 namespace {
 template <class T> void addInto(char *dst, const char *src, int64_t n) {

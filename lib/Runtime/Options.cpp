@@ -29,8 +29,16 @@ int tdx::rt::parseOptions(int argc, char **argv, Options &o) {
         o.batches = value();
       else if (a == "--save-state")
         o.saveState = value();
+      else if (a == "--save")
+        o.save = value();
+      else if (a == "--save-every")
+        o.saveEvery = std::max<int64_t>(1, std::stoll(value()));
+      else if (a == "--save-keep")
+        o.saveKeep = std::max(0, std::stoi(value()));
+      else if (a == "--resume")
+        o.resume = value();
       else if (a == "--seed")
-        o.seed = std::stoull(value());
+        o.seed = std::stoull(value()), o.seedGiven = true;
       else if (a == "--collective-timeout")
         o.timeout = std::stod(value());
       else if (a == "--steps")
@@ -47,6 +55,7 @@ int tdx::rt::parseOptions(int argc, char **argv, Options &o) {
                "       [--seed S] [--steps N] [--collective-timeout S] [--verbose] [--profile]\n"
                "   or: mpirun -np N " << argv[0] << " --batches b.safetensors --steps N\n"
                "       --outputs out.safetensors [--save-state state.safetensors] [--params ...]\n"
+               "       [--save DIR [--save-every K] [--save-keep N]] [--resume DIR]\n"
                "--inputs: tensors 'input:0', 'input:1', ... (global; each rank reads its part).\n"
                "--outputs: written by rank 0, tensors 'output:0', ... (global, gathered).\n"
                "--params: a safetensors file, or a directory of them (a split checkpoint);\n"
@@ -60,6 +69,15 @@ int tdx::rt::parseOptions(int argc, char **argv, Options &o) {
                "--outputs then holds 'k:output:0', ... of every step (the losses).\n"
                "--save-state: rank 0 writes the gathered global parameters and buffers\n"
                "(optimizer state included) after the last step.\n"
+               "--save DIR: a sharded checkpoint (docs/checkpoints.md) under DIR: every rank\n"
+               "writes its own shards, rank 0 commits DIR/step-N and moves DIR/LATEST. A\n"
+               "training run saves after every K steps (--save-every) and after the last;\n"
+               "a forward run saves the state after init. --save-keep N (default 2; 0 keeps\n"
+               "all) deletes older steps once the new one is committed.\n"
+               "--resume DIR: a training run continues from a checkpoint (DIR's LATEST, or\n"
+               "a step directory) saved on any mesh and layout: each rank reads only its\n"
+               "shards; steps resume at the saved step (batch k is still step k), with the\n"
+               "saved seed and random stream.\n"
                "--collective-timeout S (default 300): a collective that does not complete\n"
                "in S seconds ends every rank with an error naming its mesh axes.\n"
                "--verbose: init time and memory per rank, step time, bytes communicated.\n"
@@ -71,8 +89,9 @@ int tdx::rt::parseOptions(int argc, char **argv, Options &o) {
         return 2;
       }
     } catch (const std::invalid_argument &) {
-      std::cerr << "tdx: " << a << " needs a "
-                << (a == "--seed" || a == "--steps" ? "number" : "value") << " (see --help)\n";
+      bool number = a == "--seed" || a == "--steps" || a == "--save-every" || a == "--save-keep";
+      std::cerr << "tdx: " << a << " needs a " << (number ? "number" : "value")
+                << " (see --help)\n";
       return 2;
     } catch (const std::out_of_range &) {
       std::cerr << "tdx: the value of " << a << " is out of range\n";
@@ -84,6 +103,18 @@ int tdx::rt::parseOptions(int argc, char **argv, Options &o) {
                  "its inputs from --batches (see --help)\n";
     return 2;
   }
+  auto refuse = [](const char *message) {
+    std::cerr << "tdx: " << message << " (see --help)\n";
+    return 2;
+  };
+  if (o.saveEvery > 0 && o.save.empty())
+    return refuse("--save-every needs --save DIR");
+  if (!o.resume.empty() && !o.params.empty())
+    return refuse("--resume and --params exclude each other: a resumed run reads its state "
+                  "from the checkpoint");
+  if (!o.resume.empty() && o.batches.empty())
+    return refuse("--resume continues a training run; give --batches too (a forward run "
+                  "reads a checkpoint with --params DIR)");
   return -1;
 }
 

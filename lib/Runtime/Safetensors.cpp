@@ -2,6 +2,8 @@
 
 #include "tdx/Runtime/Safetensors.h"
 #include "tdx/Runtime/Box.h"
+#include "tdx/Runtime/Checkpoint.h"
+#include "tdx/Runtime/Crc32c.h"
 
 #include "llvm/Support/JSON.h"
 
@@ -89,11 +91,86 @@ DType tdx::rt::dtypeNamed(const std::string &name) {
               " (model binaries store F32, F64, F16, BF16, I64, I32 and BOOL)");
 }
 
-int64_t StoredTensor::numel() const {
+namespace {
+int64_t product(const std::vector<int64_t> &shape) {
   int64_t n = 1;
   for (int64_t d : shape)
     n *= d;
   return n;
+}
+
+/// Writes all of `n` bytes or throws.
+void writeAll(int fd, const std::string &path, const void *data, uint64_t n) {
+  const char *p = static_cast<const char *>(data);
+  while (n > 0) {
+    ssize_t put = ::write(fd, p, std::min<uint64_t>(n, 1u << 30));
+    if (put <= 0)
+      throw error("cannot write " + path + " (disk full or not writable?)");
+    p += put, n -= static_cast<uint64_t>(put);
+  }
+}
+} // namespace
+
+int64_t StoredChunk::numel() const { return product(shape); }
+int64_t StoredTensor::numel() const { return product(shape); }
+
+SafetensorsHeader tdx::rt::readSafetensorsHeader(const std::string &file) {
+  File in(file);
+  struct stat st;
+  if (::stat(file.c_str(), &st) != 0)
+    throw error("cannot open " + file);
+  SafetensorsHeader out;
+  out.fileSize = static_cast<uint64_t>(st.st_size);
+  uint64_t headerSize = 0;
+  if (out.fileSize < 8)
+    throw error(file + " is not a safetensors file (shorter than 8 bytes)");
+  in.read(0, 8, &headerSize);
+  if (headerSize == 0 || headerSize > out.fileSize - 8)
+    throw error(file + " is not a safetensors file (bad header size; truncated?)");
+  std::string header(headerSize, '\0');
+  in.read(8, headerSize, header.data());
+  llvm::Expected<llvm::json::Value> json = llvm::json::parse(header);
+  if (!json) {
+    llvm::consumeError(json.takeError());
+    throw error(file + " has a corrupt safetensors header");
+  }
+  const llvm::json::Object *root = json->getAsObject();
+  if (!root)
+    throw error(file + " has a corrupt safetensors header");
+  uint64_t dataStart = 8 + headerSize, dataSize = out.fileSize - dataStart;
+  for (const auto &[key, value] : *root) {
+    if (key == "__metadata__") {
+      if (const llvm::json::Object *meta = value.getAsObject())
+        for (const auto &[k, v] : *meta)
+          if (std::optional<llvm::StringRef> text = v.getAsString())
+            out.metadata[k.str()] = text->str();
+      continue;
+    }
+    const llvm::json::Object *entry = value.getAsObject();
+    const llvm::json::Array *shape = entry ? entry->getArray("shape") : nullptr;
+    const llvm::json::Array *offsets = entry ? entry->getArray("data_offsets") : nullptr;
+    std::optional<llvm::StringRef> dtype = entry ? entry->getString("dtype") : std::nullopt;
+    if (!shape || !offsets || offsets->size() != 2 || !dtype)
+      throw error(file + ": entry " + key.str() + " is malformed");
+    SafetensorsHeader::Entry e;
+    e.dtype = dtypeNamed(dtype->str());
+    for (const llvm::json::Value &d : *shape) {
+      int64_t n = d.getAsInteger().value_or(-1);
+      if (n < 0)
+        throw error(file + ": entry " + key.str() + " has a negative or non-integer size");
+      e.shape.push_back(n);
+    }
+    uint64_t begin = (*offsets)[0].getAsUINT64().value_or(~0ull);
+    uint64_t end = (*offsets)[1].getAsUINT64().value_or(~0ull);
+    if (begin > end || end > dataSize ||
+        end - begin != static_cast<uint64_t>(product(e.shape) * dtypeSize(e.dtype)))
+      throw error(file + ": entry " + key.str() +
+                  " has data offsets that do not match its shape (truncated or corrupt file)");
+    e.dataOffset = dataStart + begin;
+    e.bytes = end - begin;
+    out.entries[key.str()] = std::move(e);
+  }
+  return out;
 }
 
 TensorStore::TensorStore(const std::string &path) : path_(path) {
@@ -102,6 +179,11 @@ TensorStore::TensorStore(const std::string &path) : path_(path) {
     throw error("cannot open " + path + ": no such file or directory");
   if (!S_ISDIR(st.st_mode)) {
     addFile(path);
+    return;
+  }
+  if (isCheckpoint(path)) {
+    path_ = resolveCheckpoint(path);
+    addCheckpoint(path_);
     return;
   }
   std::vector<std::string> files;
@@ -114,61 +196,26 @@ TensorStore::TensorStore(const std::string &path) : path_(path) {
     ::closedir(dir);
   }
   if (files.empty())
-    throw error(path + " is a directory without *.safetensors files");
+    throw error(path + " is a directory without *.safetensors files or a tdx checkpoint");
   std::sort(files.begin(), files.end());
   for (const std::string &f : files)
     addFile(f);
 }
 
 void TensorStore::addFile(const std::string &file) {
-  std::ifstream in(file, std::ios::binary);
-  if (!in)
-    throw error("cannot open " + file);
-  uint64_t headerSize = 0;
-  in.read(reinterpret_cast<char *>(&headerSize), 8);
-  in.seekg(0, std::ios::end);
-  uint64_t fileSize = static_cast<uint64_t>(in.tellg());
-  if (!in || headerSize == 0 || headerSize + 8 > fileSize)
-    throw error(file + " is not a safetensors file (bad header size)");
-  std::string header(headerSize, '\0');
-  in.seekg(8);
-  in.read(header.data(), static_cast<std::streamsize>(headerSize));
-  llvm::Expected<llvm::json::Value> json = llvm::json::parse(header);
-  if (!json) {
-    llvm::consumeError(json.takeError());
-    throw error(file + " has a corrupt safetensors header");
-  }
-  const llvm::json::Object *root = json->getAsObject();
-  if (!root)
-    throw error(file + " has a corrupt safetensors header");
-  uint64_t dataStart = 8 + headerSize, dataSize = fileSize - dataStart;
-  for (const auto &[key, value] : *root) {
-    if (key == "__metadata__")
-      continue;
-    const llvm::json::Object *entry = value.getAsObject();
-    const llvm::json::Array *shape = entry ? entry->getArray("shape") : nullptr;
-    const llvm::json::Array *offsets = entry ? entry->getArray("data_offsets") : nullptr;
-    std::optional<llvm::StringRef> dtype = entry ? entry->getString("dtype") : std::nullopt;
-    if (!shape || !offsets || offsets->size() != 2 || !dtype)
-      throw error(file + ": entry " + key.str() + " is malformed");
+  SafetensorsHeader header = readSafetensorsHeader(file);
+  for (auto &[name, e] : header.entries) {
     StoredTensor t;
-    t.file = file;
-    t.dtype = dtypeNamed(dtype->str());
-    for (const llvm::json::Value &d : *shape) {
-      int64_t n = d.getAsInteger().value_or(-1);
-      if (n < 0)
-        throw error(file + ": entry " + key.str() + " has a negative or non-integer size");
-      t.shape.push_back(n);
-    }
-    uint64_t begin = (*offsets)[0].getAsUINT64().value_or(~0ull);
-    uint64_t end = (*offsets)[1].getAsUINT64().value_or(~0ull);
-    if (begin > end || end > dataSize ||
-        end - begin != static_cast<uint64_t>(t.numel() * dtypeSize(t.dtype)))
-      throw error(file + ": entry " + key.str() +
-                  " has data offsets that do not match its shape (truncated or corrupt file)");
-    t.offset = dataStart + begin;
-    if (!entries_.emplace(key.str(), std::move(t)).second)
-      throw error(path_ + ": '" + key.str() + "' is stored in two files");
+    t.dtype = e.dtype;
+    t.shape = e.shape;
+    StoredChunk c;
+    c.file = file;
+    c.dataOffset = e.dataOffset;
+    c.offset.assign(e.shape.size(), 0);
+    c.shape = e.shape;
+    t.chunks.push_back(std::move(c));
+    if (!entries_.emplace(name, std::move(t)).second)
+      throw error(path_ + ": '" + name + "' is stored in two files");
   }
 }
 
@@ -187,35 +234,79 @@ const StoredTensor &TensorStore::expect(const std::string &name, const std::stri
   return *t;
 }
 
-void TensorStore::read(const StoredTensor &t, void *out) const {
-  File(t.file).read(t.offset, static_cast<uint64_t>(t.numel() * dtypeSize(t.dtype)), out);
+void TensorStore::read(const std::string &name, void *out) const {
+  const StoredTensor *t = find(name);
+  if (!t)
+    throw error(path_ + " has no tensor '" + name + "'");
+  readBox(name, std::vector<int64_t>(t->shape.size(), 0), t->shape, out);
 }
 
-void TensorStore::readBox(const StoredTensor &t, const std::vector<int64_t> &offset,
+void TensorStore::readBox(const std::string &name, const std::vector<int64_t> &offset,
                           const std::vector<int64_t> &size, void *out) const {
-  if (offset.size() != t.shape.size() || size.size() != t.shape.size())
+  const StoredTensor *t = find(name);
+  if (!t)
+    throw error(path_ + " has no tensor '" + name + "'");
+  size_t rank = t->shape.size();
+  if (offset.size() != rank || size.size() != rank)
     throw error("readBox: box rank does not match the tensor's");
-  int64_t item = dtypeSize(t.dtype);
+  for (size_t d = 0; d < rank; ++d)
+    if (offset[d] < 0 || size[d] < 0 || offset[d] + size[d] > t->shape[d])
+      throw error("readBox: the box is outside tensor '" + name + "'");
+  int64_t item = dtypeSize(t->dtype);
   char *dst = static_cast<char *>(out);
-  File file(t.file);
-  forEachBoxRun(t.shape, offset, size, [&](int64_t global, int64_t local, int64_t run) {
-    file.read(t.offset + static_cast<uint64_t>(global * item), static_cast<uint64_t>(run * item),
-              dst + local * item);
-  });
+  for (const StoredChunk &c : t->chunks) {
+    // The part of the box this chunk holds.
+    std::vector<int64_t> inChunk(rank), inBox(rank), extent(rank);
+    bool empty = false, whole = true;
+    for (size_t d = 0; d < rank; ++d) {
+      int64_t lo = std::max(offset[d], c.offset[d]);
+      int64_t hi = std::min(offset[d] + size[d], c.offset[d] + c.shape[d]);
+      empty |= hi <= lo;
+      inChunk[d] = lo - c.offset[d], inBox[d] = lo - offset[d], extent[d] = hi - lo;
+      whole &= extent[d] == c.shape[d];
+    }
+    if (empty)
+      continue;
+    File file(c.file);
+    uint32_t crc = 0;
+    // Runs come in the chunk's order, so a chunk read whole is checksummed
+    // as it is read.
+    forEachCopyRun(c.shape, inChunk, size, inBox, extent, [&](int64_t a, int64_t b, int64_t run) {
+      file.read(c.dataOffset + static_cast<uint64_t>(a * item), static_cast<uint64_t>(run * item),
+                dst + b * item);
+      if (whole && c.hasCrc)
+        crc = crc32c(dst + b * item, static_cast<size_t>(run * item), crc);
+    });
+    if (whole && c.hasCrc && crc != c.crc) {
+      std::string box;
+      for (size_t d = 0; d < rank; ++d)
+        box += (d ? ", " : "") + std::to_string(c.offset[d]);
+      throw error("checksum mismatch in " + c.file + ": tensor '" + name + "', the chunk at [" +
+                  box + "] (file bytes " + std::to_string(c.dataOffset) + " to " +
+                  std::to_string(c.dataOffset + static_cast<uint64_t>(c.numel() * item)) +
+                  "); the checkpoint is corrupt");
+    }
+  }
 }
 
-void tdx::rt::writeSafetensors(const std::string &path, const std::vector<TensorToWrite> &tensors) {
+WrittenFile tdx::rt::writeSafetensorsFile(const std::string &path,
+                                          const std::vector<TensorToWrite> &tensors,
+                                          const std::map<std::string, std::string> &metadata,
+                                          bool sync) {
   llvm::json::Object header;
+  if (!metadata.empty()) {
+    llvm::json::Object meta;
+    for (const auto &[k, v] : metadata)
+      meta[k] = v;
+    header["__metadata__"] = std::move(meta);
+  }
   uint64_t offset = 0;
   std::vector<uint64_t> bytes;
   for (const TensorToWrite &t : tensors) {
     llvm::json::Array shape;
-    int64_t n = 1;
-    for (int64_t d : t.shape) {
+    for (int64_t d : t.shape)
       shape.push_back(d);
-      n *= d;
-    }
-    uint64_t size = static_cast<uint64_t>(n * dtypeSize(t.dtype));
+    uint64_t size = static_cast<uint64_t>(product(t.shape) * dtypeSize(t.dtype));
     header[t.name] = llvm::json::Object{{"dtype", dtypeName(t.dtype)},
                                         {"shape", std::move(shape)},
                                         {"data_offsets", llvm::json::Array{offset, offset + size}}};
@@ -226,20 +317,42 @@ void tdx::rt::writeSafetensors(const std::string &path, const std::vector<Tensor
   llvm::raw_string_ostream os(text);
   os << llvm::json::Value(std::move(header));
   os.flush();
-  while (text.size() % 8)
+  // Spaces (the format allows them) align the data to 64 bytes.
+  while ((8 + text.size()) % 64)
     text += ' ';
-  std::string tmp = path + ".tmp";
-  {
-    std::ofstream out(tmp, std::ios::binary);
+  int fd = ::open(path.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+  if (fd < 0)
+    throw error("cannot create " + path);
+  WrittenFile out;
+  try {
     uint64_t size = text.size();
-    out.write(reinterpret_cast<const char *>(&size), 8);
-    out.write(text.data(), static_cast<std::streamsize>(text.size()));
-    for (size_t i = 0; i < tensors.size(); ++i)
-      out.write(static_cast<const char *>(tensors[i].data), static_cast<std::streamsize>(bytes[i]));
-    if (!out) {
-      std::remove(tmp.c_str());
-      throw error("cannot write " + path);
+    writeAll(fd, path, &size, 8);
+    writeAll(fd, path, text.data(), text.size());
+    out.crc = crc32c(text.data(), text.size(), crc32c(&size, 8));
+    for (size_t i = 0; i < tensors.size(); ++i) {
+      writeAll(fd, path, tensors[i].data, bytes[i]);
+      out.tensorCrcs.push_back(crc32c(tensors[i].data, bytes[i]));
+      out.crc = crc32c(tensors[i].data, bytes[i], out.crc);
     }
+    if (sync && ::fsync(fd) != 0)
+      throw error("cannot write " + path + ": fsync failed");
+  } catch (...) {
+    ::close(fd);
+    throw;
+  }
+  if (::close(fd) != 0)
+    throw error("cannot write " + path);
+  out.size = 8 + text.size() + offset;
+  return out;
+}
+
+void tdx::rt::writeSafetensors(const std::string &path, const std::vector<TensorToWrite> &tensors) {
+  std::string tmp = path + ".tmp";
+  try {
+    writeSafetensorsFile(tmp, tensors, {}, false);
+  } catch (...) {
+    std::remove(tmp.c_str());
+    throw error("cannot write " + path);
   }
   if (std::rename(tmp.c_str(), path.c_str()) != 0)
     throw error("cannot write " + path);

@@ -27,8 +27,11 @@ struct ModeGuard {
 
 } // namespace
 
+void bindFiles(py::module &m); // FilesBindings.cpp
+
 PYBIND11_MODULE(_C, m) {
-  m.doc() = "tdx native extension: fake tensors, deferred init, capture";
+  m.doc() = "tdx native extension: fake tensors, deferred init, capture, checkpoints";
+  bindFiles(m);
 
   // CaptureError is raised as tdx.CaptureError (errors.py hands the class
   // over at import); RuntimeError until then.

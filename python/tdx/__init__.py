@@ -13,7 +13,7 @@ and materialize them bitwise equal to eager construction.
 import torch  # noqa: F401  (the extension needs libtorch loaded first)
 
 from . import _C  # noqa: F401
-from .errors import CaptureError, FakeTensorError, TdxError
+from .errors import CaptureError, CheckpointError, FakeTensorError, TdxError
 from .deferred import (
     deferred_init,
     fake_mode,
@@ -26,6 +26,8 @@ from .deferred import (
 from .program import Program, capture, trace
 from .compile import Executable, compile
 from .training import trace_train_step
+from . import checkpoint
+from .checkpoint import slice  # noqa: A004 (TorchShard's name)
 from .sharding import (
     ColwiseParallel,
     DeviceMesh,
@@ -40,6 +42,9 @@ from .sharding import (
 )
 
 __all__ = [
+    "checkpoint",
+    "slice",
+    "CheckpointError",
     "trace_train_step",
     "Executable",
     "compile",

@@ -16,4 +16,10 @@ class FakeTensorError(TdxError, RuntimeError):
     """The data of a fake tensor was asked for; a fake tensor has none."""
 
 
+class CheckpointError(TdxError, RuntimeError):
+    """A checkpoint or tensor file is missing a part, corrupt, or does not
+    fit what reads it; the message names the file, tensor and offset."""
+
+
 _C._set_capture_error_type(CaptureError)
+_C._set_checkpoint_error_type(CheckpointError)

@@ -12,6 +12,7 @@
 #define TDX_RUNTIME_MESH_H
 
 #include "tdx/Runtime/Box.h"
+#include "tdx/Runtime/Placement.h"
 #include "tdx/Runtime/Safetensors.h"
 
 #include <cstdint>
@@ -22,17 +23,6 @@
 #include <vector>
 
 namespace tdx::rt {
-
-/// One placement per mesh axis: {'S', dim}, {'R', 0} or {'P', reduce}.
-struct Placement {
-  char kind;
-  int64_t value;
-};
-using Layout = std::vector<Placement>;
-/// Parses "[Shard(0), Replicate, Partial(sum)]".
-Layout parseLayout(const std::string &text);
-
-enum Reduce : int64_t { Sum = 0, Avg = 1, Max = 2, Min = 3 };
 
 class Mesh {
 public:
@@ -75,6 +65,9 @@ public:
   /// The index of this call of the program's function (from 0), which its
   /// random ops draw with (InitProgram.h's atCall).
   uint64_t nextCall() { return calls_++; }
+  /// The calls made so far; a resumed run starts from a checkpoint's count.
+  uint64_t calls() const { return calls_; }
+  void setCalls(uint64_t calls) { calls_ = calls; }
 
   /// The sum of `value` over all ranks (every rank gets it).
   int64_t sumOverWorld(int64_t value);
@@ -108,6 +101,24 @@ private:
   double timeout_ = 300;
   std::map<std::vector<std::string>, void *> groups_; // axes -> MPI_Comm*
 };
+
+/// One rank's dense part of a state tensor.
+struct LocalTensor {
+  std::string name;
+  DType dtype;
+  std::vector<int64_t> globalShape;
+  Layout layout;
+  const void *data;
+};
+
+/// Saves the state as step `step` of the checkpoint root `root`
+/// (tdx/Runtime/Checkpoint.h): each rank writes the boxes it owns (a box
+/// several ranks hold is written by one of them, a different one for each
+/// tensor), rank 0 commits once every rank has written, and no rank returns
+/// before the commit. Every rank calls it. Returns the step directory.
+std::string saveCheckpoint(Mesh &mesh, const std::string &root, int64_t step,
+                           const std::vector<LocalTensor> &state,
+                           const std::map<std::string, std::string> &metadata, int keep);
 
 /// Throws "tdx: <what> failed: <MPI's message>" unless `code` is MPI_SUCCESS.
 void checkMpi(int code, const char *what);

@@ -12,7 +12,13 @@ struct Options {
   std::string inputs, outputs, params, dumpParams;
   /// Training: one batch per step, and the state written after the last.
   std::string batches, saveState;
+  /// Checkpoints (tdx/Runtime/Checkpoint.h): where to save, every how many
+  /// steps, how many to keep; where to resume from.
+  std::string save, resume;
+  int64_t saveEvery = 0;
+  int saveKeep = 2;
   uint64_t seed = 0;
+  bool seedGiven = false;
   int64_t steps = 1;
   double timeout = 300;
   bool verbose = false;

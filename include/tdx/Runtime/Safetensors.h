@@ -1,7 +1,7 @@
 //===- Safetensors.h - checked safetensors files for model binaries -*- C++ -*-===//
 //
 // The tensor files of model binaries (--inputs, --outputs, --params,
-// --dump-params) without ATen, so the CPU and the CUDA runtime read and write
+// --dump-params, checkpoints) without ATen, so the CPU and the CUDA runtime read and write
 // them the same way. A reader validates the header (sizes, offsets, dtypes)
 // before any data is read and can read one rank's box of an entry alone, so
 // a rank never holds a global parameter it only needs a shard of.
@@ -32,22 +32,37 @@ const char *dtypeEnumerator(DType t);
 /// Throws naming the dtype when it is not one of the above.
 DType dtypeNamed(const std::string &name);
 
-struct StoredTensor {
+/// A stored box of a global tensor: the whole tensor in a plain safetensors
+/// file, one rank's box in a checkpoint (tdx/Runtime/Checkpoint.h).
+struct StoredChunk {
   std::string file;
-  DType dtype;
-  std::vector<int64_t> shape;
-  /// Byte offset of the data in `file`.
-  uint64_t offset = 0;
+  /// Byte offset of the box's (dense, row-major) data in `file`.
+  uint64_t dataOffset = 0;
+  std::vector<int64_t> offset, shape;
+  /// The checksum of the box's bytes, when the index records one.
+  bool hasCrc = false;
+  uint32_t crc = 0;
   int64_t numel() const;
 };
 
-/// The entries of one safetensors file, or of every *.safetensors file of a
+struct StoredTensor {
+  DType dtype;
+  /// The global shape.
+  std::vector<int64_t> shape;
+  /// They tile the tensor exactly (checked when the store is opened).
+  std::vector<StoredChunk> chunks;
+  int64_t numel() const;
+};
+
+/// The tensors of one safetensors file, of every *.safetensors file of a
 /// directory (a checkpoint split in several files, as Hugging Face writes
-/// them; a name in two files is an error). Throws with the path on a
-/// missing, truncated or corrupt file.
+/// them; a name in two files is an error), or of a tdx checkpoint (a step
+/// directory with tdx.index.json, or a root whose LATEST names one). Throws
+/// with the path on a missing, truncated or corrupt file.
 class TensorStore {
 public:
   explicit TensorStore(const std::string &path);
+  /// The path opened (for a checkpoint root, the step directory).
   const std::string &path() const { return path_; }
   /// nullptr when absent.
   const StoredTensor *find(const std::string &name) const;
@@ -55,18 +70,39 @@ public:
   /// throws naming the file when it is absent or has another shape.
   const StoredTensor &expect(const std::string &name, const std::string &what,
                              const std::vector<int64_t> &shape) const;
-  /// Reads the whole entry into `out` (numel * dtypeSize bytes).
-  void read(const StoredTensor &t, void *out) const;
-  /// Reads the box [offset, offset + size) of the entry, row-major, into
-  /// `out`: only the bytes of the box are read from the file.
-  void readBox(const StoredTensor &t, const std::vector<int64_t> &offset,
+  /// Every tensor by name.
+  const std::map<std::string, StoredTensor> &tensors() const { return entries_; }
+  /// A checkpoint's metadata ("step", "seed", ...); empty for plain files.
+  const std::map<std::string, std::string> &metadata() const { return metadata_; }
+  /// Reads the whole tensor into `out` (numel * dtypeSize bytes).
+  void read(const std::string &name, void *out) const;
+  /// Reads the box [offset, offset + size) of the tensor, row-major, into
+  /// `out`: only the bytes of the box are read, from the chunks that hold
+  /// them. A chunk read whole is checked against its checksum.
+  void readBox(const std::string &name, const std::vector<int64_t> &offset,
                const std::vector<int64_t> &size, void *out) const;
 
 private:
   std::string path_;
   std::map<std::string, StoredTensor> entries_;
+  std::map<std::string, std::string> metadata_;
   void addFile(const std::string &file);
+  void addCheckpoint(const std::string &dir);
 };
+
+/// A parsed safetensors header: entries with absolute data offsets.
+struct SafetensorsHeader {
+  struct Entry {
+    DType dtype;
+    std::vector<int64_t> shape;
+    uint64_t dataOffset, bytes;
+  };
+  std::map<std::string, Entry> entries;
+  std::map<std::string, std::string> metadata;
+  uint64_t fileSize = 0;
+};
+/// Reads and checks the header of `file` (only the header is read).
+SafetensorsHeader readSafetensorsHeader(const std::string &file);
 
 struct TensorToWrite {
   std::string name;
@@ -74,6 +110,19 @@ struct TensorToWrite {
   std::vector<int64_t> shape;
   const void *data;
 };
+/// What writeSafetensorsFile wrote: the file's size and checksum, and each
+/// tensor's data checksum.
+struct WrittenFile {
+  uint64_t size = 0;
+  uint32_t crc = 0;
+  std::vector<uint32_t> tensorCrcs;
+};
+/// Writes `path` (no temporary file): the header, padded so the data starts
+/// 64-byte aligned, then the tensors' data in order; `metadata` becomes the
+/// header's __metadata__. With `sync` the file is on disk (fsync) when this
+/// returns. Throws naming the file on any failed write.
+WrittenFile writeSafetensorsFile(const std::string &path, const std::vector<TensorToWrite> &tensors,
+                                 const std::map<std::string, std::string> &metadata, bool sync);
 /// Writes a temporary file and renames it over `path`: a reader never sees
 /// half a file, and a failed write leaves what was there.
 void writeSafetensors(const std::string &path, const std::vector<TensorToWrite> &tensors);

@@ -1,6 +1,7 @@
 //===- Driver.cpp - the command line of model binaries, safetensors I/O ---===//
 
 #include "tdx/Runtime/Runtime.h"
+#include "tdx/Runtime/Checkpoint.h"
 #include "tdx/Runtime/Options.h"
 #include "tdx/Runtime/Safetensors.h"
 
@@ -9,6 +10,7 @@
 #include <cstdio>
 #include <fstream>
 #include <iostream>
+#include <memory>
 #include <sstream>
 #include <stdexcept>
 
@@ -25,7 +27,7 @@ at::Tensor readLocal(const Context &ctx, const TensorStore &store, const std::st
   std::vector<int64_t> offset, size;
   ctx.box(shape, layout, offset, size);
   at::Tensor local = at::empty(size, at::TensorOptions().dtype(scalarTypeOf(t.dtype)));
-  store.readBox(t, offset, size, local.data_ptr());
+  store.readBox(name, offset, size, local.data_ptr());
   return local.to(dtype);
 }
 
@@ -52,25 +54,52 @@ int tdx::rt::runMain(int argc, char **argv, const Program &program) {
   try {
     if (o.verbose)
       TensorMemory::install();
+    // A resumed run takes its state, step, seed and random stream from the
+    // checkpoint.
+    std::string source = o.resume.empty() ? o.params : o.resume;
+    std::unique_ptr<TensorStore> store;
+    int64_t firstStep = 0;
+    uint64_t calls = 0;
+    if (!source.empty())
+      store = std::make_unique<TensorStore>(source);
+    if (!o.resume.empty()) {
+      const auto &meta = store->metadata();
+      if (!meta.count("seed") || !meta.count("calls"))
+        throw std::runtime_error(o.resume + " is not a checkpoint a training run saved "
+                                 "(--save DIR); start it with --params instead");
+      uint64_t seed = std::stoull(meta.at("seed"));
+      if (o.seedGiven && seed != o.seed)
+        throw std::runtime_error("the checkpoint " + store->path() + " was saved with --seed " +
+                                 meta.at("seed") + "; resume without --seed or with that seed");
+      o.seed = seed;
+      firstStep = std::stoll(meta.at("step"));
+      calls = std::stoull(meta.at("calls"));
+    }
     Context ctx(program.meshShape, program.axes, o.seed, o.verbose);
     const int rank = ctx.rank();
     ctx.setCollectiveTimeout(o.timeout);
+    ctx.setCalls(calls);
     long rssBefore = peakRssKiB();
     auto t0 = std::chrono::steady_clock::now();
     State state;
-    if (!o.params.empty()) {
-      TensorStore store(o.params);
+    if (store) {
       // A model's state dict has no optimizer state: what the file lacks of
-      // it starts as the program's init makes it (a fresh optimizer).
+      // it starts as the program's init makes it (a fresh optimizer). A
+      // resumed run needs all of it.
       bool fresh = false;
-      for (const Program::Param &p : program.params)
-        fresh |= isOptimizerState(p.name) && !store.find(p.name);
+      for (const Program::Param &p : program.params) {
+        bool missing = !store->find(p.name);
+        if (missing && !o.resume.empty())
+          throw std::runtime_error("the checkpoint " + store->path() + " has no '" + p.name +
+                                   "': it was saved by another program");
+        fresh |= isOptimizerState(p.name) && missing;
+      }
       if (fresh)
         program.init(ctx, state);
       for (const Program::Param &p : program.params)
-        if (!isOptimizerState(p.name) || store.find(p.name))
+        if (!isOptimizerState(p.name) || store->find(p.name))
           state[p.name] =
-              readLocal(ctx, store, p.name, "parameter", p.shape, p.dtype, parseLayout(p.layout));
+              readLocal(ctx, *store, p.name, "parameter", p.shape, p.dtype, parseLayout(p.layout));
     } else {
       program.init(ctx, state);
     }
@@ -95,15 +124,40 @@ int tdx::rt::runMain(int argc, char **argv, const Program &program) {
       if (rank == 0)
         save(path, all);
     };
+    // --save: every rank writes its own shards; rank 0 commits.
+    double saveMs = 0;
+    auto checkpoint = [&](int64_t step) {
+      auto s0 = std::chrono::steady_clock::now();
+      std::vector<at::Tensor> keep;
+      std::vector<LocalTensor> local;
+      for (const Program::Param &p : program.params) {
+        keep.push_back(state.at(p.name).contiguous());
+        local.push_back({p.name, dtypeOf(keep.back().scalar_type()), p.shape,
+                         parseLayout(p.layout), keep.back().data_ptr()});
+      }
+      std::string dir = saveCheckpoint(ctx, o.save, step, local,
+                                       {{"seed", std::to_string(o.seed)},
+                                        {"calls", std::to_string(ctx.calls())}},
+                                       o.saveKeep);
+      double ms = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - s0)
+                      .count();
+      saveMs += ms;
+      if (o.verbose && rank == 0) {
+        std::printf("tdx: saved %s in %.3f ms\n", dir.c_str(), ms);
+        std::fflush(stdout);
+      }
+    };
     if (!o.dumpParams.empty())
       saveState(o.dumpParams);
+    if (!o.save.empty() && o.batches.empty())
+      checkpoint(0);
     if (!o.batches.empty()) {
       // Training: step k reads batch k and updates the state in place.
       TensorStore in(o.batches);
       std::map<std::string, at::Tensor> saved;
       int64_t peakStep = 0;
       auto t2 = std::chrono::steady_clock::now();
-      for (int64_t step = 0; step < o.steps; ++step) {
+      for (int64_t step = firstStep; step < o.steps; ++step) {
         std::vector<at::Tensor> local;
         for (size_t i = 0; i < program.inputs.size(); ++i) {
           const Program::Value &v = program.inputs[i];
@@ -119,6 +173,9 @@ int tdx::rt::runMain(int argc, char **argv, const Program &program) {
           if (rank == 0)
             saved[std::to_string(step) + ":output:" + std::to_string(i)] = g;
         }
+        if (!o.save.empty() &&
+            ((o.saveEvery > 0 && (step + 1) % o.saveEvery == 0) || step + 1 == o.steps))
+          checkpoint(step + 1);
       }
       auto t3 = std::chrono::steady_clock::now();
       if (o.verbose) {
@@ -139,7 +196,8 @@ int tdx::rt::runMain(int argc, char **argv, const Program &program) {
       if (!o.saveState.empty())
         saveState(o.saveState);
       ctx.reportSteps(o.verbose, std::chrono::duration<double, std::milli>(t1 - t0).count(),
-                      std::chrono::duration<double, std::milli>(t3 - t2).count(), o.steps);
+                      std::chrono::duration<double, std::milli>(t3 - t2).count() - saveMs,
+                      std::max<int64_t>(1, o.steps - firstStep));
     } else if (!o.saveState.empty()) {
       throw std::runtime_error("--save-state writes the state after training steps; give "
                                "--batches too (or --dump-params for the state after init)");

@@ -33,7 +33,7 @@ Tensor readLocal(const Context &ctx, const TensorStore &store, const std::string
   ctx.box(shape, layout, offset, size);
   Tensor local = Tensor::empty(size, dtype);
   std::vector<char> host(local.nbytes());
-  store.readBox(t, offset, size, host.data());
+  store.readBox(name, offset, size, host.data());
   checkCuda(cudaMemcpy(local.data(), host.data(), host.size(), cudaMemcpyHostToDevice), "cudaMemcpy");
   return local;
 }

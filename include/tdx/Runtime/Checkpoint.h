@@ -1,0 +1,100 @@
+//===- Checkpoint.h - sharded, crash-safe checkpoints ------------*- C++ -*-===//
+//
+// A checkpoint root holds one directory per saved step and a file LATEST
+// naming the newest committed one:
+//
+//   root/LATEST                      "step-00000010\n"
+//   root/step-00000010/tdx.index.json
+//   root/step-00000010/rank-00003.safetensors
+//
+// Each writing rank stores its boxes of the state in one safetensors file
+// (the tensors under their global names, shaped as the box; the header's
+// __metadata__ names the checkpoint and the file, so a file copied in from
+// elsewhere is caught). A replicated box is written by one of the ranks that
+// hold it, spread over them. tdx.index.json, written last, gives every
+// tensor's dtype, global shape and the chunks (file, offset, shape, CRC-32C)
+// that tile it, and every file's size and CRC-32C.
+//
+// Commit: the files are written into root/.step-N.tmp and fsynced; rank 0
+// writes the index (temporary name, fsync, rename), fsyncs the directory,
+// renames it to root/step-N, fsyncs the root, then replaces LATEST the same
+// way; only then are older steps deleted. A crash at any point leaves the
+// previous checkpoint committed and the new one complete or invisible.
+//
+// No MPI and no ATen here: model binaries (through Mesh.h's saveCheckpoint)
+// and the Python package write and read checkpoints with this code;
+// TensorStore (Safetensors.h) reads them.
+//
+//===----------------------------------------------------------------------===//
+
+#ifndef TDX_RUNTIME_CHECKPOINT_H
+#define TDX_RUNTIME_CHECKPOINT_H
+
+#include "tdx/Runtime/Safetensors.h"
+
+#include <cstdint>
+#include <map>
+#include <string>
+#include <vector>
+
+namespace tdx::rt {
+
+/// "step-00000010".
+std::string stepDirName(int64_t step);
+
+/// Whether `path` is a checkpoint step directory or a checkpoint root.
+bool isCheckpoint(const std::string &path);
+
+/// The committed step directory `path` names: `path` itself when it holds
+/// tdx.index.json, else the step a root's LATEST names (or, without LATEST,
+/// its newest complete step). Throws when there is none.
+std::string resolveCheckpoint(const std::string &path);
+
+/// A checkpoint being written.
+struct PendingCheckpoint {
+  std::string root, tmp, id;
+  int64_t step = 0;
+};
+
+/// Starts step `step` under `root` (made if missing): an empty temporary
+/// directory (a leftover of a crashed save is removed) and a fresh id.
+/// One process (rank 0) calls it; the writers then get `tmp` and `id`.
+PendingCheckpoint beginCheckpoint(const std::string &root, int64_t step);
+
+/// One box of a global tensor, dense and row-major.
+struct BoxToWrite {
+  std::string name;
+  DType dtype;
+  std::vector<int64_t> globalShape, offset, shape;
+  const void *data;
+};
+
+/// Writes `file` into the pending checkpoint's directory with `boxes` and
+/// fsyncs it. Returns its part of the index (JSON text) for
+/// commitCheckpoint.
+std::string writeCheckpointFile(const std::string &tmp, const std::string &id,
+                                const std::string &file, const std::vector<BoxToWrite> &boxes);
+
+/// Commits the pending checkpoint from every writer's part of the index
+/// (parts may be empty: a rank that wrote nothing): checks that the chunks
+/// tile every tensor exactly, writes the index with `metadata`, commits the
+/// directory and LATEST as above, then deletes all but the newest `keep`
+/// steps (0 keeps all) and leftovers of crashed saves. Returns the step
+/// directory.
+std::string commitCheckpoint(const PendingCheckpoint &pending, const std::vector<std::string> &parts,
+                             const std::map<std::string, std::string> &metadata, int keep);
+
+/// Reads every byte of every file of the checkpoint `path` names and checks
+/// it against the index (sizes, CRC-32C of files and chunks, tiling).
+/// Throws naming the file, tensor and offset of the first mismatch; returns
+/// the number of bytes checked.
+uint64_t verifyCheckpoint(const std::string &path);
+
+/// Throws unless `chunks` tile a tensor of `shape` exactly (in bounds, no
+/// overlap, nothing missing); `where` names the checkpoint.
+void checkTiling(const std::string &where, const std::string &name,
+                 const std::vector<int64_t> &shape, const std::vector<StoredChunk> &chunks);
+
+} // namespace tdx::rt
+
+#endif // TDX_RUNTIME_CHECKPOINT_H

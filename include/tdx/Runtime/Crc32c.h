@@ -1,0 +1,18 @@
+//===- Crc32c.h - CRC-32C (Castagnoli) of checkpoint files ---------*- C++ -*-===//
+
+#ifndef TDX_RUNTIME_CRC32C_H
+#define TDX_RUNTIME_CRC32C_H
+
+#include <cstddef>
+#include <cstdint>
+
+namespace tdx::rt {
+
+/// Extends `crc` (0 to start) by `n` bytes: crc32c(ab) == crc32c(b, crc32c(a)).
+/// The polynomial of iSCSI, ext4 and safetensors tools (crc32c("123456789")
+/// is 0xe3069283); SSE4.2's instruction where the CPU has it.
+uint32_t crc32c(const void *data, size_t n, uint32_t crc = 0);
+
+} // namespace tdx::rt
+
+#endif // TDX_RUNTIME_CRC32C_H

@@ -1,0 +1,434 @@
+//===- Checkpoint.cpp - sharded, crash-safe checkpoints -------------------===//
+
+#include "tdx/Runtime/Checkpoint.h"
+#include "tdx/Runtime/Crc32c.h"
+
+#include "llvm/Support/FileSystem.h"
+#include "llvm/Support/FormatVariadic.h"
+#include "llvm/Support/JSON.h"
+
+#include <dirent.h>
+#include <fcntl.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <chrono>
+#include <cstdio>
+#include <fstream>
+#include <random>
+#include <sstream>
+#include <stdexcept>
+
+using namespace tdx::rt;
+
+namespace {
+
+constexpr const char *kIndex = "tdx.index.json";
+constexpr const char *kFormat = "tdx.checkpoint";
+
+std::runtime_error error(const std::string &what) { return std::runtime_error("tdx: " + what); }
+
+bool exists(const std::string &path) {
+  struct stat st;
+  return ::stat(path.c_str(), &st) == 0;
+}
+
+/// fsync of a file or directory: what was written or renamed there is on disk.
+void syncPath(const std::string &path) {
+  int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
+  if (fd < 0 || ::fsync(fd) != 0) {
+    if (fd >= 0)
+      ::close(fd);
+    throw error("cannot sync " + path);
+  }
+  ::close(fd);
+}
+
+/// Writes `text` to `path` durably: a temporary file, fsync, rename, fsync of
+/// the directory. A reader sees the old file or the new one.
+void writeDurably(const std::string &dir, const std::string &name, const std::string &text) {
+  std::string tmp = dir + "/." + name + ".tmp", path = dir + "/" + name;
+  int fd = ::open(tmp.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+  if (fd < 0)
+    throw error("cannot create " + tmp);
+  bool ok = ::write(fd, text.data(), text.size()) == static_cast<ssize_t>(text.size()) &&
+            ::fsync(fd) == 0;
+  ok &= ::close(fd) == 0;
+  if (!ok || std::rename(tmp.c_str(), path.c_str()) != 0)
+    throw error("cannot write " + path);
+  syncPath(dir);
+}
+
+std::string readText(const std::string &path) {
+  std::ifstream in(path, std::ios::binary);
+  if (!in)
+    throw error("cannot open " + path);
+  std::stringstream ss;
+  ss << in.rdbuf();
+  return ss.str();
+}
+
+/// Step directories of a root, by step.
+std::map<int64_t, std::string> stepDirs(const std::string &root) {
+  std::map<int64_t, std::string> out;
+  if (DIR *dir = ::opendir(root.c_str())) {
+    while (dirent *e = ::readdir(dir)) {
+      std::string name = e->d_name;
+      if (name.rfind("step-", 0) == 0 && name.size() > 5 &&
+          name.find_first_not_of("0123456789", 5) == std::string::npos)
+        out[std::stoll(name.substr(5))] = name;
+    }
+    ::closedir(dir);
+  }
+  return out;
+}
+
+/// Leftovers of saves that never committed: ".step-N.tmp" directories.
+std::vector<std::string> leftovers(const std::string &root) {
+  std::vector<std::string> out;
+  if (DIR *dir = ::opendir(root.c_str())) {
+    while (dirent *e = ::readdir(dir)) {
+      std::string name = e->d_name;
+      if (name.rfind(".step-", 0) == 0)
+        out.push_back(root + "/" + name);
+    }
+    ::closedir(dir);
+  }
+  return out;
+}
+
+void removeTree(const std::string &path) {
+  if (std::error_code ec = llvm::sys::fs::remove_directories(path, /*IgnoreErrors=*/false))
+    throw error("cannot remove " + path + ": " + ec.message());
+}
+
+llvm::json::Array toJson(const std::vector<int64_t> &v) {
+  llvm::json::Array a;
+  for (int64_t x : v)
+    a.push_back(x);
+  return a;
+}
+
+std::vector<int64_t> ints(const llvm::json::Array *a, const std::string &what) {
+  if (!a)
+    throw error(what + " is missing");
+  std::vector<int64_t> out;
+  for (const llvm::json::Value &v : *a) {
+    std::optional<int64_t> n = v.getAsInteger();
+    if (!n || *n < 0)
+      throw error(what + " holds a negative or non-integer value");
+    out.push_back(*n);
+  }
+  return out;
+}
+
+std::string boxText(const std::vector<int64_t> &offset, const std::vector<int64_t> &shape) {
+  std::string s = "[";
+  for (size_t d = 0; d < offset.size(); ++d)
+    s += (d ? ", " : "") + std::to_string(offset[d]) + ":" + std::to_string(offset[d] + shape[d]);
+  return s + "]";
+}
+
+std::string print(llvm::json::Value v) {
+  std::string text;
+  llvm::raw_string_ostream os(text);
+  os << llvm::formatv("{0:1}", v);
+  os.flush();
+  return text;
+}
+
+} // namespace
+
+std::string tdx::rt::stepDirName(int64_t step) {
+  char name[32];
+  std::snprintf(name, sizeof name, "step-%08lld", static_cast<long long>(step));
+  return name;
+}
+
+bool tdx::rt::isCheckpoint(const std::string &path) {
+  return exists(path + "/" + kIndex) || exists(path + "/LATEST") || !stepDirs(path).empty();
+}
+
+std::string tdx::rt::resolveCheckpoint(const std::string &path) {
+  if (exists(path + "/" + kIndex))
+    return path;
+  if (exists(path + "/LATEST")) {
+    std::string name = readText(path + "/LATEST");
+    while (!name.empty() && (name.back() == '\n' || name.back() == ' '))
+      name.pop_back();
+    if (name.find('/') != std::string::npos || name.empty() || !exists(path + "/" + name + "/" + kIndex))
+      throw error(path + "/LATEST names '" + name + "', which is not a committed checkpoint");
+    return path + "/" + name;
+  }
+  // A crash between committing a step and moving LATEST leaves the step
+  // complete: the newest step with an index is the latest.
+  std::map<int64_t, std::string> steps = stepDirs(path);
+  for (auto it = steps.rbegin(); it != steps.rend(); ++it)
+    if (exists(path + "/" + it->second + "/" + kIndex))
+      return path + "/" + it->second;
+  throw error("no committed checkpoint in " + path + " (no " + kIndex + ", no LATEST)");
+}
+
+PendingCheckpoint tdx::rt::beginCheckpoint(const std::string &root, int64_t step) {
+  if (std::error_code ec = llvm::sys::fs::create_directories(root))
+    throw error("cannot create the checkpoint directory " + root + ": " + ec.message());
+  PendingCheckpoint p;
+  p.root = root;
+  p.step = step;
+  p.tmp = root + "/." + stepDirName(step) + ".tmp";
+  if (exists(p.tmp))
+    removeTree(p.tmp);
+  if (std::error_code ec = llvm::sys::fs::create_directory(p.tmp))
+    throw error("cannot create " + p.tmp + ": " + ec.message());
+  std::random_device device;
+  std::mt19937_64 gen(device() ^ static_cast<uint64_t>(
+                                     std::chrono::system_clock::now().time_since_epoch().count()));
+  char id[64];
+  std::snprintf(id, sizeof id, "%s-%016llx", stepDirName(step).c_str(),
+                static_cast<unsigned long long>(gen()));
+  p.id = id;
+  return p;
+}
+
+std::string tdx::rt::writeCheckpointFile(const std::string &tmp, const std::string &id,
+                                         const std::string &file,
+                                         const std::vector<BoxToWrite> &boxes) {
+  std::vector<TensorToWrite> tensors;
+  for (const BoxToWrite &b : boxes)
+    tensors.push_back({b.name, b.dtype, b.shape, b.data});
+  WrittenFile written = writeSafetensorsFile(tmp + "/" + file, tensors,
+                                             {{"tdx.checkpoint", id}, {"tdx.file", file}}, true);
+  llvm::json::Array chunks;
+  for (size_t i = 0; i < boxes.size(); ++i)
+    chunks.push_back(llvm::json::Object{{"tensor", boxes[i].name},
+                                        {"dtype", dtypeName(boxes[i].dtype)},
+                                        {"global_shape", toJson(boxes[i].globalShape)},
+                                        {"offset", toJson(boxes[i].offset)},
+                                        {"shape", toJson(boxes[i].shape)},
+                                        {"crc32c", written.tensorCrcs[i]}});
+  return print(llvm::json::Object{{"file", file},
+                                  {"size", written.size},
+                                  {"crc32c", written.crc},
+                                  {"chunks", std::move(chunks)}});
+}
+
+void tdx::rt::checkTiling(const std::string &where, const std::string &name,
+                          const std::vector<int64_t> &shape,
+                          const std::vector<StoredChunk> &chunks) {
+  int64_t covered = 0, numel = 1;
+  for (int64_t d : shape)
+    numel *= d;
+  for (size_t i = 0; i < chunks.size(); ++i) {
+    const StoredChunk &c = chunks[i];
+    bool inside = c.offset.size() == shape.size() && c.shape.size() == shape.size();
+    for (size_t d = 0; inside && d < shape.size(); ++d)
+      inside = c.offset[d] + c.shape[d] <= shape[d];
+    if (!inside)
+      throw error(where + ": tensor '" + name + "': the chunk in " + c.file +
+                  " lies outside the tensor (corrupt index)");
+    for (size_t j = 0; j < i; ++j) {
+      const StoredChunk &o = chunks[j];
+      bool overlap = c.numel() > 0 && o.numel() > 0;
+      for (size_t d = 0; overlap && d < shape.size(); ++d)
+        overlap = c.offset[d] < o.offset[d] + o.shape[d] && o.offset[d] < c.offset[d] + c.shape[d];
+      if (overlap)
+        throw error(where + ": tensor '" + name + "': the chunks " +
+                    boxText(c.offset, c.shape) + " in " + c.file + " and " +
+                    boxText(o.offset, o.shape) + " in " + o.file + " overlap (corrupt index)");
+    }
+    covered += c.numel();
+  }
+  if (covered != numel)
+    throw error(where + ": tensor '" + name + "': its chunks cover " + std::to_string(covered) +
+                " of its " + std::to_string(numel) + " elements (a file's part is missing)");
+}
+
+std::string tdx::rt::commitCheckpoint(const PendingCheckpoint &p,
+                                      const std::vector<std::string> &parts,
+                                      const std::map<std::string, std::string> &metadata,
+                                      int keep) {
+  llvm::json::Object files, tensors;
+  std::map<std::string, std::vector<StoredChunk>> chunksOf;
+  std::map<std::string, std::pair<std::string, std::vector<int64_t>>> typeOf;
+  std::map<std::string, llvm::json::Array> chunkJson;
+  for (const std::string &part : parts) {
+    if (part.empty())
+      continue;
+    llvm::Expected<llvm::json::Value> json = llvm::json::parse(part);
+    if (!json) {
+      llvm::consumeError(json.takeError());
+      throw error("commitCheckpoint: a writer's part of the index is not JSON");
+    }
+    const llvm::json::Object &o = *json->getAsObject();
+    std::string file = o.getString("file")->str();
+    files[file] = llvm::json::Object{{"size", *o.getInteger("size")},
+                                     {"crc32c", *o.getInteger("crc32c")}};
+    for (const llvm::json::Value &v : *o.getArray("chunks")) {
+      const llvm::json::Object &c = *v.getAsObject();
+      std::string name = c.getString("tensor")->str();
+      StoredChunk chunk;
+      chunk.file = file;
+      chunk.offset = ints(c.getArray("offset"), "offset");
+      chunk.shape = ints(c.getArray("shape"), "shape");
+      auto type = std::make_pair(c.getString("dtype")->str(), ints(c.getArray("global_shape"), "shape"));
+      auto [it, fresh] = typeOf.emplace(name, type);
+      if (!fresh && it->second != type)
+        throw error("commitCheckpoint: writers disagree on the dtype or shape of '" + name + "'");
+      chunkJson[name].push_back(llvm::json::Object{{"file", file},
+                                                   {"offset", toJson(chunk.offset)},
+                                                   {"shape", toJson(chunk.shape)},
+                                                   {"crc32c", *c.getInteger("crc32c")}});
+      chunksOf[name].push_back(std::move(chunk));
+    }
+  }
+  for (auto &[name, type] : typeOf) {
+    checkTiling(p.tmp, name, type.second, chunksOf[name]);
+    tensors[name] = llvm::json::Object{{"dtype", type.first},
+                                       {"shape", toJson(type.second)},
+                                       {"chunks", std::move(chunkJson[name])}};
+  }
+  llvm::json::Object meta;
+  for (const auto &[k, v] : metadata)
+    meta[k] = v;
+  llvm::json::Object index{{"format", kFormat}, {"version", 1},       {"id", p.id},
+                           {"step", p.step},    {"metadata", std::move(meta)},
+                           {"files", std::move(files)}, {"tensors", std::move(tensors)}};
+  // The files are synced by their writers; the index goes last.
+  writeDurably(p.tmp, kIndex, print(std::move(index)));
+  std::string dir = p.root + "/" + stepDirName(p.step);
+  if (exists(dir)) {
+    // An older save of this step that LATEST may name: replace it only once
+    // the new one is complete (it is, now).
+    std::string old = p.root + "/." + stepDirName(p.step) + ".old";
+    if (exists(old))
+      removeTree(old);
+    if (std::rename(dir.c_str(), old.c_str()) != 0)
+      throw error("cannot replace " + dir);
+  }
+  if (std::rename(p.tmp.c_str(), dir.c_str()) != 0)
+    throw error("cannot commit " + dir);
+  syncPath(p.root);
+  writeDurably(p.root, "LATEST", stepDirName(p.step) + "\n");
+  // Committed: only now is anything older removed.
+  for (const std::string &left : leftovers(p.root))
+    removeTree(left);
+  if (keep > 0) {
+    std::map<int64_t, std::string> steps = stepDirs(p.root);
+    int seen = 0;
+    for (auto it = steps.rbegin(); it != steps.rend(); ++it)
+      if (it->first != p.step && ++seen >= keep)
+        removeTree(p.root + "/" + it->second);
+  }
+  return dir;
+}
+
+void TensorStore::addCheckpoint(const std::string &dir) {
+  std::string indexPath = dir + "/" + kIndex;
+  llvm::Expected<llvm::json::Value> json = llvm::json::parse(readText(indexPath));
+  if (!json) {
+    llvm::consumeError(json.takeError());
+    throw error(indexPath + " is corrupt (not JSON)");
+  }
+  const llvm::json::Object *index = json->getAsObject();
+  if (!index || index->getString("format") != std::optional<llvm::StringRef>(kFormat) ||
+      index->getInteger("version") != std::optional<int64_t>(1))
+    throw error(indexPath + " is not a tdx checkpoint index (format " + kFormat + ", version 1)");
+  std::string id = index->getString("id").value_or("").str();
+  const llvm::json::Object *files = index->getObject("files");
+  const llvm::json::Object *tensors = index->getObject("tensors");
+  if (!files || !tensors)
+    throw error(indexPath + " is corrupt (no files or tensors)");
+  if (const llvm::json::Object *meta = index->getObject("metadata"))
+    for (const auto &[k, v] : *meta)
+      metadata_[k.str()] = v.getAsString().value_or("").str();
+  metadata_["step"] = std::to_string(index->getInteger("step").value_or(0));
+  std::map<std::string, SafetensorsHeader> headers;
+  for (const auto &[name, value] : *files) {
+    std::string file = dir + "/" + name.str();
+    if (name.str().find('/') != std::string::npos)
+      throw error(indexPath + " names a file outside the checkpoint: " + name.str());
+    if (!exists(file))
+      throw error(dir + ": file " + name.str() + " is missing (the index lists it)");
+    SafetensorsHeader h;
+    std::optional<int64_t> size = value.getAsObject() ? value.getAsObject()->getInteger("size")
+                                                      : std::nullopt;
+    struct stat st;
+    ::stat(file.c_str(), &st);
+    if (!size || static_cast<int64_t>(st.st_size) != *size)
+      throw error(file + " has " + std::to_string(st.st_size) + " bytes but the index says " +
+                  std::to_string(size.value_or(-1)) + " (truncated or replaced)");
+    h = readSafetensorsHeader(file);
+    if (h.metadata["tdx.checkpoint"] != id || h.metadata["tdx.file"] != name.str())
+      throw error(file + " is not the file the index names (it says it is '" +
+                  h.metadata["tdx.file"] + "' of checkpoint '" + h.metadata["tdx.checkpoint"] +
+                  "'): swapped, renamed or copied from another checkpoint");
+    headers[name.str()] = std::move(h);
+  }
+  for (const auto &[name, value] : *tensors) {
+    const llvm::json::Object *t = value.getAsObject();
+    const llvm::json::Array *chunks = t ? t->getArray("chunks") : nullptr;
+    if (!t || !chunks || !t->getString("dtype"))
+      throw error(indexPath + ": tensor '" + name.str() + "' is malformed");
+    StoredTensor st;
+    st.dtype = dtypeNamed(t->getString("dtype")->str());
+    st.shape = ints(t->getArray("shape"), indexPath + ": the shape of '" + name.str() + "'");
+    for (const llvm::json::Value &cv : *chunks) {
+      const llvm::json::Object *c = cv.getAsObject();
+      std::optional<llvm::StringRef> file = c ? c->getString("file") : std::nullopt;
+      if (!file || !headers.count(file->str()))
+        throw error(indexPath + ": a chunk of '" + name.str() + "' names an unlisted file");
+      StoredChunk chunk;
+      chunk.file = dir + "/" + file->str();
+      chunk.offset = ints(c->getArray("offset"), indexPath + ": a chunk offset of '" + name.str() + "'");
+      chunk.shape = ints(c->getArray("shape"), indexPath + ": a chunk shape of '" + name.str() + "'");
+      if (std::optional<int64_t> crc = c->getInteger("crc32c"))
+        chunk.hasCrc = true, chunk.crc = static_cast<uint32_t>(*crc);
+      const SafetensorsHeader &h = headers[file->str()];
+      auto e = h.entries.find(name.str());
+      if (e == h.entries.end() || e->second.dtype != st.dtype || e->second.shape != chunk.shape)
+        throw error(chunk.file + " does not hold the chunk of '" + name.str() +
+                    "' the index lists (another dtype or shape, or missing)");
+      chunk.dataOffset = e->second.dataOffset;
+      st.chunks.push_back(std::move(chunk));
+    }
+    checkTiling(dir, name.str(), st.shape, st.chunks);
+    entries_[name.str()] = std::move(st);
+  }
+}
+
+uint64_t tdx::rt::verifyCheckpoint(const std::string &path) {
+  TensorStore store(path);
+  std::string dir = store.path();
+  llvm::Expected<llvm::json::Value> json = llvm::json::parse(readText(dir + "/" + kIndex));
+  if (!json) {
+    llvm::consumeError(json.takeError());
+    throw error(dir + "/" + kIndex + " is corrupt (not JSON)");
+  }
+  // Each chunk first, to name the tensor and offset of a mismatch; then
+  // every byte of each file (headers included).
+  for (const auto &[name, t] : store.tensors()) {
+    std::vector<char> data(static_cast<size_t>(t.numel() * dtypeSize(t.dtype)));
+    store.read(name, data.data());
+  }
+  uint64_t checked = 0;
+  std::vector<char> buffer(1 << 22);
+  for (const auto &[name, value] : *json->getAsObject()->getObject("files")) {
+    std::string file = dir + "/" + name.str();
+    uint32_t want = static_cast<uint32_t>(value.getAsObject()->getInteger("crc32c").value_or(-1));
+    int fd = ::open(file.c_str(), O_RDONLY | O_CLOEXEC);
+    if (fd < 0)
+      throw error("cannot open " + file);
+    uint32_t crc = 0;
+    ssize_t got;
+    while ((got = ::read(fd, buffer.data(), buffer.size())) > 0) {
+      crc = crc32c(buffer.data(), static_cast<size_t>(got), crc);
+      checked += static_cast<uint64_t>(got);
+    }
+    ::close(fd);
+    if (got < 0 || crc != want)
+      throw error("checksum mismatch in " + file + ": the file's bytes are not those written; "
+                  "the checkpoint is corrupt");
+  }
+  return checked;
+}

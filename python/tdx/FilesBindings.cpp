@@ -1,0 +1,162 @@
+//===- FilesBindings.cpp - tensor files and checkpoints for Python --------===//
+//
+// Binds the runtime's safetensors and checkpoint code (no MPI, no ATen
+// inside it: include/tdx/Runtime/Checkpoint.h) so that the Python package
+// reads and writes exactly what model binaries do. Failures raise
+// tdx.CheckpointError (errors.py hands the class over at import).
+//
+//===----------------------------------------------------------------------===//
+
+#include "tdx/Runtime/Checkpoint.h"
+#include "tdx/Runtime/Placement.h"
+
+#include <torch/extension.h>
+
+namespace py = pybind11;
+using namespace tdx::rt;
+
+namespace {
+
+py::object &errorType() {
+  static py::object type = py::reinterpret_borrow<py::object>(PyExc_RuntimeError);
+  return type;
+}
+
+/// Runs `fn`, turning a runtime error into tdx.CheckpointError.
+template <class Fn> auto guarded(Fn fn) -> decltype(fn()) {
+  try {
+    return fn();
+  } catch (const std::exception &e) {
+    PyErr_SetString(errorType().ptr(), e.what());
+    throw py::error_already_set();
+  }
+}
+
+DType dtypeOf(at::ScalarType t) {
+  switch (t) {
+#define TDX_DTYPE(Name, stored, bytes, aten, ctype, mlir)                                  \
+  case at::aten:                                                                           \
+    return DType::Name;
+#include "tdx/Runtime/DTypes.def"
+  default:
+    throw std::runtime_error(std::string("tdx: cannot store dtype ") + c10::toString(t) +
+                             " (tensor files hold float32, float64, float16, bfloat16, int64, "
+                             "int32 and bool)");
+  }
+}
+
+at::ScalarType scalarTypeOf(DType t) {
+  switch (t) {
+#define TDX_DTYPE(Name, stored, bytes, aten, ctype, mlir)                                  \
+  case DType::Name:                                                                        \
+    return at::aten;
+#include "tdx/Runtime/DTypes.def"
+  }
+  return at::kFloat;
+}
+
+/// Dense CPU tensors kept alive while their bytes are written.
+std::vector<TensorToWrite> toWrite(const std::vector<std::pair<std::string, at::Tensor>> &named,
+                                   std::vector<at::Tensor> &keep) {
+  std::vector<TensorToWrite> out;
+  for (const auto &[name, t] : named) {
+    keep.push_back(t.detach().to(at::kCPU).contiguous());
+    out.push_back({name, dtypeOf(t.scalar_type()), keep.back().sizes().vec(),
+                   keep.back().data_ptr()});
+  }
+  return out;
+}
+
+} // namespace
+
+void bindFiles(py::module &m) {
+  m.def("_set_checkpoint_error_type", [](py::object type) { errorType() = type; });
+
+  py::class_<TensorStore>(m, "TensorStore")
+      .def(py::init([](const std::string &path) {
+             return guarded([&] { return std::make_unique<TensorStore>(path); });
+           }),
+           py::arg("path"))
+      .def_property_readonly("path", &TensorStore::path)
+      .def_property_readonly("metadata", &TensorStore::metadata)
+      .def("tensors",
+           [](const TensorStore &s) {
+             py::dict out;
+             for (const auto &[name, t] : s.tensors())
+               out[py::str(name)] = py::make_tuple(t.shape, scalarTypeOf(t.dtype));
+             return out;
+           })
+      .def(
+          "read_box",
+          [](const TensorStore &s, const std::string &name, const std::vector<int64_t> &offset,
+             const std::vector<int64_t> &size) {
+            return guarded([&] {
+              const StoredTensor *t = s.find(name);
+              if (!t)
+                throw std::runtime_error("tdx: " + s.path() + " has no tensor '" + name + "'");
+              at::Tensor out = at::empty(size, at::TensorOptions().dtype(scalarTypeOf(t->dtype)));
+              py::gil_scoped_release release;
+              s.readBox(name, offset, size, out.data_ptr());
+              return out;
+            });
+          },
+          py::arg("name"), py::arg("offset"), py::arg("size"));
+
+  m.def(
+      "write_safetensors",
+      [](const std::string &path, const std::vector<std::pair<std::string, at::Tensor>> &named) {
+        guarded([&] {
+          std::vector<at::Tensor> keep;
+          writeSafetensors(path, toWrite(named, keep));
+          return 0;
+        });
+      },
+      py::arg("path"), py::arg("tensors"));
+
+  m.def(
+      "save_checkpoint",
+      [](const std::string &root, int64_t step,
+         const std::vector<std::pair<std::string, at::Tensor>> &named,
+         const std::map<std::string, std::string> &metadata, int keep) {
+        return guarded([&] {
+          std::vector<at::Tensor> keepAlive;
+          std::vector<TensorToWrite> tensors = toWrite(named, keepAlive);
+          std::vector<BoxToWrite> boxes;
+          for (const TensorToWrite &t : tensors)
+            boxes.push_back({t.name, t.dtype, t.shape, std::vector<int64_t>(t.shape.size(), 0),
+                             t.shape, t.data});
+          py::gil_scoped_release release;
+          PendingCheckpoint pending = beginCheckpoint(root, step);
+          std::string part =
+              writeCheckpointFile(pending.tmp, pending.id, "rank-00000.safetensors", boxes);
+          return commitCheckpoint(pending, {part}, metadata, keep);
+        });
+      },
+      py::arg("root"), py::arg("step"), py::arg("tensors"), py::arg("metadata"), py::arg("keep"));
+
+  m.def(
+      "resolve_checkpoint",
+      [](const std::string &path) { return guarded([&] { return resolveCheckpoint(path); }); },
+      py::arg("path"));
+  m.def("is_checkpoint", &isCheckpoint, py::arg("path"));
+  m.def(
+      "verify_checkpoint",
+      [](const std::string &path) {
+        return guarded([&] {
+          py::gil_scoped_release release;
+          return verifyCheckpoint(path);
+        });
+      },
+      py::arg("path"));
+  m.def(
+      "box_of",
+      [](const std::vector<int64_t> &meshShape, const std::vector<int64_t> &coords,
+         const std::vector<int64_t> &shape, const std::string &layout) {
+        return guarded([&] {
+          std::vector<int64_t> offset, size;
+          boxOf(meshShape, coords, shape, parseLayout(layout), offset, size);
+          return py::make_tuple(offset, size);
+        });
+      },
+      py::arg("mesh_shape"), py::arg("coords"), py::arg("shape"), py::arg("layout"));
+}

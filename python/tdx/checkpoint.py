@@ -1,0 +1,192 @@
+"""Sharded checkpoints: the format model binaries save with ``--save`` and
+resume from with ``--resume``, read and written from Python.
+
+A checkpoint root holds one directory per saved step and ``LATEST``, which
+names the newest committed one; each step directory holds one safetensors
+file per writing rank and ``tdx.index.json`` (docs/checkpoints.md). Every
+function here takes a root (its ``LATEST`` is followed) or a step directory.
+
+    tdx.checkpoint.save(model.state_dict(), "ckpt")      # ckpt/step-00000000
+    state = tdx.checkpoint.load("ckpt")                    # global tensors
+    box = tdx.checkpoint.load_shard("ckpt", "fc.weight", mesh,
+                                    [tdx.Shard(0), tdx.Replicate()], (1, 0))
+"""
+
+import json
+import os
+
+import torch
+
+from . import _C
+from .errors import CheckpointError
+
+__all__ = ["save", "load", "load_shard", "verify", "latest", "export_hf", "slice"]
+
+
+def _existing(path):
+    path = os.fspath(path)
+    if not os.path.exists(path):
+        raise FileNotFoundError(f"no checkpoint at {path!r}")
+    return path
+
+
+def latest(path):
+    """The committed step directory ``path`` names (a root's ``LATEST``, or
+    ``path`` itself when it is a step directory)."""
+    return _C.resolve_checkpoint(_existing(path))
+
+
+def _step_of(path):
+    """The step of a checkpoint's index."""
+    with open(os.path.join(path, "tdx.index.json")) as f:
+        return int(json.load(f)["step"])
+
+
+def save(state_dict, path, *, step=None, keep=0, metadata=None):
+    """Saves global tensors as checkpoint step ``step`` of the root ``path``
+    (default: one past ``LATEST``'s step, 0 for a new root) and commits it
+    atomically: a crash leaves the previous checkpoint, never half a new one.
+    ``keep`` > 0 deletes all but the newest ``keep`` steps afterwards.
+    Returns the step directory."""
+    if not isinstance(state_dict, dict):
+        raise TypeError(f"save takes a dict of name to tensor (a state_dict), "
+                        f"got {type(state_dict).__name__}")
+    named = []
+    for name, t in state_dict.items():
+        if not isinstance(t, torch.Tensor):
+            raise TypeError(f"state_dict['{name}'] is a {type(t).__name__}, not a tensor")
+        named.append((str(name), t))
+    path = os.fspath(path)
+    if step is None:
+        step = _step_of(latest(path)) + 1 if os.path.isdir(path) and _C.is_checkpoint(path) else 0
+    meta = {str(k): str(v) for k, v in (metadata or {}).items()}
+    return _C.save_checkpoint(path, int(step), named, meta, int(keep))
+
+
+def load(path, names=None):
+    """The global tensors of a checkpoint (or of a safetensors file, or a
+    directory of them, such as a Hugging Face export) by name; ``names``
+    picks some. Each is read from the chunks that hold it, checked against
+    their checksums."""
+    store = _C.TensorStore(_existing(path))
+    entries = store.tensors()
+    if names is None:
+        names = list(entries)
+    out = {}
+    for name in names:
+        if name not in entries:
+            raise CheckpointError(f"{store.path} has no tensor '{name}'; it has "
+                                  f"{', '.join(sorted(entries)) or 'none'}")
+        shape, _ = entries[name]
+        out[name] = store.read_box(name, [0] * len(shape), list(shape))
+    return out
+
+
+def _mesh_shape(mesh):
+    if hasattr(mesh, "shape") and not isinstance(mesh, torch.Tensor):
+        return list(mesh.shape)
+    return [int(s) for s in mesh]
+
+
+def _layout(placements):
+    from .sharding import Partial, Replicate, Shard
+    for p in placements:
+        if isinstance(p, Partial):
+            raise CheckpointError("a checkpoint holds reduced tensors: load with Shard or "
+                                  "Replicate placements, not Partial")
+        if not isinstance(p, (Shard, Replicate)):
+            raise TypeError(f"placements must be tdx.Shard or tdx.Replicate, got {p!r}")
+    return "[" + ", ".join(str(p) for p in placements) + "]"
+
+
+def load_shard(path, name, mesh, placements, coords):
+    """The box of tensor ``name`` that the device at ``coords`` of ``mesh``
+    (a :class:`tdx.DeviceMesh` or a mesh shape) holds under ``placements``,
+    one per mesh axis (uneven splits as torch.chunk makes them). Only the
+    bytes of that box are read, whatever layout the checkpoint was saved in."""
+    shape = _mesh_shape(mesh)
+    if len(placements) != len(shape):
+        raise CheckpointError(f"{len(placements)} placements for a mesh of {len(shape)} axes; "
+                              f"give one per axis")
+    store = _C.TensorStore(_existing(path))
+    entries = store.tensors()
+    if name not in entries:
+        raise CheckpointError(f"{store.path} has no tensor '{name}'")
+    offset, size = _C.box_of(shape, list(coords), list(entries[name][0]), _layout(placements))
+    return store.read_box(name, offset, size)
+
+
+def verify(path):
+    """Reads every byte of a checkpoint and checks it against its index
+    (sizes, checksums of files and chunks, chunks tiling each tensor);
+    raises :class:`tdx.CheckpointError` naming the file, tensor and offset of
+    a mismatch. Returns the number of bytes checked."""
+    return _C.verify_checkpoint(_existing(path))
+
+
+def _parse_size(size):
+    if isinstance(size, int):
+        return size
+    units = {"KB": 10**3, "MB": 10**6, "GB": 10**9, "KIB": 2**10, "MIB": 2**20, "GIB": 2**30}
+    text = str(size).strip().upper()
+    for unit, factor in sorted(units.items(), key=lambda u: -len(u[0])):
+        if text.endswith(unit):
+            return int(float(text[:-len(unit)]) * factor)
+    return int(text)
+
+
+def export_hf(source, out_dir, *, max_shard_size="5GB", include_optimizer=False):
+    """Writes a Hugging Face style directory: ``model-0000i-of-0000n.safetensors``
+    files of at most ``max_shard_size`` each (a larger tensor gets a file of
+    its own) and ``model.safetensors.index.json`` mapping each tensor to its
+    file. ``source`` is a checkpoint (root or step directory) or a state
+    dict; optimizer state (``optimizer.*``) is left out unless
+    ``include_optimizer``. Returns the index's path."""
+    if isinstance(source, dict):
+        tensors = dict(source)
+    else:
+        tensors = load(source)
+    if not include_optimizer:
+        tensors = {k: v for k, v in tensors.items() if not k.startswith("optimizer.")}
+    limit = _parse_size(max_shard_size)
+    shards, current, size = [], [], 0
+    for name, t in tensors.items():
+        n = t.numel() * t.element_size()
+        if current and size + n > limit:
+            shards.append(current)
+            current, size = [], 0
+        current.append(name)
+        size += n
+    if current or not shards:
+        shards.append(current)
+    os.makedirs(out_dir, exist_ok=True)
+    weight_map, total = {}, 0
+    for i, names in enumerate(shards):
+        file = f"model-{i + 1:05d}-of-{len(shards):05d}.safetensors"
+        _C.write_safetensors(os.path.join(out_dir, file), [(n, tensors[n]) for n in names])
+        for n in names:
+            weight_map[n] = file
+            total += tensors[n].numel() * tensors[n].element_size()
+    index = os.path.join(out_dir, "model.safetensors.index.json")
+    tmp = index + ".tmp"
+    with open(tmp, "w") as f:
+        json.dump({"metadata": {"total_size": total}, "weight_map": weight_map}, f, indent=2)
+    os.replace(tmp, index)
+    return index
+
+
+def slice(tensor, num_partitions, dim=0):  # noqa: A001 (TorchShard's name)
+    """The ``num_partitions`` pieces of ``tensor`` along ``dim`` that ranks
+    hold under ``Shard(dim)``: torch.chunk's pieces (size ceil(n/k)), always
+    exactly ``num_partitions`` of them, trailing ones short or empty."""
+    if not isinstance(num_partitions, int) or num_partitions < 1:
+        raise ValueError(f"num_partitions must be a positive int, got {num_partitions!r}")
+    if not -tensor.dim() <= dim < tensor.dim():
+        raise ValueError(f"dim {dim} is out of range for a tensor of {tensor.dim()} dims")
+    dim %= tensor.dim()
+    pieces = []
+    for c in range(num_partitions):
+        coords = [c]
+        offset, size = _C.box_of([num_partitions], coords, list(tensor.shape), f"[Shard({dim})]")
+        pieces.append(tensor.narrow(dim, offset[dim], size[dim]))
+    return pieces
