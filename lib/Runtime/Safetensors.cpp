@@ -274,6 +274,7 @@ void TensorStore::readBox(const std::string &name, const std::vector<int64_t> &o
     forEachCopyRun(c.shape, inChunk, size, inBox, extent, [&](int64_t a, int64_t b, int64_t run) {
       file.read(c.dataOffset + static_cast<uint64_t>(a * item), static_cast<uint64_t>(run * item),
                 dst + b * item);
+      bytesRead_ += static_cast<uint64_t>(run * item);
       if (whole && c.hasCrc)
         crc = crc32c(dst + b * item, static_cast<size_t>(run * item), crc);
     });

@@ -79,6 +79,7 @@ void bindFiles(py::module &m) {
            py::arg("path"))
       .def_property_readonly("path", &TensorStore::path)
       .def_property_readonly("metadata", &TensorStore::metadata)
+      .def_property_readonly("bytes_read", &TensorStore::bytesRead)
       .def("tensors",
            [](const TensorStore &s) {
              py::dict out;

@@ -20,7 +20,7 @@ import torch
 from . import _C
 from .errors import CheckpointError
 
-__all__ = ["save", "load", "load_shard", "verify", "latest", "export_hf", "slice"]
+__all__ = ["save", "load", "load_shard", "verify", "latest", "step_of", "export_hf", "slice"]
 
 
 def _existing(path):
@@ -36,9 +36,9 @@ def latest(path):
     return _C.resolve_checkpoint(_existing(path))
 
 
-def _step_of(path):
-    """The step of a checkpoint's index."""
-    with open(os.path.join(path, "tdx.index.json")) as f:
+def step_of(path):
+    """The step of the checkpoint ``path`` names."""
+    with open(os.path.join(latest(path), "tdx.index.json")) as f:
         return int(json.load(f)["step"])
 
 
@@ -58,7 +58,7 @@ def save(state_dict, path, *, step=None, keep=0, metadata=None):
         named.append((str(name), t))
     path = os.fspath(path)
     if step is None:
-        step = _step_of(latest(path)) + 1 if os.path.isdir(path) and _C.is_checkpoint(path) else 0
+        step = step_of(path) + 1 if os.path.isdir(path) and _C.is_checkpoint(path) else 0
     meta = {str(k): str(v) for k, v in (metadata or {}).items()}
     return _C.save_checkpoint(path, int(step), named, meta, int(keep))
 

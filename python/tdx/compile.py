@@ -6,7 +6,8 @@ import shutil
 import subprocess
 import tempfile
 
-from . import safetensors
+from . import _C, safetensors
+from .checkpoint import latest as latest_checkpoint, step_of as checkpoint_step
 from .errors import TdxError
 
 
@@ -74,18 +75,31 @@ class Executable:
             got = safetensors.load(out)
         return tuple(got[f"output:{i}"] for i in range(len(got)))
 
-    def train(self, batches, *, nprocs=None, params=None, seed=0, verbose=False, timeout=600):
+    def train(self, batches, *, nprocs=None, params=None, seed=0, verbose=False, timeout=600,
+              checkpoint=None, save_every=None, keep=2, resume=False):
         """Runs a training step's program (``tdx.trace_train_step``) once per
-        batch; returns ``(losses, state)``: the loss of every step (a list of
-        floats) and the final global state by name, parameters as in
+        batch; returns ``(losses, state)``: the loss of every step run (a
+        list of floats) and the final global state by name, parameters as in
         ``model.state_dict()`` and optimizer state as
         ``optimizer.<param name>.<key>``.
 
         ``batches`` is a list of batches, each a tuple of global tensors in
-        the order the step takes them. ``params`` is as for :meth:`run`."""
+        the order the step takes them. ``params`` is as for :meth:`run`.
+
+        ``checkpoint`` is a directory: the ranks save their shards there
+        (tdx.checkpoint's format) every ``save_every`` steps and after the
+        last, keeping the newest ``keep`` (0: all). With ``resume=True`` a
+        run continues from the checkpoint's latest step, whatever mesh and
+        layout saved it (step k still takes ``batches[k]``), or starts
+        afresh when there is none yet; ``losses`` then holds the steps run,
+        and ``self.first_step`` says where they began."""
         batches = [tuple(b) if isinstance(b, (tuple, list)) else (b,) for b in batches]
         if not batches:
             raise ValueError("train needs at least one batch")
+        if (save_every is not None or resume) and checkpoint is None:
+            raise ValueError("save_every and resume need checkpoint=<directory>")
+        if resume and params is not None:
+            raise ValueError("resume=True reads the state from the checkpoint; drop params")
         with tempfile.TemporaryDirectory() as tmp:
             inp = os.path.join(tmp, "batches.safetensors")
             out = os.path.join(tmp, "out.safetensors")
@@ -93,13 +107,32 @@ class Executable:
             safetensors.save({f"{k}:input:{i}": x for k, batch in enumerate(batches)
                               for i, x in enumerate(batch)}, inp)
             args = ["--batches", inp, "--steps", str(len(batches)), "--outputs", out,
-                    "--save-state", state, "--seed", str(seed)]
-            args += self._params_args(params, tmp) + (["--verbose"] if verbose else [])
+                    "--save-state", state]
+            self.first_step = 0
+            if resume and _C.is_checkpoint(os.fspath(checkpoint)):
+                args += ["--resume", os.fspath(checkpoint)]
+                self.first_step = checkpoint_step(checkpoint)
+            else:
+                args += ["--seed", str(seed)] + self._params_args(params, tmp)
+            if checkpoint is not None:
+                args += ["--save", os.fspath(checkpoint), "--save-keep", str(keep)]
+                args += ["--save-every", str(save_every)] if save_every else []
+            args += ["--verbose"] if verbose else []
             self.last_log = self._launch(nprocs, args, timeout)
-            got = safetensors.load(out)
+            got = safetensors.load(out) if os.path.exists(out) else {}
             final = safetensors.load(state)
-        losses = [float(got[f"{k}:output:0"]) for k in range(len(batches))]
+        losses = [float(got[f"{k}:output:0"]) for k in range(self.first_step, len(batches))]
         return losses, final
+
+    def save_init(self, checkpoint, *, nprocs=None, params=None, seed=0, keep=2, timeout=300):
+        """Makes the state as :meth:`run` would (each rank its own shards,
+        from the init programs with ``seed`` or from ``params``) and saves it
+        as step 0 of the checkpoint directory ``checkpoint``: no rank ever
+        holds a global tensor. Returns the step directory."""
+        with tempfile.TemporaryDirectory() as tmp:
+            args = ["--save", os.fspath(checkpoint), "--save-keep", str(keep), "--seed", str(seed)]
+            self.last_log = self._launch(nprocs, args + self._params_args(params, tmp), timeout)
+        return latest_checkpoint(checkpoint)
 
     def last_step_ms(self):
         """The step time (ms) of the last ``run(..., verbose=True)``, from the
@@ -109,11 +142,14 @@ class Executable:
             raise TdxError("no step time: run the binary with verbose=True first")
         return float(found.group(1))
 
-    def materialize(self, nprocs=None, seed=0, timeout=300):
-        """The gathered global parameters after sharded init, by qualified name."""
+    def materialize(self, nprocs=None, seed=0, timeout=300, params=None):
+        """The gathered global parameters after sharded init (or after each
+        rank read its shards of ``params``, as for :meth:`run`), by
+        qualified name."""
         with tempfile.TemporaryDirectory() as tmp:
             path = os.path.join(tmp, "params.safetensors")
-            self._launch(nprocs, ["--dump-params", path, "--seed", str(seed)], timeout)
+            args = ["--dump-params", path, "--seed", str(seed)] + self._params_args(params, tmp)
+            self._launch(nprocs, args, timeout)
             return safetensors.load(path)
 
     def save(self, path):

@@ -81,8 +81,11 @@ public:
   /// them. A chunk read whole is checked against its checksum.
   void readBox(const std::string &name, const std::vector<int64_t> &offset,
                const std::vector<int64_t> &size, void *out) const;
+  /// Tensor bytes read so far (headers and the index not counted).
+  uint64_t bytesRead() const { return bytesRead_; }
 
 private:
+  mutable uint64_t bytesRead_ = 0;
   std::string path_;
   std::map<std::string, StoredTensor> entries_;
   std::map<std::string, std::string> metadata_;

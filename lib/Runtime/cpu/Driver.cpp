@@ -112,6 +112,10 @@ int tdx::rt::runMain(int argc, char **argv, const Program &program) {
       std::printf("tdx: rank %d: init %.3f ms, local parameters %.1f MiB, peak RSS grew %.1f MiB\n",
                   rank, std::chrono::duration<double, std::milli>(t1 - t0).count(),
                   local / 1048576.0, (peakRssKiB() - rssBefore) / 1024.0);
+      if (store)
+        std::printf("tdx: rank %d: read %llu bytes of %s for %lld bytes of state\n", rank,
+                    static_cast<unsigned long long>(store->bytesRead()), store->path().c_str(),
+                    static_cast<long long>(local));
       std::fflush(stdout);
     }
     auto saveState = [&](const std::string &path) {
