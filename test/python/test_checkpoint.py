@@ -364,3 +364,138 @@ def test_load_shard_and_resume_refuse_what_does_not_fit(saved, tmp_path):
     # A forward program's checkpoint is not a training run's.
     with pytest.raises(tdx.TdxError, match=r"has no '[\w.]+': it was saved by another program"):
         train_binary("1").train(batches("mlp")[:2], checkpoint=root, resume=True)
+
+
+# --- crash safety ---------------------------------------------------------------
+
+CRASH_STEPS = 12
+# About how long the 12 saves of a run take here (kills land in that span).
+SAVES_SECONDS = 0.12
+
+
+@pytest.fixture(scope="module")
+def reference_steps(tmp_path_factory):
+    """Every step's state of an uninterrupted run (all checkpoints kept)."""
+    root = tmp_path_factory.mktemp("reference")
+    train_binary("2x2", 3).train(batches("mlp")[:1] * CRASH_STEPS, seed=3, checkpoint=root,
+                                 save_every=1, keep=0)
+    return {int(d[5:]): tdx.checkpoint.load(root / d)
+            for d in os.listdir(root) if d.startswith("step-")}
+
+
+def rank_pids(binary, launcher):
+    pids = []
+    for pid in os.listdir("/proc"):
+        if not pid.isdigit() or int(pid) == launcher:
+            continue
+        try:
+            cmd = open(f"/proc/{pid}/cmdline", "rb").read().split(b"\0")
+        except OSError:
+            continue
+        if cmd and cmd[0].decode(errors="replace") == binary:
+            pids.append(int(pid))
+    return pids
+
+
+def temporaries(root):
+    """(name, inode) of the temporary step directories of saves under way."""
+    out = set()
+    for n in os.listdir(root) if os.path.isdir(root) else []:
+        if n.startswith(".step-"):
+            try:
+                out.add((n, os.stat(os.path.join(root, n)).st_ino))
+            except FileNotFoundError:
+                pass
+    return out
+
+
+def crash_trial(rng, exe, batch_file, root, timeout=60):
+    """Starts a 4-rank run that saves every step, SIGKILLs one rank or all of
+    them at a random time, and returns whether a save was under way (a
+    temporary step directory was left)."""
+    import signal
+    import subprocess
+    import time
+    cmd = ["mpirun", "--oversubscribe", "--allow-run-as-root", "-np", "4", exe.path,
+           "--batches", batch_file, "--steps", str(CRASH_STEPS), "--save", str(root),
+           "--save-every", "1", "--save-keep", "3", "--seed", "3"]
+    if os.path.exists(os.path.join(root, "LATEST")):
+        cmd[cmd.index("--seed"):cmd.index("--seed") + 2] = ["--resume", str(root)]
+    proc = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+                            start_new_session=True)
+    start = time.monotonic()
+    # Wait until the first save of this run began (a temporary directory of
+    # its own appeared) or the run ended, then a random moment of its saving.
+    stale = temporaries(root)
+    while not temporaries(root) - stale and proc.poll() is None:
+        time.sleep(0.001)
+    time.sleep(rng.uniform(0.0, SAVES_SECONDS))
+    pids = rank_pids(exe.path, proc.pid)
+    victims = pids if rng.random() < 0.5 else pids[:1]
+    for pid in victims:
+        try:
+            os.kill(pid, signal.SIGKILL)
+        except ProcessLookupError:
+            pass
+    try:
+        proc.wait(timeout=timeout)
+    except subprocess.TimeoutExpired:
+        os.killpg(proc.pid, signal.SIGKILL)
+        raise AssertionError(f"a run that lost {len(victims)} rank(s) hung "
+                             f"{time.monotonic() - start:.0f} s")
+    return bool(temporaries(root) - stale)
+
+
+def check_committed(root, reference):
+    """Whatever is visible is committed, complete and bitwise the reference."""
+    if not os.path.isdir(root):
+        return []
+    visible = sorted(d for d in os.listdir(root) if d.startswith("step-"))
+    for d in visible:
+        state = tdx.checkpoint.load(root / d)
+        tdx.checkpoint.verify(root / d)
+        assert set(state) == set(reference[int(d[5:])])
+        for name, t in state.items():
+            assert torch.equal(t, reference[int(d[5:])][name]), (d, name)
+    if visible:
+        latest = tdx.checkpoint.latest(root)
+        assert os.path.basename(latest) in visible
+    return visible
+
+
+def run_crash_trials(trials, reference, tmp_path):
+    import random
+    rng = random.Random(1234)
+    exe = train_binary("2x2", 3)
+    batch_file = str(tmp_path / "batches.safetensors")
+    tdx.safetensors.save({f"{k}:input:{i}": x for k in range(CRASH_STEPS)
+                          for i, x in enumerate(batches("mlp")[0])}, batch_file)
+    root = tmp_path / "ckpt"
+    during_save, newest = 0, -1
+    for _ in range(trials):
+        during_save += crash_trial(rng, exe, batch_file, root)
+        visible = check_committed(root, reference)
+        if visible:
+            step = int(os.path.basename(tdx.checkpoint.latest(root))[5:])
+            # The last committed step never goes back.
+            assert step >= newest
+            newest = step
+        if newest == CRASH_STEPS:
+            import shutil
+            shutil.rmtree(root)
+            newest = -1
+    return during_save
+
+
+def test_sigkill_during_saves_never_loses_the_committed_checkpoint(reference_steps, tmp_path):
+    """10 runs killed at random (one rank or all): the committed checkpoint
+    always loads bitwise, a new one is complete or invisible; the killed
+    runs end with an error instead of hanging, and resume from the newest."""
+    during_save = run_crash_trials(10, reference_steps, tmp_path)
+    print(f"{during_save} of 10 kills hit a save under way")
+
+
+@pytest.mark.slow
+def test_sigkill_during_saves_50_trials(reference_steps, tmp_path):
+    during_save = run_crash_trials(50, reference_steps, tmp_path)
+    assert during_save >= 5, f"only {during_save} kills hit a save under way"
