@@ -298,27 +298,39 @@ std::string tdx::rt::commitCheckpoint(const PendingCheckpoint &p,
   writeDurably(p.tmp, kIndex, print(std::move(index)));
   std::string dir = p.root + "/" + stepDirName(p.step);
   if (exists(dir)) {
-    // An older save of this step that LATEST may name: replace it only once
-    // the new one is complete (it is, now).
+    // Another save of this step (LATEST may name it): swapped with the new
+    // one in one step where the file system can, so LATEST never names a
+    // missing directory; then removed.
     std::string old = p.root + "/." + stepDirName(p.step) + ".old";
-    if (exists(old))
-      removeTree(old);
-    if (std::rename(dir.c_str(), old.c_str()) != 0)
+    if (::renameat2(AT_FDCWD, p.tmp.c_str(), AT_FDCWD, dir.c_str(), RENAME_EXCHANGE) == 0) {
+      syncPath(p.root);
+      if (std::rename(p.tmp.c_str(), old.c_str()) != 0)
+        throw error("cannot replace " + dir);
+    } else if (std::rename(dir.c_str(), old.c_str()) != 0 ||
+               std::rename(p.tmp.c_str(), dir.c_str()) != 0) {
       throw error("cannot replace " + dir);
-  }
-  if (std::rename(p.tmp.c_str(), dir.c_str()) != 0)
+    }
+  } else if (std::rename(p.tmp.c_str(), dir.c_str()) != 0) {
     throw error("cannot commit " + dir);
+  }
   syncPath(p.root);
   writeDurably(p.root, "LATEST", stepDirName(p.step) + "\n");
   // Committed: only now is anything older removed.
   for (const std::string &left : leftovers(p.root))
     removeTree(left);
   if (keep > 0) {
+    // A step goes out of sight at once (renamed hidden), then its files:
+    // a crash never leaves a visible step with part of its files.
     std::map<int64_t, std::string> steps = stepDirs(p.root);
     int seen = 0;
-    for (auto it = steps.rbegin(); it != steps.rend(); ++it)
-      if (it->first != p.step && ++seen >= keep)
-        removeTree(p.root + "/" + it->second);
+    for (auto it = steps.rbegin(); it != steps.rend(); ++it) {
+      if (it->first == p.step || ++seen < keep)
+        continue;
+      std::string hidden = p.root + "/." + it->second + ".old";
+      if (std::rename((p.root + "/" + it->second).c_str(), hidden.c_str()) != 0)
+        throw error("cannot remove " + p.root + "/" + it->second);
+      removeTree(hidden);
+    }
   }
   return dir;
 }

@@ -499,3 +499,21 @@ def test_sigkill_during_saves_never_loses_the_committed_checkpoint(reference_ste
 def test_sigkill_during_saves_50_trials(reference_steps, tmp_path):
     during_save = run_crash_trials(50, reference_steps, tmp_path)
     assert during_save >= 5, f"only {during_save} kills hit a save under way"
+
+
+def test_python_saves_commit_steps_and_keep_the_newest(tmp_path):
+    root = tmp_path / "ckpt"
+    for i in range(4):
+        assert tdx.checkpoint.save(weights(i), root, keep=2).endswith(f"step-{i:08d}")
+    assert sorted(os.listdir(root)) == ["LATEST", "step-00000002", "step-00000003"]
+    assert_bitwise(tdx.checkpoint.load(root), weights(3))
+    assert_bitwise(tdx.checkpoint.load(root / "step-00000002"), weights(2))
+    # Saving a step again replaces it whole (LATEST names it throughout).
+    tdx.checkpoint.save(weights(9), root, step=3)
+    assert sorted(os.listdir(root)) == ["LATEST", "step-00000002", "step-00000003"]
+    assert_bitwise(tdx.checkpoint.load(root), weights(9))
+    with pytest.raises(TypeError, match="state_dict\\['x'\\] is a int, not a tensor"):
+        tdx.checkpoint.save({"x": 1}, root)
+    with pytest.raises(tdx.CheckpointError, match="cannot store dtype"):
+        tdx.checkpoint.save({"x": torch.zeros(2, dtype=torch.complex64)}, root)
+    assert_bitwise(tdx.checkpoint.load(root), weights(9))
