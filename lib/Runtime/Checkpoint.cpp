@@ -13,6 +13,7 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <cctype>
 #include <chrono>
 #include <cstdio>
 #include <fstream>
@@ -168,6 +169,23 @@ std::string tdx::rt::resolveCheckpoint(const std::string &path) {
     if (exists(path + "/" + it->second + "/" + kIndex))
       return path + "/" + it->second;
   throw error("no committed checkpoint in " + path + " (no " + kIndex + ", no LATEST)");
+}
+
+int64_t tdx::rt::nextStep(const std::string &root) {
+  std::map<int64_t, std::string> steps = stepDirs(root);
+  return steps.empty() ? 0 : steps.rbegin()->first + 1;
+}
+
+std::string tdx::rt::storeKeyPath(const std::string &store, const std::string &key) {
+  bool ok = !key.empty() && key[0] != '.' && key.size() <= 200;
+  for (char c : key)
+    ok &= std::isalnum(static_cast<unsigned char>(c)) || c == '.' || c == '_' || c == '-';
+  if (!ok)
+    throw error("store key '" + key + "' is not valid: use letters, digits, '.', '_' and '-' "
+                "(not first), at most 200 characters");
+  if (store.empty())
+    throw error("no tensor store given for key '" + key + "': pass --store PATH or set TDX_STORE");
+  return store + "/" + key;
 }
 
 PendingCheckpoint tdx::rt::beginCheckpoint(const std::string &root, int64_t step) {
@@ -362,7 +380,6 @@ void TensorStore::addCheckpoint(const std::string &dir) {
       throw error(indexPath + " names a file outside the checkpoint: " + name.str());
     if (!exists(file))
       throw error(dir + ": file " + name.str() + " is missing (the index lists it)");
-    SafetensorsHeader h;
     std::optional<int64_t> size = value.getAsObject() ? value.getAsObject()->getInteger("size")
                                                       : std::nullopt;
     struct stat st;
@@ -370,7 +387,7 @@ void TensorStore::addCheckpoint(const std::string &dir) {
     if (!size || static_cast<int64_t>(st.st_size) != *size)
       throw error(file + " has " + std::to_string(st.st_size) + " bytes but the index says " +
                   std::to_string(size.value_or(-1)) + " (truncated or replaced)");
-    h = readSafetensorsHeader(file);
+    SafetensorsHeader h = openFile(file);
     if (h.metadata["tdx.checkpoint"] != id || h.metadata["tdx.file"] != name.str())
       throw error(file + " is not the file the index names (it says it is '" +
                   h.metadata["tdx.file"] + "' of checkpoint '" + h.metadata["tdx.checkpoint"] +

@@ -5,6 +5,7 @@
 #include <sys/resource.h>
 
 #include <algorithm>
+#include <cstdlib>
 #include <iostream>
 #include <stdexcept>
 
@@ -37,6 +38,12 @@ int tdx::rt::parseOptions(int argc, char **argv, Options &o) {
         o.saveKeep = std::max(0, std::stoi(value()));
       else if (a == "--resume")
         o.resume = value();
+      else if (a == "--store")
+        o.store = value();
+      else if (a == "--publish")
+        o.publish = value();
+      else if (a == "--publish-every")
+        o.publishEvery = std::max<int64_t>(1, std::stoll(value()));
       else if (a == "--seed")
         o.seed = std::stoull(value()), o.seedGiven = true;
       else if (a == "--collective-timeout")
@@ -56,6 +63,7 @@ int tdx::rt::parseOptions(int argc, char **argv, Options &o) {
                "   or: mpirun -np N " << argv[0] << " --batches b.safetensors --steps N\n"
                "       --outputs out.safetensors [--save-state state.safetensors] [--params ...]\n"
                "       [--save DIR [--save-every K] [--save-keep N]] [--resume DIR]\n"
+               "       [--store PATH] [--publish KEY [--publish-every K]]\n"
                "--inputs: tensors 'input:0', 'input:1', ... (global; each rank reads its part).\n"
                "--outputs: written by rank 0, tensors 'output:0', ... (global, gathered).\n"
                "--params: a safetensors file, or a directory of them (a split checkpoint);\n"
@@ -78,6 +86,12 @@ int tdx::rt::parseOptions(int argc, char **argv, Options &o) {
                "a step directory) saved on any mesh and layout: each rank reads only its\n"
                "shards; steps resume at the saved step (batch k is still step k), with the\n"
                "saved seed and random stream.\n"
+               "--store PATH (default $TDX_STORE): a tensor store, a directory with one\n"
+               "checkpoint root per key whose steps are the key's versions.\n"
+               "--publish KEY: the parameters and buffers (not the optimizer state) become\n"
+               "the store's next version of KEY, committed atomically: every K steps\n"
+               "(--publish-every) and after the last, or after init in a forward run.\n"
+               "--params store:KEY reads KEY's newest version from the store.\n"
                "--collective-timeout S (default 300): a collective that does not complete\n"
                "in S seconds ends every rank with an error naming its mesh axes.\n"
                "--verbose: init time and memory per rank, step time, bytes communicated.\n"
@@ -89,7 +103,8 @@ int tdx::rt::parseOptions(int argc, char **argv, Options &o) {
         return 2;
       }
     } catch (const std::invalid_argument &) {
-      bool number = a == "--seed" || a == "--steps" || a == "--save-every" || a == "--save-keep";
+      bool number = a == "--seed" || a == "--steps" || a == "--save-every" ||
+                    a == "--save-keep" || a == "--publish-every";
       std::cerr << "tdx: " << a << " needs a " << (number ? "number" : "value")
                 << " (see --help)\n";
       return 2;
@@ -107,6 +122,11 @@ int tdx::rt::parseOptions(int argc, char **argv, Options &o) {
     std::cerr << "tdx: " << message << " (see --help)\n";
     return 2;
   };
+  if (o.store.empty())
+    if (const char *env = std::getenv("TDX_STORE"))
+      o.store = env;
+  if (o.publishEvery > 0 && o.publish.empty())
+    return refuse("--publish-every needs --publish KEY");
   if (o.saveEvery > 0 && o.save.empty())
     return refuse("--save-every needs --save DIR");
   if (!o.resume.empty() && !o.params.empty())

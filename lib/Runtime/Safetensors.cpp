@@ -28,16 +28,23 @@ const std::pair<const char *, DType> kDtypes[] = {
 
 std::runtime_error error(const std::string &what) { return std::runtime_error("tdx: " + what); }
 
+} // namespace
+
 /// A file open for reading at offsets.
-class File {
+class TensorStore::OpenFile {
 public:
-  explicit File(const std::string &path) : path_(path), fd_(::open(path.c_str(), O_RDONLY)) {
+  explicit OpenFile(const std::string &path)
+      : path_(path), fd_(::open(path.c_str(), O_RDONLY | O_CLOEXEC)) {
     if (fd_ < 0)
       throw error("cannot open " + path);
   }
-  ~File() { ::close(fd_); }
-  File(const File &) = delete;
-  File &operator=(const File &) = delete;
+  ~OpenFile() { ::close(fd_); }
+  uint64_t size() const {
+    struct stat st;
+    return ::fstat(fd_, &st) == 0 ? static_cast<uint64_t>(st.st_size) : 0;
+  }
+  OpenFile(const OpenFile &) = delete;
+  OpenFile &operator=(const OpenFile &) = delete;
   /// Reads exactly `n` bytes at `offset` or throws.
   void read(uint64_t offset, uint64_t n, void *out) const {
     char *dst = static_cast<char *>(out);
@@ -54,7 +61,7 @@ private:
   int fd_;
 };
 
-} // namespace
+using File = TensorStore::OpenFile;
 
 int64_t tdx::rt::dtypeSize(DType t) {
   switch (t) {
@@ -114,13 +121,10 @@ void writeAll(int fd, const std::string &path, const void *data, uint64_t n) {
 int64_t StoredChunk::numel() const { return product(shape); }
 int64_t StoredTensor::numel() const { return product(shape); }
 
-SafetensorsHeader tdx::rt::readSafetensorsHeader(const std::string &file) {
-  File in(file);
-  struct stat st;
-  if (::stat(file.c_str(), &st) != 0)
-    throw error("cannot open " + file);
+namespace {
+SafetensorsHeader parseHeader(const File &in, const std::string &file) {
   SafetensorsHeader out;
-  out.fileSize = static_cast<uint64_t>(st.st_size);
+  out.fileSize = in.size();
   uint64_t headerSize = 0;
   if (out.fileSize < 8)
     throw error(file + " is not a safetensors file (shorter than 8 bytes)");
@@ -172,6 +176,18 @@ SafetensorsHeader tdx::rt::readSafetensorsHeader(const std::string &file) {
   }
   return out;
 }
+} // namespace
+
+SafetensorsHeader tdx::rt::readSafetensorsHeader(const std::string &file) {
+  return parseHeader(File(file), file);
+}
+
+SafetensorsHeader TensorStore::openFile(const std::string &file) {
+  auto opened = std::make_shared<const File>(file);
+  SafetensorsHeader header = parseHeader(*opened, file);
+  files_[file] = std::move(opened);
+  return header;
+}
 
 TensorStore::TensorStore(const std::string &path) : path_(path) {
   struct stat st;
@@ -182,9 +198,19 @@ TensorStore::TensorStore(const std::string &path) : path_(path) {
     return;
   }
   if (isCheckpoint(path)) {
-    path_ = resolveCheckpoint(path);
-    addCheckpoint(path_);
-    return;
+    // A writer may commit a newer step and delete this one while it is
+    // opened: then the newer one is read.
+    for (int attempt = 0;; ++attempt) {
+      path_ = resolveCheckpoint(path);
+      try {
+        addCheckpoint(path_);
+        return;
+      } catch (const std::runtime_error &) {
+        if (attempt >= 8 || resolveCheckpoint(path) == path_)
+          throw;
+        entries_.clear(), metadata_.clear(), files_.clear();
+      }
+    }
   }
   std::vector<std::string> files;
   if (DIR *dir = ::opendir(path.c_str())) {
@@ -203,7 +229,7 @@ TensorStore::TensorStore(const std::string &path) : path_(path) {
 }
 
 void TensorStore::addFile(const std::string &file) {
-  SafetensorsHeader header = readSafetensorsHeader(file);
+  SafetensorsHeader header = openFile(file);
   for (auto &[name, e] : header.entries) {
     StoredTensor t;
     t.dtype = e.dtype;
@@ -267,7 +293,7 @@ void TensorStore::readBox(const std::string &name, const std::vector<int64_t> &o
     }
     if (empty)
       continue;
-    File file(c.file);
+    const File &file = *files_.at(c.file);
     uint32_t crc = 0;
     // Runs come in the chunk's order, so a chunk read whole is checksummed
     // as it is read.

@@ -73,7 +73,8 @@ std::string tdx::rt::saveCheckpoint(Mesh &mesh, const std::string &root, int64_t
                                     int keep) {
   PendingCheckpoint pending;
   if (mesh.rank() == 0)
-    pending = beginCheckpoint(root, step);
+    pending = beginCheckpoint(root, step >= 0 ? step : nextStep(root));
+  step = std::stoll(broadcast(mesh, std::to_string(pending.step)));
   pending.root = root;
   pending.step = step;
   pending.tmp = broadcast(mesh, pending.tmp);

@@ -127,7 +127,7 @@ void bindFiles(py::module &m) {
             boxes.push_back({t.name, t.dtype, t.shape, std::vector<int64_t>(t.shape.size(), 0),
                              t.shape, t.data});
           py::gil_scoped_release release;
-          PendingCheckpoint pending = beginCheckpoint(root, step);
+          PendingCheckpoint pending = beginCheckpoint(root, step >= 0 ? step : nextStep(root));
           std::string part =
               writeCheckpointFile(pending.tmp, pending.id, "rank-00000.safetensors", boxes);
           return commitCheckpoint(pending, {part}, metadata, keep);
@@ -140,6 +140,12 @@ void bindFiles(py::module &m) {
       [](const std::string &path) { return guarded([&] { return resolveCheckpoint(path); }); },
       py::arg("path"));
   m.def("is_checkpoint", &isCheckpoint, py::arg("path"));
+  m.def(
+      "store_key_path",
+      [](const std::string &store, const std::string &key) {
+        return guarded([&] { return storeKeyPath(store, key); });
+      },
+      py::arg("store"), py::arg("key"));
   m.def(
       "verify_checkpoint",
       [](const std::string &path) {

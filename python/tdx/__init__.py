@@ -26,7 +26,7 @@ from .deferred import (
 from .program import Program, capture, trace
 from .compile import Executable, compile
 from .training import trace_train_step
-from . import checkpoint
+from . import checkpoint, store
 from .checkpoint import slice  # noqa: A004 (TorchShard's name)
 from .sharding import (
     ColwiseParallel,
@@ -43,6 +43,7 @@ from .sharding import (
 
 __all__ = [
     "checkpoint",
+    "store",
     "slice",
     "CheckpointError",
     "trace_train_step",

@@ -48,6 +48,8 @@ class Executable:
     def _params_args(self, params, tmp):
         if params is None:
             return []
+        if isinstance(params, str) and params.startswith("store:"):
+            return ["--params", params]
         if isinstance(params, (str, os.PathLike)):
             if not os.path.exists(params):
                 raise FileNotFoundError(f"params: no such file or directory: {params}")
@@ -56,27 +58,34 @@ class Executable:
         safetensors.save(params, path)
         return ["--params", path]
 
+    @staticmethod
+    def _store_args(store):
+        return [] if store is None else ["--store", os.fspath(getattr(store, "path", store))]
+
     def run(self, *inputs, nprocs=None, params=None, seed=0, verbose=False, steps=1,
-            timeout=300, profile=False):
+            timeout=300, profile=False, store=None):
         """Runs one forward step; returns the gathered global outputs.
 
-        `params` is a state dict (e.g. an eager model's), a safetensors file
-        or a checkpoint directory of safetensors files (each rank reads only
-        its shard of each parameter); without it, every rank makes its own
-        shards from the init programs with `seed`. `verbose` and `profile`
+        `params` is a state dict (e.g. an eager model's), a safetensors file,
+        a directory of them, a tdx checkpoint, or ``"store:KEY"`` (the newest
+        version of KEY in the tensor store `store`, a path or
+        :class:`tdx.store.Store`); each rank reads only its shard of each
+        parameter. Without it, every rank makes its own shards from the init
+        programs with `seed`. `verbose` and `profile`
         put the binary's timing lines in `self.last_log`."""
         with tempfile.TemporaryDirectory() as tmp:
             inp, out = os.path.join(tmp, "in.safetensors"), os.path.join(tmp, "out.safetensors")
             safetensors.save({f"input:{i}": x for i, x in enumerate(inputs)}, inp)
             args = ["--inputs", inp, "--outputs", out, "--seed", str(seed), "--steps", str(steps)]
             args += self._params_args(params, tmp) + (["--verbose"] if verbose else [])
-            args += ["--profile"] if profile else []
+            args += (["--profile"] if profile else []) + self._store_args(store)
             self.last_log = self._launch(nprocs, args, timeout)
             got = safetensors.load(out)
         return tuple(got[f"output:{i}"] for i in range(len(got)))
 
     def train(self, batches, *, nprocs=None, params=None, seed=0, verbose=False, timeout=600,
-              checkpoint=None, save_every=None, keep=2, resume=False):
+              checkpoint=None, save_every=None, keep=2, resume=False, store=None, publish=None,
+              publish_every=None):
         """Runs a training step's program (``tdx.trace_train_step``) once per
         batch; returns ``(losses, state)``: the loss of every step run (a
         list of floats) and the final global state by name, parameters as in
@@ -92,7 +101,11 @@ class Executable:
         run continues from the checkpoint's latest step, whatever mesh and
         layout saved it (step k still takes ``batches[k]``), or starts
         afresh when there is none yet; ``losses`` then holds the steps run,
-        and ``self.first_step`` says where they began."""
+        and ``self.first_step`` says where they began.
+
+        ``publish="KEY"`` commits the parameters (no optimizer state) as the
+        next version of KEY in the tensor store ``store`` every
+        ``publish_every`` steps and after the last."""
         batches = [tuple(b) if isinstance(b, (tuple, list)) else (b,) for b in batches]
         if not batches:
             raise ValueError("train needs at least one batch")
@@ -117,6 +130,8 @@ class Executable:
             if checkpoint is not None:
                 args += ["--save", os.fspath(checkpoint), "--save-keep", str(keep)]
                 args += ["--save-every", str(save_every)] if save_every else []
+            args += self._store_args(store) + (["--publish", publish] if publish else [])
+            args += ["--publish-every", str(publish_every)] if publish_every else []
             args += ["--verbose"] if verbose else []
             self.last_log = self._launch(nprocs, args, timeout)
             got = safetensors.load(out) if os.path.exists(out) else {}
@@ -134,6 +149,14 @@ class Executable:
             self.last_log = self._launch(nprocs, args + self._params_args(params, tmp), timeout)
         return latest_checkpoint(checkpoint)
 
+    def publish(self, store, key, *, nprocs=None, params=None, seed=0, timeout=300):
+        """Makes the state as :meth:`run` would and commits its parameters as
+        the next version of ``key`` in the tensor store ``store`` (a path or
+        :class:`tdx.store.Store`), each rank writing its own shards."""
+        with tempfile.TemporaryDirectory() as tmp:
+            args = ["--publish", key, "--seed", str(seed)] + self._store_args(store)
+            self.last_log = self._launch(nprocs, args + self._params_args(params, tmp), timeout)
+
     def last_step_ms(self):
         """The step time (ms) of the last ``run(..., verbose=True)``, from the
         binary's line "tdx: N ranks: init A ms, step B ms, C bytes ..."."""
@@ -142,13 +165,14 @@ class Executable:
             raise TdxError("no step time: run the binary with verbose=True first")
         return float(found.group(1))
 
-    def materialize(self, nprocs=None, seed=0, timeout=300, params=None):
+    def materialize(self, nprocs=None, seed=0, timeout=300, params=None, store=None):
         """The gathered global parameters after sharded init (or after each
         rank read its shards of ``params``, as for :meth:`run`), by
         qualified name."""
         with tempfile.TemporaryDirectory() as tmp:
             path = os.path.join(tmp, "params.safetensors")
             args = ["--dump-params", path, "--seed", str(seed)] + self._params_args(params, tmp)
+            args += self._store_args(store)
             self._launch(nprocs, args, timeout)
             return safetensors.load(path)
 

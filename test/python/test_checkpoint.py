@@ -1,7 +1,9 @@
-"""Sharded checkpoints (tdx.checkpoint, binaries' --save/--resume): every
+"""Sharded checkpoints (tdx.checkpoint, binaries' --save/--resume) and the
+tensor store (tdx.store, --publish, --params store:KEY): every
 layout saved is read back bitwise into every other, a training run resumed
 on another mesh continues the loss curve, files are valid safetensors by an
-independent reader, and a corrupt or half-written checkpoint is caught."""
+independent reader, a corrupt or half-written checkpoint is caught, and a
+store reader sees whole versions only."""
 
 import functools
 import json
@@ -37,6 +39,7 @@ LAYOUTS = {
     "shard1": ((2,), [[S1], [R], [S1], [R]]),
     "2d": ((2, 2), [[S0, S1], [S0, R], [S1, S0], [R, S0]]),
     "uneven4": ((4,), [[S0], [S0], [S0], [S0]]),
+    "three": ((3,), [[S1], [R], [S1], [R]]),
 }
 NAMES = ["fc1.weight", "fc1.bias", "fc2.weight", "fc2.bias"]
 
@@ -517,3 +520,91 @@ def test_python_saves_commit_steps_and_keep_the_newest(tmp_path):
     with pytest.raises(tdx.CheckpointError, match="cannot store dtype"):
         tdx.checkpoint.save({"x": torch.zeros(2, dtype=torch.complex64)}, root)
     assert_bitwise(tdx.checkpoint.load(root), weights(9))
+
+
+# --- tensor store -----------------------------------------------------------------
+
+
+def test_two_rank_producer_publishes_and_a_three_rank_consumer_gets_its_boxes(tmp_path):
+    store = tdx.store.Store(tmp_path / "store")
+    want = weights(7)
+    net_binary("shard0").publish(store, "net", params=want)
+    net_binary("shard0").publish(store, "net", params=weights(8))
+    assert store.keys() == ["net"] and store.versions("net") == [0, 1]
+    # A version holds the parameters the producer's ranks wrote, nothing else.
+    assert_bitwise(store.get("net", version=0), want)
+    assert_bitwise(store.get("net"), weights(8))
+    # The consumer binary on 3 ranks with another layout reads its boxes.
+    assert_bitwise(net_binary("three").materialize(params="store:net", store=store), weights(8))
+    shape, placements = LAYOUTS["three"]
+    for c in range(3):
+        boxes = store.get("net", mesh=shape, placements=dict(zip(NAMES, placements)),
+                          coords=(c,))
+        for name, p in zip(NAMES, placements):
+            local = weights(8)[name]
+            if isinstance(p[0], tdx.Shard):
+                local = tdx.slice(local, 3, p[0].dim)[c]
+            assert torch.equal(boxes[name], local), (name, c)
+    store.delete("net")
+    assert store.keys() == [] and not store.exists("net")
+    with pytest.raises(KeyError, match="has no key 'net'"):
+        store.get("net")
+
+
+def test_training_publishes_parameters_without_optimizer_state(tmp_path):
+    exe = train_binary("1")
+    _, final = exe.train(batches("mlp")[:3], store=tmp_path, publish="policy", publish_every=2)
+    store = tdx.store.Store(tmp_path)
+    assert store.versions("policy") == [0, 1]
+    got = store.get("policy")
+    assert set(got) == {k for k in final if not k.startswith("optimizer.")}
+    assert_bitwise(got, {k: final[k] for k in got})
+
+
+def test_a_reader_racing_a_writer_sees_whole_versions(tmp_path):
+    import threading
+    store = tdx.store.Store(tmp_path)
+    store.put("w", {"a": torch.zeros(256, 1024), "b": torch.zeros(1024)})
+    stop, seen, errors = threading.Event(), [], []
+
+    def write():
+        for v in range(1, 30):
+            store.put("w", {"a": torch.full((256, 1024), float(v)), "b": torch.full((1024,), float(v))},
+                      keep=2)
+        stop.set()
+
+    def read():
+        try:
+            while not stop.is_set():
+                got = store.get("w")
+                values = {float(got["a"][0, 0]), float(got["b"][-1])}
+                assert len(values) == 1 and bool((got["a"] == got["b"][0]).all()), values
+                seen.append(values.pop())
+        except Exception as e:  # reported below
+            errors.append(e)
+            stop.set()
+
+    threads = [threading.Thread(target=write)] + [threading.Thread(target=read) for _ in range(2)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert not errors, errors[0]
+    assert len(set(seen)) > 2, "the readers did not overlap the writer"
+    assert store.versions("w") == [28, 29]
+
+
+def test_store_refuses_bad_keys_and_values(tmp_path):
+    store = tdx.store.Store(tmp_path)
+    with pytest.raises(tdx.CheckpointError, match="store key '../x' is not valid"):
+        store.put("../x", torch.zeros(1))
+    with pytest.raises(TypeError, match="put takes a tensor or a dict of tensors"):
+        store.put("k", [1, 2])
+    assert store.put("k", torch.arange(3)) == 0
+    assert torch.equal(store.get("k"), torch.arange(3))
+    with pytest.raises(KeyError, match="key 'k' has no version 5; it has \\[0\\]"):
+        store.get("k", version=5)
+    with pytest.raises(tdx.CheckpointError, match="give mesh, placements and coords together"):
+        store.get("k", mesh=(2,))
+    with pytest.raises(tdx.TdxError, match="no tensor store given for key 'k'"):
+        net_binary("1").materialize(params="store:k")

@@ -50,6 +50,15 @@ bool isCheckpoint(const std::string &path);
 /// its newest complete step). Throws when there is none.
 std::string resolveCheckpoint(const std::string &path);
 
+/// One past the newest step of the root `root` (0 when it has none): the
+/// next version of a tensor store's key.
+int64_t nextStep(const std::string &root);
+
+/// The checkpoint root of `key` in the tensor store at `store` (a directory
+/// per key, its steps the key's versions). Throws unless the key is a name
+/// of letters, digits, '.', '_' and '-' that does not start with '.'.
+std::string storeKeyPath(const std::string &store, const std::string &key);
+
 /// A checkpoint being written.
 struct PendingCheckpoint {
   std::string root, tmp, id;

@@ -115,7 +115,9 @@ struct LocalTensor {
 /// (tdx/Runtime/Checkpoint.h): each rank writes the boxes it owns (a box
 /// several ranks hold is written by one of them, a different one for each
 /// tensor), rank 0 commits once every rank has written, and no rank returns
-/// before the commit. Every rank calls it. Returns the step directory.
+/// before the commit. Every rank calls it. A negative `step` saves the
+/// root's next step (nextStep: a tensor store's next version). Returns the
+/// step directory.
 std::string saveCheckpoint(Mesh &mesh, const std::string &root, int64_t step,
                            const std::vector<LocalTensor> &state,
                            const std::map<std::string, std::string> &metadata, int keep);

@@ -16,6 +16,10 @@ struct Options {
   /// steps, how many to keep; where to resume from.
   std::string save, resume;
   int64_t saveEvery = 0;
+  /// The tensor store (--store, else $TDX_STORE) and the key whose next
+  /// version the parameters are published as, every K steps.
+  std::string store, publish;
+  int64_t publishEvery = 0;
   int saveKeep = 2;
   uint64_t seed = 0;
   bool seedGiven = false;

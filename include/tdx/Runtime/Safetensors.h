@@ -84,11 +84,18 @@ public:
   /// Tensor bytes read so far (headers and the index not counted).
   uint64_t bytesRead() const { return bytesRead_; }
 
+  /// Opens `file` (kept open: reads come from the files as they were when
+  /// the store was opened, even if a writer deletes them meanwhile) and
+  /// returns its checked header.
+  struct SafetensorsHeader openFile(const std::string &file);
+  class OpenFile;
+
 private:
   mutable uint64_t bytesRead_ = 0;
   std::string path_;
   std::map<std::string, StoredTensor> entries_;
   std::map<std::string, std::string> metadata_;
+  std::map<std::string, std::shared_ptr<const OpenFile>> files_;
   void addFile(const std::string &file);
   void addCheckpoint(const std::string &dir);
 };

@@ -57,6 +57,8 @@ int tdx::rt::runMain(int argc, char **argv, const Program &program) {
     // A resumed run takes its state, step, seed and random stream from the
     // checkpoint.
     std::string source = o.resume.empty() ? o.params : o.resume;
+    if (source.rfind("store:", 0) == 0)
+      source = storeKeyPath(o.store, source.substr(6));
     std::unique_ptr<TensorStore> store;
     int64_t firstStep = 0;
     uint64_t calls = 0;
@@ -128,21 +130,24 @@ int tdx::rt::runMain(int argc, char **argv, const Program &program) {
       if (rank == 0)
         save(path, all);
     };
-    // --save: every rank writes its own shards; rank 0 commits.
+    // --save and --publish: every rank writes its own shards; rank 0
+    // commits. A published version holds no optimizer state.
     double saveMs = 0;
-    auto checkpoint = [&](int64_t step) {
+    auto checkpoint = [&](const std::string &root, int64_t step, bool optimizer, int keep) {
       auto s0 = std::chrono::steady_clock::now();
-      std::vector<at::Tensor> keep;
+      std::vector<at::Tensor> kept;
       std::vector<LocalTensor> local;
       for (const Program::Param &p : program.params) {
-        keep.push_back(state.at(p.name).contiguous());
-        local.push_back({p.name, dtypeOf(keep.back().scalar_type()), p.shape,
-                         parseLayout(p.layout), keep.back().data_ptr()});
+        if (!optimizer && isOptimizerState(p.name))
+          continue;
+        kept.push_back(state.at(p.name).contiguous());
+        local.push_back({p.name, dtypeOf(kept.back().scalar_type()), p.shape,
+                         parseLayout(p.layout), kept.back().data_ptr()});
       }
-      std::string dir = saveCheckpoint(ctx, o.save, step, local,
+      std::string dir = saveCheckpoint(ctx, root, step, local,
                                        {{"seed", std::to_string(o.seed)},
                                         {"calls", std::to_string(ctx.calls())}},
-                                       o.saveKeep);
+                                       keep);
       double ms = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - s0)
                       .count();
       saveMs += ms;
@@ -151,10 +156,17 @@ int tdx::rt::runMain(int argc, char **argv, const Program &program) {
         std::fflush(stdout);
       }
     };
+    std::string published = o.publish.empty() ? "" : storeKeyPath(o.store, o.publish);
+    auto saveStep = [&](int64_t step, bool last) {
+      if (!o.save.empty() && ((o.saveEvery > 0 && step % o.saveEvery == 0) || last))
+        checkpoint(o.save, step, true, o.saveKeep);
+      if (!published.empty() && ((o.publishEvery > 0 && step % o.publishEvery == 0) || last))
+        checkpoint(published, -1, false, 2);
+    };
     if (!o.dumpParams.empty())
       saveState(o.dumpParams);
-    if (!o.save.empty() && o.batches.empty())
-      checkpoint(0);
+    if (o.batches.empty())
+      saveStep(0, true);
     if (!o.batches.empty()) {
       // Training: step k reads batch k and updates the state in place.
       TensorStore in(o.batches);
@@ -177,9 +189,7 @@ int tdx::rt::runMain(int argc, char **argv, const Program &program) {
           if (rank == 0)
             saved[std::to_string(step) + ":output:" + std::to_string(i)] = g;
         }
-        if (!o.save.empty() &&
-            ((o.saveEvery > 0 && (step + 1) % o.saveEvery == 0) || step + 1 == o.steps))
-          checkpoint(step + 1);
+        saveStep(step + 1, step + 1 == o.steps);
       }
       auto t3 = std::chrono::steady_clock::now();
       if (o.verbose) {
