@@ -1,6 +1,7 @@
 //===- Options.cpp - the command line every model binary takes ------------===//
 
 #include "tdx/Runtime/Options.h"
+#include "tdx/Runtime/Checkpoint.h"
 
 #include <sys/resource.h>
 
@@ -136,6 +137,10 @@ int tdx::rt::parseOptions(int argc, char **argv, Options &o) {
     return refuse("--resume continues a training run; give --batches too (a forward run "
                   "reads a checkpoint with --params DIR)");
   return -1;
+}
+
+std::string tdx::rt::paramsPath(const Options &o) {
+  return o.params.rfind("store:", 0) == 0 ? storeKeyPath(o.store, o.params.substr(6)) : o.params;
 }
 
 long tdx::rt::peakRssKiB() {

@@ -1,5 +1,4 @@
-"""The python blocks of docs/capture.md, docs/sharding.md and docs/runtime.md run
-as written."""
+"""The python blocks of the docs pages run as written."""
 
 import os
 import re
@@ -7,7 +6,8 @@ import re
 import pytest
 
 DOCS = os.path.join(os.path.dirname(__file__), "..", "..", "docs")
-BLOCKS = [block for page in ("capture.md", "sharding.md", "runtime.md", "training.md")
+BLOCKS = [block for page in ("capture.md", "sharding.md", "runtime.md", "training.md",
+                                          "checkpoints.md")
           for block in re.findall(r"```python\n(.*?)```", open(os.path.join(DOCS, page)).read(), re.S)]
 
 

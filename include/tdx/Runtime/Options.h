@@ -34,6 +34,10 @@ struct Options {
 /// the message printed).
 int parseOptions(int argc, char **argv, Options &options);
 
+/// Where --params points: `store:KEY` resolved to KEY's directory in the
+/// tensor store (throws naming the fix without a store), else as given.
+std::string paramsPath(const Options &options);
+
 /// This process's peak resident memory so far, in KiB.
 long peakRssKiB();
 

@@ -56,9 +56,7 @@ int tdx::rt::runMain(int argc, char **argv, const Program &program) {
       TensorMemory::install();
     // A resumed run takes its state, step, seed and random stream from the
     // checkpoint.
-    std::string source = o.resume.empty() ? o.params : o.resume;
-    if (source.rfind("store:", 0) == 0)
-      source = storeKeyPath(o.store, source.substr(6));
+    std::string source = o.resume.empty() ? paramsPath(o) : o.resume;
     std::unique_ptr<TensorStore> store;
     int64_t firstStep = 0;
     uint64_t calls = 0;

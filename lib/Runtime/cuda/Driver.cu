@@ -64,8 +64,11 @@ int tdx::cu::runMain(int argc, char **argv, const Program &program) {
     if (!o.batches.empty() || !o.saveState.empty())
       throw std::runtime_error("--batches and --save-state (training runs) are not in the CUDA "
                                "runtime yet; train with a CPU binary (tdx-compile --target cpu)");
+    if (!o.save.empty() || !o.publish.empty())
+      throw std::runtime_error("--save and --publish (writing checkpoints) are not in the CUDA "
+                               "runtime yet; CUDA binaries read them with --params");
     if (!o.params.empty()) {
-      TensorStore store(o.params);
+      TensorStore store(tdx::rt::paramsPath(o));
       for (const Program::Param &p : program.params)
         state[p.name] =
             readLocal(ctx, store, p.name, "parameter", p.shape, p.dtype, parseLayout(p.layout));
