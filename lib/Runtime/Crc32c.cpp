@@ -74,3 +74,44 @@ uint32_t tdx::rt::crc32c(const void *data, size_t n, uint32_t crc) {
 #endif
   return ~c;
 }
+
+namespace {
+uint32_t gf2Times(const uint32_t *matrix, uint32_t vector) {
+  uint32_t sum = 0;
+  for (; vector; vector >>= 1, ++matrix)
+    if (vector & 1)
+      sum ^= *matrix;
+  return sum;
+}
+
+void gf2Square(uint32_t *square, const uint32_t *matrix) {
+  for (int n = 0; n < 32; ++n)
+    square[n] = gf2Times(matrix, matrix[n]);
+}
+} // namespace
+
+uint32_t tdx::rt::crc32cCombine(uint32_t crcA, uint32_t crcB, uint64_t lengthB) {
+  if (lengthB == 0)
+    return crcA;
+  // odd: the operator of one zero bit; squared into 2, 4, 8, ... zero bits,
+  // applied for each set bit of the length in bytes.
+  uint32_t even[32], odd[32];
+  odd[0] = 0x82f63b78u;
+  for (int n = 1; n < 32; ++n)
+    odd[n] = 1u << (n - 1);
+  gf2Square(even, odd);
+  gf2Square(odd, even);
+  do {
+    gf2Square(even, odd);
+    if (lengthB & 1)
+      crcA = gf2Times(even, crcA);
+    lengthB >>= 1;
+    if (!lengthB)
+      break;
+    gf2Square(odd, even);
+    if (lengthB & 1)
+      crcA = gf2Times(odd, crcA);
+    lengthB >>= 1;
+  } while (lengthB);
+  return crcA ^ crcB;
+}

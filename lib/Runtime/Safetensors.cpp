@@ -358,8 +358,10 @@ WrittenFile tdx::rt::writeSafetensorsFile(const std::string &path,
     out.crc = crc32c(text.data(), text.size(), crc32c(&size, 8));
     for (size_t i = 0; i < tensors.size(); ++i) {
       writeAll(fd, path, tensors[i].data, bytes[i]);
+      // One pass over the data: the file's checksum is combined from the
+      // tensors'.
       out.tensorCrcs.push_back(crc32c(tensors[i].data, bytes[i]));
-      out.crc = crc32c(tensors[i].data, bytes[i], out.crc);
+      out.crc = crc32cCombine(out.crc, out.tensorCrcs.back(), bytes[i]);
     }
     if (sync && ::fsync(fd) != 0)
       throw error("cannot write " + path + ": fsync failed");

@@ -13,6 +13,10 @@ namespace tdx::rt {
 /// is 0xe3069283); SSE4.2's instruction where the CPU has it.
 uint32_t crc32c(const void *data, size_t n, uint32_t crc = 0);
 
+/// crc32c(ab) from crc32c(a), crc32c(b) and b's length, without the bytes
+/// (zlib's crc32_combine for this polynomial).
+uint32_t crc32cCombine(uint32_t crcA, uint32_t crcB, uint64_t lengthB);
+
 } // namespace tdx::rt
 
 #endif // TDX_RUNTIME_CRC32C_H
