@@ -3,19 +3,20 @@
 #include "tdx/Runtime/Checkpoint.h"
 #include "tdx/Runtime/Crc32c.h"
 
-#include "llvm/Support/FileSystem.h"
-#include "llvm/Support/FormatVariadic.h"
-#include "llvm/Support/JSON.h"
+#include "tdx/Runtime/Json.h"
 
 #include <dirent.h>
+#include <ftw.h>
 #include <fcntl.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
 #include <algorithm>
 #include <cctype>
+#include <cerrno>
 #include <chrono>
 #include <cstdio>
+#include <cstring>
 #include <fstream>
 #include <random>
 #include <sstream>
@@ -100,22 +101,39 @@ std::vector<std::string> leftovers(const std::string &root) {
 }
 
 void removeTree(const std::string &path) {
-  if (std::error_code ec = llvm::sys::fs::remove_directories(path, /*IgnoreErrors=*/false))
-    throw error("cannot remove " + path + ": " + ec.message());
+  auto remove = [](const char *file, const struct stat *, int, struct FTW *) {
+    return ::remove(file);
+  };
+  if (::nftw(path.c_str(), remove, 16, FTW_DEPTH | FTW_PHYS) != 0)
+    throw error("cannot remove " + path + ": " + std::strerror(errno));
 }
 
-llvm::json::Array toJson(const std::vector<int64_t> &v) {
-  llvm::json::Array a;
+/// mkdir -p.
+void makeDirectories(const std::string &path) {
+  for (size_t i = 1; i <= path.size(); ++i) {
+    if (i < path.size() && path[i] != '/')
+      continue;
+    std::string prefix = path.substr(0, i);
+    if (::mkdir(prefix.c_str(), 0755) != 0 && errno != EEXIST)
+      throw error("cannot create the checkpoint directory " + path + ": " + std::strerror(errno));
+  }
+  struct stat st;
+  if (::stat(path.c_str(), &st) != 0 || !S_ISDIR(st.st_mode))
+    throw error("cannot create the checkpoint directory " + path + ": a file is in the way");
+}
+
+json::Array toJson(const std::vector<int64_t> &v) {
+  json::Array a;
   for (int64_t x : v)
     a.push_back(x);
   return a;
 }
 
-std::vector<int64_t> ints(const llvm::json::Array *a, const std::string &what) {
+std::vector<int64_t> ints(const json::Array *a, const std::string &what) {
   if (!a)
     throw error(what + " is missing");
   std::vector<int64_t> out;
-  for (const llvm::json::Value &v : *a) {
+  for (const json::Value &v : *a) {
     std::optional<int64_t> n = v.getAsInteger();
     if (!n || *n < 0)
       throw error(what + " holds a negative or non-integer value");
@@ -131,13 +149,8 @@ std::string boxText(const std::vector<int64_t> &offset, const std::vector<int64_
   return s + "]";
 }
 
-std::string print(llvm::json::Value v) {
-  std::string text;
-  llvm::raw_string_ostream os(text);
-  os << llvm::formatv("{0:1}", v);
-  os.flush();
-  return text;
-}
+/// The index and its parts, one member per line.
+std::string printIndented(json::Value v) { return json::print(v, 1); }
 
 } // namespace
 
@@ -189,16 +202,15 @@ std::string tdx::rt::storeKeyPath(const std::string &store, const std::string &k
 }
 
 PendingCheckpoint tdx::rt::beginCheckpoint(const std::string &root, int64_t step) {
-  if (std::error_code ec = llvm::sys::fs::create_directories(root))
-    throw error("cannot create the checkpoint directory " + root + ": " + ec.message());
+  makeDirectories(root);
   PendingCheckpoint p;
   p.root = root;
   p.step = step;
   p.tmp = root + "/." + stepDirName(step) + ".tmp";
   if (exists(p.tmp))
     removeTree(p.tmp);
-  if (std::error_code ec = llvm::sys::fs::create_directory(p.tmp))
-    throw error("cannot create " + p.tmp + ": " + ec.message());
+  if (::mkdir(p.tmp.c_str(), 0755) != 0)
+    throw error("cannot create " + p.tmp + ": " + std::strerror(errno));
   std::random_device device;
   std::mt19937_64 gen(device() ^ static_cast<uint64_t>(
                                      std::chrono::system_clock::now().time_since_epoch().count()));
@@ -217,15 +229,15 @@ std::string tdx::rt::writeCheckpointFile(const std::string &tmp, const std::stri
     tensors.push_back({b.name, b.dtype, b.shape, b.data});
   WrittenFile written = writeSafetensorsFile(tmp + "/" + file, tensors,
                                              {{"tdx.checkpoint", id}, {"tdx.file", file}}, true);
-  llvm::json::Array chunks;
+  json::Array chunks;
   for (size_t i = 0; i < boxes.size(); ++i)
-    chunks.push_back(llvm::json::Object{{"tensor", boxes[i].name},
+    chunks.push_back(json::Object{{"tensor", boxes[i].name},
                                         {"dtype", dtypeName(boxes[i].dtype)},
                                         {"global_shape", toJson(boxes[i].globalShape)},
                                         {"offset", toJson(boxes[i].offset)},
                                         {"shape", toJson(boxes[i].shape)},
                                         {"crc32c", written.tensorCrcs[i]}});
-  return print(llvm::json::Object{{"file", file},
+  return printIndented(json::Object{{"file", file},
                                   {"size", written.size},
                                   {"crc32c", written.crc},
                                   {"chunks", std::move(chunks)}});
@@ -266,34 +278,33 @@ std::string tdx::rt::commitCheckpoint(const PendingCheckpoint &p,
                                       const std::vector<std::string> &parts,
                                       const std::map<std::string, std::string> &metadata,
                                       int keep) {
-  llvm::json::Object files, tensors;
+  json::Object files, tensors;
   std::map<std::string, std::vector<StoredChunk>> chunksOf;
   std::map<std::string, std::pair<std::string, std::vector<int64_t>>> typeOf;
-  std::map<std::string, llvm::json::Array> chunkJson;
+  std::map<std::string, json::Array> chunkJson;
   for (const std::string &part : parts) {
     if (part.empty())
       continue;
-    llvm::Expected<llvm::json::Value> json = llvm::json::parse(part);
+    std::optional<json::Value> json = json::parse(part);
     if (!json) {
-      llvm::consumeError(json.takeError());
       throw error("commitCheckpoint: a writer's part of the index is not JSON");
     }
-    const llvm::json::Object &o = *json->getAsObject();
-    std::string file = o.getString("file")->str();
-    files[file] = llvm::json::Object{{"size", *o.getInteger("size")},
+    const json::Object &o = *json->getAsObject();
+    std::string file = o.getString("file").value_or("");
+    files[file] = json::Object{{"size", *o.getInteger("size")},
                                      {"crc32c", *o.getInteger("crc32c")}};
-    for (const llvm::json::Value &v : *o.getArray("chunks")) {
-      const llvm::json::Object &c = *v.getAsObject();
-      std::string name = c.getString("tensor")->str();
+    for (const json::Value &v : *o.getArray("chunks")) {
+      const json::Object &c = *v.getAsObject();
+      std::string name = c.getString("tensor").value_or("");
       StoredChunk chunk;
       chunk.file = file;
       chunk.offset = ints(c.getArray("offset"), "offset");
       chunk.shape = ints(c.getArray("shape"), "shape");
-      auto type = std::make_pair(c.getString("dtype")->str(), ints(c.getArray("global_shape"), "shape"));
+      auto type = std::make_pair(c.getString("dtype").value_or(""), ints(c.getArray("global_shape"), "shape"));
       auto [it, fresh] = typeOf.emplace(name, type);
       if (!fresh && it->second != type)
         throw error("commitCheckpoint: writers disagree on the dtype or shape of '" + name + "'");
-      chunkJson[name].push_back(llvm::json::Object{{"file", file},
+      chunkJson[name].push_back(json::Object{{"file", file},
                                                    {"offset", toJson(chunk.offset)},
                                                    {"shape", toJson(chunk.shape)},
                                                    {"crc32c", *c.getInteger("crc32c")}});
@@ -302,18 +313,18 @@ std::string tdx::rt::commitCheckpoint(const PendingCheckpoint &p,
   }
   for (auto &[name, type] : typeOf) {
     checkTiling(p.tmp, name, type.second, chunksOf[name]);
-    tensors[name] = llvm::json::Object{{"dtype", type.first},
+    tensors[name] = json::Object{{"dtype", type.first},
                                        {"shape", toJson(type.second)},
                                        {"chunks", std::move(chunkJson[name])}};
   }
-  llvm::json::Object meta;
+  json::Object meta;
   for (const auto &[k, v] : metadata)
     meta[k] = v;
-  llvm::json::Object index{{"format", kFormat}, {"version", 1},       {"id", p.id},
+  json::Object index{{"format", kFormat}, {"version", 1},       {"id", p.id},
                            {"step", p.step},    {"metadata", std::move(meta)},
                            {"files", std::move(files)}, {"tensors", std::move(tensors)}};
   // The files are synced by their writers; the index goes last.
-  writeDurably(p.tmp, kIndex, print(std::move(index)));
+  writeDurably(p.tmp, kIndex, printIndented(std::move(index)));
   std::string dir = p.root + "/" + stepDirName(p.step);
   if (exists(dir)) {
     // Another save of this step (LATEST may name it): swapped with the new
@@ -355,31 +366,30 @@ std::string tdx::rt::commitCheckpoint(const PendingCheckpoint &p,
 
 void TensorStore::addCheckpoint(const std::string &dir) {
   std::string indexPath = dir + "/" + kIndex;
-  llvm::Expected<llvm::json::Value> json = llvm::json::parse(readText(indexPath));
+  std::optional<json::Value> json = json::parse(readText(indexPath));
   if (!json) {
-    llvm::consumeError(json.takeError());
     throw error(indexPath + " is corrupt (not JSON)");
   }
-  const llvm::json::Object *index = json->getAsObject();
-  if (!index || index->getString("format") != std::optional<llvm::StringRef>(kFormat) ||
+  const json::Object *index = json->getAsObject();
+  if (!index || index->getString("format") != std::optional<std::string>(kFormat) ||
       index->getInteger("version") != std::optional<int64_t>(1))
     throw error(indexPath + " is not a tdx checkpoint index (format " + kFormat + ", version 1)");
-  std::string id = index->getString("id").value_or("").str();
-  const llvm::json::Object *files = index->getObject("files");
-  const llvm::json::Object *tensors = index->getObject("tensors");
+  std::string id = index->getString("id").value_or("");
+  const json::Object *files = index->getObject("files");
+  const json::Object *tensors = index->getObject("tensors");
   if (!files || !tensors)
     throw error(indexPath + " is corrupt (no files or tensors)");
-  if (const llvm::json::Object *meta = index->getObject("metadata"))
+  if (const json::Object *meta = index->getObject("metadata"))
     for (const auto &[k, v] : *meta)
-      metadata_[k.str()] = v.getAsString().value_or("").str();
+      metadata_[k] = v.getAsString().value_or("");
   metadata_["step"] = std::to_string(index->getInteger("step").value_or(0));
   std::map<std::string, SafetensorsHeader> headers;
   for (const auto &[name, value] : *files) {
-    std::string file = dir + "/" + name.str();
-    if (name.str().find('/') != std::string::npos)
-      throw error(indexPath + " names a file outside the checkpoint: " + name.str());
+    std::string file = dir + "/" + name;
+    if (name.find('/') != std::string::npos)
+      throw error(indexPath + " names a file outside the checkpoint: " + name);
     if (!exists(file))
-      throw error(dir + ": file " + name.str() + " is missing (the index lists it)");
+      throw error(dir + ": file " + name + " is missing (the index lists it)");
     std::optional<int64_t> size = value.getAsObject() ? value.getAsObject()->getInteger("size")
                                                       : std::nullopt;
     struct stat st;
@@ -388,50 +398,49 @@ void TensorStore::addCheckpoint(const std::string &dir) {
       throw error(file + " has " + std::to_string(st.st_size) + " bytes but the index says " +
                   std::to_string(size.value_or(-1)) + " (truncated or replaced)");
     SafetensorsHeader h = openFile(file);
-    if (h.metadata["tdx.checkpoint"] != id || h.metadata["tdx.file"] != name.str())
+    if (h.metadata["tdx.checkpoint"] != id || h.metadata["tdx.file"] != name)
       throw error(file + " is not the file the index names (it says it is '" +
                   h.metadata["tdx.file"] + "' of checkpoint '" + h.metadata["tdx.checkpoint"] +
                   "'): swapped, renamed or copied from another checkpoint");
-    headers[name.str()] = std::move(h);
+    headers[name] = std::move(h);
   }
   for (const auto &[name, value] : *tensors) {
-    const llvm::json::Object *t = value.getAsObject();
-    const llvm::json::Array *chunks = t ? t->getArray("chunks") : nullptr;
+    const json::Object *t = value.getAsObject();
+    const json::Array *chunks = t ? t->getArray("chunks") : nullptr;
     if (!t || !chunks || !t->getString("dtype"))
-      throw error(indexPath + ": tensor '" + name.str() + "' is malformed");
+      throw error(indexPath + ": tensor '" + name + "' is malformed");
     StoredTensor st;
-    st.dtype = dtypeNamed(t->getString("dtype")->str());
-    st.shape = ints(t->getArray("shape"), indexPath + ": the shape of '" + name.str() + "'");
-    for (const llvm::json::Value &cv : *chunks) {
-      const llvm::json::Object *c = cv.getAsObject();
-      std::optional<llvm::StringRef> file = c ? c->getString("file") : std::nullopt;
-      if (!file || !headers.count(file->str()))
-        throw error(indexPath + ": a chunk of '" + name.str() + "' names an unlisted file");
+    st.dtype = dtypeNamed(*t->getString("dtype"));
+    st.shape = ints(t->getArray("shape"), indexPath + ": the shape of '" + name + "'");
+    for (const json::Value &cv : *chunks) {
+      const json::Object *c = cv.getAsObject();
+      std::optional<std::string> file = c ? c->getString("file") : std::nullopt;
+      if (!file || !headers.count((*file)))
+        throw error(indexPath + ": a chunk of '" + name + "' names an unlisted file");
       StoredChunk chunk;
-      chunk.file = dir + "/" + file->str();
-      chunk.offset = ints(c->getArray("offset"), indexPath + ": a chunk offset of '" + name.str() + "'");
-      chunk.shape = ints(c->getArray("shape"), indexPath + ": a chunk shape of '" + name.str() + "'");
+      chunk.file = dir + "/" + (*file);
+      chunk.offset = ints(c->getArray("offset"), indexPath + ": a chunk offset of '" + name + "'");
+      chunk.shape = ints(c->getArray("shape"), indexPath + ": a chunk shape of '" + name + "'");
       if (std::optional<int64_t> crc = c->getInteger("crc32c"))
         chunk.hasCrc = true, chunk.crc = static_cast<uint32_t>(*crc);
-      const SafetensorsHeader &h = headers[file->str()];
-      auto e = h.entries.find(name.str());
+      const SafetensorsHeader &h = headers[(*file)];
+      auto e = h.entries.find(name);
       if (e == h.entries.end() || e->second.dtype != st.dtype || e->second.shape != chunk.shape)
-        throw error(chunk.file + " does not hold the chunk of '" + name.str() +
+        throw error(chunk.file + " does not hold the chunk of '" + name +
                     "' the index lists (another dtype or shape, or missing)");
       chunk.dataOffset = e->second.dataOffset;
       st.chunks.push_back(std::move(chunk));
     }
-    checkTiling(dir, name.str(), st.shape, st.chunks);
-    entries_[name.str()] = std::move(st);
+    checkTiling(dir, name, st.shape, st.chunks);
+    entries_[name] = std::move(st);
   }
 }
 
 uint64_t tdx::rt::verifyCheckpoint(const std::string &path) {
   TensorStore store(path);
   std::string dir = store.path();
-  llvm::Expected<llvm::json::Value> json = llvm::json::parse(readText(dir + "/" + kIndex));
+  std::optional<json::Value> json = json::parse(readText(dir + "/" + kIndex));
   if (!json) {
-    llvm::consumeError(json.takeError());
     throw error(dir + "/" + kIndex + " is corrupt (not JSON)");
   }
   // Each chunk first, to name the tensor and offset of a mismatch; then
@@ -443,7 +452,7 @@ uint64_t tdx::rt::verifyCheckpoint(const std::string &path) {
   uint64_t checked = 0;
   std::vector<char> buffer(1 << 22);
   for (const auto &[name, value] : *json->getAsObject()->getObject("files")) {
-    std::string file = dir + "/" + name.str();
+    std::string file = dir + "/" + name;
     uint32_t want = static_cast<uint32_t>(value.getAsObject()->getInteger("crc32c").value_or(-1));
     int fd = ::open(file.c_str(), O_RDONLY | O_CLOEXEC);
     if (fd < 0)

@@ -5,7 +5,7 @@
 #include "tdx/Runtime/Checkpoint.h"
 #include "tdx/Runtime/Crc32c.h"
 
-#include "llvm/Support/JSON.h"
+#include "tdx/Runtime/Json.h"
 
 #include <dirent.h>
 #include <fcntl.h>
@@ -16,6 +16,7 @@
 #include <cstdio>
 #include <fstream>
 #include <stdexcept>
+#include <thread>
 
 using namespace tdx::rt;
 
@@ -27,6 +28,10 @@ const std::pair<const char *, DType> kDtypes[] = {
 };
 
 std::runtime_error error(const std::string &what) { return std::runtime_error("tdx: " + what); }
+
+/// Reads in flight at once for a box made of many small runs, and how many
+/// runs are issued together.
+constexpr size_t kReadThreads = 4, kRunBatch = 4096;
 
 } // namespace
 
@@ -133,46 +138,45 @@ SafetensorsHeader parseHeader(const File &in, const std::string &file) {
     throw error(file + " is not a safetensors file (bad header size; truncated?)");
   std::string header(headerSize, '\0');
   in.read(8, headerSize, header.data());
-  llvm::Expected<llvm::json::Value> json = llvm::json::parse(header);
+  std::optional<json::Value> json = json::parse(header);
   if (!json) {
-    llvm::consumeError(json.takeError());
     throw error(file + " has a corrupt safetensors header");
   }
-  const llvm::json::Object *root = json->getAsObject();
+  const json::Object *root = json->getAsObject();
   if (!root)
     throw error(file + " has a corrupt safetensors header");
   uint64_t dataStart = 8 + headerSize, dataSize = out.fileSize - dataStart;
   for (const auto &[key, value] : *root) {
     if (key == "__metadata__") {
-      if (const llvm::json::Object *meta = value.getAsObject())
+      if (const json::Object *meta = value.getAsObject())
         for (const auto &[k, v] : *meta)
-          if (std::optional<llvm::StringRef> text = v.getAsString())
-            out.metadata[k.str()] = text->str();
+          if (std::optional<std::string> text = v.getAsString())
+            out.metadata[k] = (*text);
       continue;
     }
-    const llvm::json::Object *entry = value.getAsObject();
-    const llvm::json::Array *shape = entry ? entry->getArray("shape") : nullptr;
-    const llvm::json::Array *offsets = entry ? entry->getArray("data_offsets") : nullptr;
-    std::optional<llvm::StringRef> dtype = entry ? entry->getString("dtype") : std::nullopt;
+    const json::Object *entry = value.getAsObject();
+    const json::Array *shape = entry ? entry->getArray("shape") : nullptr;
+    const json::Array *offsets = entry ? entry->getArray("data_offsets") : nullptr;
+    std::optional<std::string> dtype = entry ? entry->getString("dtype") : std::nullopt;
     if (!shape || !offsets || offsets->size() != 2 || !dtype)
-      throw error(file + ": entry " + key.str() + " is malformed");
+      throw error(file + ": entry " + key + " is malformed");
     SafetensorsHeader::Entry e;
-    e.dtype = dtypeNamed(dtype->str());
-    for (const llvm::json::Value &d : *shape) {
+    e.dtype = dtypeNamed((*dtype));
+    for (const json::Value &d : *shape) {
       int64_t n = d.getAsInteger().value_or(-1);
       if (n < 0)
-        throw error(file + ": entry " + key.str() + " has a negative or non-integer size");
+        throw error(file + ": entry " + key + " has a negative or non-integer size");
       e.shape.push_back(n);
     }
     uint64_t begin = (*offsets)[0].getAsUINT64().value_or(~0ull);
     uint64_t end = (*offsets)[1].getAsUINT64().value_or(~0ull);
     if (begin > end || end > dataSize ||
         end - begin != static_cast<uint64_t>(product(e.shape) * dtypeSize(e.dtype)))
-      throw error(file + ": entry " + key.str() +
+      throw error(file + ": entry " + key +
                   " has data offsets that do not match its shape (truncated or corrupt file)");
     e.dataOffset = dataStart + begin;
     e.bytes = end - begin;
-    out.entries[key.str()] = std::move(e);
+    out.entries[key] = std::move(e);
   }
   return out;
 }
@@ -294,16 +298,49 @@ void TensorStore::readBox(const std::string &name, const std::vector<int64_t> &o
     if (empty)
       continue;
     const File &file = *files_.at(c.file);
+    struct Run {
+      uint64_t offset, bytes;
+      char *dst;
+    };
+    // Runs come in the chunk's order: a chunk read whole is checksummed as
+    // it is read. Many small runs (a box across another layout's chunk) are
+    // read in batches, several reads in flight at once.
+    bool checked = whole && c.hasCrc;
     uint32_t crc = 0;
-    // Runs come in the chunk's order, so a chunk read whole is checksummed
-    // as it is read.
+    std::vector<Run> runs;
+    auto flush = [&]() {
+      size_t threads = !checked && runs.size() >= 256 ? kReadThreads : 1;
+      std::vector<std::exception_ptr> failed(threads);
+      auto readPart = [&](size_t t) {
+        try {
+          for (size_t i = t; i < runs.size(); i += threads)
+            file.read(runs[i].offset, runs[i].bytes, runs[i].dst);
+        } catch (...) {
+          failed[t] = std::current_exception();
+        }
+      };
+      std::vector<std::thread> pool;
+      for (size_t t = 1; t < threads; ++t)
+        pool.emplace_back(readPart, t);
+      readPart(0);
+      for (std::thread &t : pool)
+        t.join();
+      for (const std::exception_ptr &e : failed)
+        if (e)
+          std::rethrow_exception(e);
+      if (checked)
+        for (const Run &r : runs)
+          crc = crc32c(r.dst, r.bytes, crc);
+      runs.clear();
+    };
     forEachCopyRun(c.shape, inChunk, size, inBox, extent, [&](int64_t a, int64_t b, int64_t run) {
-      file.read(c.dataOffset + static_cast<uint64_t>(a * item), static_cast<uint64_t>(run * item),
-                dst + b * item);
+      runs.push_back({c.dataOffset + static_cast<uint64_t>(a * item),
+                      static_cast<uint64_t>(run * item), dst + b * item});
       bytesRead_ += static_cast<uint64_t>(run * item);
-      if (whole && c.hasCrc)
-        crc = crc32c(dst + b * item, static_cast<size_t>(run * item), crc);
+      if (runs.size() == kRunBatch)
+        flush();
     });
+    flush();
     if (whole && c.hasCrc && crc != c.crc) {
       std::string box;
       for (size_t d = 0; d < rank; ++d)
@@ -320,9 +357,9 @@ WrittenFile tdx::rt::writeSafetensorsFile(const std::string &path,
                                           const std::vector<TensorToWrite> &tensors,
                                           const std::map<std::string, std::string> &metadata,
                                           bool sync) {
-  llvm::json::Object header;
+  json::Object header;
   if (!metadata.empty()) {
-    llvm::json::Object meta;
+    json::Object meta;
     for (const auto &[k, v] : metadata)
       meta[k] = v;
     header["__metadata__"] = std::move(meta);
@@ -330,20 +367,17 @@ WrittenFile tdx::rt::writeSafetensorsFile(const std::string &path,
   uint64_t offset = 0;
   std::vector<uint64_t> bytes;
   for (const TensorToWrite &t : tensors) {
-    llvm::json::Array shape;
+    json::Array shape;
     for (int64_t d : t.shape)
       shape.push_back(d);
     uint64_t size = static_cast<uint64_t>(product(t.shape) * dtypeSize(t.dtype));
-    header[t.name] = llvm::json::Object{{"dtype", dtypeName(t.dtype)},
+    header[t.name] = json::Object{{"dtype", dtypeName(t.dtype)},
                                         {"shape", std::move(shape)},
-                                        {"data_offsets", llvm::json::Array{offset, offset + size}}};
+                                        {"data_offsets", json::Array{offset, offset + size}}};
     offset += size;
     bytes.push_back(size);
   }
-  std::string text;
-  llvm::raw_string_ostream os(text);
-  os << llvm::json::Value(std::move(header));
-  os.flush();
+  std::string text = json::print(json::Value(std::move(header)));
   // Spaces (the format allows them) align the data to 64 bytes.
   while ((8 + text.size()) % 64)
     text += ' ';

@@ -10,6 +10,7 @@
 #include "tdx/Runtime/Box.h"
 #include "tdx/Runtime/Checkpoint.h"
 #include "tdx/Runtime/Crc32c.h"
+#include "tdx/Runtime/Json.h"
 #include "tdx/Runtime/Placement.h"
 
 #include <gtest/gtest.h>
@@ -108,6 +109,33 @@ TEST(Tiling, RefusesHolesOverlapsAndOutOfBounds) {
   EXPECT_NE(message([] { checkTiling("ck", "w", {4, 4}, {chunk({3, 0}, {2, 4})}); })
                 .find("outside the tensor"),
             std::string::npos);
+}
+
+TEST(Json, ParsesWhatTheFormatsHoldAndRefusesTheRest) {
+  std::optional<json::Value> v = json::parse(
+      R"( {"a": [1, -2, 3.5e2], "s": "x\"\u00e9\n", "o": {"t": true, "n": null}} )");
+  ASSERT_TRUE(v);
+  const json::Object &o = *v->getAsObject();
+  EXPECT_EQ(o.getArray("a")->size(), 3u);
+  EXPECT_EQ((*o.getArray("a"))[1].getAsInteger(), -2);
+  EXPECT_EQ((*o.getArray("a"))[2].getAsInteger(), 350);
+  EXPECT_EQ(o.getString("s"), std::string("x\"\xc3\xa9\n"));
+  EXPECT_EQ(o.getObject("o")->get("t")->kind(), json::Value::Bool);
+  EXPECT_FALSE(o.getInteger("missing"));
+  // Printing and parsing again gives the same text.
+  std::string once = json::print(*v), twice = json::print(*json::parse(once));
+  EXPECT_EQ(once, twice);
+  EXPECT_EQ(json::print(json::Value(json::Object{{"k", json::Array{1, 2}}}), 1), "{\n \"k\": [1, 2]\n}");
+  std::string error;
+  EXPECT_FALSE(json::parse("{\"a\": 1,}", &error));
+  EXPECT_NE(error.find("expected a key at byte"), std::string::npos) << error;
+  EXPECT_FALSE(json::parse("{\"a\": 1} x", &error));
+  EXPECT_NE(error.find("trailing characters"), std::string::npos) << error;
+  EXPECT_FALSE(json::parse("{\"a\": 1, \"a\": 2}", &error));
+  EXPECT_NE(error.find("duplicate key"), std::string::npos) << error;
+  EXPECT_FALSE(json::parse("[\"unterminated", &error));
+  EXPECT_FALSE(json::parse(std::string(100, '['), &error));
+  EXPECT_NE(error.find("nesting too deep"), std::string::npos) << error;
 }
 
 } // namespace

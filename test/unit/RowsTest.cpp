@@ -1,83 +1,184 @@
 //===- RowsTest.cpp - the CUDA backend's row kernels, run on CPU vs ATen ---===//
 //
 // The functions of tdx/Runtime/Rows.h are what lib/Runtime/cuda launches one
-// row per thread; here the same functions run on the host against ATen.
+// thread block per row; here the same functions run on the host against
+// ATen, with one lane per row and with blocks of 3 and 4 lanes emulated by
+// threads that combine between barriers as a block's warps do.
 
 #include "tdx/Runtime/Box.h"
 #include "tdx/Runtime/Rows.h"
 
 #include "AtenTestUtil.h"
 
+#include <condition_variable>
+#include <mutex>
+#include <thread>
+
 using namespace tdx::kern;
 using tdx::test::expectClose;
 using tdx::test::randn;
 
+namespace {
+
+/// A block of lanes emulated by host threads: each combine writes its
+/// lane's slot, waits for every lane, reads all slots in lane order and
+/// waits again before the slots are reused (BlockLanes' __syncthreads).
+class ThreadLanes {
+public:
+  struct Shared {
+    explicit Shared(int count) : count(count), slots(count) {}
+    int count;
+    std::vector<double> slots;
+    std::mutex mutex;
+    std::condition_variable cv;
+    int arrived = 0;
+    int64_t phase = 0;
+  };
+  ThreadLanes(Shared &shared, int lane) : s_(shared), lane_(lane) {}
+  int lane() const { return lane_; }
+  int count() const { return s_.count; }
+  double sum(double v) const { return combine(v, false); }
+  double max(double v) const { return combine(v, true); }
+
+private:
+  void barrier() const {
+    std::unique_lock<std::mutex> lock(s_.mutex);
+    int64_t phase = s_.phase;
+    if (++s_.arrived == s_.count) {
+      s_.arrived = 0;
+      ++s_.phase;
+      s_.cv.notify_all();
+    } else {
+      s_.cv.wait(lock, [&] { return s_.phase != phase; });
+    }
+  }
+  double combine(double v, bool isMax) const {
+    s_.slots[lane_] = v;
+    barrier();
+    double r = isMax ? -INFINITY : 0.0;
+    for (double x : s_.slots)
+      r = isMax ? maxNaN(r, x) : r + x;
+    barrier();
+    return r;
+  }
+  Shared &s_;
+  int lane_;
+};
+
+/// Runs fn(lanes) for one row: on OneLane, or on `count` emulated lanes.
+/// Returns lane 0's result.
+template <class Fn> double onLanes(int count, Fn fn) {
+  if (count == 1)
+    return fn(OneLane{});
+  ThreadLanes::Shared shared(count);
+  std::vector<std::thread> threads;
+  for (int lane = 1; lane < count; ++lane)
+    threads.emplace_back([&, lane] { fn(ThreadLanes(shared, lane)); });
+  double result = fn(ThreadLanes(shared, 0));
+  for (std::thread &t : threads)
+    t.join();
+  return result;
+}
+
+const int kLaneCounts[] = {1, 3, 4};
+
+} // namespace
+
 TEST(RowsTest, SoftmaxAndLogSoftmaxAlongEveryDim) {
   at::Tensor x = randn({3, 5, 7}, 1) * 4;
-  for (int64_t dim = 0; dim < 3; ++dim)
-    for (bool log : {false, true}) {
-      at::Tensor y = at::empty_like(x);
-      int64_t n = x.size(dim), stride = x.stride(dim);
-      // Every row along `dim`: the elements whose index there is 0.
-      for (int64_t i = 0; i < x.numel(); ++i)
-        if ((i / stride) % n == 0)
-          softmaxRow(x.data_ptr<float>() + i, y.data_ptr<float>() + i, n, stride, log);
-      expectClose(y, log ? at::log_softmax(x, dim) : at::softmax(x, dim));
-    }
+  for (int lanes : kLaneCounts)
+    for (int64_t dim = 0; dim < 3; ++dim)
+      for (bool log : {false, true}) {
+        at::Tensor y = at::empty_like(x);
+        int64_t n = x.size(dim), stride = x.stride(dim);
+        // Every row along `dim`: the elements whose index there is 0.
+        for (int64_t i = 0; i < x.numel(); ++i)
+          if ((i / stride) % n == 0)
+            onLanes(lanes, [&](const auto &g) {
+              softmaxRow(g, x.data_ptr<float>() + i, y.data_ptr<float>() + i, n, stride, log);
+              return 0.0;
+            });
+        expectClose(y, log ? at::log_softmax(x, dim) : at::softmax(x, dim));
+      }
 }
 
 TEST(RowsTest, LayerNormWithAndWithoutAffine) {
   at::Tensor x = randn({6, 32}, 2) * 3 + 1, w = randn({32}, 3), b = randn({32}, 4);
-  at::Tensor y = at::empty_like(x), z = at::empty_like(x);
-  for (int64_t r = 0; r < 6; ++r) {
-    layerNormRow(x.data_ptr<float>() + r * 32, w.data_ptr<float>(), b.data_ptr<float>(),
-                 y.data_ptr<float>() + r * 32, 32, 1e-5);
-    layerNormRow<float>(x.data_ptr<float>() + r * 32, nullptr, nullptr,
-                        z.data_ptr<float>() + r * 32, 32, 1e-5);
+  for (int lanes : kLaneCounts) {
+    at::Tensor y = at::empty_like(x), z = at::empty_like(x);
+    for (int64_t r = 0; r < 6; ++r)
+      onLanes(lanes, [&](const auto &g) {
+        layerNormRow(g, x.data_ptr<float>() + r * 32, w.data_ptr<float>(), b.data_ptr<float>(),
+                     y.data_ptr<float>() + r * 32, 32, 1e-5);
+        layerNormRow<float>(g, x.data_ptr<float>() + r * 32, nullptr, nullptr,
+                            z.data_ptr<float>() + r * 32, 32, 1e-5);
+        return 0.0;
+      });
+    expectClose(y, at::layer_norm(x, {32}, w, b, 1e-5));
+    expectClose(z, at::layer_norm(x, {32}, {}, {}, 1e-5));
   }
-  expectClose(y, at::layer_norm(x, {32}, w, b, 1e-5));
-  expectClose(z, at::layer_norm(x, {32}, {}, {}, 1e-5));
 }
 
 TEST(RowsTest, RmsNorm) {
-  at::Tensor x = randn({4, 16}, 5), w = randn({16}, 6), y = at::empty_like(x);
-  for (int64_t r = 0; r < 4; ++r)
-    rmsNormRow(x.data_ptr<float>() + r * 16, w.data_ptr<float>(), y.data_ptr<float>() + r * 16,
-               16, 1e-6);
-  expectClose(y, x * at::rsqrt(x.pow(2).mean({-1}, true) + 1e-6) * w);
+  at::Tensor x = randn({4, 16}, 5), w = randn({16}, 6);
+  for (int lanes : kLaneCounts) {
+    at::Tensor y = at::empty_like(x);
+    for (int64_t r = 0; r < 4; ++r)
+      onLanes(lanes, [&](const auto &g) {
+        rmsNormRow(g, x.data_ptr<float>() + r * 16, w.data_ptr<float>(),
+                   y.data_ptr<float>() + r * 16, 16, 1e-6);
+        return 0.0;
+      });
+    expectClose(y, x * at::rsqrt(x.pow(2).mean({-1}, true) + 1e-6) * w);
+  }
 }
 
 TEST(RowsTest, Reductions) {
   at::Tensor x = randn({5, 9}, 7);
-  for (int kind : {RowSum, RowMean, RowMax}) {
-    at::Tensor y = at::empty({9});
-    for (int64_t c = 0; c < 9; ++c)
-      y[c] = reduceRow(kind, x.data_ptr<float>() + c, 5, 9);
-    at::Tensor want = kind == RowSum ? x.sum(0) : kind == RowMean ? x.mean(0) : x.amax(0);
-    expectClose(y, want);
+  for (int lanes : kLaneCounts) {
+    for (int kind : {RowSum, RowMean, RowMax}) {
+      at::Tensor y = at::empty({9});
+      for (int64_t c = 0; c < 9; ++c)
+        y[c] = onLanes(lanes, [&](const auto &g) {
+          return reduceRow(g, kind, x.data_ptr<float>() + c, 5, 9);
+        });
+      at::Tensor want = kind == RowSum ? x.sum(0) : kind == RowMean ? x.mean(0) : x.amax(0);
+      expectClose(y, want);
+    }
+    // A NaN in any lane's elements makes the max NaN.
+    for (int at = 0; at < 5; ++at) {
+      float row[] = {1.0f, 2.0f, 3.0f, 4.0f, 5.0f};
+      row[at] = NAN;
+      EXPECT_TRUE(std::isnan(
+          onLanes(lanes, [&](const auto &g) { return reduceRow(g, RowMax, row, 5, 1); })));
+    }
   }
-  float nan[] = {1.0f, NAN, 3.0f};
-  EXPECT_TRUE(std::isnan(reduceRow(RowMax, nan, 3, 1)));
 }
 
 TEST(RowsTest, CrossEntropyWithSmoothingAndIgnoredTargets) {
   at::Tensor logits = randn({8, 11}, 8) * 2;
   at::Tensor target = at::randint(0, 11, {8}, at::make_generator<at::CPUGeneratorImpl>(9));
   target[3] = -100;
-  for (double smoothing : {0.0, 0.1}) {
-    double total = 0;
-    int64_t counted = 0;
-    for (int64_t r = 0; r < 8; ++r) {
-      int64_t t = target[r].item<int64_t>();
-      if (t == -100)
-        continue;
-      total += crossEntropyRow(logits.data_ptr<float>() + r * 11, 11, 1, t, smoothing);
-      ++counted;
+  for (int lanes : kLaneCounts)
+    for (double smoothing : {0.0, 0.1}) {
+      // Each sample's loss (NaN: ignored), then their mean over the counted
+      // ones, as the CUDA backend's two kernels compute them.
+      std::vector<double> losses(8);
+      for (int64_t r = 0; r < 8; ++r) {
+        int64_t t = target[r].item<int64_t>();
+        losses[r] = t == -100 ? NAN : onLanes(lanes, [&](const auto &g) {
+          return crossEntropyRow(g, logits.data_ptr<float>() + r * 11, 11, 1, t, smoothing);
+        });
+      }
+      double mean = onLanes(lanes, [&](const auto &g) {
+        double sum, counted;
+        countedSum(g, losses.data(), 8, sum, counted);
+        return sum / counted;
+      });
+      double want = at::cross_entropy_loss(logits, target, {}, at::Reduction::Mean, -100, smoothing)
+                        .item<double>();
+      EXPECT_NEAR(mean, want, 1e-5 * std::abs(want));
     }
-    double want =
-        at::cross_entropy_loss(logits, target, {}, at::Reduction::Mean, -100, smoothing).item<double>();
-    EXPECT_NEAR(total / counted, want, 1e-5 * std::abs(want));
-  }
 }
 
 TEST(RowsTest, IterWalksBroadcastAndTransposedOperands) {

@@ -2,9 +2,11 @@
 //
 // One NCCL communicator per group of mesh axes, bootstrapped through the MPI
 // group of the same ranks (tdx/Runtime/Mesh.h): its root makes the unique id
-// and broadcasts it with a deadline. Communicators are nonblocking: every
-// wait polls the stream and NCCL's async error against the collective
-// timeout, and aborts the communicators instead of hanging on a lost rank.
+// and broadcasts it with a deadline. Collectives run on a stream of their
+// own, ordered against the compute stream by events. Communicators are
+// nonblocking: every wait polls the collective's event and NCCL's async
+// error against the collective timeout, and aborts the communicators
+// instead of hanging on a lost rank.
 //
 //===----------------------------------------------------------------------===//
 
@@ -81,6 +83,11 @@ Context::Context(std::vector<int64_t> meshShape, std::vector<std::string> axes, 
 Context::~Context() {
   for (auto &[axes, comm] : nccl_)
     ncclCommDestroy(static_cast<ncclComm_t>(comm));
+  if (commStream_) {
+    cudaEventDestroy(static_cast<cudaEvent_t>(ready_));
+    cudaEventDestroy(static_cast<cudaEvent_t>(done_));
+    cudaStreamDestroy(static_cast<cudaStream_t>(commStream_));
+  }
 }
 
 void *Context::comm(const std::vector<std::string> &axes, Group &g) {
@@ -105,7 +112,30 @@ void *Context::comm(const std::vector<std::string> &axes, Group &g) {
   return c;
 }
 
-void Context::synchronize(const char *what, const std::vector<std::string> &axes) {
+void *Context::beginCollective() {
+  if (!commStream_) {
+    cudaStream_t stream;
+    cudaEvent_t ready, done;
+    checkCuda(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking), "cudaStreamCreate");
+    checkCuda(cudaEventCreateWithFlags(&ready, cudaEventDisableTiming), "cudaEventCreate");
+    checkCuda(cudaEventCreateWithFlags(&done, cudaEventDisableTiming), "cudaEventCreate");
+    commStream_ = stream, ready_ = ready, done_ = done;
+  }
+  auto stream = static_cast<cudaStream_t>(commStream_);
+  checkCuda(cudaEventRecord(static_cast<cudaEvent_t>(ready_), nullptr), "cudaEventRecord");
+  checkCuda(cudaStreamWaitEvent(stream, static_cast<cudaEvent_t>(ready_), 0),
+            "cudaStreamWaitEvent");
+  return stream;
+}
+
+void Context::endCollective(const char *what, const std::vector<std::string> &axes) {
+  auto done = static_cast<cudaEvent_t>(done_);
+  checkCuda(cudaEventRecord(done, static_cast<cudaStream_t>(commStream_)), "cudaEventRecord");
+  checkCuda(cudaStreamWaitEvent(nullptr, done, 0), "cudaStreamWaitEvent");
+  synchronize(what, axes, done_);
+}
+
+void Context::synchronize(const char *what, const std::vector<std::string> &axes, void *event) {
   auto deadline =
       std::chrono::steady_clock::now() + std::chrono::duration<double>(collectiveTimeout());
   for (;;) {
@@ -122,7 +152,8 @@ void Context::synchronize(const char *what, const std::vector<std::string> &axes
         checkNccl(state, what);
       }
     }
-    cudaError_t e = cudaStreamQuery(nullptr);
+    cudaError_t e = event ? cudaEventQuery(static_cast<cudaEvent_t>(event))
+                          : cudaStreamQuery(nullptr);
     if (e != cudaErrorNotReady)
       checkCuda(e, what);
     if (!pending && e == cudaSuccess)
@@ -143,10 +174,11 @@ Tensor Context::allReduce(const Tensor &x, const std::vector<std::string> &axes,
   Tensor in = x.contiguous();
   Tensor out = Tensor::empty(x.sizes(), x.dtype());
   addBytes(in.nbytes());
+  auto stream = static_cast<cudaStream_t>(beginCollective());
   checkNccl(ncclAllReduce(in.data(), out.data(), static_cast<size_t>(in.numel()),
-                          ncclType(x.dtype()), ncclOp(reduce), c, nullptr),
+                          ncclType(x.dtype()), ncclOp(reduce), c, stream),
             "all_reduce");
-  synchronize("all_reduce", axes);
+  endCollective("all_reduce", axes);
   return out;
 }
 
@@ -177,17 +209,18 @@ Tensor Context::allGather(const Tensor &x, const std::vector<std::string> &axes,
   Tensor gathered = Tensor::empty(shape, x.dtype());
   addBytes(front.nbytes());
   int64_t item = tdx::rt::dtypeSize(x.dtype()), at = 0;
+  auto stream = static_cast<cudaStream_t>(beginCollective());
   checkNccl(ncclGroupStart(), "group start");
   for (int r = 0; r < size; ++r) {
     char *slot = static_cast<char *>(gathered.data()) + at * row * item;
     checkNccl(ncclBroadcast(r == index ? front.data() : slot, slot,
                             static_cast<size_t>(sizes[r] * row), ncclType(x.dtype()), r, c,
-                            nullptr),
+                            stream),
               "all_gather");
     at += sizes[r];
   }
   checkNccl(ncclGroupEnd(), "all_gather");
-  synchronize("all_gather", axes);
+  endCollective("all_gather", axes);
   return gathered.transpose(0, dim).contiguous();
 }
 
@@ -227,17 +260,18 @@ Tensor Context::allToAll(const Tensor &x, const std::vector<std::string> &axes, 
     received.push_back(Tensor::empty(s, x.dtype()));
     addBytes(send.back().nbytes());
   }
+  auto stream = static_cast<cudaStream_t>(beginCollective());
   checkNccl(ncclGroupStart(), "group start");
   for (int r = 0; r < size; ++r) {
     checkNccl(ncclSend(send[r].data(), static_cast<size_t>(send[r].numel()), ncclType(x.dtype()),
-                       r, c, nullptr),
+                       r, c, stream),
               "all_to_all");
     checkNccl(ncclRecv(received[r].data(), static_cast<size_t>(received[r].numel()),
-                       ncclType(x.dtype()), r, c, nullptr),
+                       ncclType(x.dtype()), r, c, stream),
               "all_to_all");
   }
   checkNccl(ncclGroupEnd(), "all_to_all");
-  synchronize("all_to_all", axes);
+  endCollective("all_to_all", axes);
   return cat(received, concat);
 }
 

@@ -1,8 +1,10 @@
 //===- Ops.cu - matmul on cuBLAS, the row kernels of tdx/Runtime/Rows.h ---===//
 //
 // Each non-elementwise op runs its row function (shared with the host unit
-// tests) one row per thread over a dense, row-major copy of its input with
-// the reduced dims innermost. cuBLAS does matmul and linear.
+// tests) one thread block per row over a dense, row-major copy of its input
+// with the reduced dims innermost; the block's threads share the row's
+// elements and combine through warp shuffles and shared memory. cuBLAS does
+// matmul and linear.
 //
 //===----------------------------------------------------------------------===//
 
@@ -30,88 +32,122 @@ template <class T> __global__ void addBiasKernel(T *y, const T *bias, int64_t ro
     y[i] += bias[i % n];
 }
 
+/// The threads of a block share a row (tdx/Runtime/Rows.h's lanes): a
+/// warp combines by shuffles, the warps through shared memory.
+struct BlockLanes {
+  double *scratch; // one double per warp
+  __device__ int lane() const { return threadIdx.x; }
+  __device__ int count() const { return blockDim.x; }
+  __device__ double sum(double v) const { return combine(v, false); }
+  __device__ double max(double v) const { return combine(v, true); }
+  __device__ double combine(double v, bool isMax) const {
+    auto op = [isMax](double a, double b) { return isMax ? tdx::kern::maxNaN(a, b) : a + b; };
+    for (int o = 16; o > 0; o >>= 1)
+      v = op(v, __shfl_down_sync(0xffffffffu, v, o));
+    int warp = threadIdx.x / 32, warps = (blockDim.x + 31) / 32;
+    __syncthreads(); // the previous combine's scratch is read
+    if (threadIdx.x % 32 == 0)
+      scratch[warp] = v;
+    __syncthreads();
+    if (warp == 0) {
+      v = threadIdx.x < warps ? scratch[threadIdx.x] : (isMax ? -INFINITY : 0.0);
+      for (int o = 16; o > 0; o >>= 1)
+        v = op(v, __shfl_down_sync(0xffffffffu, v, o));
+      if (threadIdx.x == 0)
+        scratch[0] = v;
+    }
+    __syncthreads();
+    return scratch[0];
+  }
+};
+
+/// Row kernels run one block of kRowThreads per row (rows beyond the grid
+/// loop), with a double of shared memory per warp.
+constexpr int kRowThreads = 256;
+constexpr size_t kRowShared = kRowThreads / 32 * sizeof(double);
+inline unsigned rowBlocks(int64_t rows) {
+  return static_cast<unsigned>(rows < 65535 ? (rows > 0 ? rows : 1) : 65535);
+}
+#define TDX_FOR_ROWS(r, rows)                                                                  \
+  extern __shared__ double rowScratch[];                                                     \
+  BlockLanes lanes{rowScratch};                                                              \
+  for (int64_t r = blockIdx.x; r < (rows); r += gridDim.x)
+
 template <class T> __global__ void reduceKernel(const T *x, T *y, int64_t rows, int64_t n, int kind) {
-  int64_t r = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x;
-  if (r < rows)
-    y[r] = static_cast<T>(reduceRow(kind, x + r * n, n, 1));
+  TDX_FOR_ROWS(r, rows) {
+    double v = reduceRow(lanes, kind, x + r * n, n, 1);
+    if (threadIdx.x == 0)
+      y[r] = static_cast<T>(v);
+  }
 }
 
 template <class T> __global__ void softmaxKernel(const T *x, T *y, int64_t rows, int64_t n, bool log) {
-  int64_t r = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x;
-  if (r < rows)
-    softmaxRow(x + r * n, y + r * n, n, 1, log);
+  TDX_FOR_ROWS(r, rows) softmaxRow(lanes, x + r * n, y + r * n, n, 1, log);
 }
 
 template <class T>
 __global__ void layerNormKernel(const T *x, const T *w, const T *b, T *y, int64_t rows, int64_t n,
                                 double eps) {
-  int64_t r = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x;
-  if (r < rows)
-    layerNormRow(x + r * n, w, b, y + r * n, n, eps);
+  TDX_FOR_ROWS(r, rows) layerNormRow(lanes, x + r * n, w, b, y + r * n, n, eps);
 }
 
 template <class T>
 __global__ void rmsNormKernel(const T *x, const T *w, T *y, int64_t rows, int64_t n, double eps) {
-  int64_t r = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x;
-  if (r < rows)
-    rmsNormRow(x + r * n, w, y + r * n, n, eps);
+  TDX_FOR_ROWS(r, rows) rmsNormRow(lanes, x + r * n, w, y + r * n, n, eps);
 }
 
 template <class T>
 __global__ void embeddingKernel(const T *w, const int64_t *ids, T *y, int64_t count, int64_t vocab,
                                 int64_t dim, int *bad) {
-  int64_t r = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x;
-  if (r >= count)
-    return;
-  int64_t id = ids[r];
-  if (id < 0 || id >= vocab) {
-    atomicExch(bad, 1);
-    id = 0;
+  // A block per looked-up row, its threads over the row's elements.
+  for (int64_t r = blockIdx.x; r < count; r += gridDim.x) {
+    int64_t id = ids[r];
+    if (id < 0 || id >= vocab) {
+      if (threadIdx.x == 0)
+        atomicExch(bad, 1);
+      id = 0;
+    }
+    for (int64_t j = threadIdx.x; j < dim; j += blockDim.x)
+      y[r * dim + j] = w[id * dim + j];
   }
-  for (int64_t j = 0; j < dim; ++j)
-    y[r * dim + j] = w[id * dim + j];
 }
 
 template <class T>
 __global__ void crossEntropyKernel(const T *logits, const int64_t *target, double *loss,
                                    int64_t rows, int64_t classes, int64_t inner, int64_t ignore,
                                    double smoothing, int *bad) {
-  int64_t r = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x;
-  if (r >= rows)
-    return;
-  int64_t t = target[r];
-  if (t == ignore) {
-    loss[r] = NAN; // not counted
-    return;
+  TDX_FOR_ROWS(r, rows) {
+    int64_t t = target[r];
+    if (t == ignore || t < 0 || t >= classes) { // the whole block takes this branch
+      if (threadIdx.x == 0) {
+        loss[r] = NAN; // not counted
+        if (t != ignore)
+          atomicExch(bad, 1);
+      }
+      continue;
+    }
+    const T *row = logits + (r / inner) * classes * inner + r % inner;
+    double v = crossEntropyRow(lanes, row, classes, inner, t, smoothing);
+    if (threadIdx.x == 0)
+      loss[r] = v;
   }
-  if (t < 0 || t >= classes) {
-    atomicExch(bad, 1);
-    loss[r] = NAN;
-    return;
-  }
-  const T *row = logits + (r / inner) * classes * inner + r % inner;
-  loss[r] = crossEntropyRow(row, classes, inner, t, smoothing);
 }
 
-/// out = sum or mean of the counted (non-NaN) losses; or each loss (0 when
-/// ignored) for reduction none. One thread: losses are one per sample.
+/// out = sum or mean of the counted (non-NaN) losses, by one block; or each
+/// loss (0 when ignored) for reduction none.
 template <class T>
 __global__ void lossReduceKernel(const double *loss, T *out, int64_t rows, int64_t reduction) {
-  if (blockIdx.x != 0 || threadIdx.x != 0)
-    return;
+  extern __shared__ double rowScratch[];
+  BlockLanes lanes{rowScratch};
   if (reduction == 0) {
-    for (int64_t r = 0; r < rows; ++r)
+    for (int64_t r = threadIdx.x; r < rows; r += blockDim.x)
       out[r] = static_cast<T>(loss[r] != loss[r] ? 0.0 : loss[r]);
     return;
   }
-  double s = 0;
-  int64_t counted = 0;
-  for (int64_t r = 0; r < rows; ++r)
-    if (loss[r] == loss[r]) {
-      s += loss[r];
-      ++counted;
-    }
-  out[0] = static_cast<T>(reduction == 1 ? s / static_cast<double>(counted) : s);
+  double sum, counted;
+  tdx::kern::countedSum(lanes, loss, rows, sum, counted);
+  if (threadIdx.x == 0)
+    out[0] = static_cast<T>(reduction == 1 ? sum / counted : sum);
 }
 
 void checkFlag(int *flag, const char *message) {
@@ -157,7 +193,7 @@ Tensor reduce(int kind, const Tensor &x, std::vector<int64_t> dims, bool keepdim
   int64_t rows = out.numel();
   floatTypes(x.dtype(), op, [&](auto tag) {
     using T = decltype(tag);
-    reduceKernel<T><<<blocksFor(rows), 256>>>(static_cast<const T *>(xp.data()),
+    reduceKernel<T><<<rowBlocks(rows), kRowThreads, kRowShared>>>(static_cast<const T *>(xp.data()),
                                               static_cast<T *>(out.data()), rows, n, kind);
   });
   checkLaunch(op);
@@ -171,7 +207,7 @@ Tensor softmaxAlong(const Tensor &x, int64_t dim, bool log) {
   int64_t n = x.dim() ? x.size(dim) : 1, rows = n ? xt.numel() / n : 0;
   floatTypes(x.dtype(), "softmax", [&](auto tag) {
     using T = decltype(tag);
-    softmaxKernel<T><<<blocksFor(rows), 256>>>(static_cast<const T *>(xt.data()),
+    softmaxKernel<T><<<rowBlocks(rows), kRowThreads, kRowShared>>>(static_cast<const T *>(xt.data()),
                                                static_cast<T *>(y.data()), rows, n, log);
   });
   checkLaunch("softmax");
@@ -285,7 +321,7 @@ Tensor tdx::cu::layer_norm(const Tensor &x, const std::vector<int64_t> &normaliz
   int64_t rows = n ? xc.numel() / n : 0;
   floatTypes(x.dtype(), "layer_norm", [&](auto tag) {
     using T = decltype(tag);
-    layerNormKernel<T><<<blocksFor(rows), 256>>>(
+    layerNormKernel<T><<<rowBlocks(rows), kRowThreads, kRowShared>>>(
         static_cast<const T *>(xc.data()), static_cast<const T *>(wc.data()),
         static_cast<const T *>(bc.data()), static_cast<T *>(y.data()), rows, n, eps);
   });
@@ -301,7 +337,7 @@ Tensor tdx::cu::rms_norm(const Tensor &x, const std::vector<int64_t> &normalized
   int64_t rows = n ? xc.numel() / n : 0;
   floatTypes(x.dtype(), "rms_norm", [&](auto tag) {
     using T = decltype(tag);
-    rmsNormKernel<T><<<blocksFor(rows), 256>>>(static_cast<const T *>(xc.data()),
+    rmsNormKernel<T><<<rowBlocks(rows), kRowThreads, kRowShared>>>(static_cast<const T *>(xc.data()),
                                                static_cast<const T *>(wc.data()),
                                                static_cast<T *>(y.data()), rows, n, eps);
   });
@@ -320,7 +356,7 @@ Tensor tdx::cu::embedding(const Tensor &weight, const Tensor &ids) {
   int *bad = newFlag();
   floatTypes(weight.dtype(), "embedding", [&](auto tag) {
     using T = decltype(tag);
-    embeddingKernel<T><<<blocksFor(count), 256>>>(static_cast<const T *>(wc.data()),
+    embeddingKernel<T><<<rowBlocks(count), kRowThreads>>>(static_cast<const T *>(wc.data()),
                                                   static_cast<const int64_t *>(ic.data()),
                                                   static_cast<T *>(y.data()), count, vocab, dim,
                                                   bad);
@@ -348,10 +384,10 @@ Tensor tdx::cu::cross_entropy_loss(const Tensor &logits, const Tensor &target,
   int *bad = newFlag();
   floatTypes(logits.dtype(), "cross_entropy", [&](auto tag) {
     using T = decltype(tag);
-    crossEntropyKernel<T><<<blocksFor(rows), 256>>>(
+    crossEntropyKernel<T><<<rowBlocks(rows), kRowThreads, kRowShared>>>(
         static_cast<const T *>(lc.data()), static_cast<const int64_t *>(tc.data()),
         static_cast<double *>(losses.data()), rows, classes, inner, ignoreIndex, smoothing, bad);
-    lossReduceKernel<T><<<1, 1>>>(static_cast<const double *>(losses.data()),
+    lossReduceKernel<T><<<1, kRowThreads, kRowShared>>>(static_cast<const double *>(losses.data()),
                                   static_cast<T *>(out.data()), rows, reduction);
   });
   checkLaunch("cross_entropy");

@@ -155,13 +155,26 @@ public:
   /// the host for the box alone and copied.
   Tensor init(const rt::InitProgram &program, const Layout &layout) const;
 
-  /// Waits for the device with the collective deadline; a NCCL error or the
-  /// deadline aborts the communicators and throws.
-  void synchronize(const char *what, const std::vector<std::string> &axes = {});
+  /// Waits for the device (or, given a cudaEvent_t, for that event) with the
+  /// collective deadline; a NCCL error or the deadline aborts the
+  /// communicators and throws.
+  void synchronize(const char *what, const std::vector<std::string> &axes = {},
+                   void *event = nullptr);
 
 private:
   uint64_t seed_;
   bool verbose_;
+  /// Collectives run on their own stream: it waits for the compute stream's
+  /// work so far (event `ready_`), and the compute stream waits on the
+  /// device for the collective (event `done_`), so communication can
+  /// overlap compute that does not depend on it.
+  void *commStream_ = nullptr, *ready_ = nullptr, *done_ = nullptr;
+  /// The communication stream (a cudaStream_t), ordered after the compute
+  /// stream's work so far.
+  void *beginCollective();
+  /// Orders the compute stream after the collective and waits for it with
+  /// the deadline.
+  void endCollective(const char *what, const std::vector<std::string> &axes);
   std::map<std::vector<std::string>, void *> nccl_; // axes -> ncclComm_t
   /// The NCCL communicator (made on first use) of `axes`' group, and the group.
   void *comm(const std::vector<std::string> &axes, Group &group);

@@ -1,0 +1,227 @@
+"""Writes the GPU check bundle (scripts/gpu-check.sh bundle OUT): one folder
+that a machine with a GPU, nvcc, CUDA, NCCL and a recent PyTorch, but no
+Debian packages and no network, builds and runs with `bash OUT/run.sh`.
+
+It holds, for each test model and mesh: the emitted CUDA program (.cu), its
+weights and inputs, and the outputs expected from PyTorch eager and from the
+CPU model binary, computed here; the CUDA runtime's sources; Open MPI from
+Debian's packages (unpacked with dpkg -x); the model code and check.py, which
+compares outputs and times that machine's PyTorch eager next to the binaries.
+"""
+
+import argparse
+import glob
+import json
+import os
+import shutil
+import subprocess
+import sys
+
+ROOT = os.path.abspath(os.path.join(os.path.dirname(__file__), "..", ".."))
+sys.path.insert(0, os.path.join(ROOT, "test", "python"))
+
+import torch  # noqa: E402
+
+import tdx  # noqa: E402
+from models import GPT2, Llama  # noqa: E402
+
+# Program name -> (model, mesh); tp2 runs two ranks on one GPU where NCCL
+# allows it.
+PROGRAMS = {
+    "gpt2-1": ("gpt2", 1), "gpt2-tp2": ("gpt2", 2),
+    "llama-1": ("llama", 1), "llama-tp2": ("llama", 2),
+    "resnet18-1": ("resnet18", 1),
+}
+# The runtime a model binary links: tdx/Runtime without LLVM, MLIR or ATen.
+RUNTIME = ["Mesh.cpp", "Options.cpp", "SaveCheckpoint.cpp", "InitProgram.cpp", "Safetensors.cpp",
+           "Checkpoint.cpp", "Crc32c.cpp", "Json.cpp", "Placement.cpp"]
+MPI_PACKAGES = ["openmpi-bin", "openmpi-common", "libopenmpi3", "libopenmpi-dev"]
+# On every machine already; never bundled.
+BASE_PACKAGES = {"libc6", "libgcc-s1", "libstdc++6", "zlib1g", "libgfortran5", "libquadmath0"}
+
+
+def ids():
+    return torch.randint(0, 96, (4, 8), generator=torch.Generator().manual_seed(1))
+
+
+def model(name):
+    """(eager model with its weights, deferred model, example inputs, tp plan)."""
+    from test_sharding import GPT2_PLAN, LLAMA_PLAN
+    if name == "resnet18":
+        from vision_models import IMAGES
+        torch.manual_seed(0)
+        eager = IMAGES["resnet18"]().eval()
+        with torch.no_grad():
+            for p in eager.parameters():
+                p.normal_(0, 0.2)
+        torch.manual_seed(0)
+        deferred = tdx.deferred_init(IMAGES["resnet18"])
+        deferred.eval()
+        image = torch.randn(2, 3, 32, 32, generator=torch.Generator().manual_seed(0))
+        return eager, deferred, (image,), {}
+    cls, plan = {"gpt2": (GPT2, GPT2_PLAN), "llama": (Llama, LLAMA_PLAN)}[name]
+    torch.manual_seed(0)
+    eager = cls()
+    torch.manual_seed(0)
+    return eager, tdx.deferred_init(cls), (ids(),), plan
+
+
+def state(module):
+    out = dict(module.named_parameters())
+    out.update(module.named_buffers())
+    return {k: v.detach().contiguous() for k, v in out.items()}
+
+
+def tool(name):
+    return os.path.join(ROOT, "build", "bin", name)
+
+
+def write_program(out, name, cpu_expected):
+    model_name, ranks = PROGRAMS[name]
+    eager, deferred, inputs, plan = model(model_name)
+    folder = os.path.join(out, "programs", name)
+    os.makedirs(folder)
+    prog = tdx.trace(deferred, *inputs)
+    if ranks > 1:
+        tdx.parallelize(prog, tdx.init_device_mesh("cpu", (ranks,), ("tp",)), plan)
+    prog.partition()
+    prog.save(os.path.join(folder, "program.mlir"))
+    subprocess.run([tool("tdx-translate"), "--tdx-to-cuda", os.path.join(folder, "program.mlir"),
+                    "-o", os.path.join(folder, "program.cu")], check=True)
+    os.remove(os.path.join(folder, "program.mlir"))
+    weights = state(eager)
+    tdx.safetensors.save(weights, os.path.join(folder, "params.safetensors"))
+    tdx.safetensors.save({f"input:{i}": x for i, x in enumerate(inputs)},
+                         os.path.join(folder, "in.safetensors"))
+    with torch.no_grad():
+        want = eager(*inputs)
+    tdx.safetensors.save({"output:0": want}, os.path.join(folder, "expected.eager.safetensors"))
+    entry = {"name": name, "model": model_name, "ranks": ranks, "tolerance": 1e-5}
+    if cpu_expected:
+        (got,) = tdx.compile(prog).run(*inputs, params=weights)
+        rel = ((got - want).norm() / want.norm()).item()
+        if rel >= 1e-5:
+            raise SystemExit(f"{name}: the CPU binary is {rel:.2e} off eager; fix that first")
+        tdx.safetensors.save({"output:0": got}, os.path.join(folder, "expected.cpu.safetensors"))
+    return entry
+
+
+def run(cmd, **kw):
+    return subprocess.run(cmd, check=True, capture_output=True, text=True, **kw).stdout
+
+
+def mpi_packages():
+    """Open MPI's packages and those of the shared libraries it loads (its
+    MCA components included), less what every Linux machine has."""
+    files = [os.path.realpath(p) for p in
+             glob.glob("/usr/lib/x86_64-linux-gnu/openmpi/lib/*.so*") +
+             glob.glob("/usr/lib/x86_64-linux-gnu/openmpi/lib/openmpi3/*.so") +
+             [shutil.which("orterun") or "/usr/bin/orterun"]]
+    libs = set()
+    for f in files:
+        for line in subprocess.run(["ldd", f], capture_output=True, text=True).stdout.splitlines():
+            if "=>" in line and "/" in line.split("=>")[1]:
+                libs.add(os.path.realpath(line.split("=>")[1].split()[0]))
+    packages = set(MPI_PACKAGES)
+    for lib in libs:
+        for candidate in (lib, lib.replace("/usr/lib/", "/lib/", 1)):
+            found = subprocess.run(["dpkg", "-S", candidate], capture_output=True, text=True)
+            if found.returncode == 0:
+                packages.add(found.stdout.split(":")[0])
+                break
+    return sorted(packages - BASE_PACKAGES)
+
+
+def fetch_deb(package, work, offline):
+    version = run(["dpkg-query", "-W", "-f=${Version}", package])
+    pattern = f"{package}_{version.replace(':', '%3a')}_*.deb"
+    cached = glob.glob(os.path.join("/var/cache/apt/archives", pattern))
+    if cached:
+        return cached[0]
+    if not offline:
+        subprocess.run(["apt-get", "download", f"{package}={version}"], cwd=work, check=True,
+                       capture_output=True)
+        got = glob.glob(os.path.join(work, pattern))
+        if got:
+            return got[0]
+    return None
+
+
+def bundle_mpi(out, offline):
+    """Debian's Open MPI unpacked under out/mpi (dpkg -x of the .deb files,
+    from apt's cache or `apt-get download`; offline and uncached, the
+    installed files of the package)."""
+    target = os.path.join(out, "mpi")
+    work = os.path.join(out, ".debs")
+    os.makedirs(work)
+    used = []
+    for package in mpi_packages():
+        deb = fetch_deb(package, work, offline)
+        if deb:
+            subprocess.run(["dpkg", "-x", deb, target], check=True)
+            used.append(os.path.basename(deb))
+            continue
+        for path in run(["dpkg", "-L", package]).splitlines():
+            if os.path.isfile(path) and not os.path.isdir(path):
+                dst = target + path
+                os.makedirs(os.path.dirname(dst), exist_ok=True)
+                shutil.copy2(path, dst, follow_symlinks=False)
+        used.append(f"{package} (installed files)")
+    shutil.rmtree(work)
+    # What a relocated tree does not need.
+    for sub in ("usr/share/doc", "usr/share/man", "usr/share/lintian"):
+        shutil.rmtree(os.path.join(target, sub), ignore_errors=True)
+    return used
+
+
+def copy_runtime(out):
+    src = os.path.join(out, "runtime")
+    shutil.copytree(os.path.join(ROOT, "include", "tdx", "Runtime"),
+                    os.path.join(src, "include", "tdx", "Runtime"))
+    os.makedirs(os.path.join(src, "lib", "cuda"))
+    for name in RUNTIME:
+        shutil.copy(os.path.join(ROOT, "lib", "Runtime", name), os.path.join(src, "lib", name))
+    for path in glob.glob(os.path.join(ROOT, "lib", "Runtime", "cuda", "*")):
+        shutil.copy(path, os.path.join(src, "lib", "cuda"))
+
+
+def main():
+    parser = argparse.ArgumentParser(description="Writes the GPU check bundle.")
+    parser.add_argument("out", help="the bundle's folder (must not exist)")
+    parser.add_argument("--programs", default=",".join(PROGRAMS),
+                        help=f"which programs (default: all of {', '.join(PROGRAMS)})")
+    parser.add_argument("--no-cpu-expected", action="store_true",
+                        help="skip the CPU binaries' outputs (eager's are always there)")
+    parser.add_argument("--offline", action="store_true",
+                        help="never run apt-get download (apt's cache or the installed files)")
+    args = parser.parse_args()
+    out = os.path.abspath(args.out)
+    if os.path.exists(out):
+        raise SystemExit(f"gpu-check: {out} exists; give a new folder")
+    names = [n for n in args.programs.split(",") if n]
+    unknown = [n for n in names if n not in PROGRAMS]
+    if unknown:
+        raise SystemExit(f"gpu-check: unknown program(s) {', '.join(unknown)}; "
+                         f"choose from {', '.join(PROGRAMS)}")
+    os.makedirs(out)
+    manifest = {"programs": [write_program(out, n, not args.no_cpu_expected) for n in names]}
+    copy_runtime(out)
+    manifest["mpi"] = bundle_mpi(out, args.offline)
+    here = os.path.dirname(os.path.abspath(__file__))
+    for name in ("run.sh", "env.sh", "check.py"):
+        shutil.copy(os.path.join(here, name), os.path.join(out, name))
+    os.makedirs(os.path.join(out, "models"))
+    for name in ("models.py", "vision_models.py"):
+        shutil.copy(os.path.join(ROOT, "test", "python", name), os.path.join(out, "models", name))
+    with open(os.path.join(out, "manifest.json"), "w") as f:
+        json.dump(manifest, f, indent=1)
+    size = sum(os.path.getsize(os.path.join(d, f)) for d, _, fs in os.walk(out) for f in fs
+               if not os.path.islink(os.path.join(d, f)))
+    print(f"gpu-check: bundle {out}: {len(names)} programs, {size / 2**20:.1f} MiB; "
+          f"on a GPU machine: bash {os.path.basename(out)}/run.sh")
+    if size > 60 * 2**20:
+        raise SystemExit("gpu-check: the bundle is over 60 MiB")
+
+
+if __name__ == "__main__":
+    main()

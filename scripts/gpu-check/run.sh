@@ -1,0 +1,119 @@
+#!/usr/bin/env bash
+# The GPU check, run half, on a machine with a GPU, nvcc, CUDA, NCCL and a
+# recent PyTorch (no Debian packages, no network needed):
+#
+#   bash run.sh                  build with nvcc, run every program on one GPU,
+#                                compare with the expected outputs, memcheck one,
+#                                time the binaries next to PyTorch eager
+#   bash run.sh --compile-only   build only (the test suite runs this)
+#
+# Environment: NVCC (default: nvcc on PATH), TDX_CUDA_ARCH (default: the
+# GPU's, else sm_90), NCCL_HOME (default: the CUDA toolkit's, the system's or
+# PyTorch's nvidia-nccl wheel), TDX_GPU_CHECK_STEPS (timed steps, default 20).
+# Ends with "gpu-check: N passed, N failed" and the timing table.
+set -uo pipefail
+HERE="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
+. "$HERE/env.sh"
+COMPILE_ONLY=0
+[[ "${1:-}" == "--compile-only" ]] && COMPILE_ONLY=1
+STEPS="${TDX_GPU_CHECK_STEPS:-20}"
+PY="${PYTHON:-python3}"
+
+NVCC="${NVCC:-$(command -v nvcc || echo /usr/local/cuda/bin/nvcc)}"
+[[ -x "$NVCC" ]] || { echo "gpu-check: no nvcc (set NVCC=/path/to/nvcc)"; exit 2; }
+CUDA_HOME="${CUDA_HOME:-$(dirname "$(dirname "$(readlink -f "$NVCC")")")}"
+if [[ -z "${TDX_CUDA_ARCH:-}" ]]; then
+  cap="$(nvidia-smi --query-gpu=compute_cap --format=csv,noheader 2>/dev/null | head -1 | tr -d '. ')"
+  TDX_CUDA_ARCH="sm_${cap:-90}"
+fi
+
+nccl_dirs() {  # prints "INCLUDE_DIR LIBRARY_FILE"
+  local c
+  for c in "${NCCL_HOME:-}" "$CUDA_HOME" /usr /usr/local \
+           "$("$PY" -c 'import nvidia.nccl as n; print(n.__path__[0])' 2>/dev/null)"; do
+    [[ -n "$c" && -f "$c/include/nccl.h" ]] || continue
+    for lib in "$c/lib/libnccl.so" "$c/lib64/libnccl.so" "$c/lib/x86_64-linux-gnu/libnccl.so" \
+               "$c/lib/libnccl.so.2" "/usr/lib/x86_64-linux-gnu/libnccl.so"; do
+      [[ -f "$lib" ]] && { echo "$c/include $lib"; return 0; }
+    done
+  done
+  return 1
+}
+read -r NCCL_INCLUDE NCCL_LIB < <(nccl_dirs) || { echo "gpu-check: no NCCL (set NCCL_HOME)"; exit 2; }
+
+BUILD="$HERE/build"
+mkdir -p "$BUILD/obj"
+FLAGS=(-std=c++17 -O2 --fmad=false "-arch=$TDX_CUDA_ARCH" -DOMPI_SKIP_MPICXX=1
+       "-I$HERE/runtime/include" "-I$MPI_INCLUDE" "-I$NCCL_INCLUDE" "-I$CUDA_HOME/include"
+       -Xcompiler -ffp-contract=off)
+LIBS=("-L$CUDA_HOME/lib64" -lcublas -lcudart "$NCCL_LIB" "-L$MPI_LIB/openmpi/lib" -lmpi
+      "-Xlinker=-rpath,$CUDA_HOME/lib64:$(dirname "$NCCL_LIB"):$MPI_LIB/openmpi/lib:$MPI_LIB")
+echo "gpu-check: nvcc $("$NVCC" --version | tail -1), $TDX_CUDA_ARCH, NCCL $NCCL_LIB"
+failed_build=0
+for src in "$HERE"/runtime/lib/*.cpp "$HERE"/runtime/lib/cuda/*.cu; do
+  obj="$BUILD/obj/$(basename "$src").o"
+  "$NVCC" "${FLAGS[@]}" -c "$src" -o "$obj" || { echo "gpu-check: FAILED to compile $src"; failed_build=1; }
+done
+rm -f "$BUILD/libtdxcuda.a"
+ar rcs "$BUILD/libtdxcuda.a" "$BUILD"/obj/*.o || failed_build=1
+PROGRAMS=$("$PY" -c 'import json,sys; [print(p["name"], p["model"], p["ranks"], p["tolerance"]) for p in json.load(open(sys.argv[1]))["programs"]]' "$HERE/manifest.json")
+built=0
+while read -r name model ranks tol; do
+  if "$NVCC" "${FLAGS[@]}" -o "$BUILD/$name" "$HERE/programs/$name/program.cu" \
+       "$BUILD/libtdxcuda.a" "${LIBS[@]}"; then
+    built=$((built + 1))
+  else
+    echo "gpu-check: FAILED to build $name"; failed_build=1
+  fi
+done <<< "$PROGRAMS"
+if [[ $COMPILE_ONLY == 1 ]]; then
+  echo "gpu-check: compile: $built programs built, $failed_build failures"
+  exit $failed_build
+fi
+
+passed=0; failed=$failed_build
+TABLE="$(printf '%-12s %5s %12s %12s %7s\n' program ranks tdx_ms eager_ms ratio)"
+while read -r name model ranks tol; do
+  dir="$HERE/programs/$name"; out="$BUILD/$name.out.safetensors"; log="$BUILD/$name.log"
+  [[ -x "$BUILD/$name" ]] || continue
+  if ! mpirun -np "$ranks" --oversubscribe --bind-to none "$BUILD/$name" \
+       --params "$dir/params.safetensors" --inputs "$dir/in.safetensors" --outputs "$out" \
+       --steps "$STEPS" --verbose > "$log" 2>&1; then
+    if [[ $ranks -gt 1 ]] && grep -qi "duplicate GPU\|same device\|ncclInvalidUsage" "$log"; then
+      echo "gpu-check: $name: skipped (NCCL refuses $ranks ranks on one GPU)"; continue
+    fi
+    echo "gpu-check: $name: FAILED to run:"; tail -5 "$log"; failed=$((failed + 1)); continue
+  fi
+  echo "gpu-check: $name:"
+  if "$PY" "$HERE/check.py" compare "$dir" "$out" --tolerance "$tol"; then
+    passed=$((passed + 1))
+  else
+    echo "gpu-check: $name: FAILED (outputs differ)"; failed=$((failed + 1))
+  fi
+  tdx_ms=$(sed -n 's/.*ranks: init [0-9.]* ms, step \([0-9.]*\) ms.*/\1/p' "$log" | head -1)
+  eager_ms=$("$PY" "$HERE/check.py" eager "$dir" "$model" --steps "$STEPS" 2>/dev/null |
+             sed -n 's/^eager_ms //p')
+  ratio=$("$PY" -c "import sys; print(f'{float(sys.argv[1]) / float(sys.argv[2]):.2f}')" \
+          "${tdx_ms:-nan}" "${eager_ms:-nan}" 2>/dev/null)
+  TABLE+=$'\n'"$(printf '%-12s %5s %12s %12s %7s' "$name" "$ranks" "${tdx_ms:-?}" "${eager_ms:-?}" "${ratio:-?}")"
+done <<< "$PROGRAMS"
+
+# One program under compute-sanitizer's memcheck.
+first=$(head -1 <<< "$PROGRAMS" | cut -d' ' -f1)
+SANITIZER="$(command -v compute-sanitizer || echo "$CUDA_HOME/bin/compute-sanitizer")"
+if [[ -x "$SANITIZER" && -x "$BUILD/$first" ]]; then
+  dir="$HERE/programs/$first"
+  if mpirun -np 1 "$SANITIZER" --tool memcheck --error-exitcode 9 "$BUILD/$first" \
+       --params "$dir/params.safetensors" --inputs "$dir/in.safetensors" \
+       --outputs "$BUILD/memcheck.safetensors" > "$BUILD/memcheck.log" 2>&1; then
+    echo "gpu-check: memcheck $first: clean"; passed=$((passed + 1))
+  else
+    echo "gpu-check: memcheck $first: FAILED"; tail -20 "$BUILD/memcheck.log"; failed=$((failed + 1))
+  fi
+else
+  echo "gpu-check: memcheck: no compute-sanitizer"; failed=$((failed + 1))
+fi
+
+echo "gpu-check: $passed passed, $failed failed"
+echo "$TABLE"
+[[ $failed == 0 ]]

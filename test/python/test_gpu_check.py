@@ -1,0 +1,72 @@
+"""The GPU check's bundle (scripts/gpu-check.sh bundle): produced here, and
+its build half run with nvcc, so that the bundle never rots. Its run half
+needs a GPU; what it can show without one is that the bundled Open MPI runs
+relocated and a built binary reports the missing GPU clearly."""
+
+import json
+import os
+import subprocess
+
+import pytest
+
+import tdx
+
+ROOT = os.path.join(os.path.dirname(__file__), "..", "..")
+CUDA = os.path.exists(os.path.join(os.path.dirname(tdx.__file__), "..", "..", "lib",
+                                   "libTdxRuntimeCUDA.a"))
+PROGRAMS = ["gpt2-1", "llama-tp2", "resnet18-1"]
+
+
+@pytest.fixture(scope="module")
+def bundle(tmp_path_factory):
+    out = tmp_path_factory.mktemp("gpu") / "bundle"
+    done = subprocess.run([os.path.join(ROOT, "scripts", "gpu-check.sh"), "bundle", str(out),
+                           "--programs", ",".join(PROGRAMS), "--offline"],
+                          capture_output=True, text=True, timeout=900)
+    assert done.returncode == 0, done.stderr[-3000:]
+    assert "gpu-check: bundle" in done.stdout
+    return out
+
+
+def test_bundle_holds_programs_expectations_runtime_and_mpi(bundle):
+    manifest = json.load(open(bundle / "manifest.json"))
+    assert [p["name"] for p in manifest["programs"]] == PROGRAMS
+    for name in PROGRAMS:
+        folder = bundle / "programs" / name
+        for f in ("program.cu", "params.safetensors", "in.safetensors",
+                  "expected.eager.safetensors", "expected.cpu.safetensors"):
+            assert (folder / f).exists(), (name, f)
+        source = (folder / "program.cu").read_text()
+        assert "__global__ void k0_kernel(tdx::kern::Iter it)" in source
+        assert "callAten" not in source
+    assert (bundle / "runtime" / "lib" / "cuda" / "Ops.cu").exists()
+    assert (bundle / "runtime" / "lib" / "Json.cpp").exists()
+    # The runtime needs no LLVM: nothing under it includes it.
+    for d, _, files in os.walk(bundle / "runtime"):
+        for f in files:
+            assert "llvm/" not in open(os.path.join(d, f)).read(), f
+    assert (bundle / "mpi" / "usr" / "bin" / "mpirun").exists()
+    assert any("libopenmpi3" in p for p in manifest["mpi"])
+    size = sum(os.path.getsize(os.path.join(d, f)) for d, _, fs in os.walk(bundle) for f in fs
+               if not os.path.islink(os.path.join(d, f)))
+    assert size < 60 * 2**20
+
+
+@pytest.mark.skipif(not CUDA, reason="tdx was built without nvcc")
+def test_bundle_builds_with_nvcc_and_its_mpi_runs_relocated(bundle):
+    done = subprocess.run(["bash", str(bundle / "run.sh"), "--compile-only"], capture_output=True,
+                          text=True, timeout=1200)
+    assert done.returncode == 0, (done.stdout + done.stderr)[-4000:]
+    assert f"gpu-check: compile: {len(PROGRAMS)} programs built, 0 failures" in done.stdout
+    binary = bundle / "build" / "gpt2-1"
+    libs = subprocess.run(["ldd", str(binary)], capture_output=True, text=True).stdout
+    assert "libnccl" in libs and "libcublas" in libs, libs
+    assert str(bundle / "mpi") in libs, libs  # the bundle's libmpi, not the system's
+    folder = bundle / "programs" / "gpt2-1"
+    run = subprocess.run(
+        ["bash", "-c", f". {bundle}/env.sh && mpirun -np 1 {binary} --params "
+                       f"{folder}/params.safetensors --inputs {folder}/in.safetensors "
+                       f"--outputs {bundle}/out.safetensors"],
+        capture_output=True, text=True, timeout=120)
+    if run.returncode != 0:  # no GPU here: a clear error, not a crash
+        assert "no CUDA device is visible to rank 0" in run.stderr, run.stderr[-3000:]
