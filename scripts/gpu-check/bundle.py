@@ -168,9 +168,20 @@ def bundle_mpi(out, offline):
                 shutil.copy2(path, dst, follow_symlinks=False)
         used.append(f"{package} (installed files)")
     shutil.rmtree(work)
-    # What a relocated tree does not need.
-    for sub in ("usr/share/doc", "usr/share/man", "usr/share/lintian"):
+    # What running C programs from a relocated tree does not need: docs,
+    # Fortran modules, Java, static libraries.
+    lib = os.path.join(target, "usr", "lib", "x86_64-linux-gnu")
+    for sub in ("usr/share/doc", "usr/share/man", "usr/share/lintian",
+                "usr/lib/x86_64-linux-gnu/fortran"):
         shutil.rmtree(os.path.join(target, sub), ignore_errors=True)
+    for pattern in ("openmpi/lib/*.a", "openmpi/lib/*.jar", "openmpi/lib/libmpi_java*"):
+        for f in glob.glob(os.path.join(lib, pattern)):
+            os.remove(f)
+    # Debian's alternatives name mpirun; here it is orterun itself.
+    for name in ("mpirun", "mpiexec"):
+        link = os.path.join(target, "usr", "bin", name)
+        if not os.path.lexists(link):
+            os.symlink("orterun", link)
     return used
 
 

@@ -10,4 +10,5 @@ export LD_LIBRARY_PATH="$MPI_LIB:$MPI_LIB/openmpi/lib${LD_LIBRARY_PATH:+:$LD_LIB
 export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
 # One machine: shared memory between ranks, no network transports.
 export OMPI_MCA_btl=self,vader OMPI_MCA_pml=ob1 OMPI_MCA_osc=^ucx
+export OMPI_MCA_mca_base_component_show_load_errors=0
 MPI_INCLUDE="$MPI_LIB/openmpi/include"

@@ -78,20 +78,22 @@ while read -r name model ranks tol; do
   [[ -x "$BUILD/$name" ]] || continue
   if ! mpirun -np "$ranks" --oversubscribe --bind-to none "$BUILD/$name" \
        --params "$dir/params.safetensors" --inputs "$dir/in.safetensors" --outputs "$out" \
-       --steps "$STEPS" --verbose > "$log" 2>&1; then
+       --steps "$STEPS" --verbose < /dev/null > "$log" 2>&1; then
     if [[ $ranks -gt 1 ]] && grep -qi "duplicate GPU\|same device\|ncclInvalidUsage" "$log"; then
       echo "gpu-check: $name: skipped (NCCL refuses $ranks ranks on one GPU)"; continue
     fi
-    echo "gpu-check: $name: FAILED to run:"; tail -5 "$log"; failed=$((failed + 1)); continue
+    echo "gpu-check: $name: FAILED to run:"
+    grep -m 3 "tdx: " "$log" || tail -5 "$log"
+    failed=$((failed + 1)); continue
   fi
   echo "gpu-check: $name:"
-  if "$PY" "$HERE/check.py" compare "$dir" "$out" --tolerance "$tol"; then
+  if "$PY" "$HERE/check.py" compare "$dir" "$out" --tolerance "$tol" < /dev/null; then
     passed=$((passed + 1))
   else
     echo "gpu-check: $name: FAILED (outputs differ)"; failed=$((failed + 1))
   fi
   tdx_ms=$(sed -n 's/.*ranks: init [0-9.]* ms, step \([0-9.]*\) ms.*/\1/p' "$log" | head -1)
-  eager_ms=$("$PY" "$HERE/check.py" eager "$dir" "$model" --steps "$STEPS" 2>/dev/null |
+  eager_ms=$("$PY" "$HERE/check.py" eager "$dir" "$model" --steps "$STEPS" 2>/dev/null < /dev/null |
              sed -n 's/^eager_ms //p')
   ratio=$("$PY" -c "import sys; print(f'{float(sys.argv[1]) / float(sys.argv[2]):.2f}')" \
           "${tdx_ms:-nan}" "${eager_ms:-nan}" 2>/dev/null)
@@ -105,7 +107,7 @@ if [[ -x "$SANITIZER" && -x "$BUILD/$first" ]]; then
   dir="$HERE/programs/$first"
   if mpirun -np 1 "$SANITIZER" --tool memcheck --error-exitcode 9 "$BUILD/$first" \
        --params "$dir/params.safetensors" --inputs "$dir/in.safetensors" \
-       --outputs "$BUILD/memcheck.safetensors" > "$BUILD/memcheck.log" 2>&1; then
+       --outputs "$BUILD/memcheck.safetensors" < /dev/null > "$BUILD/memcheck.log" 2>&1; then
     echo "gpu-check: memcheck $first: clean"; passed=$((passed + 1))
   else
     echo "gpu-check: memcheck $first: FAILED"; tail -20 "$BUILD/memcheck.log"; failed=$((failed + 1))
