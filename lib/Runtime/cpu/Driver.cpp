@@ -64,16 +64,24 @@ int tdx::rt::runMain(int argc, char **argv, const Program &program) {
       store = std::make_unique<TensorStore>(source);
     if (!o.resume.empty()) {
       const auto &meta = store->metadata();
-      if (!meta.count("seed") || !meta.count("calls"))
-        throw std::runtime_error(o.resume + " is not a checkpoint a training run saved "
-                                 "(--save DIR); start it with --params instead");
-      uint64_t seed = std::stoull(meta.at("seed"));
+      auto number = [&](const char *key) -> uint64_t {
+        auto it = meta.find(key);
+        if (it == meta.end())
+          throw std::runtime_error(o.resume + " is not a checkpoint a training run saved "
+                                   "(--save DIR); start it with --params instead");
+        if (it->second.empty() ||
+            it->second.find_first_not_of("0123456789") != std::string::npos)
+          throw std::runtime_error("the checkpoint " + store->path() + " is corrupt: its '" +
+                                   key + "' is '" + it->second + "', not a number");
+        return std::stoull(it->second);
+      };
+      uint64_t seed = number("seed");
       if (o.seedGiven && seed != o.seed)
         throw std::runtime_error("the checkpoint " + store->path() + " was saved with --seed " +
                                  meta.at("seed") + "; resume without --seed or with that seed");
       o.seed = seed;
-      firstStep = std::stoll(meta.at("step"));
-      calls = std::stoull(meta.at("calls"));
+      firstStep = static_cast<int64_t>(number("step"));
+      calls = number("calls");
     }
     Context ctx(program.meshShape, program.axes, o.seed, o.verbose);
     const int rank = ctx.rank();
