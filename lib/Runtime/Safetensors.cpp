@@ -29,9 +29,10 @@ const std::pair<const char *, DType> kDtypes[] = {
 
 std::runtime_error error(const std::string &what) { return std::runtime_error("tdx: " + what); }
 
-/// Reads in flight at once for a box made of many small runs, and how many
-/// runs are issued together.
+/// Reads in flight at once; how many runs and bytes are issued together;
+/// the largest single read.
 constexpr size_t kReadThreads = 4, kRunBatch = 4096;
+constexpr uint64_t kReadPiece = 1 << 20, kBatchBytes = 64ull << 20;
 
 } // namespace
 
@@ -301,20 +302,29 @@ void TensorStore::readBox(const std::string &name, const std::vector<int64_t> &o
     struct Run {
       uint64_t offset, bytes;
       char *dst;
+      uint32_t crc;
     };
-    // Runs come in the chunk's order: a chunk read whole is checksummed as
-    // it is read. Many small runs (a box across another layout's chunk) are
-    // read in batches, several reads in flight at once.
+    // Runs come in the chunk's order, split into pieces of at most
+    // kReadPiece bytes. A batch of pieces is read with several reads in
+    // flight (a large chunk read whole, or a box across another layout's
+    // chunk in many small runs); a chunk read whole is checksummed piece by
+    // piece in the readers and the pieces' checksums combined in order.
     bool checked = whole && c.hasCrc;
     uint32_t crc = 0;
     std::vector<Run> runs;
+    uint64_t batchBytes = 0;
     auto flush = [&]() {
-      size_t threads = !checked && runs.size() >= 256 ? kReadThreads : 1;
+      size_t threads = runs.size() >= 256 || batchBytes >= 2 * kReadPiece
+                           ? std::min(kReadThreads, runs.size())
+                           : 1;
       std::vector<std::exception_ptr> failed(threads);
       auto readPart = [&](size_t t) {
         try {
-          for (size_t i = t; i < runs.size(); i += threads)
+          for (size_t i = t; i < runs.size(); i += threads) {
             file.read(runs[i].offset, runs[i].bytes, runs[i].dst);
+            if (checked)
+              runs[i].crc = crc32c(runs[i].dst, runs[i].bytes);
+          }
         } catch (...) {
           failed[t] = std::current_exception();
         }
@@ -330,15 +340,22 @@ void TensorStore::readBox(const std::string &name, const std::vector<int64_t> &o
           std::rethrow_exception(e);
       if (checked)
         for (const Run &r : runs)
-          crc = crc32c(r.dst, r.bytes, crc);
+          crc = crc32cCombine(crc, r.crc, r.bytes);
       runs.clear();
+      batchBytes = 0;
     };
     forEachCopyRun(c.shape, inChunk, size, inBox, extent, [&](int64_t a, int64_t b, int64_t run) {
-      runs.push_back({c.dataOffset + static_cast<uint64_t>(a * item),
-                      static_cast<uint64_t>(run * item), dst + b * item});
-      bytesRead_ += static_cast<uint64_t>(run * item);
-      if (runs.size() == kRunBatch)
-        flush();
+      uint64_t at = c.dataOffset + static_cast<uint64_t>(a * item);
+      uint64_t bytes = static_cast<uint64_t>(run * item);
+      char *to = dst + b * item;
+      bytesRead_ += bytes;
+      for (uint64_t done = 0; done < bytes; done += kReadPiece) {
+        uint64_t n = std::min(kReadPiece, bytes - done);
+        runs.push_back({at + done, n, to + done, 0});
+        batchBytes += n;
+        if (runs.size() == kRunBatch || batchBytes >= kBatchBytes)
+          flush();
+      }
     });
     flush();
     if (whole && c.hasCrc && crc != c.crc) {
