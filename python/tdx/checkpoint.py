@@ -70,16 +70,11 @@ def load(path, names=None):
     their checksums."""
     store = _C.TensorStore(_existing(path))
     entries = store.tensors()
-    if names is None:
-        names = list(entries)
-    out = {}
-    for name in names:
+    for name in names or []:
         if name not in entries:
             raise CheckpointError(f"{store.path} has no tensor '{name}'; it has "
                                   f"{', '.join(sorted(entries)) or 'none'}")
-        shape, _ = entries[name]
-        out[name] = store.read_box(name, [0] * len(shape), list(shape))
-    return out
+    return {name: _read(store, name) for name in (entries if names is None else names)}
 
 
 def _mesh_shape(mesh):
@@ -99,21 +94,29 @@ def _layout(placements):
     return "[" + ", ".join(str(p) for p in placements) + "]"
 
 
+def _read(store, name, mesh=None, placements=None, coords=None):
+    """Tensor ``name`` of an open ``_C.TensorStore``: whole without a mesh,
+    else the box the device at ``coords`` holds under ``placements``."""
+    shape = list(store.tensors()[name][0])
+    if mesh is None:
+        return store.read_box(name, [0] * len(shape), shape)
+    mesh_shape = _mesh_shape(mesh)
+    if len(placements) != len(mesh_shape):
+        raise CheckpointError(f"{len(placements)} placements for a mesh of {len(mesh_shape)} "
+                              f"axes; give one per axis")
+    offset, size = _C.box_of(mesh_shape, list(coords), shape, _layout(placements))
+    return store.read_box(name, offset, size)
+
+
 def load_shard(path, name, mesh, placements, coords):
     """The box of tensor ``name`` that the device at ``coords`` of ``mesh``
     (a :class:`tdx.DeviceMesh` or a mesh shape) holds under ``placements``,
     one per mesh axis (uneven splits as torch.chunk makes them). Only the
     bytes of that box are read, whatever layout the checkpoint was saved in."""
-    shape = _mesh_shape(mesh)
-    if len(placements) != len(shape):
-        raise CheckpointError(f"{len(placements)} placements for a mesh of {len(shape)} axes; "
-                              f"give one per axis")
     store = _C.TensorStore(_existing(path))
-    entries = store.tensors()
-    if name not in entries:
+    if name not in store.tensors():
         raise CheckpointError(f"{store.path} has no tensor '{name}'")
-    offset, size = _C.box_of(shape, list(coords), list(entries[name][0]), _layout(placements))
-    return store.read_box(name, offset, size)
+    return _read(store, name, mesh, placements, coords)
 
 
 def verify(path):

@@ -24,7 +24,7 @@ import uuid
 import torch
 
 from . import _C
-from .checkpoint import _layout, _mesh_shape
+from .checkpoint import _read
 from .errors import CheckpointError
 
 __all__ = ["Store"]
@@ -63,7 +63,7 @@ class Store:
 
     def _open(self, key, version):
         root = self._root(key)
-        if not os.path.isdir(root) or not _C.is_checkpoint(root):
+        if not self.exists(key):
             raise KeyError(f"the store {self.path} has no key '{key}'")
         if version is None:
             return _C.TensorStore(root)
@@ -89,19 +89,8 @@ class Store:
         if (mesh is None) != (placements is None) or (mesh is None) != (coords is None):
             raise CheckpointError("get: give mesh, placements and coords together (a local "
                                   "box), or none of them (global tensors)")
-        out = {}
-        for n in names:
-            shape = list(entries[n][0])
-            if mesh is None:
-                offset, size = [0] * len(shape), shape
-            else:
-                p = placements[n] if isinstance(placements, dict) else placements
-                mesh_shape = _mesh_shape(mesh)
-                if len(p) != len(mesh_shape):
-                    raise CheckpointError(f"{len(p)} placements for a mesh of "
-                                          f"{len(mesh_shape)} axes; give one per axis")
-                offset, size = _C.box_of(mesh_shape, list(coords), shape, _layout(p))
-            out[n] = store.read_box(n, offset, size)
+        out = {n: _read(store, n, mesh, placements[n] if isinstance(placements, dict)
+                        else placements, coords) for n in names}
         return out[names[0]] if single or name is not None else out
 
     def keys(self):
