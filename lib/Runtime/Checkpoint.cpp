@@ -6,8 +6,8 @@
 #include "tdx/Runtime/Json.h"
 
 #include <dirent.h>
-#include <ftw.h>
 #include <fcntl.h>
+#include <ftw.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -71,32 +71,24 @@ std::string readText(const std::string &path) {
   return ss.str();
 }
 
-/// Step directories of a root, by step.
-std::map<int64_t, std::string> stepDirs(const std::string &root) {
-  std::map<int64_t, std::string> out;
-  if (DIR *dir = ::opendir(root.c_str())) {
-    while (dirent *e = ::readdir(dir)) {
-      std::string name = e->d_name;
-      if (name.rfind("step-", 0) == 0 && name.size() > 5 &&
-          name.find_first_not_of("0123456789", 5) == std::string::npos)
-        out[std::stoll(name.substr(5))] = name;
-    }
-    ::closedir(dir);
+/// The names in a directory (none when it cannot be read).
+std::vector<std::string> names(const std::string &dir) {
+  std::vector<std::string> out;
+  if (DIR *d = ::opendir(dir.c_str())) {
+    while (dirent *e = ::readdir(d))
+      out.push_back(e->d_name);
+    ::closedir(d);
   }
   return out;
 }
 
-/// Leftovers of saves that never committed: ".step-N.tmp" directories.
-std::vector<std::string> leftovers(const std::string &root) {
-  std::vector<std::string> out;
-  if (DIR *dir = ::opendir(root.c_str())) {
-    while (dirent *e = ::readdir(dir)) {
-      std::string name = e->d_name;
-      if (name.rfind(".step-", 0) == 0)
-        out.push_back(root + "/" + name);
-    }
-    ::closedir(dir);
-  }
+/// Step directories of a root, by step.
+std::map<int64_t, std::string> stepDirs(const std::string &root) {
+  std::map<int64_t, std::string> out;
+  for (const std::string &name : names(root))
+    if (name.rfind("step-", 0) == 0 && name.size() > 5 &&
+        name.find_first_not_of("0123456789", 5) == std::string::npos)
+      out[std::stoll(name.substr(5))] = name;
   return out;
 }
 
@@ -171,7 +163,8 @@ std::string tdx::rt::resolveCheckpoint(const std::string &path) {
     std::string name = readText(path + "/LATEST");
     while (!name.empty() && (name.back() == '\n' || name.back() == ' '))
       name.pop_back();
-    if (name.find('/') != std::string::npos || name.empty() || !exists(path + "/" + name + "/" + kIndex))
+    if (name.find('/') != std::string::npos || name.empty() ||
+        !exists(path + "/" + name + "/" + kIndex))
       throw error(path + "/LATEST names '" + name + "', which is not a committed checkpoint");
     return path + "/" + name;
   }
@@ -194,7 +187,8 @@ std::string tdx::rt::storeKeyPath(const std::string &store, const std::string &k
   for (char c : key)
     ok &= std::isalnum(static_cast<unsigned char>(c)) || c == '.' || c == '_' || c == '-';
   if (!ok)
-    throw error("store key '" + key + "' is not valid: use letters, digits, '.', '_' and '-' "
+    throw error("store key '" + key +
+                "' is not valid: use letters, digits, '.', '_' and '-' "
                 "(not first), at most 200 characters");
   if (store.empty())
     throw error("no tensor store given for key '" + key + "': pass --store PATH or set TDX_STORE");
@@ -232,15 +226,15 @@ std::string tdx::rt::writeCheckpointFile(const std::string &tmp, const std::stri
   json::Array chunks;
   for (size_t i = 0; i < boxes.size(); ++i)
     chunks.push_back(json::Object{{"tensor", boxes[i].name},
-                                        {"dtype", dtypeName(boxes[i].dtype)},
-                                        {"global_shape", toJson(boxes[i].globalShape)},
-                                        {"offset", toJson(boxes[i].offset)},
-                                        {"shape", toJson(boxes[i].shape)},
-                                        {"crc32c", written.tensorCrcs[i]}});
+                                  {"dtype", dtypeName(boxes[i].dtype)},
+                                  {"global_shape", toJson(boxes[i].globalShape)},
+                                  {"offset", toJson(boxes[i].offset)},
+                                  {"shape", toJson(boxes[i].shape)},
+                                  {"crc32c", written.tensorCrcs[i]}});
   return printIndented(json::Object{{"file", file},
-                                  {"size", written.size},
-                                  {"crc32c", written.crc},
-                                  {"chunks", std::move(chunks)}});
+                                    {"size", written.size},
+                                    {"crc32c", written.crc},
+                                    {"chunks", std::move(chunks)}});
 }
 
 void tdx::rt::checkTiling(const std::string &where, const std::string &name,
@@ -263,9 +257,9 @@ void tdx::rt::checkTiling(const std::string &where, const std::string &name,
       for (size_t d = 0; overlap && d < shape.size(); ++d)
         overlap = c.offset[d] < o.offset[d] + o.shape[d] && o.offset[d] < c.offset[d] + c.shape[d];
       if (overlap)
-        throw error(where + ": tensor '" + name + "': the chunks " +
-                    boxText(c.offset, c.shape) + " in " + c.file + " and " +
-                    boxText(o.offset, o.shape) + " in " + o.file + " overlap (corrupt index)");
+        throw error(where + ": tensor '" + name + "': the chunks " + boxText(c.offset, c.shape) +
+                    " in " + c.file + " and " + boxText(o.offset, o.shape) + " in " + o.file +
+                    " overlap (corrupt index)");
     }
     covered += c.numel();
   }
@@ -286,13 +280,12 @@ std::string tdx::rt::commitCheckpoint(const PendingCheckpoint &p,
     if (part.empty())
       continue;
     std::optional<json::Value> json = json::parse(part);
-    if (!json) {
+    if (!json)
       throw error("commitCheckpoint: a writer's part of the index is not JSON");
-    }
     const json::Object &o = *json->getAsObject();
     std::string file = o.getString("file").value_or("");
-    files[file] = json::Object{{"size", *o.getInteger("size")},
-                                     {"crc32c", *o.getInteger("crc32c")}};
+    files[file] =
+        json::Object{{"size", *o.getInteger("size")}, {"crc32c", *o.getInteger("crc32c")}};
     for (const json::Value &v : *o.getArray("chunks")) {
       const json::Object &c = *v.getAsObject();
       std::string name = c.getString("tensor").value_or("");
@@ -300,29 +293,34 @@ std::string tdx::rt::commitCheckpoint(const PendingCheckpoint &p,
       chunk.file = file;
       chunk.offset = ints(c.getArray("offset"), "offset");
       chunk.shape = ints(c.getArray("shape"), "shape");
-      auto type = std::make_pair(c.getString("dtype").value_or(""), ints(c.getArray("global_shape"), "shape"));
+      auto type = std::make_pair(c.getString("dtype").value_or(""),
+                                 ints(c.getArray("global_shape"), "shape"));
       auto [it, fresh] = typeOf.emplace(name, type);
       if (!fresh && it->second != type)
         throw error("commitCheckpoint: writers disagree on the dtype or shape of '" + name + "'");
       chunkJson[name].push_back(json::Object{{"file", file},
-                                                   {"offset", toJson(chunk.offset)},
-                                                   {"shape", toJson(chunk.shape)},
-                                                   {"crc32c", *c.getInteger("crc32c")}});
+                                             {"offset", toJson(chunk.offset)},
+                                             {"shape", toJson(chunk.shape)},
+                                             {"crc32c", *c.getInteger("crc32c")}});
       chunksOf[name].push_back(std::move(chunk));
     }
   }
   for (auto &[name, type] : typeOf) {
     checkTiling(p.tmp, name, type.second, chunksOf[name]);
     tensors[name] = json::Object{{"dtype", type.first},
-                                       {"shape", toJson(type.second)},
-                                       {"chunks", std::move(chunkJson[name])}};
+                                 {"shape", toJson(type.second)},
+                                 {"chunks", std::move(chunkJson[name])}};
   }
   json::Object meta;
   for (const auto &[k, v] : metadata)
     meta[k] = v;
-  json::Object index{{"format", kFormat}, {"version", 1},       {"id", p.id},
-                           {"step", p.step},    {"metadata", std::move(meta)},
-                           {"files", std::move(files)}, {"tensors", std::move(tensors)}};
+  json::Object index{{"format", kFormat},
+                     {"version", 1},
+                     {"id", p.id},
+                     {"step", p.step},
+                     {"metadata", std::move(meta)},
+                     {"files", std::move(files)},
+                     {"tensors", std::move(tensors)}};
   // The files are synced by their writers; the index goes last.
   writeDurably(p.tmp, kIndex, printIndented(std::move(index)));
   std::string dir = p.root + "/" + stepDirName(p.step);
@@ -345,8 +343,10 @@ std::string tdx::rt::commitCheckpoint(const PendingCheckpoint &p,
   syncPath(p.root);
   writeDurably(p.root, "LATEST", stepDirName(p.step) + "\n");
   // Committed: only now is anything older removed.
-  for (const std::string &left : leftovers(p.root))
-    removeTree(left);
+  // Leftovers of saves that never committed, and replaced steps.
+  for (const std::string &name : names(p.root))
+    if (name.rfind(".step-", 0) == 0)
+      removeTree(p.root + "/" + name);
   if (keep > 0) {
     // A step goes out of sight at once (renamed hidden), then its files:
     // a crash never leaves a visible step with part of its files.
@@ -367,9 +367,8 @@ std::string tdx::rt::commitCheckpoint(const PendingCheckpoint &p,
 void TensorStore::addCheckpoint(const std::string &dir) {
   std::string indexPath = dir + "/" + kIndex;
   std::optional<json::Value> json = json::parse(readText(indexPath));
-  if (!json) {
+  if (!json)
     throw error(indexPath + " is corrupt (not JSON)");
-  }
   const json::Object *index = json->getAsObject();
   if (!index || index->getString("format") != std::optional<std::string>(kFormat) ||
       index->getInteger("version") != std::optional<int64_t>(1))
@@ -390,8 +389,8 @@ void TensorStore::addCheckpoint(const std::string &dir) {
       throw error(indexPath + " names a file outside the checkpoint: " + name);
     if (!exists(file))
       throw error(dir + ": file " + name + " is missing (the index lists it)");
-    std::optional<int64_t> size = value.getAsObject() ? value.getAsObject()->getInteger("size")
-                                                      : std::nullopt;
+    std::optional<int64_t> size =
+        value.getAsObject() ? value.getAsObject()->getInteger("size") : std::nullopt;
     struct stat st;
     ::stat(file.c_str(), &st);
     if (!size || static_cast<int64_t>(st.st_size) != *size)
@@ -440,9 +439,8 @@ uint64_t tdx::rt::verifyCheckpoint(const std::string &path) {
   TensorStore store(path);
   std::string dir = store.path();
   std::optional<json::Value> json = json::parse(readText(dir + "/" + kIndex));
-  if (!json) {
+  if (!json)
     throw error(dir + "/" + kIndex + " is corrupt (not JSON)");
-  }
   // Each chunk first, to name the tensor and offset of a mismatch; then
   // every byte of each file (headers included).
   for (const auto &[name, t] : store.tensors()) {
@@ -465,7 +463,8 @@ uint64_t tdx::rt::verifyCheckpoint(const std::string &path) {
     }
     ::close(fd);
     if (got < 0 || crc != want)
-      throw error("checksum mismatch in " + file + ": the file's bytes are not those written; "
+      throw error("checksum mismatch in " + file +
+                  ": the file's bytes are not those written; "
                   "the checkpoint is corrupt");
   }
   return checked;

@@ -14,7 +14,6 @@
 
 #include <algorithm>
 #include <cstdio>
-#include <fstream>
 #include <stdexcept>
 #include <thread>
 
@@ -130,23 +129,19 @@ int64_t StoredTensor::numel() const { return product(shape); }
 namespace {
 SafetensorsHeader parseHeader(const File &in, const std::string &file) {
   SafetensorsHeader out;
-  out.fileSize = in.size();
-  uint64_t headerSize = 0;
-  if (out.fileSize < 8)
+  uint64_t fileSize = in.size(), headerSize = 0;
+  if (fileSize < 8)
     throw error(file + " is not a safetensors file (shorter than 8 bytes)");
   in.read(0, 8, &headerSize);
-  if (headerSize == 0 || headerSize > out.fileSize - 8)
+  if (headerSize == 0 || headerSize > fileSize - 8)
     throw error(file + " is not a safetensors file (bad header size; truncated?)");
   std::string header(headerSize, '\0');
   in.read(8, headerSize, header.data());
   std::optional<json::Value> json = json::parse(header);
-  if (!json) {
-    throw error(file + " has a corrupt safetensors header");
-  }
-  const json::Object *root = json->getAsObject();
+  const json::Object *root = json ? json->getAsObject() : nullptr;
   if (!root)
     throw error(file + " has a corrupt safetensors header");
-  uint64_t dataStart = 8 + headerSize, dataSize = out.fileSize - dataStart;
+  uint64_t dataStart = 8 + headerSize, dataSize = fileSize - dataStart;
   for (const auto &[key, value] : *root) {
     if (key == "__metadata__") {
       if (const json::Object *meta = value.getAsObject())
@@ -176,16 +171,11 @@ SafetensorsHeader parseHeader(const File &in, const std::string &file) {
       throw error(file + ": entry " + key +
                   " has data offsets that do not match its shape (truncated or corrupt file)");
     e.dataOffset = dataStart + begin;
-    e.bytes = end - begin;
     out.entries[key] = std::move(e);
   }
   return out;
 }
 } // namespace
-
-SafetensorsHeader tdx::rt::readSafetensorsHeader(const std::string &file) {
-  return parseHeader(File(file), file);
-}
 
 SafetensorsHeader TensorStore::openFile(const std::string &file) {
   auto opened = std::make_shared<const File>(file);

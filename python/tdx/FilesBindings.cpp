@@ -7,6 +7,7 @@
 //
 //===----------------------------------------------------------------------===//
 
+#include "tdx/Runtime/AtenDTypes.h"
 #include "tdx/Runtime/Checkpoint.h"
 #include "tdx/Runtime/Placement.h"
 
@@ -32,37 +33,14 @@ template <class Fn> auto guarded(Fn fn) -> decltype(fn()) {
   }
 }
 
-DType dtypeOf(at::ScalarType t) {
-  switch (t) {
-#define TDX_DTYPE(Name, stored, bytes, aten, ctype, mlir)                                  \
-  case at::aten:                                                                           \
-    return DType::Name;
-#include "tdx/Runtime/DTypes.def"
-  default:
-    throw std::runtime_error(std::string("tdx: cannot store dtype ") + c10::toString(t) +
-                             " (tensor files hold float32, float64, float16, bfloat16, int64, "
-                             "int32 and bool)");
-  }
-}
-
-at::ScalarType scalarTypeOf(DType t) {
-  switch (t) {
-#define TDX_DTYPE(Name, stored, bytes, aten, ctype, mlir)                                  \
-  case DType::Name:                                                                        \
-    return at::aten;
-#include "tdx/Runtime/DTypes.def"
-  }
-  return at::kFloat;
-}
-
 /// Dense CPU tensors kept alive while their bytes are written.
 std::vector<TensorToWrite> toWrite(const std::vector<std::pair<std::string, at::Tensor>> &named,
                                    std::vector<at::Tensor> &keep) {
   std::vector<TensorToWrite> out;
   for (const auto &[name, t] : named) {
     keep.push_back(t.detach().to(at::kCPU).contiguous());
-    out.push_back({name, dtypeOf(t.scalar_type()), keep.back().sizes().vec(),
-                   keep.back().data_ptr()});
+    out.push_back(
+        {name, dtypeOf(t.scalar_type()), keep.back().sizes().vec(), keep.back().data_ptr()});
   }
   return out;
 }

@@ -19,6 +19,7 @@
 #include <ATen/ATen.h>
 
 #define TDX_KERNEL_VECTORIZED
+#include "tdx/Runtime/AtenDTypes.h"
 #include "tdx/Runtime/InitProgram.h"
 #include "tdx/Runtime/Kernel.h"
 #include "tdx/Runtime/Mesh.h"
@@ -30,11 +31,6 @@
 #include <vector>
 
 namespace tdx::rt {
-
-/// The ATen scalar type of a stored element type, and back (throws naming a
-/// type model binaries do not store).
-at::ScalarType scalarTypeOf(DType t);
-DType dtypeOf(at::ScalarType t);
 
 /// A rank of a model binary: the mesh (tdx/Runtime/Mesh.h) plus collectives
 /// and sharded init on ATen tensors.

@@ -100,19 +100,16 @@ private:
   void addCheckpoint(const std::string &dir);
 };
 
-/// A parsed safetensors header: entries with absolute data offsets.
+/// A parsed, checked safetensors header: entries with absolute data offsets.
 struct SafetensorsHeader {
   struct Entry {
     DType dtype;
     std::vector<int64_t> shape;
-    uint64_t dataOffset, bytes;
+    uint64_t dataOffset;
   };
   std::map<std::string, Entry> entries;
   std::map<std::string, std::string> metadata;
-  uint64_t fileSize = 0;
 };
-/// Reads and checks the header of `file` (only the header is read).
-SafetensorsHeader readSafetensorsHeader(const std::string &file);
 
 struct TensorToWrite {
   std::string name;

@@ -165,29 +165,6 @@ at::Tensor Context::allToAll(const at::Tensor &x, const std::vector<std::string>
   return at::cat(received, concat);
 }
 
-namespace {
-// The element types model binaries store, as ATen names them.
-const std::pair<DType, at::ScalarType> kDtypes[] = {
-#define TDX_DTYPE(Name, stored, bytes, aten, ctype, mlir) {DType::Name, at::aten},
-#include "tdx/Runtime/DTypes.def"
-};
-} // namespace
-
-at::ScalarType tdx::rt::scalarTypeOf(DType t) {
-  for (const auto &[d, s] : kDtypes)
-    if (d == t)
-      return s;
-  return at::kFloat;
-}
-
-DType tdx::rt::dtypeOf(at::ScalarType t) {
-  for (const auto &[d, s] : kDtypes)
-    if (s == t)
-      return d;
-  throw std::runtime_error(std::string("tdx: model binaries do not store or gather ") +
-                           c10::toString(t) + " tensors");
-}
-
 at::Tensor Context::init(const InitProgram &program, const Layout &layout) const {
   const InitProgram::Node &r = program.result();
   std::vector<int64_t> offset, size;
