@@ -131,12 +131,26 @@ struct Parser {
       if (i >= s.size())
         return fail("unterminated string");
       switch (char e = s[i++]) {
-      case '"': case '\\': case '/': out += e; break;
-      case 'b': out += '\b'; break;
-      case 'f': out += '\f'; break;
-      case 'n': out += '\n'; break;
-      case 'r': out += '\r'; break;
-      case 't': out += '\t'; break;
+      case '"':
+      case '\\':
+      case '/':
+        out += e;
+        break;
+      case 'b':
+        out += '\b';
+        break;
+      case 'f':
+        out += '\f';
+        break;
+      case 'n':
+        out += '\n';
+        break;
+      case 'r':
+        out += '\r';
+        break;
+      case 't':
+        out += '\t';
+        break;
       case 'u': {
         uint32_t c1;
         if (!hex4(c1))
@@ -284,11 +298,21 @@ void quote(std::string &out, const std::string &text) {
   out += '"';
   for (char c : text) {
     switch (c) {
-    case '"': out += "\\\""; break;
-    case '\\': out += "\\\\"; break;
-    case '\n': out += "\\n"; break;
-    case '\r': out += "\\r"; break;
-    case '\t': out += "\\t"; break;
+    case '"':
+      out += "\\\"";
+      break;
+    case '\\':
+      out += "\\\\";
+      break;
+    case '\n':
+      out += "\\n";
+      break;
+    case '\r':
+      out += "\\r";
+      break;
+    case '\t':
+      out += "\\t";
+      break;
     default:
       if (static_cast<unsigned char>(c) < 0x20) {
         char buf[8];
@@ -331,16 +355,24 @@ std::string tdx::rt::json::print(const Value &v, int indent) {
   };
   std::function<void(const Value &, int)> emit = [&](const Value &x, int depth) {
     switch (x.kind()) {
-    case Value::Null: out += "null"; break;
-    case Value::Bool: out += x.int_ ? "true" : "false"; break;
-    case Value::Int: out += std::to_string(x.int_); break;
+    case Value::Null:
+      out += "null";
+      break;
+    case Value::Bool:
+      out += x.int_ ? "true" : "false";
+      break;
+    case Value::Int:
+      out += std::to_string(x.int_);
+      break;
     case Value::Double: {
       char buf[32];
       std::snprintf(buf, sizeof buf, "%.17g", x.double_);
       out += buf;
       break;
     }
-    case Value::String: quote(out, x.string_); break;
+    case Value::String:
+      quote(out, x.string_);
+      break;
     case Value::ArrayKind: {
       // An array of scalars (a shape, an offset) stays on one line.
       bool flat = true;

@@ -19,7 +19,7 @@ Layout tdx::rt::parseLayout(const std::string &text) {
       i += 9;
     } else if (text.compare(i, 7, "Partial") == 0) {
       std::string rest = text.substr(i + 7, 6);
-      int64_t r = rest.rfind("(max", 0) == 0 ? Max
+      int64_t r = rest.rfind("(max", 0) == 0   ? Max
                   : rest.rfind("(min", 0) == 0 ? Min
                   : rest.rfind("(avg", 0) == 0 ? Avg
                                                : Sum;
@@ -37,8 +37,8 @@ void tdx::rt::boxOf(const std::vector<int64_t> &meshShape, const std::vector<int
                     std::vector<int64_t> &offset, std::vector<int64_t> &size) {
   if (coords.size() != meshShape.size())
     throw std::invalid_argument("tdx: " + std::to_string(coords.size()) +
-                                " coordinates for a mesh of " +
-                                std::to_string(meshShape.size()) + " axes");
+                                " coordinates for a mesh of " + std::to_string(meshShape.size()) +
+                                " axes");
   offset.assign(globalShape.size(), 0);
   size = globalShape;
   for (size_t a = 0; a < layout.size() && a < meshShape.size(); ++a) {

@@ -69,8 +69,7 @@ bool owns(const Mesh &mesh, const std::string &name, const Layout &layout, size_
 
 std::string tdx::rt::saveCheckpoint(Mesh &mesh, const std::string &root, int64_t step,
                                     const std::vector<LocalTensor> &state,
-                                    const std::map<std::string, std::string> &metadata,
-                                    int keep) {
+                                    const std::map<std::string, std::string> &metadata, int keep) {
   PendingCheckpoint pending;
   if (mesh.rank() == 0)
     pending = beginCheckpoint(root, step >= 0 ? step : nextStep(root));

@@ -90,7 +90,8 @@ std::string writeCheckpointFile(const std::string &tmp, const std::string &id,
 /// directory and LATEST as above, then deletes all but the newest `keep`
 /// steps (0 keeps all) and leftovers of crashed saves. Returns the step
 /// directory.
-std::string commitCheckpoint(const PendingCheckpoint &pending, const std::vector<std::string> &parts,
+std::string commitCheckpoint(const PendingCheckpoint &pending,
+                             const std::vector<std::string> &parts,
                              const std::map<std::string, std::string> &metadata, int keep);
 
 /// Reads every byte of every file of the checkpoint `path` names and checks
