@@ -51,8 +51,8 @@ std::optional<ShardingRule> sameShape(AtenOp op, ArrayRef<int64_t> replicatedDim
   return rule;
 }
 
-/// gelu_backward(grad, self), threshold_backward(grad, self, threshold),
-/// addcmul(self, t1, t2, value), ... (an optimizer's update), broadcasting.
+/// hardswish_backward(grad, self), hardtanh_backward(...), broadcasting
+/// (tdx-raise-aten turns the backward formulas it knows into elementwise ops).
 std::optional<ShardingRule> pointwise(AtenOp op) {
   if (op->getNumResults() != 1)
     return std::nullopt;
@@ -244,16 +244,9 @@ struct Row {
 };
 const llvm::StringMap<Row> &rules() {
   static const llvm::StringMap<Row> table = {
-      {"aten::gelu_backward", pointwise},
-      {"aten::threshold_backward", pointwise},
-      {"aten::silu_backward", pointwise},
-      {"aten::sigmoid_backward", pointwise},
-      {"aten::tanh_backward", pointwise},
       {"aten::hardtanh_backward", pointwise},
       {"aten::hardswish_backward", pointwise},
       {"aten::hardsigmoid_backward", pointwise},
-      {"aten::addcmul", pointwise},
-      {"aten::addcdiv", pointwise},
       {"aten::_softmax_backward_data", softmaxBackward},
       {"aten::_log_softmax_backward_data", softmaxBackward},
       {"aten::native_layer_norm", layerNorm},

@@ -16,6 +16,7 @@
 #include "llvm/ADT/StringSet.h"
 
 #include <algorithm>
+#include <cmath>
 
 namespace mlir::tdx {
 #define GEN_PASS_DEF_RAISEATEN
@@ -291,6 +292,126 @@ Value raiseMaskedFill(Call &c) {
     return {};
   return WhereOp::create(c.b, c.loc, c.resultType(), c.plain[1], c.full(*v, c.elementType()),
                          c.plain[0]);
+}
+
+//===----------------------------------------------------------------------===//
+// Backward and optimizer formulas: ATen's CPU kernels' own arithmetic, in
+// their order, as elementwise tdx ops (one fused kernel on every backend)
+//===----------------------------------------------------------------------===//
+
+/// The two tensors of a (grad, x) backward op in the result type.
+std::optional<std::pair<Value, Value>> gradAndInput(Call &c) {
+  if (c.plain.size() != 2 || !isa<FloatType>(c.elementType()) ||
+      c.plain[0].getType() != c.resultType() || c.plain[1].getType() != c.resultType())
+    return std::nullopt;
+  return std::make_pair(c.plain[0], c.plain[1]);
+}
+
+/// gelu_backward(grad, x, approximate): dy * (cdf + x * pdf), or the tanh
+/// form's dy * (0.5 (1 + t) + 0.5 x (1 - t^2) beta (1 + 3 kappa x^2)).
+Value raiseGeluBackward(Call &c) {
+  auto in = gradAndInput(c);
+  auto approx = dyn_cast_or_null<StringAttr>(c.arg("approximate"));
+  if (!in || (approx && approx.getValue() != "none" && approx.getValue() != "tanh"))
+    return {};
+  auto [dy, x] = *in;
+  Type e = c.elementType();
+  auto k = [&](double v) { return c.full(v, e); };
+  if (approx && approx.getValue() == "tanh") {
+    const double beta = M_SQRT2 * M_2_SQRTPI * 0.5, kappa = 0.044715;
+    Value xSq = c.binary<MulOp>(x, x);
+    Value xCube = c.binary<MulOp>(xSq, x);
+    Value inner = c.binary<MulOp>(k(beta), c.binary<AddOp>(x, c.binary<MulOp>(k(kappa), xCube)));
+    Value t = TanhOp::create(c.b, c.loc, inner);
+    Value left = c.binary<MulOp>(k(0.5), x);
+    Value right = c.binary<AddOp>(k(1.0), t);
+    Value leftDerivative = c.binary<MulOp>(k(0.5), right);
+    Value tanhDerivative = c.binary<SubOp>(k(1.0), c.binary<MulOp>(t, t));
+    Value innerDerivative =
+        c.binary<MulOp>(k(beta), c.binary<AddOp>(k(1.0), c.binary<MulOp>(k(3.0 * kappa), xSq)));
+    Value rightDerivative =
+        c.binary<MulOp>(c.binary<MulOp>(left, tanhDerivative), innerDerivative);
+    return c.binary<MulOp>(dy, c.binary<AddOp>(leftDerivative, rightDerivative));
+  }
+  const double alpha = M_SQRT1_2, beta = M_2_SQRTPI * M_SQRT1_2 * 0.5;
+  Value cdf = c.binary<MulOp>(
+      k(0.5), c.binary<AddOp>(k(1.0), ErfOp::create(c.b, c.loc, c.binary<MulOp>(x, k(alpha)))));
+  Value pdf = c.binary<MulOp>(
+      k(beta), ExpOp::create(c.b, c.loc, c.binary<MulOp>(c.binary<MulOp>(x, x), k(-0.5))));
+  return c.binary<MulOp>(dy, c.binary<AddOp>(cdf, c.binary<MulOp>(x, pdf)));
+}
+
+/// silu_backward(grad, x): dy * s * (1 + x * (1 - s)), s = sigmoid(x).
+Value raiseSiluBackward(Call &c) {
+  auto in = gradAndInput(c);
+  if (!in)
+    return {};
+  auto [dy, x] = *in;
+  Value one = c.full(1.0, c.elementType());
+  Value s = SigmoidOp::create(c.b, c.loc, x);
+  Value factor = c.binary<AddOp>(one, c.binary<MulOp>(x, c.binary<SubOp>(one, s)));
+  return c.binary<MulOp>(c.binary<MulOp>(dy, s), factor);
+}
+
+/// sigmoid_backward(grad, y) = dy * (1 - y) * y; tanh_backward(grad, y) =
+/// dy * (1 - y * y).
+Value raiseSigmoidBackward(Call &c) {
+  auto in = gradAndInput(c);
+  if (!in)
+    return {};
+  auto [dy, y] = *in;
+  Value one = c.full(1.0, c.elementType());
+  return c.binary<MulOp>(c.binary<MulOp>(dy, c.binary<SubOp>(one, y)), y);
+}
+Value raiseTanhBackward(Call &c) {
+  auto in = gradAndInput(c);
+  if (!in)
+    return {};
+  auto [dy, y] = *in;
+  Value one = c.full(1.0, c.elementType());
+  return c.binary<MulOp>(dy, c.binary<SubOp>(one, c.binary<MulOp>(y, y)));
+}
+
+/// threshold_backward(grad, x, threshold) = where(x <= threshold, 0, grad).
+Value raiseThresholdBackward(Call &c) {
+  auto in = gradAndInput(c);
+  std::optional<double> threshold = c.number("threshold");
+  if (!in || !threshold)
+    return {};
+  auto [dy, x] = *in;
+  Type e = c.elementType();
+  auto mask = CmpOp::create(c.b, c.loc, RankedTensorType::get(c.resultType().getShape(),
+                                                              c.b.getI1Type()),
+                            CmpPredicate::le, x, c.full(*threshold, e));
+  return WhereOp::create(c.b, c.loc, c.resultType(), mask, c.full(0.0, e), dy);
+}
+
+/// addcmul(self, t1, t2, value) = self + value * t1 * t2 and addcdiv's
+/// self + value * t1 / t2 (an optimizer's update).
+template <typename OpT> Value raiseAddc(Call &c) {
+  std::optional<double> value = c.number("value");
+  if (c.plain.size() != 3 || !value || !isa<FloatType>(c.elementType()))
+    return {};
+  Type e = c.elementType();
+  Value t1 = c.cast(c.plain[1], e);
+  if (*value != 1.0)
+    t1 = c.binary<MulOp>(c.full(*value, e), t1);
+  Value term = c.binary<OpT>(t1, c.cast(c.plain[2], e));
+  Value r = term ? c.binary<AddOp>(c.cast(c.plain[0], e), term) : Value();
+  return r && r.getType() == c.resultType() ? r : Value();
+}
+
+/// rsub(self, other, alpha) = other - alpha * self.
+Value raiseRsub(Call &c) {
+  auto inputs = binaryInputs(c);
+  std::optional<double> alpha = c.number("alpha");
+  if (!inputs || (c.arg("alpha") && !alpha))
+    return {};
+  auto [self, other] = *inputs;
+  if (alpha && *alpha != 1.0)
+    self = c.binary<MulOp>(c.full(*alpha, c.elementType()), self);
+  Value r = c.binary<SubOp>(other, self);
+  return r && r.getType() == c.resultType() ? r : Value();
 }
 
 /// outer(x, y) = x[:, None] * y[None, :].
@@ -697,6 +818,14 @@ const llvm::StringMap<RaiseFn> &table() {
 #include "tdx/Runtime/ElementwiseOps.def"
     t["aten::gelu"] = &raiseGelu;
     t["aten::clamp"] = &raiseClamp;
+    t["aten::gelu_backward"] = &raiseGeluBackward;
+    t["aten::silu_backward"] = &raiseSiluBackward;
+    t["aten::sigmoid_backward"] = &raiseSigmoidBackward;
+    t["aten::tanh_backward"] = &raiseTanhBackward;
+    t["aten::threshold_backward"] = &raiseThresholdBackward;
+    t["aten::addcmul"] = &raiseAddc<MulOp>;
+    t["aten::addcdiv"] = &raiseAddc<DivOp>;
+    t["aten::rsub"] = &raiseRsub;
     t["aten::clamp_min"] = &raiseClamp;
     t["aten::clamp_max"] = &raiseClamp;
     t["aten::hardtanh"] = &raiseClamp;

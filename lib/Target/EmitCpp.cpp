@@ -156,35 +156,49 @@ std::string Emitter::programVar(const ::tdx::rt::InitProgram &program) {
   return var;
 }
 
-/// The c10::IValue of one argument of a tdx.aten op (see its description).
+/// Whether the CUDA runtime runs the generic op `schema` (a row of
+/// tdx/Runtime/cuda/AtenOps.def, by name).
+static bool hasCudaAten(StringRef schema) {
+  StringRef name = schema.split('.').first;
+#define TDX_CUDA_ATEN(row, fn)                                                                 \
+  if (name == row)                                                                             \
+    return true;
+#include "tdx/Runtime/cuda/AtenOps.def"
+  return false;
+}
+
+/// One argument of a tdx.aten op (see its description): a c10::IValue on
+/// the CPU backend, a tdx::cu::Arg on CUDA.
 FailureOr<std::string> Emitter::atenArgument(AtenOp o, NamedAttribute kv) {
   Attribute a = kv.getValue();
+  bool cuda = backend == Backend::CUDA;
+  std::string value = cuda ? "Arg" : "c10::IValue";
   if (isa<UnitAttr>(a))
-    return std::string("c10::IValue()");
-  if (auto refs = AtenOp::tensorListRefs(a)) {
+    return value + "()";
+  if (auto refs = AtenOp::tensorListRefs(a); refs && !cuda) {
     std::string xs = "c10::List<c10::optional<at::Tensor>>({";
     for (auto [i, r] : llvm::enumerate(*refs))
       xs += (i ? ", " : "") + (r ? name(o.getOperand(*r)) : std::string("c10::nullopt"));
     return "c10::IValue(" + xs + "}))";
   }
   if (auto b = dyn_cast<BoolAttr>(a))
-    return std::string(b.getValue() ? "c10::IValue(true)" : "c10::IValue(false)");
+    return value + (b.getValue() ? "(true)" : "(false)");
   if (auto i = dyn_cast<IntegerAttr>(a))
-    return "c10::IValue(int64_t(" + std::to_string(i.getValue().getSExtValue()) + "))";
+    return value + "(int64_t(" + std::to_string(i.getValue().getSExtValue()) + "))";
   if (auto f = dyn_cast<FloatAttr>(a))
-    return "c10::IValue(double(" + number(f.getValueAsDouble()) + "))";
+    return value + "(double(" + number(f.getValueAsDouble()) + "))";
   if (auto xs = dyn_cast<DenseI64ArrayAttr>(a))
-    return "c10::IValue(std::vector<int64_t>" + list(xs.asArrayRef()) + ")";
+    return value + "(std::vector<int64_t>" + list(xs.asArrayRef()) + ")";
   if (auto str = dyn_cast<StringAttr>(a))
-    return "c10::IValue(std::string(" + quoted(str.getValue()) + "))";
+    return value + "(std::string(" + quoted(str.getValue()) + "))";
   if (auto arr = dyn_cast<ArrayAttr>(a)) {
     if (llvm::all_of(arr, [](Attribute e) { return isa<BoolAttr>(e); })) {
-      std::string xs = "c10::List<bool>({";
+      std::string xs = cuda ? "std::vector<bool>{" : "c10::List<bool>({";
       for (auto [i, e] : llvm::enumerate(arr))
         xs += (i ? ", " : "") + std::string(cast<BoolAttr>(e).getValue() ? "true" : "false");
-      return "c10::IValue(" + xs + "}))";
+      return value + "(" + xs + (cuda ? "})" : "}))");
     }
-    if (llvm::all_of(arr, [](Attribute e) { return isa<FloatAttr>(e); })) {
+    if (!cuda && llvm::all_of(arr, [](Attribute e) { return isa<FloatAttr>(e); })) {
       std::string xs = "c10::List<double>({";
       for (auto [i, e] : llvm::enumerate(arr))
         xs += (i ? ", " : "") + number(cast<FloatAttr>(e).getValueAsDouble());
@@ -192,9 +206,11 @@ FailureOr<std::string> Emitter::atenArgument(AtenOp o, NamedAttribute kv) {
     }
   }
   return o.emitOpError() << "(" << o.getSchema() << ") argument '" << kv.getName().getValue()
-                         << "' = " << a
-                         << " has no C++ lowering; generic arguments are None (unit), bool, "
-                            "i64, f64, string, array<i64>, bool or f64 arrays and tensor lists";
+                         << "' = " << a << " has no "
+                         << (cuda ? "CUDA" : "C++")
+                         << " lowering; generic arguments are None (unit), bool, i64, f64, "
+                            "string, array<i64>, bool arrays"
+                         << (cuda ? "" : ", f64 arrays and tensor lists");
 }
 
 /// The runtime's key of the state `name` names from `op`: a tied name reads
@@ -352,11 +368,11 @@ LogicalResult Emitter::emitOp(Operation *op) {
                       std::to_string(static_cast<int64_t>(o.getConcatDim())) + ")");
       })
       .Case([&](AtenOp o) -> LogicalResult {
-        if (backend == Backend::CUDA)
+        if (backend == Backend::CUDA && !hasCudaAten(o.getSchema()))
           return o.emitOpError() << "(" << o.getSchema()
                                  << ") has no CUDA lowering: the CUDA backend runs first-class tdx "
-                                    "ops only; compile for --target cpu, or express the op with "
-                                    "tdx ops";
+                                    "ops and the generic ops of tdx/Runtime/cuda/AtenOps.def; "
+                                    "compile for --target cpu, or express the op with tdx ops";
         // Operands that a Tensor[] argument holds are passed in that list.
         std::string tensors = "{", args = "{";
         for (auto [i, v] : llvm::enumerate(o.getPlainOperands()))

@@ -150,3 +150,44 @@ func.func @norms(%x: tensor<4x8xf32>) -> (tensor<f32>, tensor<4xf32>, tensor<f32
   %3 = tdx.aten "aten::norm.Scalar"(%x) {args = {p = 1 : i64}} : (tensor<4x8xf32>) -> tensor<f32>
   return %0, %1, %2, %3 : tensor<f32>, tensor<4xf32>, tensor<f32>, tensor<f32>
 }
+
+// -----
+
+// Backward and optimizer formulas become fused elementwise ops, ATen's
+// arithmetic in its order: threshold_backward a select, sigmoid/tanh/silu/
+// gelu backward their derivatives, addcmul/addcdiv/rsub an Adam update's.
+// CHECK-LABEL: func.func @backward_formulas
+func.func @backward_formulas(%g: tensor<4x8xf32>, %x: tensor<4x8xf32>, %s: tensor<f32>) -> (tensor<4x8xf32>, tensor<4x8xf32>, tensor<4x8xf32>, tensor<4x8xf32>, tensor<4x8xf32>, tensor<4x8xf32>, tensor<4x8xf32>, tensor<4x8xf32>, tensor<f32>) {
+  // CHECK: %[[Z:.*]] = tdx.full 0.000000e+00 : tensor<f32>
+  // CHECK: %[[LE:.*]] = tdx.cmp le, %{{.*}}, %[[Z]]
+  // CHECK: tdx.where %[[LE]], %{{.*}}, %{{.*}}
+  %0 = tdx.aten "aten::threshold_backward"(%g, %x) {args = {threshold = 0 : i64}} : (tensor<4x8xf32>, tensor<4x8xf32>) -> tensor<4x8xf32>
+  // CHECK: %[[ONE:.*]] = tdx.full 1.000000e+00 : tensor<f32>
+  // CHECK: %[[D:.*]] = tdx.sub %[[ONE]], %{{.*}} : (tensor<f32>, tensor<4x8xf32>)
+  // CHECK: %[[GD:.*]] = tdx.mul %{{.*}}, %[[D]]
+  // CHECK: tdx.mul %[[GD]], %{{.*}}
+  %1 = tdx.aten "aten::sigmoid_backward"(%g, %x) : (tensor<4x8xf32>, tensor<4x8xf32>) -> tensor<4x8xf32>
+  // CHECK: %[[YY:.*]] = tdx.mul %{{.*}}, %{{.*}} : (tensor<4x8xf32>, tensor<4x8xf32>)
+  // CHECK: tdx.sub %{{.*}}, %[[YY]]
+  %2 = tdx.aten "aten::tanh_backward"(%g, %x) : (tensor<4x8xf32>, tensor<4x8xf32>) -> tensor<4x8xf32>
+  // CHECK: tdx.sigmoid
+  %3 = tdx.aten "aten::silu_backward"(%g, %x) : (tensor<4x8xf32>, tensor<4x8xf32>) -> tensor<4x8xf32>
+  // CHECK: tdx.erf
+  // CHECK: tdx.exp
+  %4 = tdx.aten "aten::gelu_backward"(%g, %x) {args = {approximate = "none"}} : (tensor<4x8xf32>, tensor<4x8xf32>) -> tensor<4x8xf32>
+  // CHECK: tdx.tanh
+  %5 = tdx.aten "aten::gelu_backward"(%g, %x) {args = {approximate = "tanh"}} : (tensor<4x8xf32>, tensor<4x8xf32>) -> tensor<4x8xf32>
+  // CHECK: %[[V:.*]] = tdx.full 5.000000e+00 : tensor<f32>
+  // CHECK: %[[VT:.*]] = tdx.mul %[[V]], %{{.*}}
+  // CHECK: %[[P:.*]] = tdx.mul %[[VT]], %{{.*}}
+  // CHECK: tdx.add %{{.*}}, %[[P]]
+  %6 = tdx.aten "aten::addcmul"(%g, %x, %x) {args = {value = 5.0 : f64}} : (tensor<4x8xf32>, tensor<4x8xf32>, tensor<4x8xf32>) -> tensor<4x8xf32>
+  // CHECK: %[[Q:.*]] = tdx.div %{{.*}}, %{{.*}} : (tensor<4x8xf32>, tensor<4x8xf32>)
+  // CHECK: tdx.add %{{.*}}, %[[Q]]
+  %7 = tdx.aten "aten::addcdiv"(%g, %x, %x) {args = {value = 1 : i64}} : (tensor<4x8xf32>, tensor<4x8xf32>, tensor<4x8xf32>) -> tensor<4x8xf32>
+  // rsub(self, other) = other - self.
+  // CHECK: %[[O:.*]] = tdx.full 1.000000e+00 : tensor<f32>
+  // CHECK: tdx.sub %[[O]], %{{.*}} : (tensor<f32>, tensor<f32>) -> tensor<f32>
+  %8 = tdx.aten "aten::rsub.Scalar"(%s) {args = {other = 1 : i64, alpha = 1 : i64}} : (tensor<f32>) -> tensor<f32>
+  return %0, %1, %2, %3, %4, %5, %6, %7, %8 : tensor<4x8xf32>, tensor<4x8xf32>, tensor<4x8xf32>, tensor<4x8xf32>, tensor<4x8xf32>, tensor<4x8xf32>, tensor<4x8xf32>, tensor<4x8xf32>, tensor<f32>
+}

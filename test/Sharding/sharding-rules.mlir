@@ -73,7 +73,7 @@ func.func @aten_rules(%g: tensor<2x8x16xf32>, %x: tensor<2x8x16xf32>, %s: tensor
                       %w: tensor<16xf32>, %ids: tensor<2x8xi64>, %lp: tensor<4x10xf32>,
                       %t: tensor<4xi64>, %one: tensor<f32>) {
   // expected-remark @+1 {{sharding rule: ([i, j, k], [i, j, k]) -> ([i, j, k]) {i=2, j=8, k=16}}}
-  %0 = tdx.aten "aten::gelu_backward"(%g, %x) {args = {approximate = "tanh"}} : (tensor<2x8x16xf32>, tensor<2x8x16xf32>) -> tensor<2x8x16xf32>
+  %0 = tdx.aten "aten::hardswish_backward"(%g, %x) : (tensor<2x8x16xf32>, tensor<2x8x16xf32>) -> tensor<2x8x16xf32>
   // expected-remark @+1 {{sharding rule: ([i, j, k], [i, j, k]) -> ([i, j, k]) {i=2, j=8, k=16} replicated={k}}}
   %1 = tdx.aten "aten::_softmax_backward_data"(%g, %x) {args = {dim = -1 : i64, input_dtype = 6 : i64}} : (tensor<2x8x16xf32>, tensor<2x8x16xf32>) -> tensor<2x8x16xf32>
   // expected-remark @+1 {{sharding rule: ([i, j, k], [i, j, k], [i, j, 1], [i, j, 1], [k], [k]) -> ([i, j, k], [k], [k]) {i=2, j=8, k=16} reduction={i, j} partial=sum replicated={k}}}

@@ -181,6 +181,117 @@ TEST(RowsTest, CrossEntropyWithSmoothingAndIgnoredTargets) {
     }
 }
 
+TEST(RowsTest, SoftmaxBackwardIsAtensBackwardData) {
+  at::Tensor x = randn({4, 9}, 11) * 3, dy = randn({4, 9}, 12);
+  for (int lanes : kLaneCounts)
+    for (bool log : {false, true}) {
+      at::Tensor y = log ? at::log_softmax(x, 1) : at::softmax(x, 1), dx = at::empty_like(x);
+      for (int64_t r = 0; r < 4; ++r)
+        onLanes(lanes, [&](const auto &g) {
+          softmaxBackwardRow(g, dy.data_ptr<float>() + r * 9, y.data_ptr<float>() + r * 9,
+                             dx.data_ptr<float>() + r * 9, 9, log);
+          return 0.0;
+        });
+      expectClose(dx, log ? at::_log_softmax_backward_data(dy, y, 1, at::kFloat)
+                          : at::_softmax_backward_data(dy, y, 1, at::kFloat));
+    }
+}
+
+TEST(RowsTest, NativeLayerNormAndItsBackward) {
+  const int64_t rows = 6, n = 16;
+  at::Tensor x = randn({rows, n}, 13) * 2 + 1, w = randn({n}, 14), b = randn({n}, 15);
+  at::Tensor dy = randn({rows, n}, 16);
+  auto [y0, mean0, rstd0] = at::native_layer_norm(x, {n}, w, b, 1e-5);
+  auto [dx0, dw0, db0] =
+      at::native_layer_norm_backward(dy, x, {n}, mean0, rstd0, w, b, {true, true, true});
+  for (int lanes : kLaneCounts) {
+    at::Tensor y = at::empty_like(x), mean = at::empty({rows, 1}), rstd = at::empty({rows, 1});
+    at::Tensor dx = at::empty_like(x), dw = at::empty({n}), db = at::empty({n});
+    for (int64_t r = 0; r < rows; ++r)
+      onLanes(lanes, [&](const auto &g) {
+        layerNormRow(g, x.data_ptr<float>() + r * n, w.data_ptr<float>(), b.data_ptr<float>(),
+                     y.data_ptr<float>() + r * n, n, 1e-5, mean.data_ptr<float>() + r,
+                     rstd.data_ptr<float>() + r);
+        return 0.0;
+      });
+    expectClose(y, y0);
+    expectClose(mean, mean0);
+    expectClose(rstd, rstd0);
+    for (int64_t r = 0; r < rows; ++r)
+      onLanes(lanes, [&](const auto &g) {
+        layerNormBackwardRow(g, dy.data_ptr<float>() + r * n, x.data_ptr<float>() + r * n,
+                             static_cast<double>(mean0[r][0].item<float>()),
+                             static_cast<double>(rstd0[r][0].item<float>()), w.data_ptr<float>(),
+                             dx.data_ptr<float>() + r * n, n);
+        return 0.0;
+      });
+    expectClose(dx, dx0);
+  }
+  at::Tensor dw = at::empty({n}), db = at::empty({n});
+  for (int64_t j = 0; j < n; ++j)
+    layerNormParamGradColumn(dy.data_ptr<float>(), x.data_ptr<float>(), mean0.data_ptr<float>(),
+                             rstd0.data_ptr<float>(), rows, n, j, dw.data_ptr<float>(),
+                             db.data_ptr<float>());
+  expectClose(dw, dw0);
+  expectClose(db, db0);
+  // Without an affine weight the input gradient is the normalization's alone.
+  auto [dxPlain, unusedW, unusedB] =
+      at::native_layer_norm_backward(dy, x, {n}, mean0, rstd0, {}, {}, {true, false, false});
+  at::Tensor dx = at::empty_like(x);
+  for (int64_t r = 0; r < rows; ++r)
+    layerNormBackwardRow<float>(OneLane{}, dy.data_ptr<float>() + r * n,
+                                x.data_ptr<float>() + r * n, mean0[r][0].item<float>(),
+                                rstd0[r][0].item<float>(), nullptr, dx.data_ptr<float>() + r * n,
+                                n);
+  expectClose(dx, dxPlain);
+}
+
+TEST(RowsTest, NllLossGradientAtTheTargetForEveryReduction) {
+  at::Tensor logp = at::log_softmax(randn({5, 7}, 17), 1);
+  at::Tensor target = at::randint(0, 7, {5}, at::make_generator<at::CPUGeneratorImpl>(18));
+  target[2] = -100;
+  at::Tensor weight = at::rand({7}, at::make_generator<at::CPUGeneratorImpl>(19)) + 0.5;
+  for (int64_t reduction : {0, 1, 2}) {
+    auto [loss, total] = at::nll_loss_forward(logp, target, weight, reduction, -100);
+    at::Tensor dy = reduction == 0 ? randn({5}, 20) : at::full({}, 0.7);
+    at::Tensor want = at::nll_loss_backward(dy, logp, target, weight, reduction, -100, total);
+    at::Tensor got = at::zeros_like(logp);
+    for (int64_t r = 0; r < 5; ++r) {
+      int64_t t = target[r].item<int64_t>();
+      if (t == -100)
+        continue;
+      got[r][t] = nllLossGrad(reduction, (reduction == 0 ? dy[r] : dy).item<double>(),
+                              weight[t].item<double>(), total.item<double>());
+    }
+    expectClose(got, want);
+  }
+}
+
+TEST(RowsTest, EmbeddingBackwardSumsEachRowsTokensInOrder) {
+  const int64_t vocab = 10, dim = 6;
+  at::Tensor ids = at::tensor({3, 1, 3, 0, 9, 3, 1, 5}, at::kLong).reshape({2, 4});
+  at::Tensor grad = randn({2, 4, dim}, 21);
+  for (int64_t padding : {-1, 3}) {
+    std::vector<int64_t> start(vocab + 1), tokens(8);
+    ASSERT_TRUE(embeddingBackwardOrder(ids.data_ptr<int64_t>(), 8, vocab, padding, start.data(),
+                                       tokens.data()));
+    at::Tensor got = at::empty({vocab, dim});
+    for (int lanes : kLaneCounts) {
+      for (int64_t v = 0; v < vocab; ++v)
+        onLanes(lanes, [&](const auto &g) {
+          embeddingBackwardRow(g, grad.data_ptr<float>(), dim, tokens.data() + start[v],
+                               start[v + 1] - start[v], got.data_ptr<float>() + v * dim);
+          return 0.0;
+        });
+      expectClose(got, at::embedding_dense_backward(grad, ids, vocab, padding, false));
+    }
+  }
+  // An index outside the table is reported, not read.
+  int64_t bad[] = {2, 10};
+  std::vector<int64_t> start(vocab + 1), tokens(2);
+  EXPECT_FALSE(embeddingBackwardOrder(bad, 2, vocab, -1, start.data(), tokens.data()));
+}
+
 TEST(RowsTest, IterWalksBroadcastAndTransposedOperands) {
   at::Tensor a = randn({4, 6}, 10).t(), b = randn({6, 1}, 11);
   Iter it;

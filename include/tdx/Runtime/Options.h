@@ -38,6 +38,13 @@ int parseOptions(int argc, char **argv, Options &options);
 /// tensor store (throws naming the fix without a store), else as given.
 std::string paramsPath(const Options &options);
 
+/// Whether a state is a training step's optimizer state
+/// (tdx.trace_train_step names it `optimizer.<param>.<key>`): a model's
+/// state dict lacks it, and a run given such --params starts it fresh.
+inline bool isOptimizerState(const std::string &name) {
+  return name.rfind("optimizer.", 0) == 0;
+}
+
 /// This process's peak resident memory so far, in KiB.
 long peakRssKiB();
 

@@ -97,10 +97,11 @@ TDX_HD void softmaxRow(const Lanes &g, const T *x, T *y, int64_t n, int64_t stri
 }
 
 /// layer_norm of a dense row: (x - mean) / sqrt(var + eps) * w + b, with the
-/// biased variance; w and b may be null.
+/// biased variance; w and b may be null. The row's mean and 1/sqrt(var +
+/// eps) go to *meanOut and *rstdOut when given (native_layer_norm).
 template <class T, class Lanes>
 TDX_HD void layerNormRow(const Lanes &g, const T *x, const T *w, const T *b, T *y, int64_t n,
-                         double eps) {
+                         double eps, T *meanOut = nullptr, T *rstdOut = nullptr) {
   double mean = reduceRow(g, RowMean, x, n, 1), var = 0;
   for (int64_t i = g.lane(); i < n; i += g.count()) {
     double d = static_cast<double>(x[i]) - mean;
@@ -108,6 +109,8 @@ TDX_HD void layerNormRow(const Lanes &g, const T *x, const T *w, const T *b, T *
   }
   var = g.sum(var);
   double rstd = 1.0 / ::sqrt(var / static_cast<double>(n) + eps);
+  if (meanOut && g.lane() == 0)
+    *meanOut = static_cast<T>(mean), *rstdOut = static_cast<T>(rstd);
   for (int64_t i = g.lane(); i < n; i += g.count()) {
     double v = (static_cast<double>(x[i]) - mean) * rstd;
     if (w)
@@ -163,6 +166,114 @@ TDX_HD void countedSum(const Lanes &g, const double *loss, int64_t n, double &su
       sum += loss[i], count += 1;
   sum = g.sum(sum);
   count = g.sum(count);
+}
+
+//===----------------------------------------------------------------------===//
+// Backward rows (the generic aten ops of a training step's backward that the
+// CUDA backend runs, include/tdx/Runtime/cuda/AtenOps.def)
+//===----------------------------------------------------------------------===//
+
+/// The gradient dx of softmax along a dense row from its output y and the
+/// output's gradient dy: y (dy - sum(dy y)); of log_softmax: dy - exp(y)
+/// sum(dy) (ATen's _softmax_backward_data and _log_softmax_backward_data).
+template <class T, class Lanes>
+TDX_HD void softmaxBackwardRow(const Lanes &g, const T *dy, const T *y, T *dx, int64_t n,
+                               bool logSoftmax) {
+  double s = 0;
+  for (int64_t i = g.lane(); i < n; i += g.count())
+    s += logSoftmax ? static_cast<double>(dy[i])
+                    : static_cast<double>(dy[i]) * static_cast<double>(y[i]);
+  s = g.sum(s);
+  for (int64_t i = g.lane(); i < n; i += g.count()) {
+    double d = static_cast<double>(dy[i]), v = static_cast<double>(y[i]);
+    dx[i] = static_cast<T>(logSoftmax ? d - ::exp(v) * s : v * (d - s));
+  }
+}
+
+/// The input gradient of layer_norm over a dense row from the forward's
+/// mean and rstd: rstd (dy w - mean(dy w) - xhat mean(dy w xhat)), xhat =
+/// (x - mean) rstd; w may be null.
+template <class T, class Lanes>
+TDX_HD void layerNormBackwardRow(const Lanes &g, const T *dy, const T *x, double mean,
+                                 double rstd, const T *w, T *dx, int64_t n) {
+  double a = 0, b = 0;
+  for (int64_t i = g.lane(); i < n; i += g.count()) {
+    double dyw = static_cast<double>(dy[i]) * (w ? static_cast<double>(w[i]) : 1.0);
+    a += dyw;
+    b += dyw * (static_cast<double>(x[i]) - mean) * rstd;
+  }
+  a = g.sum(a) / static_cast<double>(n);
+  b = g.sum(b) / static_cast<double>(n);
+  for (int64_t i = g.lane(); i < n; i += g.count()) {
+    double dyw = static_cast<double>(dy[i]) * (w ? static_cast<double>(w[i]) : 1.0);
+    double xhat = (static_cast<double>(x[i]) - mean) * rstd;
+    dx[i] = static_cast<T>(rstd * (dyw - a - xhat * b));
+  }
+}
+
+/// Column j of layer_norm's weight and bias gradients over `rows` dense
+/// rows of n: sum_r dy xhat and sum_r dy (either output may be null).
+template <class T>
+TDX_HD void layerNormParamGradColumn(const T *dy, const T *x, const T *mean, const T *rstd,
+                                     int64_t rows, int64_t n, int64_t j, T *dw, T *db) {
+  double w = 0, b = 0;
+  for (int64_t r = 0; r < rows; ++r) {
+    double d = static_cast<double>(dy[r * n + j]);
+    w += d * (static_cast<double>(x[r * n + j]) - static_cast<double>(mean[r])) *
+         static_cast<double>(rstd[r]);
+    b += d;
+  }
+  if (dw)
+    dw[j] = static_cast<T>(w);
+  if (db)
+    db[j] = static_cast<T>(b);
+}
+
+/// nll_loss_backward's one nonzero of a sample's row, at its target:
+/// -weight * dy, over the total weight for reduction mean (1); dy is the
+/// sample's own gradient for reduction none (0).
+TDX_HD inline double nllLossGrad(int64_t reduction, double dy, double weight,
+                                 double totalWeight) {
+  return -weight * (reduction == 1 ? dy / totalWeight : dy);
+}
+
+/// Row `row` of embedding_dense_backward over dim columns: the sum of the
+/// gradient rows of the tokens that looked it up, in token order (tokens
+/// from embeddingBackwardOrder).
+template <class T, class Lanes>
+TDX_HD void embeddingBackwardRow(const Lanes &g, const T *grad, int64_t dim,
+                                 const int64_t *tokens, int64_t count, T *out) {
+  for (int64_t j = g.lane(); j < dim; j += g.count()) {
+    double acc = 0;
+    for (int64_t k = 0; k < count; ++k)
+      acc += static_cast<double>(grad[tokens[k] * dim + j]);
+    out[j] = static_cast<T>(acc);
+  }
+}
+
+/// The tokens of each table row, in token order (compressed rows: row v's
+/// tokens are tokens[start[v] .. start[v + 1])), skipping padding_idx.
+/// Returns false if an index is outside [0, vocab).
+inline bool embeddingBackwardOrder(const int64_t *ids, int64_t count, int64_t vocab,
+                                   int64_t paddingIdx, int64_t *start, int64_t *tokens) {
+  for (int64_t v = 0; v <= vocab; ++v)
+    start[v] = 0;
+  for (int64_t k = 0; k < count; ++k) {
+    if (ids[k] < 0 || ids[k] >= vocab)
+      return false;
+    if (ids[k] != paddingIdx)
+      ++start[ids[k] + 1];
+  }
+  for (int64_t v = 0; v < vocab; ++v)
+    start[v + 1] += start[v];
+  // Fill each row from its start; `start` is restored afterwards.
+  for (int64_t k = 0; k < count; ++k)
+    if (ids[k] != paddingIdx)
+      tokens[start[ids[k]]++] = k;
+  for (int64_t v = vocab; v > 0; --v)
+    start[v] = start[v - 1];
+  start[0] = 0;
+  return true;
 }
 
 } // namespace tdx::kern

@@ -31,9 +31,6 @@ at::Tensor readLocal(const Context &ctx, const TensorStore &store, const std::st
   return local.to(dtype);
 }
 
-/// A training step's optimizer state (tdx.trace_train_step's names).
-bool isOptimizerState(const std::string &name) { return name.rfind("optimizer.", 0) == 0; }
-
 void save(const std::string &path, const std::map<std::string, at::Tensor> &tensors) {
   std::vector<at::Tensor> keep;
   std::vector<TensorToWrite> out;

@@ -10,6 +10,7 @@
 #include "tdx/Runtime/Options.h"
 #include "tdx/Runtime/cuda/Runtime.h"
 
+#include <algorithm>
 #include <chrono>
 #include <cstdio>
 #include <stdexcept>
@@ -61,17 +62,26 @@ int tdx::cu::runMain(int argc, char **argv, const Program &program) {
     ctx.setCollectiveTimeout(o.timeout);
     auto t0 = std::chrono::steady_clock::now();
     State state;
-    if (!o.batches.empty() || !o.saveState.empty())
-      throw std::runtime_error("--batches and --save-state (training runs) are not in the CUDA "
-                               "runtime yet; train with a CPU binary (tdx-compile --target cpu)");
-    if (!o.save.empty() || !o.publish.empty())
-      throw std::runtime_error("--save and --publish (writing checkpoints) are not in the CUDA "
-                               "runtime yet; CUDA binaries read them with --params");
+    if (!o.save.empty() || !o.publish.empty() || !o.resume.empty())
+      throw std::runtime_error("--save, --publish and --resume (checkpoints of training runs) "
+                               "are not in the CUDA runtime yet; CUDA binaries read parameters "
+                               "with --params");
+    if (!o.saveState.empty() && o.batches.empty())
+      throw std::runtime_error("--save-state writes the state after training steps; give "
+                               "--batches too (or --dump-params for the state after init)");
     if (!o.params.empty()) {
+      // A model's state dict has no optimizer state: what the file lacks of
+      // it starts as the program's init makes it (a fresh optimizer).
       TensorStore store(tdx::rt::paramsPath(o));
+      bool fresh = false;
       for (const Program::Param &p : program.params)
-        state[p.name] =
-            readLocal(ctx, store, p.name, "parameter", p.shape, p.dtype, parseLayout(p.layout));
+        fresh |= tdx::rt::isOptimizerState(p.name) && !store.find(p.name);
+      if (fresh)
+        program.init(ctx, state);
+      for (const Program::Param &p : program.params)
+        if (!tdx::rt::isOptimizerState(p.name) || store.find(p.name))
+          state[p.name] =
+              readLocal(ctx, store, p.name, "parameter", p.shape, p.dtype, parseLayout(p.layout));
     } else {
       program.init(ctx, state);
     }
@@ -85,7 +95,7 @@ int tdx::cu::runMain(int argc, char **argv, const Program &program) {
                   std::chrono::duration<double, std::milli>(t1 - t0).count(), local / 1048576.0);
       std::fflush(stdout);
     }
-    if (!o.dumpParams.empty()) {
+    auto writeState = [&](const std::string &path) {
       std::vector<std::vector<char>> keep;
       std::vector<tdx::rt::TensorToWrite> all;
       for (const Program::Param &p : program.params) {
@@ -93,7 +103,43 @@ int tdx::cu::runMain(int argc, char **argv, const Program &program) {
         all.push_back({p.name, p.dtype, p.shape, keep.back().data()});
       }
       if (rank == 0)
-        tdx::rt::writeSafetensors(o.dumpParams, all);
+        tdx::rt::writeSafetensors(path, all);
+    };
+    if (!o.dumpParams.empty())
+      writeState(o.dumpParams);
+    if (!o.batches.empty()) {
+      // Training: step k reads batch k and updates the state in place; the
+      // outputs of every step (the loss) are written as "k:output:i".
+      TensorStore in(o.batches);
+      std::vector<std::vector<char>> keep;
+      std::vector<tdx::rt::TensorToWrite> saved;
+      double stepMs = 0;
+      for (int64_t step = 0; step < o.steps; ++step) {
+        std::vector<Tensor> local;
+        for (size_t i = 0; i < program.inputs.size(); ++i) {
+          const Program::Value &v = program.inputs[i];
+          local.push_back(readLocal(ctx, in, std::to_string(step) + ":input:" + std::to_string(i),
+                                    "batch input", v.shape, v.dtype, parseLayout(v.layout)));
+        }
+        ctx.synchronize("batch");
+        auto s0 = std::chrono::steady_clock::now();
+        std::vector<Tensor> out = program.forward(ctx, state, local);
+        ctx.synchronize("train step");
+        stepMs += std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - s0)
+                      .count();
+        for (size_t i = 0; i < out.size(); ++i) {
+          const Program::Value &v = program.outputs[i];
+          keep.push_back(gather(ctx, out[i], v.shape, parseLayout(v.layout)));
+          saved.push_back({std::to_string(step) + ":output:" + std::to_string(i), v.dtype,
+                           v.shape, keep.back().data()});
+        }
+      }
+      if (rank == 0 && !o.outputs.empty())
+        tdx::rt::writeSafetensors(o.outputs, saved);
+      if (!o.saveState.empty())
+        writeState(o.saveState);
+      ctx.reportSteps(o.verbose, std::chrono::duration<double, std::milli>(t1 - t0).count(),
+                      stepMs, std::max<int64_t>(1, o.steps));
     }
     if (!o.inputs.empty()) {
       TensorStore in(o.inputs);

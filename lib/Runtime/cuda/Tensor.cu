@@ -59,8 +59,9 @@ Iter iterOver(const std::vector<int64_t> &shape, const std::vector<const Tensor 
   return it;
 }
 
-/// Copies `src` into the same-shaped view `dst`.
-void copyInto(const Tensor &dst, const Tensor &src) {
+} // namespace
+
+void tdx::cu::copyInto(const Tensor &dst, const Tensor &src) {
   Iter it = iterOver(dst.sizes(), {&src, &dst});
   if (it.numel == 0)
     return;
@@ -79,6 +80,8 @@ void copyInto(const Tensor &dst, const Tensor &src) {
   }
   checkLaunch("copy");
 }
+
+namespace {
 
 std::vector<int64_t> broadcastShapes(const std::vector<int64_t> &a, const std::vector<int64_t> &b) {
   size_t n = std::max(a.size(), b.size());

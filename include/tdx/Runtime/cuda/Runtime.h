@@ -117,6 +117,40 @@ Tensor avg_pool2d(const Tensor &x, const std::vector<int64_t> &kernel,
 Tensor cross_entropy_loss(const Tensor &logits, const Tensor &target, const Tensor &weight,
                           int64_t reduction, int64_t ignoreIndex, double smoothing);
 
+/// Copies `src` into the same-shaped view `dst` (a slice, a transpose).
+void copyInto(const Tensor &dst, const Tensor &src);
+
+/// A non-tensor argument of a generic aten op, as the emitter spells it
+/// (`Arg()` is None).
+struct Arg {
+  enum Kind { None, Bool, Int, Double, Ints, Bools, String } kind = None;
+  bool b = false;
+  int64_t i = 0;
+  double d = 0;
+  std::vector<int64_t> ints;
+  std::vector<bool> bools;
+  std::string s;
+  Arg() = default;
+  Arg(bool v) : kind(Bool), b(v) {}
+  Arg(int64_t v) : kind(Int), i(v) {}
+  Arg(double v) : kind(Double), d(v) {}
+  Arg(std::vector<int64_t> v) : kind(Ints), ints(std::move(v)) {}
+  Arg(std::vector<bool> v) : kind(Bools), bools(std::move(v)) {}
+  Arg(std::string v) : kind(String), s(std::move(v)) {}
+};
+using Args = std::map<std::string, Arg>;
+
+/// Runs the generic aten op `schema` (a row of tdx/Runtime/cuda/AtenOps.def)
+/// on its tensor operands in schema order and its other arguments by name;
+/// its results in order (an output nothing reads may be undefined).
+std::vector<Tensor> callAten(const std::string &schema, const std::vector<Tensor> &tensors,
+                             const Args &args);
+namespace aten {
+#define TDX_CUDA_ATEN(schema, fn)                                                              \
+  std::vector<Tensor> fn(const std::vector<Tensor> &tensors, const Args &args);
+#include "tdx/Runtime/cuda/AtenOps.def"
+} // namespace aten
+
 /// Launches an emitted elementwise kernel over `it` (one thread per element).
 using KernelLaunch = void (*)(const tdx::kern::Iter &it, cudaStream_t stream);
 /// Runs it over `shape` (-1: the inputs' broadcast size there): inputs
