@@ -51,8 +51,9 @@ std::optional<ShardingRule> sameShape(AtenOp op, ArrayRef<int64_t> replicatedDim
   return rule;
 }
 
-/// hardswish_backward(grad, self), hardtanh_backward(...), broadcasting
-/// (tdx-raise-aten turns the backward formulas it knows into elementwise ops).
+/// threshold_backward(grad, self, threshold), hardswish_backward(grad,
+/// self), ..., broadcasting (tdx-raise-aten turns the backward formulas it
+/// knows into elementwise ops).
 std::optional<ShardingRule> pointwise(AtenOp op) {
   if (op->getNumResults() != 1)
     return std::nullopt;
@@ -244,6 +245,7 @@ struct Row {
 };
 const llvm::StringMap<Row> &rules() {
   static const llvm::StringMap<Row> table = {
+      {"aten::threshold_backward", pointwise},
       {"aten::hardtanh_backward", pointwise},
       {"aten::hardswish_backward", pointwise},
       {"aten::hardsigmoid_backward", pointwise},

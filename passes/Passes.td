@@ -83,7 +83,8 @@ def PropagateSharding : Pass<"tdx-propagate-sharding", "::mlir::ModuleOp"> {
     op to shard different factors over one mesh axis at the same priority are
     an error that names both; other contested choices are settled by the cost
     model: bytes moved under an alpha-beta model of each collective
-    (bandwidth and latency per mesh axis) plus compute. `explain` reports the
+    (bandwidth and latency per mesh axis) plus compute plus memory (the
+    bytes each rank holds of the results, weighed by `memory`). `explain` reports the
     candidates and costs of every contested choice as remarks.
 
     Then every op picks the layout it computes in (the cheapest given its
@@ -99,6 +100,10 @@ def PropagateSharding : Pass<"tdx-propagate-sharding", "::mlir::ModuleOp"> {
                "Seconds of latency per collective step on each mesh axis (default 1e-5)">,
     Option<"flops", "flops", "double", /*default=*/"1e11",
            "Floating-point operations per second of one device">,
+    Option<"memory", "memory", "double", /*default=*/"1e-10",
+           "Seconds charged per byte a rank holds of an op's results (the "
+           "memory term; default: writing them at 10 GB/s; 0 leaves memory "
+           "out, larger trades communication for memory)">,
     Option<"explain", "explain", "bool", /*default=*/"false",
            "Emit a remark for every contested placement with the candidates' costs">
   ];

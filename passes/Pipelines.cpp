@@ -23,6 +23,9 @@ struct PlaceOptions : public PassPipelineOptions<PlaceOptions> {
                              llvm::cl::desc("Seconds per collective step on each mesh axis")};
   Option<double> flops{*this, "flops", llvm::cl::desc("FLOP/s of one device"),
                        llvm::cl::init(1e11)};
+  Option<double> memory{*this, "memory",
+                        llvm::cl::desc("Seconds per byte a rank holds of a result"),
+                        llvm::cl::init(1e-10)};
   Option<bool> explain{*this, "explain", llvm::cl::desc("Explain contested placements"),
                        llvm::cl::init(false)};
 };
@@ -49,6 +52,7 @@ void mlir::tdx::registerTdxPipelines() {
         p.bandwidth.assign(o.bandwidth.begin(), o.bandwidth.end());
         p.latency.assign(o.latency.begin(), o.latency.end());
         p.flops = o.flops;
+        p.memory = o.memory;
         p.explain = o.explain;
         buildPlacePipeline(pm, p);
       });

@@ -232,6 +232,16 @@ double FunctionPropagation::candidateCost(Operation *op, const ShardingRule &rul
     produced[axis] = producedResult(rule, j, f, axis);
     seconds += changeCost(result, produced, axis, s.placement);
   }
+  // Memory: what each rank holds of the results computed this way (a
+  // replicated or Partial result is held whole by every rank).
+  for (auto [j, result] : llvm::enumerate(op->getResults())) {
+    if (!isTensor(result) || j >= rule.results.size())
+      continue;
+    Layout held = layout(result);
+    held[axis] = producedResult(rule, j, f, axis);
+    seconds += cost.secondsPerByteHeld *
+               static_cast<double>(localBytes(tensorType(result), held, meshShape));
+  }
   double flops = 2.0;
   for (int64_t size : rule.factorSizes)
     flops *= static_cast<double>(std::max<int64_t>(size, 1));
@@ -770,7 +780,7 @@ struct PropagateShardingPass
       if (!*mesh)
         continue;
       FailureOr<CostModel> cost =
-          CostModel::fromOptions(*mesh, bandwidth, latency, flops);
+          CostModel::fromOptions(*mesh, bandwidth, latency, flops, memory);
       if (failed(cost))
         return signalPassFailure();
       FunctionPropagation propagation(fn, *mesh, *cost, explain, symbols);

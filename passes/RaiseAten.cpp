@@ -372,20 +372,6 @@ Value raiseTanhBackward(Call &c) {
   return c.binary<MulOp>(dy, c.binary<SubOp>(one, c.binary<MulOp>(y, y)));
 }
 
-/// threshold_backward(grad, x, threshold) = where(x <= threshold, 0, grad).
-Value raiseThresholdBackward(Call &c) {
-  auto in = gradAndInput(c);
-  std::optional<double> threshold = c.number("threshold");
-  if (!in || !threshold)
-    return {};
-  auto [dy, x] = *in;
-  Type e = c.elementType();
-  auto mask = CmpOp::create(c.b, c.loc, RankedTensorType::get(c.resultType().getShape(),
-                                                              c.b.getI1Type()),
-                            CmpPredicate::le, x, c.full(*threshold, e));
-  return WhereOp::create(c.b, c.loc, c.resultType(), mask, c.full(0.0, e), dy);
-}
-
 /// addcmul(self, t1, t2, value) = self + value * t1 * t2 and addcdiv's
 /// self + value * t1 / t2 (an optimizer's update).
 template <typename OpT> Value raiseAddc(Call &c) {
@@ -822,7 +808,6 @@ const llvm::StringMap<RaiseFn> &table() {
     t["aten::silu_backward"] = &raiseSiluBackward;
     t["aten::sigmoid_backward"] = &raiseSigmoidBackward;
     t["aten::tanh_backward"] = &raiseTanhBackward;
-    t["aten::threshold_backward"] = &raiseThresholdBackward;
     t["aten::addcmul"] = &raiseAddc<MulOp>;
     t["aten::addcdiv"] = &raiseAddc<DivOp>;
     t["aten::rsub"] = &raiseRsub;

@@ -72,7 +72,8 @@ CostModel CostModel::uniform(int64_t rank, double bandwidth, double latency) {
 }
 
 FailureOr<CostModel> CostModel::fromOptions(MeshOp mesh, ArrayRef<double> bandwidth,
-                                            ArrayRef<double> latency, double flops) {
+                                            ArrayRef<double> latency, double flops,
+                                            double secondsPerByteHeld) {
   int64_t rank = mesh.getShape().size();
   CostModel c = uniform(rank);
   auto fill = [&](ArrayRef<double> given, SmallVectorImpl<double> &out,
@@ -98,6 +99,10 @@ FailureOr<CostModel> CostModel::fromOptions(MeshOp mesh, ArrayRef<double> bandwi
   if (!(flops > 0))
     return mesh.emitError() << "the 'flops' option must be positive, got " << flops;
   c.flopsPerSecond = flops;
+  if (!(secondsPerByteHeld >= 0) || !std::isfinite(secondsPerByteHeld))
+    return mesh.emitError() << "the 'memory' option must be non-negative, got "
+                            << secondsPerByteHeld;
+  c.secondsPerByteHeld = secondsPerByteHeld;
   return c;
 }
 

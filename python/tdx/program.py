@@ -71,11 +71,13 @@ class Program:
         from .sharding import _annotate
         return _annotate(self, name, mesh, placements)
 
-    def propagate(self, *, bandwidth=None, latency=None, flops=None):
+    def propagate(self, *, bandwidth=None, latency=None, flops=None, memory=None):
         """Runs tdx-propagate-sharding: every value gets a placement. The cost
-        model takes bytes/s and seconds per mesh axis and device FLOP/s."""
+        model takes bytes/s and seconds per mesh axis, device FLOP/s and the
+        seconds charged per byte a rank holds of a result (``memory``,
+        default 1e-10; 0 leaves memory out)."""
         from .sharding import _propagate
-        return _propagate(self, bandwidth=bandwidth, latency=latency, flops=flops)
+        return _propagate(self, bandwidth=bandwidth, latency=latency, flops=flops, memory=memory)
 
     def partition(self):
         """Inserts the collectives and rewrites the program per rank

@@ -128,7 +128,7 @@ def _annotate(prog, name, mesh, placements):
     return prog
 
 
-def _propagate(prog, *, bandwidth=None, latency=None, flops=None):
+def _propagate(prog, *, bandwidth=None, latency=None, flops=None, memory=None):
     options = []
     if bandwidth is not None:
         options.append("bandwidth=" + ",".join(str(float(x)) for x in _as_list(bandwidth)))
@@ -136,6 +136,10 @@ def _propagate(prog, *, bandwidth=None, latency=None, flops=None):
         options.append("latency=" + ",".join(str(float(x)) for x in _as_list(latency)))
     if flops is not None:
         options.append(f"flops={float(flops)}")
+    if memory is not None:
+        if not memory >= 0:
+            raise ValueError(f"memory= is seconds per byte held and must be >= 0, got {memory}")
+        options.append(f"memory={float(memory)}")
     suffix = "{" + " ".join(options) + "}" if options else ""
     # The registered pipeline tdx-compile runs too (passes/Pipelines.cpp).
     return prog.run_pipeline("tdx-place" + suffix)

@@ -25,13 +25,17 @@ import torch  # noqa: E402
 import tdx  # noqa: E402
 from models import GPT2, Llama  # noqa: E402
 
-# Program name -> (model, mesh); tp2 runs two ranks on one GPU where NCCL
-# allows it.
+# Program name -> (model, ranks, kind); tp2 runs two ranks on one GPU where
+# NCCL allows it. "forward" programs compare their output, "train" ones
+# (tdx.trace_train_step with AdamW, TRAIN_STEPS steps) their loss per step
+# and the final state.
 PROGRAMS = {
-    "gpt2-1": ("gpt2", 1), "gpt2-tp2": ("gpt2", 2),
-    "llama-1": ("llama", 1), "llama-tp2": ("llama", 2),
-    "resnet18-1": ("resnet18", 1),
+    "gpt2-1": ("gpt2", 1, "forward"), "gpt2-tp2": ("gpt2", 2, "forward"),
+    "llama-1": ("llama", 1, "forward"), "llama-tp2": ("llama", 2, "forward"),
+    "resnet18-1": ("resnet18", 1, "forward"),
+    "gpt2-train-1": ("gpt2", 1, "train"), "llama-train-tp2": ("llama", 2, "train"),
 }
+TRAIN_STEPS = 5
 # The runtime a model binary links: tdx/Runtime without LLVM, MLIR or ATen.
 RUNTIME = ["Mesh.cpp", "Options.cpp", "SaveCheckpoint.cpp", "InitProgram.cpp", "Safetensors.cpp",
            "Checkpoint.cpp", "Crc32c.cpp", "Json.cpp", "Placement.cpp"]
@@ -76,19 +80,82 @@ def tool(name):
     return os.path.join(ROOT, "build", "bin", name)
 
 
-def write_program(out, name, cpu_expected):
-    model_name, ranks = PROGRAMS[name]
-    eager, deferred, inputs, plan = model(model_name)
-    folder = os.path.join(out, "programs", name)
-    os.makedirs(folder)
-    prog = tdx.trace(deferred, *inputs)
+def placed(prog, ranks, plan):
+    """`prog` with its tensor-parallel plan on `ranks` ranks."""
     if ranks > 1:
         tdx.parallelize(prog, tdx.init_device_mesh("cpu", (ranks,), ("tp",)), plan)
+    return prog
+
+
+def emit_cuda(prog, folder):
     prog.partition()
     prog.save(os.path.join(folder, "program.mlir"))
     subprocess.run([tool("tdx-translate"), "--tdx-to-cuda", os.path.join(folder, "program.mlir"),
                     "-o", os.path.join(folder, "program.cu")], check=True)
     os.remove(os.path.join(folder, "program.mlir"))
+
+
+def lm_loss(model, ids, targets):
+    logits = model(ids)
+    return torch.nn.functional.cross_entropy(logits.reshape(-1, logits.shape[-1]),
+                                             targets.reshape(-1))
+
+
+def adamw(params):
+    return torch.optim.AdamW(params, lr=1e-3, weight_decay=0.1)
+
+
+def write_train_program(out, name, cpu_expected):
+    """A whole training step: eager's losses and final parameters after
+    TRAIN_STEPS AdamW steps from the weights in params.safetensors."""
+    model_name, ranks, _ = PROGRAMS[name]
+    eager, deferred, _, plan = model(model_name)
+    folder = os.path.join(out, "programs", name)
+    os.makedirs(folder)
+    g = torch.Generator().manual_seed(5)
+    batches = [(torch.randint(0, 96, (4, 8), generator=g), torch.randint(0, 96, (4, 8), generator=g))
+               for _ in range(TRAIN_STEPS)]
+    prog = placed(tdx.trace_train_step(deferred, adamw(deferred.parameters()), lm_loss,
+                                       *batches[0]), ranks, plan)
+    cpu_prog = prog.copy()
+    emit_cuda(prog, folder)
+    weights = {k: v.clone() for k, v in state(eager).items()}
+    tdx.safetensors.save(weights, os.path.join(folder, "params.safetensors"))
+    tdx.safetensors.save({f"{k}:input:{i}": x for k, b in enumerate(batches)
+                          for i, x in enumerate(b)}, os.path.join(folder, "batches.safetensors"))
+    optimizer, losses = adamw(eager.parameters()), []
+    for batch in batches:
+        optimizer.zero_grad()
+        loss = lm_loss(eager, *batch)
+        loss.backward()
+        optimizer.step()
+        losses.append(loss.detach())
+    want = {f"{k}:output:0": x for k, x in enumerate(losses)}
+    want.update({f"state:{k}": v.detach() for k, v in eager.named_parameters()})
+    tdx.safetensors.save(want, os.path.join(folder, "expected.eager.safetensors"))
+    entry = {"name": name, "model": model_name, "ranks": ranks, "tolerance": 1e-5,
+             "kind": "train", "steps": TRAIN_STEPS}
+    if cpu_expected:
+        got, final = tdx.compile(cpu_prog).train(batches, params=weights)
+        for k, (a, b) in enumerate(zip(got, losses)):
+            if abs(a - b.item()) > 1e-5 * abs(b.item()):
+                raise SystemExit(f"{name}: the CPU binary's step {k} loss {a} is off eager's "
+                                 f"{b.item()}; fix that first")
+        cpu = {f"{k}:output:0": torch.tensor(x) for k, x in enumerate(got)}
+        cpu.update({f"state:{k}": final[k] for k, _ in eager.named_parameters()})
+        tdx.safetensors.save(cpu, os.path.join(folder, "expected.cpu.safetensors"))
+    return entry
+
+
+def write_program(out, name, cpu_expected):
+    model_name, ranks, kind = PROGRAMS[name]
+    if kind == "train":
+        return write_train_program(out, name, cpu_expected)
+    eager, deferred, inputs, plan = model(model_name)
+    folder = os.path.join(out, "programs", name)
+    os.makedirs(folder)
+    prog = placed(tdx.trace(deferred, *inputs), ranks, plan)
+    emit_cuda(prog, folder)
     weights = state(eager)
     tdx.safetensors.save(weights, os.path.join(folder, "params.safetensors"))
     tdx.safetensors.save({f"input:{i}": x for i, x in enumerate(inputs)},
@@ -96,7 +163,8 @@ def write_program(out, name, cpu_expected):
     with torch.no_grad():
         want = eager(*inputs)
     tdx.safetensors.save({"output:0": want}, os.path.join(folder, "expected.eager.safetensors"))
-    entry = {"name": name, "model": model_name, "ranks": ranks, "tolerance": 1e-5}
+    entry = {"name": name, "model": model_name, "ranks": ranks, "tolerance": 1e-5,
+             "kind": "forward", "steps": 0}
     if cpu_expected:
         (got,) = tdx.compile(prog).run(*inputs, params=weights)
         rel = ((got - want).norm() / want.norm()).item()

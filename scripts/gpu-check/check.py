@@ -2,8 +2,8 @@
 tdx package needed): compares a program's outputs with the expected ones and
 times PyTorch eager on the same model and weights.
 
-    python3 check.py compare PROGRAM_DIR OUT.safetensors
-    python3 check.py eager PROGRAM_DIR MODEL --steps N      # prints "eager_ms <ms>"
+    python3 check.py compare PROGRAM_DIR OUT.safetensors [--state STATE.safetensors]
+    python3 check.py eager PROGRAM_DIR MODEL --steps N [--train]   # prints "eager_ms <ms>"
 """
 
 import argparse
@@ -37,21 +37,37 @@ def load(path):
     return out
 
 
-def compare(folder, output, tolerance):
-    got = load(output)["output:0"].double()
+def compare(folder, output, tolerance, state=None):
+    """Every expected tensor next to the run's: "output:0" of a forward,
+    "k:output:0" (step k's loss) and "state:NAME" (a parameter after the
+    last step, within 1e-4: Adam's rounding grows over steps) of training."""
+    got = load(output)
+    final = load(state) if state else {}
     worst = 0.0
     for kind in ("eager", "cpu"):
         path = os.path.join(folder, f"expected.{kind}.safetensors")
         if not os.path.exists(path):
             continue
-        want = load(path)["output:0"].double()
-        if got.shape != want.shape:
-            print(f"  shape {tuple(got.shape)} but {kind} has {tuple(want.shape)}")
-            return 1
-        rel = ((got - want).norm() / want.norm()).item()
-        print(f"  relative error vs {kind}: {rel:.2e}")
-        worst = max(worst, rel if rel == rel else float("inf"))
-    return 0 if worst < tolerance else 1
+        errors = {"output": 0.0, "state": 0.0}
+        for key, want in load(path).items():
+            is_state = key.startswith("state:")
+            have = final.get(key[len("state:"):]) if is_state else got.get(key)
+            if have is None:
+                print(f"  {key}: missing from the run's files")
+                return 1
+            have, want = have.double(), want.double()
+            if have.shape != want.shape:
+                print(f"  {key}: shape {tuple(have.shape)} but {kind} has {tuple(want.shape)}")
+                return 1
+            rel = ((have - want).norm() / want.norm()).item() if want.norm() else \
+                (have - want).norm().item()
+            rel = rel if rel == rel else float("inf")
+            group = "state" if is_state else "output"
+            errors[group] = max(errors[group], rel)
+            worst = max(worst, rel / (100 * tolerance) if is_state else rel / tolerance)
+        print(f"  relative error vs {kind}: outputs {errors['output']:.2e}" +
+              (f", final state {errors['state']:.2e}" if final else ""))
+    return 0 if worst < 1 else 1
 
 
 def build(name):
@@ -61,6 +77,36 @@ def build(name):
         return IMAGES["resnet18"]().eval()
     import models
     return {"gpt2": models.GPT2, "llama": models.Llama}[name]()
+
+
+def eager_train(folder, name, steps):
+    """Eager AdamW training steps on the program's batches (repeated)."""
+    model = build(name)
+    with torch.no_grad():
+        for key, value in load(os.path.join(folder, "params.safetensors")).items():
+            dict(model.named_parameters())[key].copy_(value)
+    model = model.cuda().train()
+    optimizer = torch.optim.AdamW(model.parameters(), lr=1e-3, weight_decay=0.1, foreach=False)
+    data = load(os.path.join(folder, "batches.safetensors"))
+    batches = [(data[f"{k}:input:0"].cuda(), data[f"{k}:input:1"].cuda())
+               for k in range(len(data) // 2)]
+
+    def step(ids, targets):
+        optimizer.zero_grad()
+        logits = model(ids)
+        loss = torch.nn.functional.cross_entropy(logits.reshape(-1, logits.shape[-1]),
+                                                 targets.reshape(-1))
+        loss.backward()
+        optimizer.step()
+
+    step(*batches[0])
+    torch.cuda.synchronize()
+    start = time.perf_counter()
+    for k in range(steps):
+        step(*batches[k % len(batches)])
+    torch.cuda.synchronize()
+    print(f"eager_ms {(time.perf_counter() - start) * 1e3 / steps:.4f}")
+    return 0
 
 
 def eager(folder, name, steps):
@@ -90,13 +136,17 @@ def main():
     c.add_argument("folder")
     c.add_argument("output")
     c.add_argument("--tolerance", type=float, default=1e-5)
+    c.add_argument("--state", help="a training run's --save-state file")
     e = sub.add_parser("eager")
     e.add_argument("folder")
     e.add_argument("model")
     e.add_argument("--steps", type=int, default=20)
+    e.add_argument("--train", action="store_true", help="time AdamW training steps")
     args = parser.parse_args()
     if args.cmd == "compare":
-        return compare(args.folder, args.output, args.tolerance)
+        return compare(args.folder, args.output, args.tolerance, args.state)
+    if args.train:
+        return eager_train(args.folder, args.model, args.steps)
     return eager(args.folder, args.model, args.steps)
 
 

@@ -3,7 +3,9 @@
 # recent PyTorch (no Debian packages, no network needed):
 #
 #   bash run.sh                  build with nvcc, run every program on one GPU,
-#                                compare with the expected outputs, memcheck one,
+#                                compare with the expected outputs (training
+#                                programs: losses per step and final state),
+#                                memcheck a forward and a training step,
 #                                time the binaries next to PyTorch eager
 #   bash run.sh --compile-only   build only (the test suite runs this)
 #
@@ -56,9 +58,9 @@ for src in "$HERE"/runtime/lib/*.cpp "$HERE"/runtime/lib/cuda/*.cu; do
 done
 rm -f "$BUILD/libtdxcuda.a"
 ar rcs "$BUILD/libtdxcuda.a" "$BUILD"/obj/*.o || failed_build=1
-PROGRAMS=$("$PY" -c 'import json,sys; [print(p["name"], p["model"], p["ranks"], p["tolerance"]) for p in json.load(open(sys.argv[1]))["programs"]]' "$HERE/manifest.json")
+PROGRAMS=$("$PY" -c 'import json,sys; [print(p["name"], p["model"], p["ranks"], p["tolerance"], p["kind"], p["steps"]) for p in json.load(open(sys.argv[1]))["programs"]]' "$HERE/manifest.json")
 built=0
-while read -r name model ranks tol; do
+while read -r name model ranks tol kind steps; do
   if "$NVCC" "${FLAGS[@]}" -o "$BUILD/$name" "$HERE/programs/$name/program.cu" \
        "$BUILD/libtdxcuda.a" "${LIBS[@]}"; then
     built=$((built + 1))
@@ -73,12 +75,20 @@ fi
 
 passed=0; failed=$failed_build
 TABLE="$(printf '%-12s %5s %12s %12s %7s\n' program ranks tdx_ms eager_ms ratio)"
-while read -r name model ranks tol; do
+while read -r name model ranks tol kind steps; do
   dir="$HERE/programs/$name"; out="$BUILD/$name.out.safetensors"; log="$BUILD/$name.log"
   [[ -x "$BUILD/$name" ]] || continue
+  # A forward runs $STEPS times on its input; a training program runs its
+  # steps on its batches and saves the final state.
+  if [[ $kind == train ]]; then
+    RUN=(--batches "$dir/batches.safetensors" --steps "$steps" --save-state "$BUILD/$name.state.safetensors")
+    COMPARE=(--state "$BUILD/$name.state.safetensors"); EAGER=(--train)
+  else
+    RUN=(--inputs "$dir/in.safetensors" --steps "$STEPS"); COMPARE=(); EAGER=()
+  fi
   if ! mpirun -np "$ranks" --oversubscribe --bind-to none "$BUILD/$name" \
-       --params "$dir/params.safetensors" --inputs "$dir/in.safetensors" --outputs "$out" \
-       --steps "$STEPS" --verbose < /dev/null > "$log" 2>&1; then
+       --params "$dir/params.safetensors" "${RUN[@]}" --outputs "$out" \
+       --verbose < /dev/null > "$log" 2>&1; then
     if [[ $ranks -gt 1 ]] && grep -qi "duplicate GPU\|same device\|ncclInvalidUsage" "$log"; then
       echo "gpu-check: $name: skipped (NCCL refuses $ranks ranks on one GPU)"; continue
     fi
@@ -87,34 +97,43 @@ while read -r name model ranks tol; do
     failed=$((failed + 1)); continue
   fi
   echo "gpu-check: $name:"
-  if "$PY" "$HERE/check.py" compare "$dir" "$out" --tolerance "$tol" < /dev/null; then
+  if "$PY" "$HERE/check.py" compare "$dir" "$out" --tolerance "$tol" "${COMPARE[@]}" < /dev/null; then
     passed=$((passed + 1))
   else
     echo "gpu-check: $name: FAILED (outputs differ)"; failed=$((failed + 1))
   fi
   tdx_ms=$(sed -n 's/.*ranks: init [0-9.]* ms, step \([0-9.]*\) ms.*/\1/p' "$log" | head -1)
-  eager_ms=$("$PY" "$HERE/check.py" eager "$dir" "$model" --steps "$STEPS" 2>/dev/null < /dev/null |
+  eager_ms=$("$PY" "$HERE/check.py" eager "$dir" "$model" --steps "$STEPS" "${EAGER[@]}" 2>/dev/null < /dev/null |
              sed -n 's/^eager_ms //p')
   ratio=$("$PY" -c "import sys; print(f'{float(sys.argv[1]) / float(sys.argv[2]):.2f}')" \
           "${tdx_ms:-nan}" "${eager_ms:-nan}" 2>/dev/null)
   TABLE+=$'\n'"$(printf '%-12s %5s %12s %12s %7s' "$name" "$ranks" "${tdx_ms:-?}" "${eager_ms:-?}" "${ratio:-?}")"
 done <<< "$PROGRAMS"
 
-# One program under compute-sanitizer's memcheck.
-first=$(head -1 <<< "$PROGRAMS" | cut -d' ' -f1)
+# The first one-rank forward and training programs under compute-sanitizer's
+# memcheck (one training step).
 SANITIZER="$(command -v compute-sanitizer || echo "$CUDA_HOME/bin/compute-sanitizer")"
-if [[ -x "$SANITIZER" && -x "$BUILD/$first" ]]; then
+for want in forward train; do
+  first=$(awk -v k="$want" '$3 == 1 && $5 == k { print $1; exit }' <<< "$PROGRAMS")
+  [[ -n "$first" && -x "$BUILD/$first" ]] || continue
+  if [[ ! -x "$SANITIZER" ]]; then
+    echo "gpu-check: memcheck: no compute-sanitizer"; failed=$((failed + 1)); break
+  fi
   dir="$HERE/programs/$first"
+  if [[ $want == train ]]; then
+    RUN=(--batches "$dir/batches.safetensors" --steps 1)
+  else
+    RUN=(--inputs "$dir/in.safetensors")
+  fi
   if mpirun -np 1 "$SANITIZER" --tool memcheck --error-exitcode 9 "$BUILD/$first" \
-       --params "$dir/params.safetensors" --inputs "$dir/in.safetensors" \
-       --outputs "$BUILD/memcheck.safetensors" < /dev/null > "$BUILD/memcheck.log" 2>&1; then
+       --params "$dir/params.safetensors" "${RUN[@]}" \
+       --outputs "$BUILD/memcheck.safetensors" < /dev/null > "$BUILD/memcheck.$first.log" 2>&1; then
     echo "gpu-check: memcheck $first: clean"; passed=$((passed + 1))
   else
-    echo "gpu-check: memcheck $first: FAILED"; tail -20 "$BUILD/memcheck.log"; failed=$((failed + 1))
+    echo "gpu-check: memcheck $first: FAILED"; tail -20 "$BUILD/memcheck.$first.log"
+    failed=$((failed + 1))
   fi
-else
-  echo "gpu-check: memcheck: no compute-sanitizer"; failed=$((failed + 1))
-fi
+done
 
 echo "gpu-check: $passed passed, $failed failed"
 echo "$TABLE"

@@ -154,13 +154,15 @@ func.func @norms(%x: tensor<4x8xf32>) -> (tensor<f32>, tensor<4xf32>, tensor<f32
 // -----
 
 // Backward and optimizer formulas become fused elementwise ops, ATen's
-// arithmetic in its order: threshold_backward a select, sigmoid/tanh/silu/
-// gelu backward their derivatives, addcmul/addcdiv/rsub an Adam update's.
+// arithmetic in its order: sigmoid/tanh/silu/gelu backward their
+// derivatives, addcmul/addcdiv/rsub an Adam update's.
 // CHECK-LABEL: func.func @backward_formulas
 func.func @backward_formulas(%g: tensor<4x8xf32>, %x: tensor<4x8xf32>, %s: tensor<f32>) -> (tensor<4x8xf32>, tensor<4x8xf32>, tensor<4x8xf32>, tensor<4x8xf32>, tensor<4x8xf32>, tensor<4x8xf32>, tensor<4x8xf32>, tensor<4x8xf32>, tensor<f32>) {
-  // CHECK: %[[Z:.*]] = tdx.full 0.000000e+00 : tensor<f32>
-  // CHECK: %[[LE:.*]] = tdx.cmp le, %{{.*}}, %[[Z]]
-  // CHECK: tdx.where %[[LE]], %{{.*}}, %{{.*}}
+  // threshold_backward stays generic (measured: fusing it moved a ResNet's
+  // parameters after 10 training steps by 1.2e-4 relative, past the 1e-4
+  // the training tests allow).
+  // CHECK: tdx.aten "aten::threshold_backward"
+  // expected-remark @+1 {{stays generic}}
   %0 = tdx.aten "aten::threshold_backward"(%g, %x) {args = {threshold = 0 : i64}} : (tensor<4x8xf32>, tensor<4x8xf32>) -> tensor<4x8xf32>
   // CHECK: %[[ONE:.*]] = tdx.full 1.000000e+00 : tensor<f32>
   // CHECK: %[[D:.*]] = tdx.sub %[[ONE]], %{{.*}} : (tensor<f32>, tensor<4x8xf32>)

@@ -14,7 +14,9 @@ import tdx
 ROOT = os.path.join(os.path.dirname(__file__), "..", "..")
 CUDA = os.path.exists(os.path.join(os.path.dirname(tdx.__file__), "..", "..", "lib",
                                    "libTdxRuntimeCUDA.a"))
-PROGRAMS = ["gpt2-1", "llama-tp2", "resnet18-1"]
+# A forward on one rank and on tp2, a conv net, and a whole training step
+# (forward, backward, AdamW) on tp2.
+PROGRAMS = ["gpt2-1", "llama-tp2", "resnet18-1", "llama-train-tp2"]
 
 
 @pytest.fixture(scope="module")
@@ -31,14 +33,31 @@ def bundle(tmp_path_factory):
 def test_bundle_holds_programs_expectations_runtime_and_mpi(bundle):
     manifest = json.load(open(bundle / "manifest.json"))
     assert [p["name"] for p in manifest["programs"]] == PROGRAMS
-    for name in PROGRAMS:
+    for entry in manifest["programs"]:
+        name, train = entry["name"], entry["kind"] == "train"
         folder = bundle / "programs" / name
-        for f in ("program.cu", "params.safetensors", "in.safetensors",
+        for f in ("program.cu", "params.safetensors",
+                  "batches.safetensors" if train else "in.safetensors",
                   "expected.eager.safetensors", "expected.cpu.safetensors"):
             assert (folder / f).exists(), (name, f)
         source = (folder / "program.cu").read_text()
         assert "__global__ void k0_kernel(tdx::kern::Iter it)" in source
-        assert "callAten" not in source
+        # A forward is first-class ops only; a training step's backward
+        # runs generic ops of the CUDA list (tdx/Runtime/cuda/AtenOps.def).
+        if train:
+            assert 'callAten("aten::embedding_dense_backward"' in source
+        else:
+            assert "callAten" not in source, name
+    # The training step's expectations: eager's loss per step and final
+    # parameters, and the CPU binary's, within the tolerances run.sh checks.
+    train = bundle / "programs" / "llama-train-tp2"
+    eager = tdx.safetensors.load(str(train / "expected.eager.safetensors"))
+    cpu = tdx.safetensors.load(str(train / "expected.cpu.safetensors"))
+    assert sorted(eager) == sorted(cpu)
+    assert {k for k in eager if ":output:" in k} == {f"{k}:output:0" for k in range(5)}
+    for key, want in eager.items():
+        rel = ((cpu[key] - want).norm() / want.norm()).item()
+        assert rel < (1e-4 if key.startswith("state:") else 1e-5), key
     assert (bundle / "runtime" / "lib" / "cuda" / "Ops.cu").exists()
     assert (bundle / "runtime" / "lib" / "Json.cpp").exists()
     # The runtime needs no LLVM: nothing under it includes it.

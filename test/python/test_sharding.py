@@ -102,6 +102,35 @@ def test_bad_meshes_and_placements_are_named():
         tdx.parallelize(traced(Llama), MESH, {"layers.*.wq": tdx.ColwiseParallel("mp")})
     with pytest.raises(tdx.CaptureError, match="'bandwidth' option has 3 values"):
         tdx.parallelize(traced(Llama), MESH, LLAMA_PLAN).propagate(bandwidth=[1, 2, 3])
+    with pytest.raises(ValueError, match="memory= is seconds per byte held"):
+        tdx.parallelize(traced(Llama), MESH, LLAMA_PLAN).propagate(memory=-1)
+
+
+def test_memory_term_keeps_a_large_product_from_being_held_whole():
+    # x wants the matmul's reduction dim split and w its columns; reaching
+    # either costs about the same, but the reduction leaves the 64 MiB
+    # product Partial (whole on each rank). The memory term (default) splits
+    # the columns; memory=0 keeps the reduction.
+    class Net(torch.nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.w = torch.nn.Parameter(torch.empty(64, 4096))
+
+        def forward(self, x):
+            return x.exp() @ self.w.exp()
+
+    mesh = tdx.init_device_mesh("cpu", (2,), ("tp",))
+    layouts = {}
+    for memory in (None, 0):
+        torch.manual_seed(0)
+        prog = tdx.trace(tdx.deferred_init(Net), torch.zeros(4096, 64))
+        prog.annotate("input:0", mesh, [tdx.Shard(1)])
+        prog.annotate("w", mesh, [tdx.Shard(1)])
+        prog.propagate(memory=memory)
+        (line,) = [l for l in prog.mlir.splitlines() if "tdx.matmul" in l]
+        layouts[memory] = line.split("tdx.shardings = ")[1]
+    assert "[Shard(1)]" in layouts[None], layouts
+    assert "[Partial(sum)]" in layouts[0], layouts
 
 
 def test_llama_sequence_parallel_reduce_scatters_and_gathers():

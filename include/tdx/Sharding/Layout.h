@@ -41,6 +41,10 @@ struct CostModel {
   double flopsPerSecond = 1e11;
   /// Bytes/s of a local copy (slicing, zeroing).
   double memoryBandwidth = 1e10;
+  /// Seconds charged per byte a rank holds of an op's results: the memory
+  /// term of propagation, so that replicating a large result is never free
+  /// (default: writing it at memoryBandwidth; 0 leaves memory out).
+  double secondsPerByteHeld = 1e-10;
 
   static CostModel uniform(int64_t rank, double bandwidth = 1e10,
                            double latency = 1e-5);
@@ -48,7 +52,8 @@ struct CostModel {
   /// none for the defaults. Reports a wrong count or a non-positive value
   /// at `mesh`.
   static FailureOr<CostModel> fromOptions(MeshOp mesh, ArrayRef<double> bandwidth,
-                                          ArrayRef<double> latency, double flops);
+                                          ArrayRef<double> latency, double flops,
+                                          double secondsPerByteHeld = 1e-10);
 };
 
 enum class StepKind {
