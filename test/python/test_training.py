@@ -136,6 +136,13 @@ def rel(a, b):
     return ((a - b).norm() / b.norm().clamp_min(1e-30)).item()
 
 
+# Final parameters within 1e-4 relative of eager's, except the ResNet's:
+# its batch-norm biases start at zero and stay tiny, and a batch of 4 makes
+# them chaotic. Measured here (AVX-512): eager against itself with 0.14% of
+# its weights moved by one float32 ulp ends 10 steps with layer1.0.bn2.bias
+# 5.7e-2 relative away; tdx's bn1.bias ended 1.24e-4 away (losses within
+# 1e-5 at every step).
+PARAM_TOLERANCE = {"resnet": 1e-3}
 slow = pytest.mark.slow
 # (model, optimizer, mesh, zero); the slow ones run with TDX_SLOW=1.
 CASES = [
@@ -175,7 +182,7 @@ def test_training_matches_eager(model, opt, mesh, zero):
             worst = (state[name] - p.detach()).abs().max().item()
             assert worst <= 1e-2 * lr, f"{name} after {STEPS} steps: {worst} (rel {err})"
         else:
-            assert err < 1e-4, f"{name} after {STEPS} steps"
+            assert err < PARAM_TOLERANCE.get(model, 1e-4), f"{name} after {STEPS} steps"
     # Buffers the step writes (batch norm's running statistics) and those it
     # only reads.
     for name, b in eager.named_buffers():

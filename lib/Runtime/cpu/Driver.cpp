@@ -175,6 +175,8 @@ int tdx::rt::runMain(int argc, char **argv, const Program &program) {
       TensorStore in(o.batches);
       std::map<std::string, at::Tensor> saved;
       int64_t peakStep = 0;
+      if (o.profile)
+        Profile::enable();
       auto t2 = std::chrono::steady_clock::now();
       for (int64_t step = firstStep; step < o.steps; ++step) {
         std::vector<at::Tensor> local;
@@ -195,6 +197,9 @@ int tdx::rt::runMain(int argc, char **argv, const Program &program) {
         saveStep(step + 1, step + 1 == o.steps);
       }
       auto t3 = std::chrono::steady_clock::now();
+      if (o.profile && rank == 0)
+        Profile::totals().print(std::chrono::duration<double>(t3 - t2).count() - saveMs * 1e-3,
+                                std::max<int64_t>(1, o.steps - firstStep));
       if (o.verbose) {
         // State stays; a step's working memory (activations, gradients,
         // gathered parameters) comes and goes.
