@@ -3,12 +3,14 @@
 #include "tdx/Runtime/Options.h"
 #include "tdx/Runtime/Checkpoint.h"
 
+#include <sched.h>
 #include <sys/resource.h>
 
 #include <algorithm>
 #include <cstdlib>
 #include <iostream>
 #include <stdexcept>
+#include <thread>
 
 int tdx::rt::parseOptions(int argc, char **argv, Options &o) {
   for (int i = 1; i < argc; ++i) {
@@ -51,7 +53,13 @@ int tdx::rt::parseOptions(int argc, char **argv, Options &o) {
         o.timeout = std::stod(value());
       else if (a == "--steps")
         o.steps = std::max<int64_t>(1, std::stoll(value()));
-      else if (a == "--verbose")
+      else if (a == "--threads") {
+        o.threads = std::stoi(value());
+        if (o.threads < 1) {
+          std::cerr << "tdx: --threads needs a count of at least 1 (see --help)\n";
+          return 2;
+        }
+      } else if (a == "--verbose")
         o.verbose = true;
       else if (a == "--profile")
         o.verbose = o.profile = true;
@@ -60,7 +68,8 @@ int tdx::rt::parseOptions(int argc, char **argv, Options &o) {
             << "usage: mpirun -np N " << argv[0]
             << " --inputs in.safetensors --outputs out.safetensors\n"
                "       [--params FILE|DIR] [--dump-params out.safetensors]\n"
-               "       [--seed S] [--steps N] [--collective-timeout S] [--verbose] [--profile]\n"
+               "       [--seed S] [--steps N] [--collective-timeout S] [--threads T]\n"
+               "       [--verbose] [--profile]\n"
                "   or: mpirun -np N " << argv[0] << " --batches b.safetensors --steps N\n"
                "       --outputs out.safetensors [--save-state state.safetensors] [--params ...]\n"
                "       [--save DIR [--save-every K] [--save-keep N]] [--resume DIR]\n"
@@ -95,6 +104,9 @@ int tdx::rt::parseOptions(int argc, char **argv, Options &o) {
                "--params store:KEY reads KEY's newest version from the store.\n"
                "--collective-timeout S (default 300): a collective that does not complete\n"
                "in S seconds ends every rank with an error naming its mesh axes.\n"
+               "--threads T (CPU binaries): ATen and BLAS threads per rank (default:\n"
+               "OMP_NUM_THREADS if set, else the cores mpirun bound the rank to, or,\n"
+               "unbound (--bind-to none), this machine's cores over its ranks).\n"
                "--verbose: init time and memory per rank, step time, bytes communicated.\n"
                "--profile (CPU binaries): also where rank 0's step time goes: ATen calls,\n"
                "fused kernels, collectives, and the rest (the runtime's own overhead).\n";
@@ -104,7 +116,7 @@ int tdx::rt::parseOptions(int argc, char **argv, Options &o) {
         return 2;
       }
     } catch (const std::invalid_argument &) {
-      bool number = a == "--seed" || a == "--steps" || a == "--save-every" ||
+      bool number = a == "--seed" || a == "--steps" || a == "--save-every" || a == "--threads" ||
                     a == "--save-keep" || a == "--publish-every";
       std::cerr << "tdx: " << a << " needs a " << (number ? "number" : "value")
                 << " (see --help)\n";
@@ -141,6 +153,28 @@ int tdx::rt::parseOptions(int argc, char **argv, Options &o) {
 
 std::string tdx::rt::paramsPath(const Options &o) {
   return o.params.rfind("store:", 0) == 0 ? storeKeyPath(o.store, o.params.substr(6)) : o.params;
+}
+
+int tdx::rt::threadsPerRank(const Options &o) {
+  if (o.threads > 0)
+    return o.threads;
+  if (std::getenv("OMP_NUM_THREADS"))
+    return 0;
+  int local = 1;
+  for (const char *name : {"OMPI_COMM_WORLD_LOCAL_SIZE", "MPI_LOCALNRANKS"})
+    if (const char *env = std::getenv(name)) {
+      local = std::max(1, std::atoi(env));
+      break;
+    }
+  // The cores this rank may run on: a launcher that bound it (Open MPI binds
+  // each of up to 2 ranks to a core) gave it those; an unbound rank shares
+  // the machine's with the other local ranks.
+  int machine = std::max(1, static_cast<int>(std::thread::hardware_concurrency()));
+  cpu_set_t set;
+  int given = sched_getaffinity(0, sizeof set, &set) == 0 ? CPU_COUNT(&set) : machine;
+  if (given < machine)
+    return std::max(1, given);
+  return std::max(1, machine / local);
 }
 
 long tdx::rt::peakRssKiB() {

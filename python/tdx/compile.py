@@ -59,11 +59,20 @@ class Executable:
         return ["--params", path]
 
     @staticmethod
+    def _threads_args(threads):
+        if threads is None:
+            return []
+        if not isinstance(threads, int) or threads < 1:
+            raise ValueError(f"threads must be a positive int (ATen threads per rank), got "
+                             f"{threads!r}")
+        return ["--threads", str(threads)]
+
+    @staticmethod
     def _store_args(store):
         return [] if store is None else ["--store", os.fspath(getattr(store, "path", store))]
 
     def run(self, *inputs, nprocs=None, params=None, seed=0, verbose=False, steps=1,
-            timeout=300, profile=False, store=None):
+            timeout=300, profile=False, store=None, threads=None):
         """Runs one forward step; returns the gathered global outputs.
 
         `params` is a state dict (e.g. an eager model's), a safetensors file,
@@ -72,20 +81,22 @@ class Executable:
         :class:`tdx.store.Store`); each rank reads only its shard of each
         parameter. Without it, every rank makes its own shards from the init
         programs with `seed`. `verbose` and `profile`
-        put the binary's timing lines in `self.last_log`."""
+        put the binary's timing lines in `self.last_log`. `threads` is the
+        ATen threads of each rank (default: the binary's, see its --help)."""
         with tempfile.TemporaryDirectory() as tmp:
             inp, out = os.path.join(tmp, "in.safetensors"), os.path.join(tmp, "out.safetensors")
             safetensors.save({f"input:{i}": x for i, x in enumerate(inputs)}, inp)
             args = ["--inputs", inp, "--outputs", out, "--seed", str(seed), "--steps", str(steps)]
             args += self._params_args(params, tmp) + (["--verbose"] if verbose else [])
             args += (["--profile"] if profile else []) + self._store_args(store)
+            args += self._threads_args(threads)
             self.last_log = self._launch(nprocs, args, timeout)
             got = safetensors.load(out)
         return tuple(got[f"output:{i}"] for i in range(len(got)))
 
     def train(self, batches, *, nprocs=None, params=None, seed=0, verbose=False, timeout=600,
               checkpoint=None, save_every=None, keep=2, resume=False, store=None, publish=None,
-              publish_every=None):
+              publish_every=None, threads=None):
         """Runs a training step's program (``tdx.trace_train_step``) once per
         batch; returns ``(losses, state)``: the loss of every step run (a
         list of floats) and the final global state by name, parameters as in
@@ -132,7 +143,7 @@ class Executable:
                 args += ["--save-every", str(save_every)] if save_every else []
             args += self._store_args(store) + (["--publish", publish] if publish else [])
             args += ["--publish-every", str(publish_every)] if publish_every else []
-            args += ["--verbose"] if verbose else []
+            args += (["--verbose"] if verbose else []) + self._threads_args(threads)
             self.last_log = self._launch(nprocs, args, timeout)
             got = safetensors.load(out) if os.path.exists(out) else {}
             final = safetensors.load(state)

@@ -7,6 +7,8 @@ import os
 import itertools
 
 import pytest
+import re
+
 import torch
 
 import tdx
@@ -85,11 +87,36 @@ def test_bad_command_lines_are_named():
     exe = compiled("gpt2", "1")
     for args, message in [(["--seed", "abc"], "--seed needs a number"),
                           (["--steps"], "--steps needs a number"),
+                          (["--threads", "0"], "--threads needs a count of at least 1"),
+                          (["--threads", "x"], "--threads needs a number"),
                           (["--bogus"], "unknown option --bogus")]:
         done = subprocess.run([exe.path, *args], capture_output=True, text=True, timeout=60)
         assert done.returncode == 2 and message in done.stderr, (args, done.stderr)
     done = subprocess.run([exe.path, "--help"], capture_output=True, text=True, timeout=60)
     assert done.returncode == 0 and "--params FILE|DIR" in done.stdout and "--profile" in done.stdout
+    assert "--threads T" in done.stdout
+
+
+def test_threads_per_rank_default_to_the_cores_a_rank_is_given():
+    # --threads sets ATen's (and OpenBLAS's) threads. Without it (and without
+    # OMP_NUM_THREADS) a rank bound to a core takes 1 thread, and an unbound
+    # one this machine's cores over the ranks started on it.
+    import os
+    import subprocess
+    exe = compiled("gpt2", "1")
+    ids = torch.zeros(4, 8, dtype=torch.long)
+    exe.run(ids, verbose=True, threads=3)
+    assert re.search(r"rank 0: init .* 3 threads", exe.last_log), exe.last_log
+    env = {k: v for k, v in os.environ.items() if k != "OMP_NUM_THREADS"}
+    dp2 = compiled("gpt2", "dp2")
+    for binary, bind, ranks, want in [(exe, "core", 1, 1), (exe, "none", 1, os.cpu_count()),
+                                      (dp2, "none", 2, max(1, os.cpu_count() // 2))]:
+        done = subprocess.run(["mpirun", "--oversubscribe", "--allow-run-as-root", "--bind-to", bind,
+                               "-np", str(ranks), binary.path, "--verbose"],
+                              capture_output=True, text=True, timeout=120, env=env)
+        assert done.returncode == 0, done.stderr
+        lines = re.findall(r"rank \d+: init .* (\d+) threads", done.stdout)
+        assert lines == [str(want)] * ranks, (bind, ranks, done.stdout)
 
 
 def test_wrong_rank_count_is_refused():

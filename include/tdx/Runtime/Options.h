@@ -25,6 +25,8 @@ struct Options {
   bool seedGiven = false;
   int64_t steps = 1;
   double timeout = 300;
+  /// ATen and BLAS threads of each rank (0: see threadsPerRank).
+  int threads = 0;
   bool verbose = false;
   bool profile = false;
 };
@@ -44,6 +46,12 @@ std::string paramsPath(const Options &options);
 inline bool isOptimizerState(const std::string &name) {
   return name.rfind("optimizer.", 0) == 0;
 }
+
+/// The compute threads a CPU rank uses: --threads, else OMP_NUM_THREADS
+/// when set (0: leave ATen's own choice), else the cores the launcher bound
+/// the rank to, or, unbound, this machine's cores over the ranks started on
+/// it (OMPI_COMM_WORLD_LOCAL_SIZE, MPI_LOCALNRANKS); at least 1.
+int threadsPerRank(const Options &options);
 
 /// This process's peak resident memory so far, in KiB.
 long peakRssKiB();

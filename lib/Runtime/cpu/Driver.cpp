@@ -5,6 +5,8 @@
 #include "tdx/Runtime/Options.h"
 #include "tdx/Runtime/Safetensors.h"
 
+#include <ATen/Parallel.h>
+
 #include <algorithm>
 #include <chrono>
 #include <cstdio>
@@ -15,6 +17,9 @@
 #include <stdexcept>
 
 using namespace tdx::rt;
+
+/// OpenBLAS's thread count, when the BLAS ATen loaded is OpenBLAS.
+extern "C" void openblas_set_num_threads(int) __attribute__((weak));
 
 namespace {
 
@@ -49,6 +54,13 @@ int tdx::rt::runMain(int argc, char **argv, const Program &program) {
   if (int code = parseOptions(argc, argv, o); code >= 0)
     return code;
   try {
+    if (int threads = threadsPerRank(o)) {
+      at::set_num_threads(threads);
+      // Debian's torch calls BLAS through OpenBLAS, whose own thread pool
+      // at::set_num_threads does not reach.
+      if (openblas_set_num_threads)
+        openblas_set_num_threads(threads);
+    }
     if (o.verbose)
       TensorMemory::install();
     // A resumed run takes its state, step, seed and random stream from the
@@ -114,9 +126,11 @@ int tdx::rt::runMain(int argc, char **argv, const Program &program) {
       int64_t local = 0;
       for (const auto &[name, t] : state)
         local += t.nbytes();
-      std::printf("tdx: rank %d: init %.3f ms, local parameters %.1f MiB, peak RSS grew %.1f MiB\n",
+      std::printf("tdx: rank %d: init %.3f ms, local parameters %.1f MiB, peak RSS grew %.1f "
+                  "MiB, %d threads\n",
                   rank, std::chrono::duration<double, std::milli>(t1 - t0).count(),
-                  local / 1048576.0, (peakRssKiB() - rssBefore) / 1024.0);
+                  local / 1048576.0, (peakRssKiB() - rssBefore) / 1024.0,
+                  at::get_num_threads());
       if (store)
         std::printf("tdx: rank %d: read %llu bytes of %s for %lld bytes of state\n", rank,
                     static_cast<unsigned long long>(store->bytesRead()), store->path().c_str(),
