@@ -32,6 +32,17 @@ int64_t intArg(const Args &args, const char *name, const char *op) {
     throw std::runtime_error(std::string("tdx: ") + op + "'s '" + name + "' is not an int");
   return a.i;
 }
+const std::vector<int64_t> &intsArg(const Args &args, const char *name, const char *op) {
+  const Arg &a = arg(args, name, op);
+  if (a.kind != Arg::Ints)
+    throw std::runtime_error(std::string("tdx: ") + op + "'s '" + name + "' is not a list");
+  return a.ints;
+}
+/// int64 values between host and device memory.
+void copyLongs(void *dst, const void *src, int64_t count, cudaMemcpyKind kind) {
+  if (count)
+    checkCuda(cudaMemcpy(dst, src, count * sizeof(int64_t), kind), "cudaMemcpy");
+}
 /// Whether the optional tensor argument `name` was given (None is Arg()).
 bool given(const Args &args, const char *name) {
   auto it = args.find(name);
@@ -127,10 +138,7 @@ std::vector<Tensor> softmaxBackward(const std::vector<Tensor> &tensors, const Ar
 }
 
 int64_t normalizedSize(const Args &args, const char *op, std::vector<int64_t> &shape) {
-  const Arg &a = arg(args, "normalized_shape", op);
-  if (a.kind != Arg::Ints)
-    throw std::runtime_error(std::string("tdx: ") + op + "'s normalized_shape is not a list");
-  shape = a.ints;
+  shape = intsArg(args, "normalized_shape", op);
   return product(shape, 0, shape.size());
 }
 
@@ -260,22 +268,14 @@ std::vector<Tensor> tdx::cu::aten::embeddingDenseBackward(const std::vector<Tens
     throw std::runtime_error("tdx: embedding_dense_backward indices must be int64");
   int64_t dim = grad.size(-1), count = ids.numel();
   std::vector<int64_t> hostIds(count), start(vocab + 1), tokens(count);
-  if (count)
-    checkCuda(cudaMemcpy(hostIds.data(), ids.data(), count * sizeof(int64_t),
-                         cudaMemcpyDeviceToHost),
-              "cudaMemcpy");
+  copyLongs(hostIds.data(), ids.data(), count, cudaMemcpyDeviceToHost);
   if (!tdx::kern::embeddingBackwardOrder(hostIds.data(), count, vocab, padding, start.data(),
                                          tokens.data()))
     throw std::runtime_error("tdx: embedding_dense_backward: an index is out of range of the "
                              "table");
   Tensor startD = Tensor::empty({vocab + 1}, DType::I64), tokensD = Tensor::empty({count}, DType::I64);
-  checkCuda(cudaMemcpy(startD.data(), start.data(), start.size() * sizeof(int64_t),
-                       cudaMemcpyHostToDevice),
-            "cudaMemcpy");
-  if (count)
-    checkCuda(cudaMemcpy(tokensD.data(), tokens.data(), count * sizeof(int64_t),
-                         cudaMemcpyHostToDevice),
-              "cudaMemcpy");
+  copyLongs(startD.data(), start.data(), vocab + 1, cudaMemcpyHostToDevice);
+  copyLongs(tokensD.data(), tokens.data(), count, cudaMemcpyHostToDevice);
   Tensor table = Tensor::empty({vocab, dim}, grad.dtype());
   floatTypes(grad.dtype(), op, [&](auto tag) {
     using T = decltype(tag);
@@ -293,19 +293,12 @@ std::vector<Tensor> tdx::cu::aten::sliceBackward(const std::vector<Tensor> &tens
                                                  const Args &args) {
   const char *op = "slice_backward";
   expectTensors(tensors, 1, op);
-  const Arg &sizes = arg(args, "input_sizes", op);
-  if (sizes.kind != Arg::Ints)
-    throw std::runtime_error("tdx: slice_backward's input_sizes is not a list");
   const Tensor &grad = tensors[0];
-  Tensor result = zeros(sizes.ints, grad.dtype());
-  int64_t dim = result.wrap(intArg(args, "dim", op)), size = result.size(dim);
-  int64_t start = intArg(args, "start", op), end = intArg(args, "end", op);
-  int64_t step = intArg(args, "step", op);
-  auto clampIndex = [&](int64_t i) {
-    i = i < 0 ? i + size : i;
-    return i < 0 ? 0 : (i > size ? size : i);
-  };
-  copyInto(result.slice(dim, clampIndex(start), clampIndex(end), step), grad);
+  Tensor result = zeros(intsArg(args, "input_sizes", op), grad.dtype());
+  // Tensor::slice wraps and clamps start and end as ATen does.
+  copyInto(result.slice(intArg(args, "dim", op), intArg(args, "start", op),
+                        intArg(args, "end", op), intArg(args, "step", op)),
+           grad);
   return {result};
 }
 
