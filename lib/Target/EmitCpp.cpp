@@ -91,6 +91,11 @@ public:
   }
 
   LogicalResult emitOp(Operation *op);
+  /// Drops the handles of `values` (see Lifetimes).
+  void release(ArrayRef<Value> values) {
+    for (Value v : values)
+      os << "  " << name(v) << " = T::Tensor();\n";
+  }
   void emitKernelCall(const FusedKernel &k);
   FailureOr<std::string> atenArgument(AtenOp o, NamedAttribute kv);
   LogicalResult emitReduce(Operation *op, StringRef fn, std::optional<ArrayRef<int64_t>> dims,
@@ -389,7 +394,7 @@ LogicalResult Emitter::emitOp(Operation *op) {
         os << "  std::vector<T::Tensor> " << results << " = callAten(\"" << o.getSchema()
            << "\", " << tensors << "}, " << args << "});\n";
         for (auto [i, r] : llvm::enumerate(o.getResults()))
-          os << "  T::Tensor " << name(r) << " = " << results << ".at(" << i << ");\n";
+          os << "  T::Tensor " << name(r) << " = std::move(" << results << ".at(" << i << "));\n";
         return success();
       })
       .Case([&](AssignOp o) {
@@ -507,8 +512,61 @@ void Emitter::emitKernelCall(const FusedKernel &k) {
      << "}, " << types << "}, " << k.name << (backend == Backend::CUDA ? "_launch" : "_row")
      << ");\n";
   for (auto [i, v] : llvm::enumerate(k.outputs))
-    os << "  T::Tensor " << name(v) << " = " << results << "[" << i << "];\n";
+    os << "  T::Tensor " << name(v) << " = std::move(" << results << "[" << i << "]);\n";
 }
+
+/// Where each tensor the step makes is last needed, so the emitted code
+/// drops its handle there and ATen (or the CUDA pool) reuses the buffer for
+/// what comes next, instead of every intermediate living until the step
+/// returns. A value is read where its reader is emitted: an op where it
+/// stands, a fused kernel where its last member stands. Arguments, returned
+/// values and state writes live on.
+class Lifetimes {
+public:
+  Lifetimes(Block &block, const FusionPlan &plan) {
+    DenseSet<Value> kept(block.getArguments().begin(), block.getArguments().end());
+    DenseMap<Value, Operation *> last;
+    SmallVector<Value> made;
+    for (Operation &op : block) {
+      if (plan.inlinedConstants.contains(&op))
+        continue;
+      if (isa<AssignOp, func::ReturnOp>(op)) {
+        kept.insert(op.operand_begin(), op.operand_end());
+        continue;
+      }
+      ArrayRef<Value> reads, results;
+      SmallVector<Value> operands(op.getOperands()), opResults(op.getResults());
+      if (auto it = plan.kernelOf.find(&op); it != plan.kernelOf.end()) {
+        const FusedKernel &k = plan.kernels[it->second];
+        if (k.ops.back() != &op || k.outputs.empty())
+          continue;
+        reads = k.inputs;
+        results = k.outputs;
+      } else {
+        reads = operands;
+        results = opResults;
+      }
+      for (Value v : reads)
+        last[v] = &op;
+      for (Value v : results) {
+        last[v] = &op; // a result nobody reads ends where it is made
+        made.push_back(v);
+      }
+    }
+    for (Value v : made)
+      if (!kept.contains(v))
+        ending[last[v]].push_back(v);
+  }
+
+  /// The values whose last reader (or maker) is `op`, in program order.
+  ArrayRef<Value> endingAt(Operation *op) const {
+    auto it = ending.find(op);
+    return it == ending.end() ? ArrayRef<Value>() : ArrayRef<Value>(it->second);
+  }
+
+private:
+  DenseMap<Operation *, SmallVector<Value>> ending;
+};
 
 /// The global type and layout text of each function argument and result.
 struct Signature {
@@ -632,17 +690,21 @@ LogicalResult mlir::tdx::emitCpp(ModuleOp module, llvm::raw_ostream &os, Backend
       rest = tail;
     }
   }
+  Lifetimes lifetimes(fn.getBody().front(), plan);
   for (Operation &op : fn.getBody().front()) {
     if (plan.inlinedConstants.contains(&op))
       continue;
     if (auto it = plan.kernelOf.find(&op); it != plan.kernelOf.end()) {
       const FusedKernel &k = plan.kernels[it->second];
-      if (k.ops.back() == &op && !k.outputs.empty())
+      if (k.ops.back() == &op && !k.outputs.empty()) {
         e.emitKernelCall(k);
+        e.release(lifetimes.endingAt(&op));
+      }
       continue;
     }
     if (failed(e.emitOp(&op)))
       return failure();
+    e.release(lifetimes.endingAt(&op));
   }
   bs << "}\n";
 

@@ -84,6 +84,22 @@ bool mlir::tdx::isFusable(Operation *op) {
   return true;
 }
 
+/// The operands a launch of a kernel of `members` takes: the tensors it
+/// reads and the member results something else reads.
+static size_t launchOperands(ArrayRef<Operation *> members) {
+  DenseSet<Operation *> in(members.begin(), members.end());
+  DenseSet<Value> reads;
+  size_t outputs = 0;
+  for (Operation *op : members) {
+    for (Value v : op->getOperands())
+      if (!in.contains(v.getDefiningOp()) && !splatValue(v))
+        reads.insert(v);
+    if (llvm::any_of(op->getResult(0).getUsers(), [&](Operation *u) { return !in.contains(u); }))
+      ++outputs;
+  }
+  return reads.size() + outputs;
+}
+
 FusionPlan mlir::tdx::planFusion(Block &block) {
   FusionPlan plan;
   std::vector<bool> open;
@@ -105,26 +121,33 @@ FusionPlan mlir::tdx::planFusion(Block &block) {
       continue;
     }
     auto space = tensorType(op.getResult(0));
-    // Operands a kernel would read if `op` joined kernel k.
-    auto reads = [&](unsigned k) {
-      SmallVector<Value> extra;
-      for (Value v : op.getOperands())
-        if (kernelOf(v) != k && !splatValue(v) && !llvm::is_contained(plan.kernels[k].inputs, v) &&
-            !llvm::is_contained(extra, v))
-          extra.push_back(v);
-      return extra;
-    };
+    // The open kernels over this shape that `op` reads: it joins the first,
+    // and the others merge into it (an open kernel's values are read by its
+    // own members only, so it may run later, where `op` stands), as long as
+    // the merged kernel's operands fit a launch.
     std::optional<unsigned> join;
-    for (Value v : op.getOperands())
-      if (auto k = kernelOf(v); k && open[*k] &&
-                                plan.kernels[*k].space.getShape() == space.getShape() &&
-                                // inputs + outputs (at most one per op) fit a launch
-                                plan.kernels[*k].inputs.size() + reads(*k).size() +
-                                        plan.kernels[*k].ops.size() + 1 <=
-                                    static_cast<size_t>(kMaxOperands)) {
+    for (Value v : op.getOperands()) {
+      std::optional<unsigned> k = kernelOf(v);
+      if (!k || !open[*k] || k == join || plan.kernels[*k].space.getShape() != space.getShape())
+        continue;
+      SmallVector<Operation *> members{&op};
+      if (join)
+        members.append(plan.kernels[*join].ops.begin(), plan.kernels[*join].ops.end());
+      members.append(plan.kernels[*k].ops.begin(), plan.kernels[*k].ops.end());
+      if (launchOperands(members) > static_cast<size_t>(kMaxOperands))
+        continue;
+      if (!join) {
         join = k;
-        break;
+        continue;
       }
+      FusedKernel &into = plan.kernels[*join], &from = plan.kernels[*k];
+      for (Operation *m : from.ops)
+        plan.kernelOf[m] = *join;
+      into.ops.append(from.ops.begin(), from.ops.end());
+      llvm::sort(into.ops, [](Operation *a, Operation *b) { return a->isBeforeInBlock(b); });
+      from.ops.clear();
+      open[*k] = false;
+    }
     for (Value v : op.getOperands())
       if (auto k = kernelOf(v); k && k != join)
         open[*k] = false;
@@ -136,15 +159,18 @@ FusionPlan mlir::tdx::planFusion(Block &block) {
       plan.kernels.push_back(std::move(k));
       open.push_back(true);
     }
-    // The tensors a kernel reads, in the order its members first read them.
-    SmallVector<Value> extra = reads(*join);
-    plan.kernels[*join].inputs.append(extra.begin(), extra.end());
     plan.kernels[*join].ops.push_back(&op);
     plan.kernelOf[&op] = *join;
   }
 
   for (FusedKernel &k : plan.kernels) {
     DenseSet<Operation *> members(k.ops.begin(), k.ops.end());
+    // The tensors a kernel reads, in the order its members first read them.
+    for (Operation *op : k.ops)
+      for (Value v : op->getOperands())
+        if (!members.contains(v.getDefiningOp()) && !splatValue(v) &&
+            !llvm::is_contained(k.inputs, v))
+          k.inputs.push_back(v);
     Type floatType;
     auto note = [&](Type t) {
       if (!isFloatType(t) || (floatType && floatType != t))
