@@ -96,6 +96,25 @@ public:
     for (Value v : values)
       os << "  " << name(v) << " = T::Tensor();\n";
   }
+  /// Waits for the collectives in flight whose results `reads` holds.
+  void waitFor(ArrayRef<Value> reads) {
+    for (Value v : reads) {
+      auto it = llvm::find_if(inFlight, [&](auto &f) { return f.first == v; });
+      if (it == inFlight.end())
+        continue;
+      os << "  T::Tensor " << name(v) << " = ctx.wait(" << it->second << ");\n";
+      inFlight.erase(it);
+    }
+  }
+  void waitAll() {
+    while (!inFlight.empty())
+      waitFor(inFlight.front().first);
+  }
+  /// Lets the collectives in flight move on after an op.
+  void progress() {
+    if (!inFlight.empty())
+      os << "  ctx.progress();\n";
+  }
   void emitKernelCall(const FusedKernel &k);
   FailureOr<std::string> atenArgument(AtenOp o, NamedAttribute kv);
   LogicalResult emitReduce(Operation *op, StringRef fn, std::optional<ArrayRef<int64_t>> dims,
@@ -115,6 +134,8 @@ public:
   int inits = 0;
   llvm::raw_ostream &os;
   DenseMap<Value, std::string> names;
+  /// Collectives started and not yet waited for: result -> handle variable.
+  SmallVector<std::pair<Value, std::string>> inFlight;
   int tmps = 0;
 };
 
@@ -230,6 +251,12 @@ LogicalResult Emitter::emitOp(Operation *op) {
   auto in = [&](size_t i) { return name(op->getOperand(i)); };
   auto assign = [&](const std::string &expr) {
     os << "  T::Tensor " << out() << " = " << expr << ";\n";
+    return success();
+  };
+  auto start = [&](const std::string &expr) {
+    std::string handle = "c" + std::to_string(tmps++);
+    os << "  const int64_t " << handle << " = " << expr << ";\n";
+    inFlight.push_back({op->getResult(0), handle});
     return success();
   };
   auto type = [&]() { return cast<RankedTensorType>(op->getResult(0).getType()); };
@@ -355,17 +382,17 @@ LogicalResult Emitter::emitOp(Operation *op) {
                       std::to_string(static_cast<int64_t>(o.getDim())) + ")");
       })
       .Case([&](AllReduceOp o) {
-        return assign("ctx.allReduce(" + in(0) + ", " + strings(o.getMeshAxes()) + ", " +
-                      std::to_string(static_cast<int>(o.getReduce())) + ")");
+        return start("ctx.startAllReduce(" + in(0) + ", " + strings(o.getMeshAxes()) + ", " +
+                     std::to_string(static_cast<int>(o.getReduce())) + ")");
       })
       .Case([&](AllGatherOp o) {
         return assign("ctx.allGather(" + in(0) + ", " + strings(o.getMeshAxes()) + ", " +
                       std::to_string(static_cast<int64_t>(o.getGatherDim())) + ")");
       })
       .Case([&](ReduceScatterOp o) {
-        return assign("ctx.reduceScatter(" + in(0) + ", " + strings(o.getMeshAxes()) + ", " +
-                      std::to_string(static_cast<int>(o.getReduce())) + ", " +
-                      std::to_string(static_cast<int64_t>(o.getScatterDim())) + ")");
+        return start("ctx.startReduceScatter(" + in(0) + ", " + strings(o.getMeshAxes()) + ", " +
+                     std::to_string(static_cast<int>(o.getReduce())) + ", " +
+                     std::to_string(static_cast<int64_t>(o.getScatterDim())) + ")");
       })
       .Case([&](AllToAllOp o) {
         return assign("ctx.allToAll(" + in(0) + ", " + strings(o.getMeshAxes()) + ", " +
@@ -404,6 +431,7 @@ LogicalResult Emitter::emitOp(Operation *op) {
         return success();
       })
       .Case([&](func::ReturnOp o) {
+        waitAll();
         os << std::exchange(pendingWrites, "");
         os << "  return {";
         for (auto [i, v] : llvm::enumerate(o.getOperands()))
@@ -515,6 +543,10 @@ void Emitter::emitKernelCall(const FusedKernel &k) {
     os << "  T::Tensor " << name(v) << " = std::move(" << results << "[" << i << "]);\n";
 }
 
+/// Whether the step starts `op` (a collective) where it stands and waits for
+/// its result where that is first read (tdx::rt::Context::start*).
+static bool isStarted(Operation *op) { return isa<AllReduceOp, ReduceScatterOp>(op); }
+
 /// Where each tensor the step makes is last needed, so the emitted code
 /// drops its handle there and ATen (or the CUDA pool) reuses the buffer for
 /// what comes next, instead of every intermediate living until the step
@@ -554,7 +586,8 @@ public:
       }
     }
     for (Value v : made)
-      if (!kept.contains(v))
+      // A collective nobody reads is waited for when the step returns.
+      if (!kept.contains(v) && !(isStarted(v.getDefiningOp()) && last[v] == v.getDefiningOp()))
         ending[last[v]].push_back(v);
   }
 
@@ -697,14 +730,18 @@ LogicalResult mlir::tdx::emitCpp(ModuleOp module, llvm::raw_ostream &os, Backend
     if (auto it = plan.kernelOf.find(&op); it != plan.kernelOf.end()) {
       const FusedKernel &k = plan.kernels[it->second];
       if (k.ops.back() == &op && !k.outputs.empty()) {
+        e.waitFor(k.inputs);
         e.emitKernelCall(k);
         e.release(lifetimes.endingAt(&op));
+        e.progress();
       }
       continue;
     }
+    e.waitFor(SmallVector<Value>(op.getOperands()));
     if (failed(e.emitOp(&op)))
       return failure();
     e.release(lifetimes.endingAt(&op));
+    e.progress();
   }
   bs << "}\n";
 

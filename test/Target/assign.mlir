@@ -21,7 +21,7 @@ func.func @train_step(%x: tensor<6x8xf32>) -> tensor<f32> {
 
 // CHECK-LABEL: static std::vector<T::Tensor> forward(
 // CHECK: [[W:v[0-9]+]] = s.at("w");
-// CHECK: ctx.allReduce(
+// CHECK: ctx.startAllReduce(
 // CHECK: [[W2:v[0-9]+]] = s.at("w");
 // CHECK: s["w"] = {{[a-z]+[0-9]+}};
 // CHECK-NEXT: return {

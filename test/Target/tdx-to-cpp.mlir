@@ -35,7 +35,8 @@ func.func @forward(%x: tensor<3x4xf32>) -> tensor<3x4xf32> {
 // CHECK: T::linear(
 // CHECK: elementwise({3, 4}, {{.*}}, {T::kFloat}, k0_row);
 // CHECK: [[P:v[0-9]+]] = T::linear(
-// CHECK: [[R:v[0-9]+]] = ctx.allReduce([[P]], {"tp"}, 0);
+// CHECK: const int64_t [[C:c[0-9]+]] = ctx.startAllReduce([[P]], {"tp"}, 0);
+// CHECK: [[R:v[0-9]+]] = ctx.wait([[C]]);
 // CHECK: [[T:r[0-9]+]] = callAten("aten::triu", {[[R]]}, {{[{][{]}}"diagonal", c10::IValue(int64_t(1))}});
 // CHECK: return {
 // CHECK-LABEL: int main(

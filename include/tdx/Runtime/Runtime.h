@@ -42,8 +42,22 @@ public:
   uint64_t seed() const { return seed_; }
   bool verbose() const { return verbose_; }
 
+  ~Context();
+
   // Collectives over the ranks that differ only on `axes`.
   at::Tensor allReduce(const at::Tensor &x, const std::vector<std::string> &axes, int64_t reduce);
+
+  /// Overlap: an all_reduce or reduce_scatter started where its input is
+  /// ready (nonblocking MPI) and waited for where its result is first used;
+  /// the emitted step calls progress() after every op while one is in
+  /// flight, since MPI moves a nonblocking collective only inside MPI calls.
+  /// start* returns the handle wait() takes once.
+  int64_t startAllReduce(const at::Tensor &x, const std::vector<std::string> &axes,
+                         int64_t reduce);
+  int64_t startReduceScatter(const at::Tensor &x, const std::vector<std::string> &axes,
+                             int64_t reduce, int64_t dim);
+  at::Tensor wait(int64_t handle);
+  void progress();
   at::Tensor allGather(const at::Tensor &x, const std::vector<std::string> &axes, int64_t dim);
   at::Tensor reduceScatter(const at::Tensor &x, const std::vector<std::string> &axes,
                            int64_t reduce, int64_t dim);
@@ -62,8 +76,10 @@ public:
                     const Layout &layout);
 
 private:
+  struct InFlight;
   uint64_t seed_;
   bool verbose_;
+  std::vector<std::unique_ptr<InFlight>> inFlight_;
 };
 
 /// Calls an ATen operator by schema name ("aten::triu", "aten::add.Tensor")
@@ -80,7 +96,11 @@ std::vector<at::Tensor> callAten(const std::string &schema, const std::vector<at
 /// through ATen's RecordFunction, fused kernels and collectives by scopes;
 /// what runs inside a timed call is not counted again.
 struct Profile {
-  double aten = 0, kernels = 0, collectives = 0; // seconds
+  /// Seconds: ATen calls, fused kernels, collectives (the time the step
+  /// spends in them: exposed), and the time collectives were in flight (from
+  /// start to the first check that found them done), which overlap hides
+  /// from the step where it exceeds `collectives`.
+  double aten = 0, kernels = 0, collectives = 0, inFlight = 0;
   std::map<std::string, double> byOp;             // top-level ATen op -> seconds
   static Profile &totals();
   static void enable();

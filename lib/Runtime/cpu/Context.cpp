@@ -4,7 +4,9 @@
 
 #include <mpi.h>
 
+#include <algorithm>
 #include <chrono>
+#include <memory>
 #include <numeric>
 #include <thread>
 #include <sstream>
@@ -43,25 +45,110 @@ MPI_Op mpiOp(int64_t reduce) {
 
 } // namespace
 
+/// A collective between start and wait: its buffer, request, and what wait
+/// does to the buffer (Avg divides, a reduce_scatter keeps its chunk).
+struct Context::InFlight {
+  MPI_Request request = MPI_REQUEST_NULL;
+  at::Tensor buffer;
+  std::vector<std::string> axes;
+  const char *what;
+  int64_t reduce, size, index, dim = -1;
+  int64_t started = 0;
+  bool done = false;
+};
+
+namespace {
+
+int64_t nowNs() {
+  return std::chrono::duration_cast<std::chrono::nanoseconds>(
+             std::chrono::steady_clock::now().time_since_epoch())
+      .count();
+}
+
+} // namespace
+
 Context::Context(std::vector<int64_t> meshShape, std::vector<std::string> axes, uint64_t seed,
                  bool verbose)
     : Mesh(std::move(meshShape), std::move(axes)), seed_(seed), verbose_(verbose) {}
 
+Context::~Context() = default;
+
 at::Tensor Context::allReduce(const at::Tensor &x, const std::vector<std::string> &axes,
                               int64_t reduce) {
+  return wait(startAllReduce(x, axes, reduce));
+}
+
+int64_t Context::startAllReduce(const at::Tensor &x, const std::vector<std::string> &axes,
+                                int64_t reduce) {
   Profile::Scope timed(&Profile::collectives);
   auto [group_, size, index] = group(axes);
   MPI_Comm comm = *static_cast<MPI_Comm *>(group_);
-  at::Tensor out = x.contiguous().clone();
-  addBytes(out.nbytes());
-  MPI_Request request;
-  checkMpi(MPI_Iallreduce(MPI_IN_PLACE, out.data_ptr(), static_cast<int>(out.numel()),
-                       mpiType(out.scalar_type()), mpiOp(reduce), comm, &request),
-        "all_reduce");
-  complete(&request, "all_reduce", axes);
-  if (reduce == Avg)
-    out.div_(size);
-  return out;
+  auto f = std::make_unique<InFlight>();
+  f->buffer = x.contiguous().clone();
+  f->axes = axes;
+  f->what = "all_reduce";
+  f->reduce = reduce;
+  f->size = size;
+  f->index = index;
+  f->started = nowNs();
+  addBytes(f->buffer.nbytes());
+  checkMpi(MPI_Iallreduce(MPI_IN_PLACE, f->buffer.data_ptr(), static_cast<int>(f->buffer.numel()),
+                          mpiType(f->buffer.scalar_type()), mpiOp(reduce), comm, &f->request),
+           "all_reduce");
+  inFlight_.push_back(std::move(f));
+  return static_cast<int64_t>(inFlight_.size()) - 1;
+}
+
+int64_t Context::startReduceScatter(const at::Tensor &x, const std::vector<std::string> &axes,
+                                    int64_t reduce, int64_t dim) {
+  int64_t handle = startAllReduce(x, axes, reduce);
+  inFlight_[handle]->what = "reduce_scatter";
+  inFlight_[handle]->dim = dim;
+  return handle;
+}
+
+void Context::progress() {
+  Profile::Scope timed(&Profile::collectives);
+  // One MPI_Testsome drives MPI's progress engine once for all of them.
+  std::vector<MPI_Request> requests;
+  std::vector<InFlight *> owners;
+  for (std::unique_ptr<InFlight> &f : inFlight_)
+    if (f && !f->done) {
+      requests.push_back(f->request);
+      owners.push_back(f.get());
+    }
+  if (requests.empty())
+    return;
+  int count = 0;
+  std::vector<int> finished(requests.size());
+  checkMpi(MPI_Testsome(static_cast<int>(requests.size()), requests.data(), &count,
+                        finished.data(), MPI_STATUSES_IGNORE),
+           owners.front()->what);
+  for (int i = 0; i < count && count != MPI_UNDEFINED; ++i) {
+    InFlight *f = owners[finished[i]];
+    f->request = MPI_REQUEST_NULL;
+    f->done = true;
+    Profile::totals().inFlight += (nowNs() - f->started) * 1e-9;
+  }
+}
+
+at::Tensor Context::wait(int64_t handle) {
+  Profile::Scope timed(&Profile::collectives);
+  if (handle < 0 || handle >= static_cast<int64_t>(inFlight_.size()) || !inFlight_[handle])
+    throw std::logic_error("tdx: wait on a collective that was not started or was waited for");
+  std::unique_ptr<InFlight> f = std::move(inFlight_[handle]);
+  if (!f->done) {
+    complete(&f->request, f->what, f->axes);
+    Profile::totals().inFlight += (nowNs() - f->started) * 1e-9;
+  }
+  // Handles are dense per step: the table empties when its last one is waited.
+  if (std::all_of(inFlight_.begin(), inFlight_.end(), [](auto &p) { return !p; }))
+    inFlight_.clear();
+  if (f->reduce == Avg)
+    f->buffer.div_(f->size);
+  if (f->dim >= 0)
+    return chunk(f->buffer, f->size, f->index, f->dim);
+  return std::move(f->buffer);
 }
 
 at::Tensor Context::allGather(const at::Tensor &x, const std::vector<std::string> &axes,
@@ -109,9 +196,7 @@ at::Tensor Context::chunk(const at::Tensor &x, int64_t chunks, int64_t index, in
 
 at::Tensor Context::reduceScatter(const at::Tensor &x, const std::vector<std::string> &axes,
                                   int64_t reduce, int64_t dim) {
-  Profile::Scope timed(&Profile::collectives);
-  auto [group_, size, index] = group(axes);
-  return chunk(allReduce(x, axes, reduce), size, index, dim);
+  return wait(startReduceScatter(x, axes, reduce, dim));
 }
 
 at::Tensor Context::allToAll(const at::Tensor &x, const std::vector<std::string> &axes,

@@ -16,7 +16,9 @@
 #include <mpi.h>
 #include <nccl.h>
 
+#include <algorithm>
 #include <chrono>
+#include <memory>
 #include <stdexcept>
 #include <thread>
 
@@ -168,18 +170,62 @@ void Context::synchronize(const char *what, const std::vector<std::string> &axes
   }
 }
 
+/// A collective between start and wait: its input (kept until it is done),
+/// result, completion event, and the chunk a reduce_scatter keeps.
+struct Context::InFlight {
+  Tensor in, out;
+  cudaEvent_t done = nullptr;
+  std::vector<std::string> axes;
+  const char *what;
+  int64_t size, index, dim = -1;
+};
+
 Tensor Context::allReduce(const Tensor &x, const std::vector<std::string> &axes, int64_t reduce) {
+  return wait(startAllReduce(x, axes, reduce));
+}
+
+int64_t Context::startAllReduce(const Tensor &x, const std::vector<std::string> &axes,
+                                int64_t reduce) {
   Group g;
   auto c = static_cast<ncclComm_t>(comm(axes, g));
-  Tensor in = x.contiguous();
-  Tensor out = Tensor::empty(x.sizes(), x.dtype());
-  addBytes(in.nbytes());
+  auto f = std::make_unique<InFlight>();
+  f->in = x.contiguous();
+  f->out = Tensor::empty(x.sizes(), x.dtype());
+  f->axes = axes;
+  f->what = "all_reduce";
+  f->size = g.size;
+  f->index = g.index;
+  addBytes(f->in.nbytes());
   auto stream = static_cast<cudaStream_t>(beginCollective());
-  checkNccl(ncclAllReduce(in.data(), out.data(), static_cast<size_t>(in.numel()),
+  checkNccl(ncclAllReduce(f->in.data(), f->out.data(), static_cast<size_t>(f->in.numel()),
                           ncclType(x.dtype()), ncclOp(reduce), c, stream),
             "all_reduce");
-  endCollective("all_reduce", axes);
-  return out;
+  checkCuda(cudaEventCreateWithFlags(&f->done, cudaEventDisableTiming), "cudaEventCreate");
+  checkCuda(cudaEventRecord(f->done, stream), "cudaEventRecord");
+  inFlight_.push_back(std::move(f));
+  return static_cast<int64_t>(inFlight_.size()) - 1;
+}
+
+int64_t Context::startReduceScatter(const Tensor &x, const std::vector<std::string> &axes,
+                                    int64_t reduce, int64_t dim) {
+  int64_t handle = startAllReduce(x, axes, reduce);
+  inFlight_[handle]->what = "reduce_scatter";
+  inFlight_[handle]->dim = dim;
+  return handle;
+}
+
+Tensor Context::wait(int64_t handle) {
+  if (handle < 0 || handle >= static_cast<int64_t>(inFlight_.size()) || !inFlight_[handle])
+    throw std::logic_error("tdx: wait on a collective that was not started or was waited for");
+  std::unique_ptr<InFlight> f = std::move(inFlight_[handle]);
+  if (std::all_of(inFlight_.begin(), inFlight_.end(), [](auto &p) { return !p; }))
+    inFlight_.clear();
+  checkCuda(cudaStreamWaitEvent(nullptr, f->done, 0), "cudaStreamWaitEvent");
+  synchronize(f->what, f->axes, f->done);
+  cudaEventDestroy(f->done);
+  if (f->dim >= 0)
+    return chunk(f->out, f->size, f->index, f->dim);
+  return f->out;
 }
 
 Tensor Context::allGather(const Tensor &x, const std::vector<std::string> &axes, int64_t dim) {
@@ -232,8 +278,7 @@ Tensor Context::chunk(const Tensor &x, int64_t chunks, int64_t index, int64_t di
 
 Tensor Context::reduceScatter(const Tensor &x, const std::vector<std::string> &axes,
                               int64_t reduce, int64_t dim) {
-  Group g = group(axes);
-  return chunk(allReduce(x, axes, reduce), g.size, g.index, dim);
+  return wait(startReduceScatter(x, axes, reduce, dim));
 }
 
 Tensor Context::allToAll(const Tensor &x, const std::vector<std::string> &axes, int64_t split,

@@ -179,6 +179,16 @@ public:
   Tensor allGather(const Tensor &x, const std::vector<std::string> &axes, int64_t dim);
   Tensor reduceScatter(const Tensor &x, const std::vector<std::string> &axes, int64_t reduce,
                        int64_t dim);
+  /// Overlap (as the CPU runtime's): an all_reduce or reduce_scatter is
+  /// enqueued on the communication stream where its input is ready; wait()
+  /// orders the compute stream after it where its result is first used, so
+  /// the kernels enqueued in between run beside it. NCCL moves it on its
+  /// own: progress() has nothing to do.
+  int64_t startAllReduce(const Tensor &x, const std::vector<std::string> &axes, int64_t reduce);
+  int64_t startReduceScatter(const Tensor &x, const std::vector<std::string> &axes,
+                             int64_t reduce, int64_t dim);
+  Tensor wait(int64_t handle);
+  void progress() {}
   Tensor allToAll(const Tensor &x, const std::vector<std::string> &axes, int64_t split,
                   int64_t concat);
   static Tensor chunk(const Tensor &x, int64_t chunks, int64_t index, int64_t dim);
@@ -196,6 +206,8 @@ public:
                    void *event = nullptr);
 
 private:
+  struct InFlight;
+  std::vector<std::unique_ptr<InFlight>> inFlight_;
   uint64_t seed_;
   bool verbose_;
   /// Collectives run on their own stream: it waits for the compute stream's
