@@ -558,6 +558,7 @@ public:
   Lifetimes(Block &block, const FusionPlan &plan) {
     DenseSet<Value> kept(block.getArguments().begin(), block.getArguments().end());
     DenseMap<Value, Operation *> last;
+    DenseMap<Operation *, int64_t> position;
     SmallVector<Value> made;
     for (Operation &op : block) {
       if (plan.inlinedConstants.contains(&op))
@@ -578,10 +579,12 @@ public:
         reads = operands;
         results = opResults;
       }
+      position[&op] = static_cast<int64_t>(position.size());
       for (Value v : reads)
         last[v] = &op;
       for (Value v : results) {
         last[v] = &op; // a result nobody reads ends where it is made
+        madeAt[v] = position[&op];
         made.push_back(v);
       }
     }
@@ -589,6 +592,7 @@ public:
       // A collective nobody reads is waited for when the step returns.
       if (!kept.contains(v) && !(isStarted(v.getDefiningOp()) && last[v] == v.getDefiningOp()))
         ending[last[v]].push_back(v);
+    plan_(made, kept, last, position);
   }
 
   /// The values whose last reader (or maker) is `op`, in program order.
@@ -597,8 +601,57 @@ public:
     return it == ending.end() ? ArrayRef<Value>() : ArrayRef<Value>(it->second);
   }
 
+  /// The most bytes of the step's own tensors alive at once: each tensor (in
+  /// whole 64-byte lines, as the CPU runtime's pool gives them) from where it
+  /// is made to where the last reader of it or of a view of it stands
+  /// (returned and written state: to the end). Views, parameters and
+  /// arguments hold no bytes of their own; ATen's workspaces are not seen.
+  int64_t peakBytes() const { return peak; }
+
 private:
+  static bool isView(Operation *op) {
+    return isa<ReshapeOp, TransposeOp, PermuteOp, SliceOp, ExpandOp>(op);
+  }
+  static int64_t bytesOf(Value v) {
+    auto t = dyn_cast<RankedTensorType>(v.getType());
+    if (!t || !t.hasStaticShape())
+      return 0;
+    int64_t bits = t.getElementType().isInteger(1) ? 8 : t.getElementTypeBitWidth();
+    // As the runtime's pool hands out blocks: in whole cache lines.
+    return (t.getNumElements() * ((bits + 7) / 8) + 63) / 64 * 64;
+  }
+
+  void plan_(ArrayRef<Value> made, const DenseSet<Value> &kept,
+             DenseMap<Value, Operation *> &last, DenseMap<Operation *, int64_t> &position) {
+    int64_t end = static_cast<int64_t>(position.size());
+    // The tensor whose storage each value uses (null: not the step's), and
+    // where that storage is last needed.
+    DenseMap<Value, Value> root;
+    DenseMap<Value, int64_t> until;
+    for (Value v : made) {
+      Operation *def = v.getDefiningOp();
+      Value r = isa<ParamRefOp>(def) ? Value() : isView(def) ? root.lookup(def->getOperand(0)) : v;
+      root[v] = r;
+      if (r)
+        until[r] = std::max(until.lookup(r), kept.contains(v) ? end : position.lookup(last[v]));
+    }
+    std::vector<int64_t> grow(end + 1, 0), shrink(end + 1, 0);
+    for (Value v : made)
+      if (root.lookup(v) == v) {
+        grow[madeAt.lookup(v)] += bytesOf(v);
+        shrink[until.lookup(v)] += bytesOf(v);
+      }
+    int64_t live = 0;
+    for (int64_t i = 0; i <= end; ++i) {
+      live += grow[i];
+      peak = std::max(peak, live);
+      live -= shrink[i];
+    }
+  }
+
+  DenseMap<Value, int64_t> madeAt;
   DenseMap<Operation *, SmallVector<Value>> ending;
+  int64_t peak = 0;
 };
 
 /// The global type and layout text of each function argument and result.
@@ -724,6 +777,7 @@ LogicalResult mlir::tdx::emitCpp(ModuleOp module, llvm::raw_ostream &os, Backend
     }
   }
   Lifetimes lifetimes(fn.getBody().front(), plan);
+  int64_t plannedStepBytes = lifetimes.peakBytes();
   for (Operation &op : fn.getBody().front()) {
     if (plan.inlinedConstants.contains(&op))
       continue;
@@ -774,6 +828,8 @@ LogicalResult mlir::tdx::emitCpp(ModuleOp module, llvm::raw_ostream &os, Backend
   for (auto &[type, layout] : sig->outputs)
     os << "  p.outputs.push_back({" << list(type.getShape()) << ", "
        << dtype(type.getElementType()) << ", \"" << layout << "\"});\n";
+  // What --verbose compares the step's measured working memory with.
+  os << "  p.plannedStepBytes = " << plannedStepBytes << ";\n";
   os << "  p.init = init;\n  p.forward = forward;\n  return runMain(argc, argv, p);\n}\n";
   return success();
 }

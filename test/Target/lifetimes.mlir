@@ -48,3 +48,9 @@ module attributes {tdx.partitioned} {
 // CHECK-NEXT:  [[W]] = T::Tensor();
 // CHECK-NEXT:  s["w"] = [[NW]];
 // CHECK-NEXT:  return {[[Z]], [[S]]};
+
+// The plan's figure: the most bytes of these tensors alive at once, each in
+// whole 64-byte lines: at the layer norm, y (128) + s (64) + its three
+// results (128 + 64 + 64) = 448; at the end s, z (128) and the new w (256).
+// CHECK-LABEL: int main(
+// CHECK:       p.plannedStepBytes = 448;

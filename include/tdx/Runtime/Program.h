@@ -33,6 +33,9 @@ template <class Context, class Tensor, class ElementType> struct BasicProgram {
     std::string layout;
   };
   std::vector<Value> inputs, outputs;
+  /// The most bytes of the step's own tensors alive at once, from their
+  /// lifetimes in the emitted program (-1: not planned).
+  int64_t plannedStepBytes = -1;
   std::function<void(Context &, State &)> init;
   std::function<std::vector<Tensor>(Context &, State &, const std::vector<Tensor> &)> forward;
 };

@@ -119,14 +119,21 @@ struct Profile {
   };
 };
 
-/// The bytes of tensors ATen's CPU allocator holds on this rank, counted by
-/// a wrapper around it (installed once): now and at the peak since the last
-/// resetPeak(). --verbose reports a training step's peak with it.
+/// The step memory pool: ATen's CPU allocator in a model binary keeps freed
+/// blocks for the next tensor of their size, so after the first step a
+/// program's steps take every tensor from the pool (no allocation reaches
+/// the C library). It counts the bytes of live tensors (now, and the peak
+/// since resetPeak()), the blocks it got from the system and their bytes.
 struct TensorMemory {
   static void install();
   static int64_t current();
   static int64_t peak();
   static void resetPeak();
+  static int64_t systemAllocations();
+  static int64_t pooled();
+  /// A copy of `t` in memory the pool does not hand out again, for what
+  /// outlives the steps (the outputs the driver keeps of every step).
+  static at::Tensor unpooled(const at::Tensor &t);
 };
 
 /// One row of an emitted elementwise kernel: `operands[i]` points at the

@@ -49,6 +49,41 @@ void save(const std::string &path, const std::map<std::string, at::Tensor> &tens
 
 } // namespace
 
+namespace {
+
+/// What a rank's steps take from the step memory pool (TensorMemory): the
+/// most working memory one step held (its peak over what was live when it
+/// began) and the tensor allocations that reached the system in the steps
+/// after the first, which the pool makes none for a static program.
+struct StepMemory {
+  int64_t steps = 0, working = 0, laterAllocations = 0;
+
+  std::vector<at::Tensor> step(const Program &program, Context &ctx, State &state,
+                               const std::vector<at::Tensor> &inputs) {
+    int64_t base = TensorMemory::current(), allocations = TensorMemory::systemAllocations();
+    TensorMemory::resetPeak();
+    std::vector<at::Tensor> out = program.forward(ctx, state, inputs);
+    working = std::max(working, TensorMemory::peak() - base);
+    if (steps++ > 0)
+      laterAllocations += TensorMemory::systemAllocations() - allocations;
+    return out;
+  }
+
+  void report(int rank, const Program &program) const {
+    std::printf("tdx: rank %d: working memory of a step %lld bytes (planned %lld: the step's "
+                "tensors by their lifetimes), %lld tensor allocations reached the system in the "
+                "%lld steps after the first (pool %lld bytes)\n",
+                rank, static_cast<long long>(working),
+                static_cast<long long>(program.plannedStepBytes),
+                static_cast<long long>(laterAllocations),
+                static_cast<long long>(std::max<int64_t>(0, steps - 1)),
+                static_cast<long long>(TensorMemory::pooled()));
+    std::fflush(stdout);
+  }
+};
+
+} // namespace
+
 int tdx::rt::runMain(int argc, char **argv, const Program &program) {
   Options o;
   if (int code = parseOptions(argc, argv, o); code >= 0)
@@ -61,8 +96,7 @@ int tdx::rt::runMain(int argc, char **argv, const Program &program) {
       if (openblas_set_num_threads)
         openblas_set_num_threads(threads);
     }
-    if (o.verbose)
-      TensorMemory::install();
+    TensorMemory::install();
     // A resumed run takes its state, step, seed and random stream from the
     // checkpoint.
     std::string source = o.resume.empty() ? paramsPath(o) : o.resume;
@@ -188,6 +222,7 @@ int tdx::rt::runMain(int argc, char **argv, const Program &program) {
       // Training: step k reads batch k and updates the state in place.
       TensorStore in(o.batches);
       std::map<std::string, at::Tensor> saved;
+      StepMemory memory;
       int64_t peakStep = 0;
       if (o.profile)
         Profile::enable();
@@ -200,13 +235,14 @@ int tdx::rt::runMain(int argc, char **argv, const Program &program) {
                                     "batch input", v.shape, v.dtype, parseLayout(v.layout)));
         }
         TensorMemory::resetPeak();
-        std::vector<at::Tensor> out = program.forward(ctx, state, local);
+        std::vector<at::Tensor> out = memory.step(program, ctx, state, local);
         peakStep = std::max(peakStep, TensorMemory::peak());
         for (size_t i = 0; i < out.size(); ++i) {
           at::Tensor g = ctx.gather(out[i], program.outputs[i].shape,
                                     parseLayout(program.outputs[i].layout));
           if (rank == 0)
-            saved[std::to_string(step) + ":output:" + std::to_string(i)] = g;
+            saved[std::to_string(step) + ":output:" + std::to_string(i)] =
+                TensorMemory::unpooled(g);
         }
         saveStep(step + 1, step + 1 == o.steps);
       }
@@ -225,7 +261,7 @@ int tdx::rt::runMain(int argc, char **argv, const Program &program) {
                     rank, static_cast<long long>(stateBytes + optimizerBytes),
                     static_cast<long long>(stateBytes), static_cast<long long>(optimizerBytes),
                     static_cast<long long>(peakStep));
-        std::fflush(stdout);
+        memory.report(rank, program);
       }
       if (rank == 0 && !o.outputs.empty())
         save(o.outputs, saved);
@@ -250,11 +286,16 @@ int tdx::rt::runMain(int argc, char **argv, const Program &program) {
         Profile::enable();
       auto t2 = std::chrono::steady_clock::now();
       std::vector<at::Tensor> out;
-      for (int64_t step = 0; step < o.steps; ++step)
-        out = program.forward(ctx, state, local);
+      StepMemory memory;
+      for (int64_t step = 0; step < o.steps; ++step) {
+        out.clear();
+        out = memory.step(program, ctx, state, local);
+      }
       auto t3 = std::chrono::steady_clock::now();
       if (o.profile && rank == 0)
         Profile::totals().print(std::chrono::duration<double>(t3 - t2).count(), o.steps);
+      if (o.verbose)
+        memory.report(rank, program);
       std::map<std::string, at::Tensor> saved;
       for (size_t i = 0; i < out.size(); ++i) {
         at::Tensor g = ctx.gather(out[i], program.outputs[i].shape,

@@ -1,18 +1,22 @@
-//===- Memory.cpp - counting the tensor bytes a rank holds ----------------===//
+//===- Memory.cpp - the step memory pool of a rank's tensors --------------===//
 
 #include "tdx/Runtime/Runtime.h"
 
 #include <c10/core/CPUAllocator.h>
+#include <c10/core/impl/alloc_cpu.h>
 
 #include <atomic>
+#include <cstdlib>
+#include <cstring>
 #include <mutex>
 #include <unordered_map>
+#include <vector>
 
 using namespace tdx::rt;
 
 namespace {
 
-std::atomic<int64_t> currentBytes{0}, peakBytes{0};
+std::atomic<int64_t> currentBytes{0}, peakBytes{0}, systemAllocations{0}, pooledBytes{0};
 
 void add(int64_t n) {
   int64_t now = currentBytes.fetch_add(n) + n;
@@ -21,63 +25,86 @@ void add(int64_t n) {
   }
 }
 
-std::mutex sizesMutex;
-std::unordered_map<void *, int64_t> sizes; // live allocation -> bytes
-c10::DeleterFnPtr baseDeleter = nullptr;
-
-void release(void *data) {
-  int64_t n = 0;
-  {
-    std::lock_guard<std::mutex> lock(sizesMutex);
-    auto it = sizes.find(data);
-    if (it != sizes.end()) {
-      n = it->second;
-      sizes.erase(it);
-    }
-  }
-  currentBytes.fetch_sub(n);
-  baseDeleter(data);
+/// Never destroyed: tensors may be freed during static destruction.
+struct Pool {
+  std::mutex mutex;
+  std::unordered_map<void *, int64_t> sizes;             // live block -> bytes
+  std::unordered_map<int64_t, std::vector<void *>> idle; // bytes -> freed blocks
+};
+Pool &pool() {
+  static Pool *p = new Pool;
+  return *p;
 }
 
-/// ATen's CPU allocator with every allocation counted until it is freed.
-/// Its data pointers are their own contexts, as the default allocator's
-/// are (ATen's raw_allocate users require it).
-class CountingAllocator final : public c10::Allocator {
-public:
-  explicit CountingAllocator(c10::Allocator *base) : base(base) {}
+/// Blocks are kept by their size rounded up to a cache line: a program's
+/// steps ask for the same sizes every time.
+int64_t blockBytes(size_t n) { return (static_cast<int64_t>(n) + 63) / 64 * 64; }
 
+void release(void *data) {
+  if (!data)
+    return;
+  Pool &p = pool();
+  std::lock_guard<std::mutex> lock(p.mutex);
+  auto it = p.sizes.find(data);
+  if (it == p.sizes.end())
+    return c10::free_cpu(data); // not the pool's (cannot happen: every block is)
+  p.idle[it->second].push_back(data);
+  currentBytes.fetch_sub(it->second);
+  p.sizes.erase(it);
+}
+
+/// ATen's CPU allocator for a model binary: a freed block goes back to the
+/// pool for the next tensor of its size instead of to the C library, so the
+/// second and later steps of a program (which ask for the same sizes in the
+/// same order) take every tensor from the pool; the bytes held are counted.
+/// Data pointers are their own contexts, as the default allocator's are.
+class PoolAllocator final : public c10::Allocator {
+public:
   c10::DataPtr allocate(size_t n) const override {
-    c10::DataPtr inner = base->allocate(n);
-    void *data = inner.get();
-    if (!data || inner.get_context() != data || inner.get_deleter() != baseDeleter)
-      return inner; // not the default allocator's kind of pointer: not counted
-    c10::Device device = inner.device();
-    inner.release_context();
+    if (n == 0)
+      return {nullptr, nullptr, &release, c10::Device(c10::DeviceType::CPU)};
+    int64_t bytes = blockBytes(n);
+    void *data = nullptr;
     {
-      std::lock_guard<std::mutex> lock(sizesMutex);
-      sizes[data] = static_cast<int64_t>(n);
+      Pool &p = pool();
+      std::lock_guard<std::mutex> lock(p.mutex);
+      auto bin = p.idle.find(bytes);
+      if (bin != p.idle.end() && !bin->second.empty()) {
+        data = bin->second.back();
+        bin->second.pop_back();
+      }
+      if (!data) {
+        data = c10::alloc_cpu(static_cast<size_t>(bytes));
+        systemAllocations.fetch_add(1);
+        pooledBytes.fetch_add(bytes);
+      }
+      p.sizes[data] = bytes;
     }
-    add(static_cast<int64_t>(n));
-    return {data, data, &release, device};
+    add(bytes);
+    return {data, data, &release, c10::Device(c10::DeviceType::CPU)};
   }
   c10::DeleterFnPtr raw_deleter() const override { return &release; }
-
-private:
-  c10::Allocator *base;
 };
 
 } // namespace
 
 void TensorMemory::install() {
-  c10::Allocator *base = c10::GetCPUAllocator();
-  baseDeleter = base->raw_deleter();
-  if (!baseDeleter)
-    return; // an allocator whose pointers are not their own contexts: not counted
-  static CountingAllocator counting(base);
-  static bool installed = (c10::SetCPUAllocator(&counting, /*priority=*/1), true);
+  static PoolAllocator pool;
+  static bool installed = (c10::SetCPUAllocator(&pool, /*priority=*/1), true);
   (void)installed;
 }
 
 int64_t TensorMemory::current() { return currentBytes.load(); }
 int64_t TensorMemory::peak() { return peakBytes.load(); }
 void TensorMemory::resetPeak() { peakBytes.store(currentBytes.load()); }
+int64_t TensorMemory::systemAllocations() { return ::systemAllocations.load(); }
+int64_t TensorMemory::pooled() { return pooledBytes.load(); }
+
+at::Tensor TensorMemory::unpooled(const at::Tensor &t) {
+  at::Tensor dense = t.contiguous();
+  void *data = std::malloc(std::max<size_t>(1, dense.nbytes()));
+  if (!data)
+    throw std::bad_alloc();
+  std::memcpy(data, dense.data_ptr(), dense.nbytes());
+  return at::from_blob(data, dense.sizes(), [](void *p) { std::free(p); }, dense.options());
+}
