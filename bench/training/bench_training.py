@@ -219,6 +219,45 @@ def run_tdx(exe, data, weights):
     return exe.last_step_ms(), losses, per_rank, max(peaks)
 
 
+def tdx_profile(exe, data, weights):
+    """Rank 0's collective time per step in flight and exposed (ms), and its
+    working memory of a step, measured and planned (bytes)."""
+    exe.train(data, params=weights, verbose=True, profile=True)
+    log = exe.last_log
+    flight = re.search(r"collectives per step: ([\d.]+) ms in flight, ([\d.]+) ms of it exposed",
+                       log)
+    memory = re.search(r"rank 0: working memory of a step (\d+) bytes \(planned (-?\d+)", log)
+    return dict(flight=float(flight.group(1)) if flight else 0.0,
+                exposed=float(flight.group(2)) if flight else 0.0,
+                working=int(memory.group(1)), planned=int(memory.group(2)))
+
+
+def eager_working_memory(data):
+    """Eager's working memory of a training step, measured as the binaries
+    measure theirs (tdx.working_memory, in a process of its own)."""
+    ctx = mp.get_context("spawn")
+    q = ctx.Queue()
+    p = ctx.Process(target=_eager_working_memory, args=(data[:3], q))
+    p.start()
+    working = q.get(timeout=600)
+    p.join(timeout=60)
+    return working
+
+
+def _eager_working_memory(data, out):
+    torch.set_num_threads(1)
+    m = model()
+    opt = optimizer(m.parameters())
+    batches = iter(data)
+
+    def step():
+        opt.zero_grad()
+        loss_fn(m, *next(batches)).backward()
+        opt.step()
+
+    out.put(tdx.working_memory(step, warmup=2)["working"])
+
+
 def main():
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--steps", type=int, default=10)
@@ -247,6 +286,8 @@ def main():
         keep("Megatron gloo 2", m_ms)
         worst = max(abs(a - b) / abs(b) for a, b in zip(m_losses, want))
         assert worst < 1e-4, f"hand-written Megatron: loss off eager's by {worst:.2e}"
+    profiles = {name: tdx_profile(exe, data, weights) for name, (exe, _) in exes.items()}
+    eager_working = eager_working_memory(data)
     grads = sum(p.numel() * 4 for p in model().parameters())
     activation = BATCH * SEQ * CONFIG["d"] * 4
     peers = {"tdx 1 rank": ("torch eager", 0), "tdx dp2": ("DDP gloo 2", grads),
@@ -255,13 +296,24 @@ def main():
     print(f"GPT {CONFIG}, batch {BATCH}x{SEQ}, AdamW, {args.steps} steps x best of "
           f"{args.rounds} rounds, 1 ATen thread per process")
     print("tdx compile: " + ", ".join(f"{name} {t:.0f} s" for name, (_, t) in exes.items()))
-    print("bytes/step: payload per rank per step; peak MiB: tdx's largest rank")
-    print(f"{'config':>14} | {'tdx ms':>8} {'bytes/step':>11} {'peak MiB':>8} | "
+    print("bytes/step: payload per rank per step; peak MiB: tdx's largest rank (state and "
+          "working memory); work MiB: rank 0's working memory of a step, measured (planned); "
+          "exposed: rank 0's collective time spent waiting in or driving MPI, of the time its "
+          "collectives were in flight (ms per step)")
+    print(f"torch eager working memory of a step: {eager_working / 2**20:.2f} MiB "
+          f"(tdx.working_memory)")
+    print(f"{'config':>14} | {'tdx ms':>8} {'bytes/step':>11} {'peak MiB':>8} "
+          f"{'work MiB':>13} {'exposed':>16} | "
           f"{'peer':>15} {'peer ms':>8} {'bytes/step':>11} | {'peer/tdx':>8}")
     for name in CONFIGS:
         peer, peer_bytes = peers[name]
         sent, peak = facts[name]
-        print(f"{name:>14} | {best[name]:>8.2f} {sent:>11} {peak / 2**20:>8.2f} | "
+        prof = profiles[name]
+        exposed = (f"{prof['exposed']:.2f}/{prof['flight']:.2f} "
+                   f"{100 * prof['exposed'] / prof['flight']:3.0f}%" if prof["flight"] else "-")
+        work = f"{prof['working'] / 2**20:.2f} ({prof['planned'] / 2**20:.2f})"
+        print(f"{name:>14} | {best[name]:>8.2f} {sent:>11} {peak / 2**20:>8.2f} "
+              f"{work:>13} {exposed:>16} | "
               f"{peer:>15} {best[peer]:>8.2f} {peer_bytes:>11} | "
               f"{best[peer] / best[name]:>8.2f}")
 

@@ -129,8 +129,11 @@ public:
   /// The init programs, emitted before init().
   std::string initText;
   llvm::raw_string_ostream inits_{initText};
-  /// The state writes (tdx.assign) of the function, emitted before it returns.
-  std::string pendingWrites;
+  /// Writes states (see Lifetimes).
+  void writeStates(ArrayRef<std::pair<std::string, Value>> writes) {
+    for (auto &[key, value] : writes)
+      os << "  s[\"" << key << "\"] = " << name(value) << ";\n";
+  }
   int inits = 0;
   llvm::raw_ostream &os;
   DenseMap<Value, std::string> names;
@@ -424,15 +427,9 @@ LogicalResult Emitter::emitOp(Operation *op) {
           os << "  T::Tensor " << name(r) << " = std::move(" << results << ".at(" << i << "));\n";
         return success();
       })
-      .Case([&](AssignOp o) {
-        // States are written when the step ends: every param_ref of the
-        // step reads the value it had on entry.
-        pendingWrites += "  s[\"" + stateKey(o, o.getNameAttr()) + "\"] = " + in(0) + ";\n";
-        return success();
-      })
+      // State writes are placed by Lifetimes.
+      .Case([&](AssignOp) { return success(); })
       .Case([&](func::ReturnOp o) {
-        waitAll();
-        os << std::exchange(pendingWrites, "");
         os << "  return {";
         for (auto [i, v] : llvm::enumerate(o.getOperands()))
           os << (i ? ", " : "") << name(v);
@@ -550,23 +547,37 @@ static bool isStarted(Operation *op) { return isa<AllReduceOp, ReduceScatterOp>(
 /// Where each tensor the step makes is last needed, so the emitted code
 /// drops its handle there and ATen (or the CUDA pool) reuses the buffer for
 /// what comes next, instead of every intermediate living until the step
-/// returns. A value is read where its reader is emitted: an op where it
-/// stands, a fused kernel where its last member stands. Arguments, returned
-/// values and state writes live on.
+/// returns; and where each state write goes. A value is read where its
+/// reader is emitted: an op where it stands, a fused kernel where its last
+/// member stands. Arguments, returned values and written values live on.
+///
+/// A state written once, by a value an op makes, is written right after
+/// both that op and the last param_ref of the state (a captured step
+/// assigns everything at its end): every param_ref still reads the value
+/// the state had on entry, and the old tensor is freed as soon as its last
+/// reader is done, so an update holds one copy of the state, not two, as
+/// an update in place would. Other writes happen when the step returns.
 class Lifetimes {
 public:
+  using Write = std::pair<std::string, Value>; // state key, new value
+
   Lifetimes(Block &block, const FusionPlan &plan) {
     DenseSet<Value> kept(block.getArguments().begin(), block.getArguments().end());
     DenseMap<Value, Operation *> last;
-    DenseMap<Operation *, int64_t> position;
     SmallVector<Value> made;
+    std::map<std::string, SmallVector<AssignOp>> assigns;
+    std::map<std::string, SmallVector<ParamRefOp>> refs;
     for (Operation &op : block) {
       if (plan.inlinedConstants.contains(&op))
         continue;
+      if (auto a = dyn_cast<AssignOp>(op))
+        assigns[stateKey(a, a.getNameAttr())].push_back(a);
       if (isa<AssignOp, func::ReturnOp>(op)) {
         kept.insert(op.operand_begin(), op.operand_end());
         continue;
       }
+      if (auto r = dyn_cast<ParamRefOp>(op))
+        refs[stateKey(r, r.getNameAttr())].push_back(r);
       ArrayRef<Value> reads, results;
       SmallVector<Value> operands(op.getOperands()), opResults(op.getResults());
       if (auto it = plan.kernelOf.find(&op); it != plan.kernelOf.end()) {
@@ -579,7 +590,8 @@ public:
         reads = operands;
         results = opResults;
       }
-      position[&op] = static_cast<int64_t>(position.size());
+      position[&op] = static_cast<int64_t>(points.size());
+      points.push_back(&op);
       for (Value v : reads)
         last[v] = &op;
       for (Value v : results) {
@@ -592,23 +604,31 @@ public:
       // A collective nobody reads is waited for when the step returns.
       if (!kept.contains(v) && !(isStarted(v.getDefiningOp()) && last[v] == v.getDefiningOp()))
         ending[last[v]].push_back(v);
-    plan_(made, kept, last, position);
+    plan_(made, kept, last, assigns, refs);
   }
 
   /// The values whose last reader (or maker) is `op`, in program order.
-  ArrayRef<Value> endingAt(Operation *op) const {
-    auto it = ending.find(op);
-    return it == ending.end() ? ArrayRef<Value>() : ArrayRef<Value>(it->second);
-  }
+  ArrayRef<Value> endingAt(Operation *op) const { return lookup(ending, op); }
+  /// The state writes that go right after `op`.
+  ArrayRef<Write> writesAt(Operation *op) const { return lookup(writes, op); }
+  /// The state writes that go when the step returns, in program order.
+  ArrayRef<Write> writesAtReturn() const { return atReturn; }
 
-  /// The most bytes of the step's own tensors alive at once: each tensor (in
-  /// whole 64-byte lines, as the CPU runtime's pool gives them) from where it
-  /// is made to where the last reader of it or of a view of it stands
-  /// (returned and written state: to the end). Views, parameters and
-  /// arguments hold no bytes of their own; ATen's workspaces are not seen.
+  /// The most bytes of the step's own tensors alive at once (the step's
+  /// working memory): each tensor (in whole 64-byte lines, as the CPU
+  /// runtime's pool gives them) from where it is made to where the last
+  /// reader of it or of a view of it stands (returned and written values: to
+  /// the end), less each state's old tensor from where it is freed. Views,
+  /// parameters and arguments hold no bytes of their own; ATen's workspaces
+  /// are not seen.
   int64_t peakBytes() const { return peak; }
 
 private:
+  template <class T>
+  static ArrayRef<T> lookup(const DenseMap<Operation *, SmallVector<T>> &m, Operation *op) {
+    auto it = m.find(op);
+    return it == m.end() ? ArrayRef<T>() : ArrayRef<T>(it->second);
+  }
   static bool isView(Operation *op) {
     return isa<ReshapeOp, TransposeOp, PermuteOp, SliceOp, ExpandOp>(op);
   }
@@ -621,16 +641,25 @@ private:
     return (t.getNumElements() * ((bits + 7) / 8) + 63) / 64 * 64;
   }
 
-  void plan_(ArrayRef<Value> made, const DenseSet<Value> &kept,
-             DenseMap<Value, Operation *> &last, DenseMap<Operation *, int64_t> &position) {
-    int64_t end = static_cast<int64_t>(position.size());
-    // The tensor whose storage each value uses (null: not the step's), and
-    // where that storage is last needed.
+  void plan_(ArrayRef<Value> made, const DenseSet<Value> &kept, DenseMap<Value, Operation *> &last,
+             std::map<std::string, SmallVector<AssignOp>> &assigns,
+             std::map<std::string, SmallVector<ParamRefOp>> &refs) {
+    int64_t end = static_cast<int64_t>(points.size());
+    // The tensor whose storage each value uses (null: not the step's, or a
+    // state's), and where that storage is last needed.
     DenseMap<Value, Value> root;
     DenseMap<Value, int64_t> until;
+    DenseMap<Value, std::string> stateOf; // param_ref results and views of them
+    std::map<std::string, int64_t> lastStateRead;
     for (Value v : made) {
       Operation *def = v.getDefiningOp();
-      Value r = isa<ParamRefOp>(def) ? Value() : isView(def) ? root.lookup(def->getOperand(0)) : v;
+      if (auto r = dyn_cast<ParamRefOp>(def))
+        stateOf[v] = stateKey(r, r.getNameAttr());
+      else if (isView(def) && stateOf.count(def->getOperand(0)))
+        stateOf[v] = stateOf[def->getOperand(0)];
+      if (auto it = stateOf.find(v); it != stateOf.end())
+        lastStateRead[it->second] = std::max(lastStateRead[it->second], position.lookup(last[v]));
+      Value r = stateOf.count(v) ? Value() : isView(def) ? root.lookup(def->getOperand(0)) : v;
       root[v] = r;
       if (r)
         until[r] = std::max(until.lookup(r), kept.contains(v) ? end : position.lookup(last[v]));
@@ -641,6 +670,22 @@ private:
         grow[madeAt.lookup(v)] += bytesOf(v);
         shrink[until.lookup(v)] += bytesOf(v);
       }
+    for (auto &[key, ops] : assigns) {
+      Value value = ops.front().getValue();
+      Operation *maker = value.getDefiningOp();
+      if (ops.size() != 1 || !maker || isStarted(maker) || !madeAt.count(value)) {
+        for (AssignOp a : ops)
+          atReturn.push_back({key, a.getValue()});
+        continue;
+      }
+      int64_t at = madeAt.lookup(value);
+      for (ParamRefOp r : refs[key])
+        at = std::max(at, position.lookup(r));
+      writes[points[at]].push_back({key, value});
+      // The old tensor (of the state's type, the value's) goes with its
+      // last handle.
+      shrink[std::max(at, lastStateRead.count(key) ? lastStateRead[key] : at)] += bytesOf(value);
+    }
     int64_t live = 0;
     for (int64_t i = 0; i <= end; ++i) {
       live += grow[i];
@@ -649,8 +694,12 @@ private:
     }
   }
 
+  SmallVector<Operation *> points; // emission points in order
+  DenseMap<Operation *, int64_t> position;
   DenseMap<Value, int64_t> madeAt;
   DenseMap<Operation *, SmallVector<Value>> ending;
+  DenseMap<Operation *, SmallVector<Write>> writes;
+  SmallVector<Write> atReturn;
   int64_t peak = 0;
 };
 
@@ -786,14 +835,20 @@ LogicalResult mlir::tdx::emitCpp(ModuleOp module, llvm::raw_ostream &os, Backend
       if (k.ops.back() == &op && !k.outputs.empty()) {
         e.waitFor(k.inputs);
         e.emitKernelCall(k);
+        e.writeStates(lifetimes.writesAt(&op));
         e.release(lifetimes.endingAt(&op));
         e.progress();
       }
       continue;
     }
     e.waitFor(SmallVector<Value>(op.getOperands()));
+    if (isa<func::ReturnOp>(op)) {
+      e.waitAll();
+      e.writeStates(lifetimes.writesAtReturn());
+    }
     if (failed(e.emitOp(&op)))
       return failure();
+    e.writeStates(lifetimes.writesAt(&op));
     e.release(lifetimes.endingAt(&op));
     e.progress();
   }

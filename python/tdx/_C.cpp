@@ -6,6 +6,7 @@
 //===----------------------------------------------------------------------===//
 
 #include "tdx/Capture/Capture.h"
+#include "tdx/Runtime/Runtime.h"
 
 #include <torch/extension.h>
 
@@ -58,6 +59,13 @@ PYBIND11_MODULE(_C, m) {
       .def(py::init([]() { return RealGuard{{}, nullptr}; }))
       .def("__enter__", [](RealGuard &g) { g.enter(); })
       .def("__exit__", [](RealGuard &g, py::args) { g.exit(); });
+
+  // The model binaries' step memory pool (tdx.working_memory).
+  m.def("install_step_memory_pool", &tdx::rt::TensorMemory::install);
+  m.def("tensor_memory_current", &tdx::rt::TensorMemory::current);
+  m.def("tensor_memory_peak", &tdx::rt::TensorMemory::peak);
+  m.def("tensor_memory_reset_peak", &tdx::rt::TensorMemory::resetPeak);
+  m.def("tensor_memory_system_allocations", &tdx::rt::TensorMemory::systemAllocations);
 
   m.def("is_fake", &isFake, py::arg("tensor"));
   m.def("is_deferred", &isDeferred, py::arg("tensor"));

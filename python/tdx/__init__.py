@@ -26,6 +26,7 @@ from .deferred import (
 from .program import Program, capture, trace
 from .compile import Executable, compile
 from .training import trace_train_step
+from .memory import working_memory
 from . import checkpoint, store
 from .checkpoint import slice  # noqa: A004 (TorchShard's name)
 from .sharding import (
@@ -47,6 +48,7 @@ __all__ = [
     "slice",
     "CheckpointError",
     "trace_train_step",
+    "working_memory",
     "Executable",
     "compile",
     "ColwiseParallel",

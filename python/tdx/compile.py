@@ -96,7 +96,7 @@ class Executable:
 
     def train(self, batches, *, nprocs=None, params=None, seed=0, verbose=False, timeout=600,
               checkpoint=None, save_every=None, keep=2, resume=False, store=None, publish=None,
-              publish_every=None, threads=None):
+              publish_every=None, threads=None, profile=False):
         """Runs a training step's program (``tdx.trace_train_step``) once per
         batch; returns ``(losses, state)``: the loss of every step run (a
         list of floats) and the final global state by name, parameters as in
@@ -113,6 +113,9 @@ class Executable:
         layout saved it (step k still takes ``batches[k]``), or starts
         afresh when there is none yet; ``losses`` then holds the steps run,
         and ``self.first_step`` says where they began.
+
+        ``profile=True`` prints where rank 0's steps went (as for
+        :meth:`run`) into ``self.last_log``.
 
         ``publish="KEY"`` commits the parameters (no optimizer state) as the
         next version of KEY in the tensor store ``store`` every
@@ -144,6 +147,7 @@ class Executable:
             args += self._store_args(store) + (["--publish", publish] if publish else [])
             args += ["--publish-every", str(publish_every)] if publish_every else []
             args += (["--verbose"] if verbose else []) + self._threads_args(threads)
+            args += ["--profile"] if profile else []
             self.last_log = self._launch(nprocs, args, timeout)
             got = safetensors.load(out) if os.path.exists(out) else {}
             final = safetensors.load(state)

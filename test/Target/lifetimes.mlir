@@ -45,12 +45,13 @@ module attributes {tdx.partitioned} {
 // CHECK-NEXT:  [[N0]] = T::Tensor();
 // CHECK-NEXT:  std::vector<T::Tensor> [[K2:r[0-9]+]] = elementwise({8, 8}, {[[W]]}
 // CHECK-NEXT:  T::Tensor [[NW:v[0-9]+]] = std::move([[K2]][0]);
-// CHECK-NEXT:  [[W]] = T::Tensor();
 // CHECK-NEXT:  s["w"] = [[NW]];
+// CHECK-NEXT:  [[W]] = T::Tensor();
 // CHECK-NEXT:  return {[[Z]], [[S]]};
 
 // The plan's figure: the most bytes of these tensors alive at once, each in
 // whole 64-byte lines: at the layer norm, y (128) + s (64) + its three
-// results (128 + 64 + 64) = 448; at the end s, z (128) and the new w (256).
+// results (128 + 64 + 64) = 448; at the end s, z (128) and the new w (256)
+// less the old w (256), which its write frees.
 // CHECK-LABEL: int main(
 // CHECK:       p.plannedStepBytes = 448;
