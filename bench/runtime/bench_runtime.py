@@ -142,17 +142,17 @@ def run_tdx(exe, steps, weights):
 
 
 def tdx_profile(exe, steps, weights):
-    """Rank 0's runtime overhead (% over its ATen calls and kernels), the
-    collective time in flight and exposed (ms per step), and the working
-    memory of a step, measured and planned (bytes)."""
+    """Rank 0's runtime overhead (% over its ATen calls and kernels), its
+    collective time per step (ms) with overlap (exposed) and without
+    (--no-overlap: whole), and the working memory of a step, measured and
+    planned (bytes)."""
     exe.run(ids(), params=weights, steps=steps, profile=True, verbose=True)
     log = exe.last_log
+    exe.run(ids(), params=weights, steps=steps, profile=True, overlap=False)
+    collectives = lambda text: float(re.search(r"collectives ([\d.]+) ms", text).group(1))
     overhead = float(re.search(r"\(([\d.]+)% over the ATen calls", log).group(1))
-    flight = re.search(r"collectives per step: ([\d.]+) ms in flight, ([\d.]+) ms of it exposed",
-                       log)
     memory = re.search(r"rank 0: working memory of a step (\d+) bytes \(planned (-?\d+)", log)
-    return dict(overhead=overhead, flight=float(flight.group(1)) if flight else 0.0,
-                exposed=float(flight.group(2)) if flight else 0.0,
+    return dict(overhead=overhead, exposed=collectives(log), whole=collectives(exe.last_log),
                 working=int(memory.group(1)), planned=int(memory.group(2)))
 
 
@@ -194,21 +194,20 @@ def main():
             t_ms, g_ms = min(t_ms, t), min(g_ms, g)
         rows.append((world, t_ms, g_ms, t_bytes, g_bytes, t_y, g_y,
                      tdx_profile(exes[world], args.steps, weights)))
-    eager_working = tdx.working_memory(lambda: eager_forward(model, x))["working"]
+    eager_working = tdx.working_memory(lambda: eager_forward(model, x), warmup=2)["working"]
     print(f"GPT {CONFIG}, batch {BATCH}x{SEQ}, {args.steps} steps x best of {args.rounds} "
           f"alternating rounds, 1 ATen thread per process")
     print(f"torch eager, 1 process: {eager_ms:.2f} ms/step, working memory "
           f"{eager_working / 2**20:.2f} MiB (tdx.working_memory)\n")
-    print("exposed: the collective time rank 0's step spent waiting in or driving MPI, of the "
-          "time its collectives were in flight; MiB: a step's working memory on rank 0, "
-          "measured (planned)")
+    print("exposed: rank 0's collective time per step (ms) with overlap / without "
+          "(--no-overlap); MiB: a step's working memory on rank 0, measured (planned)")
     print(f"{'ranks':>5} | {'tdx ms':>8} {'gloo ms':>8} {'gloo/tdx':>8} | "
           f"{'tdx bytes':>10} {'gloo bytes':>10} | {'tdx/eager':>9} | {'overhead':>8} | "
           f"{'exposed':>16} | {'MiB':>13} | {'tdx err':>8} {'gloo err':>8}")
     err = lambda y: ((y - want).norm() / want.norm()).item()
     for world, t_ms, g_ms, t_bytes, g_bytes, t_y, g_y, prof in rows:
-        exposed = (f"{prof['exposed']:.2f}/{prof['flight']:.2f} "
-                   f"{100 * prof['exposed'] / prof['flight']:3.0f}%" if prof["flight"] else "-")
+        exposed = (f"{prof['exposed']:.2f}/{prof['whole']:.2f} "
+                   f"{100 * prof['exposed'] / prof['whole']:3.0f}%" if prof["whole"] else "-")
         mib = f"{prof['working'] / 2**20:.2f} ({prof['planned'] / 2**20:.2f})"
         print(f"{world:>5} | {t_ms:>8.2f} {g_ms:>8.2f} {g_ms / t_ms:>8.2f} | "
               f"{t_bytes:>10} {g_bytes:>10} | {t_ms / eager_ms:>9.2f} | "

@@ -63,13 +63,15 @@ int tdx::rt::parseOptions(int argc, char **argv, Options &o) {
         o.verbose = true;
       else if (a == "--profile")
         o.verbose = o.profile = true;
+      else if (a == "--no-overlap")
+        o.overlap = false;
       else if (a == "--help" || a == "-h") {
         std::cout
             << "usage: mpirun -np N " << argv[0]
             << " --inputs in.safetensors --outputs out.safetensors\n"
                "       [--params FILE|DIR] [--dump-params out.safetensors]\n"
                "       [--seed S] [--steps N] [--collective-timeout S] [--threads T]\n"
-               "       [--verbose] [--profile]\n"
+               "       [--verbose] [--profile] [--no-overlap]\n"
                "   or: mpirun -np N " << argv[0] << " --batches b.safetensors --steps N\n"
                "       --outputs out.safetensors [--save-state state.safetensors] [--params ...]\n"
                "       [--save DIR [--save-every K] [--save-keep N]] [--resume DIR]\n"
@@ -109,7 +111,9 @@ int tdx::rt::parseOptions(int argc, char **argv, Options &o) {
                "unbound (--bind-to none), this machine's cores over its ranks).\n"
                "--verbose: init time and memory per rank, step time, bytes communicated.\n"
                "--profile (CPU binaries): also where rank 0's step time goes: ATen calls,\n"
-               "fused kernels, collectives, and the rest (the runtime's own overhead).\n";
+               "fused kernels, collectives, and the rest (the runtime's own overhead).\n"
+               "--no-overlap: wait for every all_reduce and reduce_scatter where it starts\n"
+               "instead of where its result is first used (to measure what overlap hides).\n";
         return 0;
       } else {
         std::cerr << "tdx: unknown option " << a << " (see --help)\n";

@@ -72,7 +72,7 @@ class Executable:
         return [] if store is None else ["--store", os.fspath(getattr(store, "path", store))]
 
     def run(self, *inputs, nprocs=None, params=None, seed=0, verbose=False, steps=1,
-            timeout=300, profile=False, store=None, threads=None):
+            timeout=300, profile=False, store=None, threads=None, overlap=True):
         """Runs one forward step; returns the gathered global outputs.
 
         `params` is a state dict (e.g. an eager model's), a safetensors file,
@@ -82,21 +82,23 @@ class Executable:
         parameter. Without it, every rank makes its own shards from the init
         programs with `seed`. `verbose` and `profile`
         put the binary's timing lines in `self.last_log`. `threads` is the
-        ATen threads of each rank (default: the binary's, see its --help)."""
+        ATen threads of each rank (default: the binary's, see its --help).
+        ``overlap=False`` waits for every all_reduce and reduce_scatter where
+        it starts (``--no-overlap``: what overlap hides, measured)."""
         with tempfile.TemporaryDirectory() as tmp:
             inp, out = os.path.join(tmp, "in.safetensors"), os.path.join(tmp, "out.safetensors")
             safetensors.save({f"input:{i}": x for i, x in enumerate(inputs)}, inp)
             args = ["--inputs", inp, "--outputs", out, "--seed", str(seed), "--steps", str(steps)]
             args += self._params_args(params, tmp) + (["--verbose"] if verbose else [])
             args += (["--profile"] if profile else []) + self._store_args(store)
-            args += self._threads_args(threads)
+            args += self._threads_args(threads) + ([] if overlap else ["--no-overlap"])
             self.last_log = self._launch(nprocs, args, timeout)
             got = safetensors.load(out)
         return tuple(got[f"output:{i}"] for i in range(len(got)))
 
     def train(self, batches, *, nprocs=None, params=None, seed=0, verbose=False, timeout=600,
               checkpoint=None, save_every=None, keep=2, resume=False, store=None, publish=None,
-              publish_every=None, threads=None, profile=False):
+              publish_every=None, threads=None, profile=False, overlap=True):
         """Runs a training step's program (``tdx.trace_train_step``) once per
         batch; returns ``(losses, state)``: the loss of every step run (a
         list of floats) and the final global state by name, parameters as in
@@ -114,8 +116,9 @@ class Executable:
         afresh when there is none yet; ``losses`` then holds the steps run,
         and ``self.first_step`` says where they began.
 
-        ``profile=True`` prints where rank 0's steps went (as for
-        :meth:`run`) into ``self.last_log``.
+        ``profile=True`` prints where rank 0's steps went and
+        ``overlap=False`` waits for each collective where it starts, as for
+        :meth:`run`.
 
         ``publish="KEY"`` commits the parameters (no optimizer state) as the
         next version of KEY in the tensor store ``store`` every
@@ -147,7 +150,7 @@ class Executable:
             args += self._store_args(store) + (["--publish", publish] if publish else [])
             args += ["--publish-every", str(publish_every)] if publish_every else []
             args += (["--verbose"] if verbose else []) + self._threads_args(threads)
-            args += ["--profile"] if profile else []
+            args += (["--profile"] if profile else []) + ([] if overlap else ["--no-overlap"])
             self.last_log = self._launch(nprocs, args, timeout)
             got = safetensors.load(out) if os.path.exists(out) else {}
             final = safetensors.load(state)

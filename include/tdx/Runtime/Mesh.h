@@ -58,6 +58,10 @@ public:
   /// naming `what` and the group's axes (the driver then aborts every rank).
   void complete(void *request, const char *what, const std::vector<std::string> &axes);
   void setCollectiveTimeout(double seconds) { timeout_ = seconds; }
+  /// Whether a started collective may run beside the ops before its wait
+  /// (--no-overlap: no, it completes where it starts).
+  void setOverlap(bool overlap) { overlap_ = overlap; }
+  bool overlap() const { return overlap_; }
   double collectiveTimeout() const { return timeout_; }
   /// Throws the timeout error for `what` over `axes`.
   [[noreturn]] void timedOut(const char *what, const std::vector<std::string> &axes) const;
@@ -99,6 +103,7 @@ private:
   int64_t bytes_ = 0;
   uint64_t calls_ = 0;
   double timeout_ = 300;
+  bool overlap_ = true;
   std::map<std::vector<std::string>, void *> groups_; // axes -> MPI_Comm*
 };
 

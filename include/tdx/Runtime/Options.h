@@ -29,6 +29,8 @@ struct Options {
   int threads = 0;
   bool verbose = false;
   bool profile = false;
+  /// --no-overlap: every collective is waited for where it starts.
+  bool overlap = true;
 };
 
 /// Parses a model binary's command line into `options`. Returns -1 to go on,

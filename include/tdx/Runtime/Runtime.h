@@ -96,11 +96,10 @@ std::vector<at::Tensor> callAten(const std::string &schema, const std::vector<at
 /// through ATen's RecordFunction, fused kernels and collectives by scopes;
 /// what runs inside a timed call is not counted again.
 struct Profile {
-  /// Seconds: ATen calls, fused kernels, collectives (the time the step
-  /// spends in them: exposed), and the time collectives were in flight (from
-  /// start to the first check that found them done), which overlap hides
-  /// from the step where it exceeds `collectives`.
-  double aten = 0, kernels = 0, collectives = 0, inFlight = 0;
+  /// Seconds: ATen calls, fused kernels, and collectives (the time the step
+  /// spends starting, driving and waiting for them: what overlap does not
+  /// hide; --no-overlap shows them whole).
+  double aten = 0, kernels = 0, collectives = 0;
   std::map<std::string, double> byOp;             // top-level ATen op -> seconds
   static Profile &totals();
   static void enable();

@@ -53,19 +53,9 @@ struct Context::InFlight {
   std::vector<std::string> axes;
   const char *what;
   int64_t reduce, size, index, dim = -1;
-  int64_t started = 0;
   bool done = false;
 };
 
-namespace {
-
-int64_t nowNs() {
-  return std::chrono::duration_cast<std::chrono::nanoseconds>(
-             std::chrono::steady_clock::now().time_since_epoch())
-      .count();
-}
-
-} // namespace
 
 Context::Context(std::vector<int64_t> meshShape, std::vector<std::string> axes, uint64_t seed,
                  bool verbose)
@@ -90,11 +80,14 @@ int64_t Context::startAllReduce(const at::Tensor &x, const std::vector<std::stri
   f->reduce = reduce;
   f->size = size;
   f->index = index;
-  f->started = nowNs();
   addBytes(f->buffer.nbytes());
   checkMpi(MPI_Iallreduce(MPI_IN_PLACE, f->buffer.data_ptr(), static_cast<int>(f->buffer.numel()),
                           mpiType(f->buffer.scalar_type()), mpiOp(reduce), comm, &f->request),
            "all_reduce");
+  if (!overlap()) {
+    complete(&f->request, f->what, f->axes);
+    f->done = true;
+  }
   inFlight_.push_back(std::move(f));
   return static_cast<int64_t>(inFlight_.size()) - 1;
 }
@@ -125,10 +118,8 @@ void Context::progress() {
                         finished.data(), MPI_STATUSES_IGNORE),
            owners.front()->what);
   for (int i = 0; i < count && count != MPI_UNDEFINED; ++i) {
-    InFlight *f = owners[finished[i]];
-    f->request = MPI_REQUEST_NULL;
-    f->done = true;
-    Profile::totals().inFlight += (nowNs() - f->started) * 1e-9;
+    owners[finished[i]]->request = MPI_REQUEST_NULL;
+    owners[finished[i]]->done = true;
   }
 }
 
@@ -137,10 +128,8 @@ at::Tensor Context::wait(int64_t handle) {
   if (handle < 0 || handle >= static_cast<int64_t>(inFlight_.size()) || !inFlight_[handle])
     throw std::logic_error("tdx: wait on a collective that was not started or was waited for");
   std::unique_ptr<InFlight> f = std::move(inFlight_[handle]);
-  if (!f->done) {
+  if (!f->done)
     complete(&f->request, f->what, f->axes);
-    Profile::totals().inFlight += (nowNs() - f->started) * 1e-9;
-  }
   // Handles are dense per step: the table empties when its last one is waited.
   if (std::all_of(inFlight_.begin(), inFlight_.end(), [](auto &p) { return !p; }))
     inFlight_.clear();

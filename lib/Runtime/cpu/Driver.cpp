@@ -129,6 +129,7 @@ int tdx::rt::runMain(int argc, char **argv, const Program &program) {
     Context ctx(program.meshShape, program.axes, o.seed, o.verbose);
     const int rank = ctx.rank();
     ctx.setCollectiveTimeout(o.timeout);
+    ctx.setOverlap(o.overlap);
     ctx.setCalls(calls);
     long rssBefore = peakRssKiB();
     auto t0 = std::chrono::steady_clock::now();

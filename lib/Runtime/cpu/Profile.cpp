@@ -76,11 +76,6 @@ void Profile::print(double seconds, int64_t steps) const {
               "calls and kernels)\n",
               step * 1e3, aten / steps * 1e3, kernels / steps * 1e3, collectives / steps * 1e3,
               rest * 1e3, 100.0 * rest / ((aten + kernels) / steps));
-  if (inFlight > 0)
-    std::printf("tdx: rank 0 collectives per step: %.3f ms in flight, %.3f ms of it exposed "
-                "(%.1f%%: the step waited in or drove them; the rest overlapped compute)\n",
-                inFlight / steps * 1e3, std::min(collectives, inFlight) / steps * 1e3,
-                100.0 * std::min(collectives, inFlight) / inFlight);
   std::vector<std::pair<double, std::string>> ops;
   for (const auto &[name, total] : byOp)
     ops.push_back({total, name});

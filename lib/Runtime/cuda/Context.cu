@@ -202,6 +202,8 @@ int64_t Context::startAllReduce(const Tensor &x, const std::vector<std::string> 
             "all_reduce");
   checkCuda(cudaEventCreateWithFlags(&f->done, cudaEventDisableTiming), "cudaEventCreate");
   checkCuda(cudaEventRecord(f->done, stream), "cudaEventRecord");
+  if (!overlap())
+    synchronize(f->what, f->axes, f->done);
   inFlight_.push_back(std::move(f));
   return static_cast<int64_t>(inFlight_.size()) - 1;
 }

@@ -60,6 +60,7 @@ int tdx::cu::runMain(int argc, char **argv, const Program &program) {
     Context ctx(program.meshShape, program.axes, o.seed, o.verbose);
     const int rank = ctx.rank();
     ctx.setCollectiveTimeout(o.timeout);
+    ctx.setOverlap(o.overlap);
     auto t0 = std::chrono::steady_clock::now();
     State state;
     if (!o.save.empty() || !o.publish.empty() || !o.resume.empty())

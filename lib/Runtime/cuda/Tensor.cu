@@ -124,9 +124,25 @@ Tensor Tensor::empty(const std::vector<int64_t> &shape, DType dtype) {
   t.shape_ = shape;
   t.strides_ = denseStrides(shape);
   size_t bytes = static_cast<size_t>(std::max<int64_t>(t.numel(), 1) * rt::dtypeSize(dtype));
+  // Stream-ordered on the compute stream from the device's pool, which
+  // keeps what is freed (no release threshold): a step's tensors, dropped
+  // where their last reader stands, are reused by the next ones without a
+  // device synchronization or a driver allocation after the first step.
+  static const bool pooled = [] {
+    int device = 0;
+    cudaMemPool_t pool;
+    uint64_t keep = UINT64_MAX;
+    checkCuda(cudaGetDevice(&device), "cudaGetDevice");
+    checkCuda(cudaDeviceGetDefaultMemPool(&pool, device), "cudaDeviceGetDefaultMemPool");
+    checkCuda(cudaMemPoolSetAttribute(pool, cudaMemPoolAttrReleaseThreshold, &keep),
+              "cudaMemPoolSetAttribute");
+    return true;
+  }();
+  (void)pooled;
   void *p = nullptr;
-  checkCuda(cudaMalloc(&p, bytes), "cudaMalloc of " + std::to_string(bytes) + " bytes");
-  t.storage_ = std::shared_ptr<void>(p, [](void *q) { cudaFree(q); });
+  checkCuda(cudaMallocAsync(&p, bytes, nullptr),
+            "cudaMallocAsync of " + std::to_string(bytes) + " bytes");
+  t.storage_ = std::shared_ptr<void>(p, [](void *q) { cudaFreeAsync(q, nullptr); });
   t.data_ = p;
   return t;
 }
