@@ -618,6 +618,22 @@ def test_a_step_takes_its_planned_memory_from_the_pool(model, opt, mesh, zero):
         assert rows[0][3] < eager, (rows[0][3], eager)
 
 
+@pytest.mark.parametrize("model,opt,mesh,zero", [("llama", "momentum", "dp2", 0),
+                                                 ("gpt2", "adamw", "dp2", 3)])
+def test_overlap_changes_no_number(model, opt, mesh, zero):
+    # Collectives started where their input is ready and waited for where
+    # their result is first read give bitwise the losses and state of
+    # waiting for each where it starts (--no-overlap): all_reduce on dp2,
+    # reduce_scatter and all_gather with ZeRO-3.
+    exe = compiled(model, opt, mesh, zero)[1]
+    data = batches(model)[:3]
+    losses, state = exe.train(data)
+    again, state_again = exe.train(data, overlap=False)
+    assert losses == again
+    assert state.keys() == state_again.keys()
+    assert all(torch.equal(state[k], state_again[k]) for k in state)
+
+
 def test_working_memory_measures_eager_code():
     # In a process of its own: it installs the pool for good.
     import subprocess
