@@ -6,7 +6,9 @@ and one batch of token ids:
     the gloo backend (column-parallel q/k/v and fc, row-parallel wo and proj,
     one all_reduce after each row-parallel linear), on 1, 2 and 4 processes;
   - the tdx binary (tdx.compile of the same model with the same Megatron
-    plan) under mpirun on 1, 2 and 4 ranks.
+    plan) under mpirun on 1, 2 and 4 ranks;
+  - and, on one rank, the test suite's LLaMA-style model (RMSNorm, rotary
+    embeddings, SwiGLU) at the same size, tdx next to eager.
 
 Every process uses one ATen thread (the machine has 2 cores; 4 ranks are
 oversubscribed for both peers alike). Step time is the mean of --steps
@@ -194,6 +196,8 @@ def main():
             t_ms, g_ms = min(t_ms, t), min(g_ms, g)
         rows.append((world, t_ms, g_ms, t_bytes, g_bytes, t_y, g_y,
                      tdx_profile(exes[world], args.steps, weights)))
+    # Before tdx.working_memory installs the pool in this process.
+    llama = llama_line(args.steps, args.rounds)
     eager_working = tdx.working_memory(lambda: eager_forward(model, x), warmup=2)["working"]
     print(f"GPT {CONFIG}, batch {BATCH}x{SEQ}, {args.steps} steps x best of {args.rounds} "
           f"alternating rounds, 1 ATen thread per process")
@@ -213,6 +217,32 @@ def main():
               f"{t_bytes:>10} {g_bytes:>10} | {t_ms / eager_ms:>9.2f} | "
               f"{prof['overhead']:>7.2f}% | {exposed:>16} | {mib:>13} | "
               f"{err(t_y):>8.1e} {err(g_y):>8.1e}")
+    print(llama)
+
+
+LLAMA = dict(vocab=512, d=128, heads=4, hidden=344, layers=4, context=64)
+
+
+def llama_line(steps, rounds):
+    """The LLaMA-style model of the test suite (RMSNorm, rotary embeddings,
+    SwiGLU; test/python/models.py) at this bench's size: tdx's forward on
+    one rank next to eager's, best of `rounds` alternating rounds."""
+    sys.path.insert(0, os.path.join(os.path.dirname(__file__), "..", "..", "test", "python"))
+    from models import Llama
+    torch.manual_seed(0)
+    prog = tdx.trace(tdx.deferred_init(Llama, **LLAMA), ids())
+    exe = tdx.compile(prog)
+    torch.manual_seed(0)
+    model = Llama(**LLAMA).eval()
+    weights = dict(model.named_parameters(), **dict(model.named_buffers()))
+    exe.run(ids(), params=weights, steps=1)
+    t_ms = e_ms = float("inf")
+    for _ in range(rounds):
+        exe.run(ids(), params=weights, steps=steps, verbose=True)
+        t_ms = min(t_ms, exe.last_step_ms())
+        e_ms = min(e_ms, eager_step_ms(model, ids(), steps))
+    return (f"LLaMA {LLAMA}, 1 rank: tdx {t_ms:.2f} ms, torch eager {e_ms:.2f} ms, "
+            f"tdx/eager {t_ms / e_ms:.2f}")
 
 
 if __name__ == "__main__":

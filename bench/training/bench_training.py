@@ -10,7 +10,9 @@ model, tdx next to its peers, in one run:
     (two per layer in the forward, two in the backward);
   - the tdx binary of tdx.trace_train_step (tdx.compile) under mpirun: 1
     rank, data parallel on 2 and 4 ranks, ZeRO-3 on 2, and the Megatron plan
-    on 2 (tp2).
+    on 2 (tp2);
+  - and, on one rank, the test suite's LLaMA-style model (RMSNorm, rotary
+    embeddings, SwiGLU) at the same size, tdx next to eager.
 
 Every process uses one ATen thread. A step time is the mean of --steps steps
 after one warm-up step, best of --rounds rounds that alternate between them.
@@ -325,6 +327,49 @@ def main():
               f"{work:>13} {exposed:>16} | "
               f"{peer:>15} {best[peer]:>8.2f} {peer_bytes:>11} | "
               f"{best[peer] / best[name]:>8.2f}")
+    print_llama(args.rounds, args.steps)
+
+
+LLAMA = dict(vocab=512, d=128, heads=4, hidden=344, layers=4, context=64)
+
+
+def llama_one_rank(rounds=3, steps=10):
+    """The LLaMA-style model of the test suite (RMSNorm, rotary embeddings,
+    SwiGLU; test/python/models.py) at this bench's size: tdx's AdamW step on
+    one rank next to eager's, best of `rounds` alternating rounds; returns
+    (tdx ms, eager ms)."""
+    sys.path.insert(0, os.path.join(os.path.dirname(__file__), "..", "..", "test", "python"))
+    from models import Llama
+    build = lambda: Llama(**LLAMA)
+    data = batches(steps + 1)
+    torch.manual_seed(0)
+    deferred = tdx.deferred_init(build)
+    prog = tdx.trace_train_step(deferred, optimizer(deferred.parameters()), loss_fn, *data[0])
+    exe = tdx.compile(prog)
+    torch.manual_seed(0)
+    weights = {k: v.detach() for k, v in build().state_dict().items()}
+    best_tdx = best_eager = float("inf")
+    for _ in range(rounds):
+        exe.train(data, params=weights)
+        best_tdx = min(best_tdx, exe.last_step_ms())
+        torch.manual_seed(0)
+        m = build()
+        opt = optimizer(m.parameters())
+        t0 = None
+        for k, batch in enumerate(data):
+            if k == 1:
+                t0 = time.perf_counter()
+            opt.zero_grad()
+            loss_fn(m, *batch).backward()
+            opt.step()
+        best_eager = min(best_eager, (time.perf_counter() - t0) * 1e3 / (len(data) - 1))
+    return best_tdx, best_eager
+
+
+def print_llama(rounds, steps):
+    t_ms, e_ms = llama_one_rank(rounds, steps)
+    print(f"LLaMA {LLAMA}, AdamW, 1 rank: tdx {t_ms:.2f} ms, torch eager {e_ms:.2f} ms, "
+          f"tdx/eager {t_ms / e_ms:.2f}")
 
 
 if __name__ == "__main__":

@@ -615,8 +615,7 @@ public:
   ArrayRef<Write> writesAtReturn() const { return atReturn; }
 
   /// The most bytes of the step's own tensors alive at once (the step's
-  /// working memory): each tensor (in whole 64-byte lines, as the CPU
-  /// runtime's pool gives them) from where it is made to where the last
+  /// working memory): each tensor from where it is made to where the last
   /// reader of it or of a view of it stands (returned and written values: to
   /// the end), less each state's old tensor from where it is freed. Views,
   /// parameters and arguments hold no bytes of their own; ATen's workspaces
@@ -637,8 +636,7 @@ private:
     if (!t || !t.hasStaticShape())
       return 0;
     int64_t bits = t.getElementType().isInteger(1) ? 8 : t.getElementTypeBitWidth();
-    // As the runtime's pool hands out blocks: in whole cache lines.
-    return (t.getNumElements() * ((bits + 7) / 8) + 63) / 64 * 64;
+    return t.getNumElements() * ((bits + 7) / 8);
   }
 
   void plan_(ArrayRef<Value> made, const DenseSet<Value> &kept, DenseMap<Value, Operation *> &last,

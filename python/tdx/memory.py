@@ -17,8 +17,8 @@ def working_memory(step, warmup=1):
 
     The measurement replaces ATen's CPU allocator in this process with the
     model binaries' step memory pool, for good (a freed block is kept for
-    the next tensor of its size, and sizes are counted in whole 64-byte
-    lines): call it in a process of its own where timings matter."""
+    the next tensor of its size): call it in a process of its own where
+    timings matter."""
     if not callable(step):
         raise TypeError(f"working_memory takes a callable step, got {type(step).__name__}")
     if not isinstance(warmup, int) or warmup < 0:

@@ -49,9 +49,9 @@ module attributes {tdx.partitioned} {
 // CHECK-NEXT:  [[W]] = T::Tensor();
 // CHECK-NEXT:  return {[[Z]], [[S]]};
 
-// The plan's figure: the most bytes of these tensors alive at once, each in
-// whole 64-byte lines: at the layer norm, y (128) + s (64) + its three
-// results (128 + 64 + 64) = 448; at the end s, z (128) and the new w (256)
-// less the old w (256), which its write frees.
+// The plan's figure: the most bytes of these tensors alive at once: at the
+// layer norm y (128) + s (4) + its three results (128 + 16 + 16) = 292; at
+// the last kernel s, z (128) and the new w (256) = 388, before the old w,
+// which its write frees, goes.
 // CHECK-LABEL: int main(
-// CHECK:       p.plannedStepBytes = 448;
+// CHECK:       p.plannedStepBytes = 388;

@@ -121,8 +121,9 @@ struct Profile {
 /// The step memory pool: ATen's CPU allocator in a model binary keeps freed
 /// blocks for the next tensor of their size, so after the first step a
 /// program's steps take every tensor from the pool (no allocation reaches
-/// the C library). It counts the bytes of live tensors (now, and the peak
-/// since resetPeak()), the blocks it got from the system and their bytes.
+/// the C library). It counts the bytes of live tensors as ATen asks for them
+/// (now, and the peak since resetPeak()), the blocks it got from the system
+/// and their bytes (whole 64-byte lines).
 struct TensorMemory {
   static void install();
   static int64_t current();

@@ -28,7 +28,7 @@ void add(int64_t n) {
 /// Never destroyed: tensors may be freed during static destruction.
 struct Pool {
   std::mutex mutex;
-  std::unordered_map<void *, int64_t> sizes;             // live block -> bytes
+  std::unordered_map<void *, std::pair<int64_t, int64_t>> sizes; // live block -> bytes, asked
   std::unordered_map<int64_t, std::vector<void *>> idle; // bytes -> freed blocks
 };
 Pool &pool() {
@@ -37,7 +37,8 @@ Pool &pool() {
 }
 
 /// Blocks are kept by their size rounded up to a cache line: a program's
-/// steps ask for the same sizes every time.
+/// steps ask for the same sizes every time. The bytes counted are those
+/// asked for.
 int64_t blockBytes(size_t n) { return (static_cast<int64_t>(n) + 63) / 64 * 64; }
 
 void release(void *data) {
@@ -48,8 +49,8 @@ void release(void *data) {
   auto it = p.sizes.find(data);
   if (it == p.sizes.end())
     return c10::free_cpu(data); // not the pool's (cannot happen: every block is)
-  p.idle[it->second].push_back(data);
-  currentBytes.fetch_sub(it->second);
+  p.idle[it->second.first].push_back(data);
+  currentBytes.fetch_sub(it->second.second);
   p.sizes.erase(it);
 }
 
@@ -78,9 +79,9 @@ public:
         systemAllocations.fetch_add(1);
         pooledBytes.fetch_add(bytes);
       }
-      p.sizes[data] = bytes;
+      p.sizes[data] = {bytes, static_cast<int64_t>(n)};
     }
-    add(bytes);
+    add(static_cast<int64_t>(n));
     return {data, data, &release, c10::Device(c10::DeviceType::CPU)};
   }
   c10::DeleterFnPtr raw_deleter() const override { return &release; }
