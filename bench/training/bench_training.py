@@ -347,10 +347,13 @@ def llama_one_rank(rounds=3, steps=10):
     prog = tdx.trace_train_step(deferred, optimizer(deferred.parameters()), loss_fn, *data[0])
     exe = tdx.compile(prog)
     torch.manual_seed(0)
-    weights = {k: v.detach() for k, v in build().state_dict().items()}
+    eager = build()
+    # Non-persistent buffers (the rotary tables) too: the binary's state.
+    weights = {k: v.detach() for k, v in
+               dict(eager.named_parameters(), **dict(eager.named_buffers())).items()}
     best_tdx = best_eager = float("inf")
     for _ in range(rounds):
-        exe.train(data, params=weights)
+        exe.train(data, params=weights, verbose=True)
         best_tdx = min(best_tdx, exe.last_step_ms())
         torch.manual_seed(0)
         m = build()
