@@ -3,6 +3,7 @@
 #include "tdx/Target/Cpp.h"
 #include "tdx/Dialect/TdxOps.h"
 #include "tdx/Target/Fusion.h"
+#include "tdx/Sharding/Layout.h"
 #include "tdx/Runtime/InitEvaluator.h"
 
 #include "mlir/Dialect/Arith/IR/Arith.h"
@@ -611,7 +612,8 @@ public:
   ArrayRef<Value> endingAt(Operation *op) const { return lookup(ending, op); }
   /// The state writes that go right after `op`.
   ArrayRef<Write> writesAt(Operation *op) const { return lookup(writes, op); }
-  /// The state writes that go when the step returns, in program order.
+  /// The state writes that go when the step returns: by state, each
+  /// state's in program order.
   ArrayRef<Write> writesAtReturn() const { return atReturn; }
 
   /// The most bytes of the step's own tensors alive at once (the step's
@@ -633,10 +635,7 @@ private:
   }
   static int64_t bytesOf(Value v) {
     auto t = dyn_cast<RankedTensorType>(v.getType());
-    if (!t || !t.hasStaticShape())
-      return 0;
-    int64_t bits = t.getElementType().isInteger(1) ? 8 : t.getElementTypeBitWidth();
-    return t.getNumElements() * ((bits + 7) / 8);
+    return t && t.hasStaticShape() ? t.getNumElements() * elementBytes(t.getElementType()) : 0;
   }
 
   void plan_(ArrayRef<Value> made, const DenseSet<Value> &kept, DenseMap<Value, Operation *> &last,

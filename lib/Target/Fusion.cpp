@@ -5,6 +5,7 @@
 #include "tdx/Runtime/Rows.h"
 
 #include "mlir/Dialect/Arith/IR/Arith.h"
+#include "llvm/ADT/SetVector.h"
 #include "llvm/ADT/TypeSwitch.h"
 #include "llvm/Support/FormatVariadic.h"
 
@@ -84,20 +85,23 @@ bool mlir::tdx::isFusable(Operation *op) {
   return true;
 }
 
-/// The operands a launch of a kernel of `members` takes: the tensors it
-/// reads and the member results something else reads.
-static size_t launchOperands(ArrayRef<Operation *> members) {
+/// What a launch of a kernel of `members` takes: the tensors it reads, in
+/// the order the members (in program order) first read them, and the member
+/// results something else reads.
+static std::pair<SmallVector<Value>, SmallVector<Value>>
+launchOperands(ArrayRef<Operation *> members) {
   DenseSet<Operation *> in(members.begin(), members.end());
-  DenseSet<Value> reads;
-  size_t outputs = 0;
+  llvm::SetVector<Value> reads;
+  SmallVector<Value> outputs;
   for (Operation *op : members) {
     for (Value v : op->getOperands())
       if (!in.contains(v.getDefiningOp()) && !splatValue(v))
         reads.insert(v);
-    if (llvm::any_of(op->getResult(0).getUsers(), [&](Operation *u) { return !in.contains(u); }))
-      ++outputs;
+    Value r = op->getResult(0);
+    if (llvm::any_of(r.getUsers(), [&](Operation *u) { return !in.contains(u); }))
+      outputs.push_back(r);
   }
-  return reads.size() + outputs;
+  return {reads.takeVector(), outputs};
 }
 
 FusionPlan mlir::tdx::planFusion(Block &block) {
@@ -134,7 +138,8 @@ FusionPlan mlir::tdx::planFusion(Block &block) {
       if (join)
         members.append(plan.kernels[*join].ops.begin(), plan.kernels[*join].ops.end());
       members.append(plan.kernels[*k].ops.begin(), plan.kernels[*k].ops.end());
-      if (launchOperands(members) > static_cast<size_t>(kMaxOperands))
+      auto [reads, outputs] = launchOperands(members);
+      if (reads.size() + outputs.size() > static_cast<size_t>(kMaxOperands))
         continue;
       if (!join) {
         join = k;
@@ -164,13 +169,7 @@ FusionPlan mlir::tdx::planFusion(Block &block) {
   }
 
   for (FusedKernel &k : plan.kernels) {
-    DenseSet<Operation *> members(k.ops.begin(), k.ops.end());
-    // The tensors a kernel reads, in the order its members first read them.
-    for (Operation *op : k.ops)
-      for (Value v : op->getOperands())
-        if (!members.contains(v.getDefiningOp()) && !splatValue(v) &&
-            !llvm::is_contained(k.inputs, v))
-          k.inputs.push_back(v);
+    std::tie(k.inputs, k.outputs) = launchOperands(k.ops);
     Type floatType;
     auto note = [&](Type t) {
       if (!isFloatType(t) || (floatType && floatType != t))
@@ -180,10 +179,7 @@ FusionPlan mlir::tdx::planFusion(Block &block) {
     for (Operation *op : k.ops) {
       for (Value v : op->getOperands())
         note(tensorType(v).getElementType());
-      Value r = op->getResult(0);
-      note(tensorType(r).getElementType());
-      if (llvm::any_of(r.getUsers(), [&](Operation *u) { return !members.contains(u); }))
-        k.outputs.push_back(r);
+      note(tensorType(op->getResult(0)).getElementType());
     }
   }
 

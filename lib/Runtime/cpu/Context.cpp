@@ -56,7 +56,6 @@ struct Context::InFlight {
   bool done = false;
 };
 
-
 Context::Context(std::vector<int64_t> meshShape, std::vector<std::string> axes, uint64_t seed,
                  bool verbose)
     : Mesh(std::move(meshShape), std::move(axes)), seed_(seed), verbose_(verbose) {}
