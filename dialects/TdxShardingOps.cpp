@@ -235,3 +235,22 @@ LogicalResult ChunkOp::verify() {
                          << "; an uneven split is '?')";
   return success();
 }
+
+OpFoldResult ChunkOp::fold(FoldAdaptor) {
+  auto gather = getInput().getDefiningOp<AllGatherOp>();
+  auto coord = getIndex().getDefiningOp<MeshCoordOp>();
+  if (!gather || !coord || gather.getMeshAxes().size() != 1 ||
+      coord.getMeshAttr() != gather.getMeshAttr() ||
+      coord.getAxisAttr() != gather.getMeshAxes()[0])
+    return {};
+  auto piece = cast<RankedTensorType>(gather.getInput().getType());
+  auto gathered = cast<RankedTensorType>(getInput().getType());
+  std::optional<int64_t> dim = normalizeDim(static_cast<int64_t>(getDim()), gathered.getRank());
+  // Even pieces only: the gathered dim is `chunks` of this rank's piece,
+  // which is then exactly its torch.chunk.
+  if (!dim || static_cast<int64_t>(gather.getGatherDim()) != *dim || piece != getType() ||
+      !piece.hasStaticShape() || !gathered.hasStaticShape() ||
+      gathered.getDimSize(*dim) != piece.getDimSize(*dim) * static_cast<int64_t>(getChunks()))
+    return {};
+  return gather.getInput();
+}

@@ -158,6 +158,9 @@ def Tdx_ChunkOp : Tdx_Op<"chunk", [Pure]> {
     type($input) `,` type($index) `->` type($result)
   }];
   let hasVerifier = 1;
+  // This rank's chunk of an all_gather over one axis along the same dim is
+  // the all_gather's input.
+  let hasFolder = 1;
 }
 
 #endif // TDX_DIALECT_TDXSHARDINGOPS_TD

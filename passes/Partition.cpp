@@ -130,9 +130,14 @@ LogicalResult FunctionPartitioner::lowerRedistribute(RedistributeOp op) {
                                     b.getI64IntegerAttr(dst.getDim()),
                                     b.getI64IntegerAttr(src.getDim()));
   } else if (src.isReplicate() && dst.isShard()) {
-    result = ChunkOp::create(b, loc, outType, input, coord(),
-                             b.getI64IntegerAttr(meshShape[axis]),
-                             b.getI64IntegerAttr(dst.getDim()));
+    // Folds where `input` is an all_gather of this rank's piece (ZeRO-3's
+    // update reads the parameter its forward gathers).
+    Value index = coord();
+    result = b.createOrFold<ChunkOp>(loc, outType, input, index,
+                                     b.getI64IntegerAttr(meshShape[axis]),
+                                     b.getI64IntegerAttr(dst.getDim()));
+    if (index.use_empty())
+      index.getDefiningOp()->erase();
   } else if (src.isReplicate() && dst.isPartial()) {
     if (dst.getReduce() != ReduceKind::Sum) {
       // max, min or avg of equal values is the value itself.
@@ -160,6 +165,9 @@ LogicalResult FunctionPartitioner::lowerRedistribute(RedistributeOp op) {
     def->setAttr(::mlir::tdx::TdxDialect::kShardingsAttrName, b.getArrayAttr({op.getTarget()}));
   op.getResult().replaceAllUsesWith(result);
   op.erase();
+  // A gather only this chunk read (folded away) has no reader left.
+  if (auto gather = input.getDefiningOp<AllGatherOp>(); gather && gather->use_empty())
+    gather->erase();
   return success();
 }
 

@@ -11,6 +11,7 @@
 #include "llvm/ADT/TypeSwitch.h"
 #include "llvm/Support/FormatVariadic.h"
 
+#include <algorithm>
 #include <cmath>
 #include <map>
 #include <utility>
@@ -106,6 +107,19 @@ public:
       os << "  T::Tensor " << name(v) << " = ctx.wait(" << it->second << ");\n";
       inFlight.erase(it);
     }
+  }
+  /// The arena slots of the results of the op emitted next (see Lifetimes),
+  /// and forgetting those its op did not take.
+  void place(ArrayRef<std::pair<int64_t, int64_t>> slots) {
+    if (slots.empty())
+      return;
+    os << "  ctx.place({";
+    llvm::interleaveComma(slots, os, [&](auto s) { os << "{" << s.first << ", " << s.second << "}"; });
+    os << "});\n";
+  }
+  void placed(ArrayRef<std::pair<int64_t, int64_t>> slots) {
+    if (!slots.empty())
+      os << "  ctx.placed();\n";
   }
   void waitAll() {
     while (!inFlight.empty())
@@ -595,6 +609,7 @@ public:
       points.push_back(&op);
       for (Value v : reads)
         last[v] = &op;
+      resultsAt[&op].assign(results.begin(), results.end());
       for (Value v : results) {
         last[v] = &op; // a result nobody reads ends where it is made
         madeAt[v] = position[&op];
@@ -623,6 +638,19 @@ public:
   /// parameters and arguments hold no bytes of their own; ATen's workspaces
   /// are not seen.
   int64_t peakBytes() const { return peak; }
+
+  /// The memory plan: every tensor the step makes and drops within the step
+  /// (not a view, not returned, not written to a state, not a collective
+  /// nobody waits for before the return) gets an offset in one arena, and
+  /// tensors alive at once get disjoint ranges of 64-byte lines (greedy by
+  /// size: the largest first, each at the lowest offset that fits). The
+  /// slots of the results `op` makes, in result order (offset, bytes; -1:
+  /// not planned), none when it makes no planned tensor.
+  ArrayRef<std::pair<int64_t, int64_t>> slotsAt(Operation *op) const {
+    return lookup(slots, op);
+  }
+  /// The arena's bytes: the end of its highest slot.
+  int64_t arenaBytes() const { return arena; }
 
 private:
   template <class T>
@@ -689,6 +717,66 @@ private:
       peak = std::max(peak, live);
       live -= shrink[i];
     }
+    assignOffsets(made, kept, last, root, until);
+  }
+
+  struct Planned {
+    Value value;
+    int64_t bytes, from, to, offset = 0;
+  };
+
+  void assignOffsets(ArrayRef<Value> made, const DenseSet<Value> &kept,
+                     DenseMap<Value, Operation *> &last, const DenseMap<Value, Value> &root,
+                     const DenseMap<Value, int64_t> &until) {
+    int64_t end = static_cast<int64_t>(points.size());
+    std::vector<Planned> planned;
+    for (Value v : made) {
+      int64_t bytes = (bytesOf(v) + 63) / 64 * 64;
+      Operation *def = v.getDefiningOp();
+      if (root.lookup(v) != v || bytes == 0 || until.lookup(v) >= end || kept.contains(v) ||
+          (isStarted(def) && last[v] == def))
+        continue;
+      planned.push_back({v, bytes, madeAt.lookup(v), until.lookup(v)});
+    }
+    std::vector<size_t> order(planned.size());
+    for (size_t i = 0; i < order.size(); ++i)
+      order[i] = i;
+    std::stable_sort(order.begin(), order.end(), [&](size_t a, size_t b) {
+      return planned[a].bytes != planned[b].bytes ? planned[a].bytes > planned[b].bytes
+                                                  : planned[a].from < planned[b].from;
+    });
+    std::vector<const Planned *> done, overlapping;
+    for (size_t i : order) {
+      Planned &t = planned[i];
+      overlapping.clear();
+      for (const Planned *o : done)
+        if (o->from <= t.to && t.from <= o->to)
+          overlapping.push_back(o);
+      llvm::sort(overlapping, [](const Planned *a, const Planned *b) { return a->offset < b->offset; });
+      for (const Planned *o : overlapping) {
+        if (t.offset + t.bytes <= o->offset)
+          break;
+        t.offset = std::max(t.offset, o->offset + o->bytes);
+      }
+      arena = std::max(arena, t.offset + t.bytes);
+      done.push_back(&t);
+    }
+    DenseMap<Value, std::pair<int64_t, int64_t>> slotOf;
+    for (const Planned &t : planned)
+      slotOf[t.value] = {t.offset, bytesOf(t.value)};
+    // Every result, so the runtime matches allocations to results in
+    // order: one the plan leaves out has offset -1.
+    for (Operation *op : points) {
+      SmallVector<std::pair<int64_t, int64_t>> here;
+      bool any = false;
+      for (Value v : resultsAt.lookup(op)) {
+        auto it = slotOf.find(v);
+        any |= it != slotOf.end();
+        here.push_back(it != slotOf.end() ? it->second : std::make_pair(int64_t(-1), bytesOf(v)));
+      }
+      if (any)
+        slots[op] = std::move(here);
+    }
   }
 
   SmallVector<Operation *> points; // emission points in order
@@ -697,7 +785,9 @@ private:
   DenseMap<Operation *, SmallVector<Value>> ending;
   DenseMap<Operation *, SmallVector<Write>> writes;
   SmallVector<Write> atReturn;
-  int64_t peak = 0;
+  DenseMap<Operation *, SmallVector<Value>> resultsAt;
+  DenseMap<Operation *, SmallVector<std::pair<int64_t, int64_t>>> slots;
+  int64_t peak = 0, arena = 0;
 };
 
 /// The global type and layout text of each function argument and result.
@@ -831,7 +921,9 @@ LogicalResult mlir::tdx::emitCpp(ModuleOp module, llvm::raw_ostream &os, Backend
       const FusedKernel &k = plan.kernels[it->second];
       if (k.ops.back() == &op && !k.outputs.empty()) {
         e.waitFor(k.inputs);
+        e.place(lifetimes.slotsAt(&op));
         e.emitKernelCall(k);
+        e.placed(lifetimes.slotsAt(&op));
         e.writeStates(lifetimes.writesAt(&op));
         e.release(lifetimes.endingAt(&op));
         e.progress();
@@ -843,8 +935,10 @@ LogicalResult mlir::tdx::emitCpp(ModuleOp module, llvm::raw_ostream &os, Backend
       e.waitAll();
       e.writeStates(lifetimes.writesAtReturn());
     }
+    e.place(lifetimes.slotsAt(&op));
     if (failed(e.emitOp(&op)))
       return failure();
+    e.placed(lifetimes.slotsAt(&op));
     e.writeStates(lifetimes.writesAt(&op));
     e.release(lifetimes.endingAt(&op));
     e.progress();
@@ -882,6 +976,7 @@ LogicalResult mlir::tdx::emitCpp(ModuleOp module, llvm::raw_ostream &os, Backend
        << dtype(type.getElementType()) << ", \"" << layout << "\"});\n";
   // What --verbose compares the step's measured working memory with.
   os << "  p.plannedStepBytes = " << plannedStepBytes << ";\n";
+  os << "  p.arenaBytes = " << lifetimes.arenaBytes() << ";\n";
   os << "  p.init = init;\n  p.forward = forward;\n  return runMain(argc, argv, p);\n}\n";
   return success();
 }

@@ -38,7 +38,7 @@ PROGRAMS = {
 TRAIN_STEPS = 5
 # The runtime a model binary links: tdx/Runtime without LLVM, MLIR or ATen.
 RUNTIME = ["Mesh.cpp", "Options.cpp", "SaveCheckpoint.cpp", "InitProgram.cpp", "Safetensors.cpp",
-           "Checkpoint.cpp", "Crc32c.cpp", "Json.cpp", "Placement.cpp"]
+           "Checkpoint.cpp", "Crc32c.cpp", "Json.cpp", "Placement.cpp", "Arena.cpp"]
 MPI_PACKAGES = ["openmpi-bin", "openmpi-common", "libopenmpi3", "libopenmpi-dev"]
 # On every machine already; never bundled.
 BASE_PACKAGES = {"libc6", "libgcc-s1", "libstdc++6", "zlib1g", "libgfortran5", "libquadmath0"}

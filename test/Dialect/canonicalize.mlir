@@ -65,3 +65,37 @@ func.func @linear(%x: tensor<4x8x16xf32>, %w: tensor<32x16xf32>, %b: tensor<32xf
   %4 = tdx.reshape %3 [4, 8, 32] : tensor<32x32xf32> -> tensor<4x8x32xf32>
   return %4 : tensor<4x8x32xf32>
 }
+
+// -----
+
+// This rank's chunk of an all_gather over one axis, along the gathered dim,
+// is the all_gather's input (ZeRO-3's update reads the parameter its
+// forward gathers).
+tdx.mesh @mesh shape = [2, 2] axes = ["dp", "tp"]
+// CHECK-LABEL: func.func @chunk_of_gather
+// CHECK-SAME: (%[[X:.*]]: tensor<2x8xf32>)
+// CHECK-NEXT: %[[G:.*]] = tdx.all_gather %[[X]]
+// CHECK-NEXT: return %[[X]], %[[G]]
+func.func @chunk_of_gather(%x: tensor<2x8xf32>) -> (tensor<2x8xf32>, tensor<4x8xf32>) {
+  %g = tdx.all_gather %x on @mesh axes = ["dp"] dim = 0 : tensor<2x8xf32> -> tensor<4x8xf32>
+  %c = tdx.mesh_coord @mesh axis = "dp" : tensor<i64>
+  %y = tdx.chunk %g[%c] chunks = 2 dim = 0 : tensor<4x8xf32>, tensor<i64> -> tensor<2x8xf32>
+  return %y, %g : tensor<2x8xf32>, tensor<4x8xf32>
+}
+
+// -----
+
+// Not the same piece: another axis's coordinate, another dim, another
+// count of chunks.
+tdx.mesh @mesh shape = [2, 2] axes = ["dp", "tp"]
+// CHECK-LABEL: func.func @chunk_of_gather_elsewhere
+// CHECK-COUNT-3: tdx.chunk
+func.func @chunk_of_gather_elsewhere(%x: tensor<2x8xf32>) -> (tensor<2x8xf32>, tensor<4x4xf32>, tensor<1x8xf32>) {
+  %g = tdx.all_gather %x on @mesh axes = ["dp"] dim = 0 : tensor<2x8xf32> -> tensor<4x8xf32>
+  %dp = tdx.mesh_coord @mesh axis = "dp" : tensor<i64>
+  %tp = tdx.mesh_coord @mesh axis = "tp" : tensor<i64>
+  %a = tdx.chunk %g[%tp] chunks = 2 dim = 0 : tensor<4x8xf32>, tensor<i64> -> tensor<2x8xf32>
+  %b = tdx.chunk %g[%dp] chunks = 2 dim = 1 : tensor<4x8xf32>, tensor<i64> -> tensor<4x4xf32>
+  %c = tdx.chunk %g[%dp] chunks = 4 dim = 0 : tensor<4x8xf32>, tensor<i64> -> tensor<1x8xf32>
+  return %a, %b, %c : tensor<2x8xf32>, tensor<4x4xf32>, tensor<1x8xf32>
+}

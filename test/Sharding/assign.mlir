@@ -1,6 +1,8 @@
 // A written state keeps its placement: an update placed otherwise (here by
 // an annotation) is brought back to the state's layout before it is
-// written, and the partitioned write has the local type.
+// written, and the partitioned write has the local type. Here that is this
+// rank's chunk of the gathered update, which is the update's own piece: the
+// chunk folds and the gather, read by nothing else, goes.
 // RUN: tdx-opt %s -split-input-file --tdx-propagate-sharding --tdx-insert-collectives --tdx-partition | FileCheck %s
 
 tdx.mesh @mesh shape = [2] axes = ["dp"]
@@ -10,10 +12,9 @@ tdx.parameter @w : tensor<4x8xf32> sharding <@mesh, [Shard(0)]> init {
 }
 // CHECK-LABEL: func.func @sgd
 // CHECK-SAME: tensor<4x8xf32> {tdx.global_type = tensor<4x8xf32>, tdx.sharding = #tdx.sharding<@mesh, [Replicate]>}
-// CHECK: tdx.param_ref @w {{.*}} : tensor<2x8xf32>
-// CHECK: %[[N:.*]] = tdx.all_gather
-// CHECK: %[[C:.*]] = tdx.chunk %[[N]]
-// CHECK-NEXT: tdx.assign @w, %[[C]] : tensor<2x8xf32>
+// CHECK: %[[W:.*]] = tdx.param_ref @w {{.*}} : tensor<2x8xf32>
+// CHECK-NEXT: %[[N:.*]] = tdx.sub %[[W]], {{.*}} : (tensor<2x8xf32>, tensor<2x8xf32>) -> tensor<2x8xf32>
+// CHECK-NEXT: tdx.assign @w, %[[N]] : tensor<2x8xf32>
 func.func @sgd(%g: tensor<4x8xf32>) {
   %gr = tdx.annotate %g <@mesh, [Replicate]> : tensor<4x8xf32>
   %w = tdx.param_ref @w : tensor<4x8xf32>

@@ -48,9 +48,11 @@ module attributes {tdx.partitioned} {
 
 // CHECK-LABEL: forward(
 // CHECK-NOT:   constant(
-// CHECK:       std::vector<T::Tensor> [[R0:r[0-9]+]] = elementwise({4, 8}, {[[X:v[0-9]+]], [[B:v[0-9]+]]}, {T::kFloat, T::kFloat}, k0_row);
+// CHECK:       ctx.place({{[{][{]}}0, 128}, {-1, 128{{[}][}]}});
+// CHECK-NEXT:  std::vector<T::Tensor> [[R0:r[0-9]+]] = elementwise({4, 8}, {[[X:v[0-9]+]], [[B:v[0-9]+]]}, {T::kFloat, T::kFloat}, k0_row);
 // CHECK-NEXT:  T::Tensor [[T1:v[0-9]+]] = std::move([[R0]][0]);
 // CHECK-NEXT:  T::Tensor [[T2:v[0-9]+]] = std::move([[R0]][1]);
+// CHECK-NEXT:  ctx.placed();
 // CHECK-NEXT:  T::Tensor [[S:v[0-9]+]] = T::sum([[T1]], std::vector<int64_t>{-1}, true);
 // CHECK-NEXT:  [[T1]] = T::Tensor();
 // CHECK-NEXT:  std::vector<T::Tensor> [[R1:r[0-9]+]] = elementwise({4, 8}, {[[T2]], [[X]]}, {T::kFloat}, k1_row);

@@ -29,14 +29,18 @@ module attributes {tdx.partitioned} {
 // CHECK-LABEL: forward(
 // CHECK:       const T::Tensor &[[X:v[0-9]+]] = in[0];
 // CHECK-NEXT:  T::Tensor [[W:v[0-9]+]] = s.at("w");
+// CHECK-NEXT:  ctx.place({{[{][{]}}0, 128{{[}][}]}});
 // CHECK-NEXT:  T::Tensor [[Y:v[0-9]+]] = T::matmul([[X]], [[W]]);
+// CHECK-NEXT:  ctx.placed();
 // CHECK-NEXT:  T::Tensor [[R:v[0-9]+]] = [[Y]].reshape({32});
 // CHECK-NEXT:  T::Tensor [[S:v[0-9]+]] = T::sum([[R]], std::vector<int64_t>{0}, false);
 // CHECK-NEXT:  [[R]] = T::Tensor();
+// CHECK-NEXT:  ctx.place({{[{][{]}}128, 128}, {256, 16}, {320, 16{{[}][}]}});
 // CHECK-NEXT:  std::vector<T::Tensor> [[LN:r[0-9]+]] = callAten("aten::native_layer_norm", {[[Y]], [[W]]}
 // CHECK-NEXT:  T::Tensor [[N0:v[0-9]+]] = std::move([[LN]].at(0));
 // CHECK-NEXT:  T::Tensor [[N1:v[0-9]+]] = std::move([[LN]].at(1));
 // CHECK-NEXT:  T::Tensor [[N2:v[0-9]+]] = std::move([[LN]].at(2));
+// CHECK-NEXT:  ctx.placed();
 // CHECK-NEXT:  [[Y]] = T::Tensor();
 // CHECK-NEXT:  [[N1]] = T::Tensor();
 // CHECK-NEXT:  [[N2]] = T::Tensor();
@@ -53,5 +57,11 @@ module attributes {tdx.partitioned} {
 // layer norm y (128) + s (4) + its three results (128 + 16 + 16) = 292; at
 // the last kernel s, z (128) and the new w (256) = 388, before the old w,
 // which its write frees, goes.
+// The memory plan (its offsets: test/Target/memory-plan.mlir): y, which a
+// view of it keeps until the layer norm, and the layer norm's results are
+// the step's own; the sum, the last kernel's result (both returned) and the
+// new w (written) outlive the step and are not in the arena. Slots are
+// whole 64-byte lines: 128 + 128 + 64 + 64.
 // CHECK-LABEL: int main(
 // CHECK:       p.plannedStepBytes = 388;
+// CHECK-NEXT:  p.arenaBytes = 384;

@@ -20,11 +20,14 @@ module attributes {tdx.partitioned} {
 
 // CHECK-LABEL: forward(
 // CHECK:       const int64_t [[C1:c[0-9]+]] = ctx.startAllReduce([[G1:v[0-9]+]], {"dp"}, 0);
+// CHECK-NEXT:  ctx.placed();
 // CHECK-NEXT:  ctx.progress();
 // CHECK-NEXT:  const int64_t [[C2:c[0-9]+]] = ctx.startReduceScatter([[G2:v[0-9]+]], {"dp"}, 0, 0);
 // CHECK-NEXT:  ctx.progress();
+// CHECK-NEXT:  ctx.place(
 // CHECK-NEXT:  std::vector<T::Tensor> {{r[0-9]+}} = elementwise({4, 8}
 // CHECK:       ctx.progress();
+// CHECK-NEXT:  ctx.place(
 // CHECK-NEXT:  T::Tensor [[S:v[0-9]+]] = T::sum(
 // CHECK:       ctx.progress();
 // CHECK-NEXT:  T::Tensor [[R1:v[0-9]+]] = ctx.wait([[C1]]);

@@ -563,6 +563,7 @@ def working_memory(exe, data):
                       r"(\d+) tensor allocations reached the system in the 2 steps", exe.last_log)
     peaks = dict(re.findall(r"rank (\d+): state .* peak tensor memory in a step (\d+) bytes",
                             exe.last_log))
+    print(exe.last_log)
     return {int(r): (int(w), int(p), int(a), int(peaks[r])) for r, w, p, a in rows}
 
 

@@ -11,6 +11,7 @@
 #ifndef TDX_RUNTIME_MESH_H
 #define TDX_RUNTIME_MESH_H
 
+#include "tdx/Runtime/Arena.h"
 #include "tdx/Runtime/Box.h"
 #include "tdx/Runtime/Placement.h"
 #include "tdx/Runtime/Safetensors.h"
@@ -61,6 +62,10 @@ public:
   /// Whether a started collective may run beside the ops before its wait
   /// (--no-overlap: no, it completes where it starts).
   void setOverlap(bool overlap) { overlap_ = overlap; }
+  /// The emitted step's memory plan: the arena slots of the next op's
+  /// results (tdx/Runtime/Arena.h), and placed() once the op has run.
+  void place(std::initializer_list<Arena::Slot> slots) { Arena::get().expect(slots); }
+  void placed() { Arena::get().expect({}); }
   bool overlap() const { return overlap_; }
   double collectiveTimeout() const { return timeout_; }
   /// Throws the timeout error for `what` over `axes`.

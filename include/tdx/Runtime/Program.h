@@ -36,6 +36,9 @@ template <class Context, class Tensor, class ElementType> struct BasicProgram {
   /// The most bytes of the step's own tensors alive at once, from their
   /// lifetimes in the emitted program (-1: not planned).
   int64_t plannedStepBytes = -1;
+  /// The bytes of the arena the step's planned tensors are placed in
+  /// (tdx/Runtime/Arena.h; 0: none).
+  int64_t arenaBytes = 0;
   std::function<void(Context &, State &)> init;
   std::function<std::vector<Tensor>(Context &, State &, const std::vector<Tensor> &)> forward;
 };

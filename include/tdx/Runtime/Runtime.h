@@ -131,6 +131,9 @@ struct TensorMemory {
   static void resetPeak();
   static int64_t systemAllocations();
   static int64_t pooled();
+  /// Allocates the step's arena of `bytes` (tdx/Runtime/Arena.h), freeing
+  /// any earlier one; the allocator then places the planned tensors in it.
+  static void reserveArena(int64_t bytes);
   /// A copy of `t` in memory the pool does not hand out again, for what
   /// outlives the steps (the outputs the driver keeps of every step).
   static at::Tensor unpooled(const at::Tensor &t);

@@ -179,7 +179,9 @@ at::Tensor Context::allGather(const at::Tensor &x, const std::vector<std::string
 
 at::Tensor Context::chunk(const at::Tensor &x, int64_t chunks, int64_t index, int64_t dim) {
   auto [start, end] = chunkRange(x.size(dim), chunks, index);
-  return x.narrow(dim, start, end - start).contiguous();
+  // A new tensor even where the piece is contiguous: a view would keep all
+  // of `x` alive as long as the piece, which the step's plan does not expect.
+  return x.narrow(dim, start, end - start).clone(at::MemoryFormat::Contiguous);
 }
 
 at::Tensor Context::reduceScatter(const at::Tensor &x, const std::vector<std::string> &axes,

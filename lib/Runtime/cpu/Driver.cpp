@@ -78,6 +78,13 @@ struct StepMemory {
                 static_cast<long long>(laterAllocations),
                 static_cast<long long>(std::max<int64_t>(0, steps - 1)),
                 static_cast<long long>(TensorMemory::pooled()));
+    Arena::Counts c = Arena::get().counts();
+    std::printf("tdx: rank %d: arena %lld bytes: in %lld steps, %lld planned tensors placed, "
+                "%lld refused (their slot was still held), %lld not asked for (ATen made no "
+                "new tensor)\n",
+                rank, static_cast<long long>(program.arenaBytes), static_cast<long long>(steps),
+                static_cast<long long>(c.taken), static_cast<long long>(c.busy),
+                static_cast<long long>(c.unasked));
     std::fflush(stdout);
   }
 };
@@ -97,6 +104,7 @@ int tdx::rt::runMain(int argc, char **argv, const Program &program) {
         openblas_set_num_threads(threads);
     }
     TensorMemory::install();
+    TensorMemory::reserveArena(program.arenaBytes);
     // A resumed run takes its state, step, seed and random stream from the
     // checkpoint.
     std::string source = o.resume.empty() ? paramsPath(o) : o.resume;

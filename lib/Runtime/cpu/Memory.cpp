@@ -1,6 +1,7 @@
 //===- Memory.cpp - the step memory pool of a rank's tensors --------------===//
 
 #include "tdx/Runtime/Runtime.h"
+#include "tdx/Runtime/Arena.h"
 
 #include <c10/core/CPUAllocator.h>
 #include <c10/core/impl/alloc_cpu.h>
@@ -9,6 +10,7 @@
 #include <cstdlib>
 #include <cstring>
 #include <mutex>
+#include <utility>
 #include <unordered_map>
 #include <vector>
 
@@ -49,15 +51,17 @@ void release(void *data) {
   auto it = p.sizes.find(data);
   if (it == p.sizes.end())
     return c10::free_cpu(data); // not the pool's (cannot happen: every block is)
-  p.idle[it->second.first].push_back(data);
+  if (!Arena::get().give(data))
+    p.idle[it->second.first].push_back(data);
   currentBytes.fetch_sub(it->second.second);
   p.sizes.erase(it);
 }
 
-/// ATen's CPU allocator for a model binary: a freed block goes back to the
-/// pool for the next tensor of its size instead of to the C library, so the
-/// second and later steps of a program (which ask for the same sizes in the
-/// same order) take every tensor from the pool; the bytes held are counted.
+/// ATen's CPU allocator for a model binary: a tensor the step's plan placed
+/// takes its slot of the arena (tdx/Runtime/Arena.h); any other takes a
+/// block the pool keeps from a freed tensor of its size, so the second and
+/// later steps of a program (which ask for the same sizes in the same order)
+/// take every tensor from the pool or the arena. The bytes held are counted.
 /// Data pointers are their own contexts, as the default allocator's are.
 class PoolAllocator final : public c10::Allocator {
 public:
@@ -65,12 +69,12 @@ public:
     if (n == 0)
       return {nullptr, nullptr, &release, c10::Device(c10::DeviceType::CPU)};
     int64_t bytes = blockBytes(n);
-    void *data = nullptr;
+    void *data = Arena::get().take(static_cast<int64_t>(n));
     {
       Pool &p = pool();
       std::lock_guard<std::mutex> lock(p.mutex);
       auto bin = p.idle.find(bytes);
-      if (bin != p.idle.end() && !bin->second.empty()) {
+      if (!data && bin != p.idle.end() && !bin->second.empty()) {
         data = bin->second.back();
         bin->second.pop_back();
       }
@@ -93,6 +97,13 @@ void TensorMemory::install() {
   static PoolAllocator pool;
   static bool installed = (c10::SetCPUAllocator(&pool, /*priority=*/1), true);
   (void)installed;
+}
+
+void TensorMemory::reserveArena(int64_t bytes) {
+  static void *arena = nullptr;
+  Arena::get().reserve(nullptr, 0);
+  c10::free_cpu(std::exchange(arena, bytes > 0 ? c10::alloc_cpu(bytes) : nullptr));
+  Arena::get().reserve(static_cast<char *>(arena), bytes);
 }
 
 int64_t TensorMemory::current() { return currentBytes.load(); }

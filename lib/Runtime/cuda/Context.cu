@@ -275,7 +275,12 @@ Tensor Context::allGather(const Tensor &x, const std::vector<std::string> &axes,
 Tensor Context::chunk(const Tensor &x, int64_t chunks, int64_t index, int64_t dim) {
   dim = x.wrap(dim);
   auto [start, end] = tdx::rt::chunkRange(x.size(dim), chunks, index);
-  return x.slice(dim, start, end, 1).contiguous();
+  // A new tensor even where the piece is contiguous: a view would keep all
+  // of `x` alive as long as the piece, which the step's plan does not expect.
+  Tensor piece = x.slice(dim, start, end, 1);
+  Tensor out = Tensor::empty(piece.sizes(), piece.dtype());
+  copyInto(out, piece);
+  return out;
 }
 
 Tensor Context::reduceScatter(const Tensor &x, const std::vector<std::string> &axes,

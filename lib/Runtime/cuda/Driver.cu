@@ -61,6 +61,13 @@ int tdx::cu::runMain(int argc, char **argv, const Program &program) {
     const int rank = ctx.rank();
     ctx.setCollectiveTimeout(o.timeout);
     ctx.setOverlap(o.overlap);
+    // The step's planned tensors live in one device allocation.
+    void *arena = nullptr;
+    if (program.arenaBytes > 0)
+      checkCuda(cudaMalloc(&arena, static_cast<size_t>(program.arenaBytes)),
+                "cudaMalloc of the step's arena (" + std::to_string(program.arenaBytes) +
+                    " bytes)");
+    tdx::rt::Arena::get().reserve(static_cast<char *>(arena), program.arenaBytes);
     auto t0 = std::chrono::steady_clock::now();
     State state;
     if (!o.save.empty() || !o.publish.empty() || !o.resume.empty())

@@ -139,7 +139,14 @@ Tensor Tensor::empty(const std::vector<int64_t> &shape, DType dtype) {
     return true;
   }();
   (void)pooled;
-  void *p = nullptr;
+  // A tensor the step's plan placed takes its slot of the arena
+  // (tdx/Runtime/Arena.h): the compute stream orders its reuse.
+  void *p = rt::Arena::get().take(static_cast<int64_t>(bytes));
+  if (p) {
+    t.storage_ = std::shared_ptr<void>(p, [](void *q) { rt::Arena::get().give(q); });
+    t.data_ = p;
+    return t;
+  }
   checkCuda(cudaMallocAsync(&p, bytes, nullptr),
             "cudaMallocAsync of " + std::to_string(bytes) + " bytes");
   t.storage_ = std::shared_ptr<void>(p, [](void *q) { cudaFreeAsync(q, nullptr); });
