@@ -2,7 +2,6 @@
 
 #include "tdx/Runtime/Arena.h"
 
-#include <cstdio>
 #include <iterator>
 
 using namespace tdx::rt;
@@ -22,7 +21,7 @@ void Arena::reserve(char *base, int64_t bytes) {
 void Arena::expect(std::initializer_list<Slot> slots) {
   std::lock_guard<std::mutex> lock(mutex_);
   for (Slot s : expected_)
-    if (s.offset >= 0) { ++counts_.unasked; std::printf("arena: unasked %lld+%lld\n", (long long)s.offset, (long long)s.bytes); }
+    counts_.unasked += s.offset >= 0;
   expected_.clear();
   if (!base_)
     return;
@@ -48,11 +47,6 @@ void *Arena::take(int64_t bytes) {
     if (s.offset < 0)
       return nullptr; // a result the plan leaves to the pool
     if (!free(s.offset, line(s.bytes))) {
-      { auto next = live_.lower_bound(s.offset);
-        std::printf("arena: refused %lld+%lld; live", (long long)s.offset, (long long)s.bytes);
-        if (next != live_.begin()) { auto p = std::prev(next); std::printf(" [%lld,%lld)", (long long)p->first, (long long)p->second); }
-        if (next != live_.end()) std::printf(" [%lld,%lld)", (long long)next->first, (long long)next->second);
-        std::printf("\n"); }
       ++counts_.busy;
       return nullptr;
     }

@@ -607,8 +607,10 @@ public:
       }
       position[&op] = static_cast<int64_t>(points.size());
       points.push_back(&op);
-      for (Value v : reads)
+      for (Value v : reads) {
         last[v] = &op;
+        firstReader.try_emplace(v, &op);
+      }
       resultsAt[&op].assign(results.begin(), results.end());
       for (Value v : results) {
         last[v] = &op; // a result nobody reads ends where it is made
@@ -616,6 +618,17 @@ public:
         made.push_back(v);
       }
     }
+    // A started reduce_scatter's input is read until the wait, where its
+    // result is first read (the return, when nothing else reads it).
+    for (Operation *op : points)
+      if (auto scatter = dyn_cast<ReduceScatterOp>(op)) {
+        Value input = scatter.getInput();
+        Operation *wait = firstReader.lookup(scatter.getResult());
+        if (!wait)
+          kept.insert(input);
+        else if (position.lookup(wait) > position.lookup(last[input]))
+          last[input] = wait;
+      }
     for (Value v : made)
       // A collective nobody reads is waited for when the step returns.
       if (!kept.contains(v) && !(isStarted(v.getDefiningOp()) && last[v] == v.getDefiningOp()))
@@ -651,6 +664,8 @@ public:
   }
   /// The arena's bytes: the end of its highest slot.
   int64_t arenaBytes() const { return arena; }
+  /// The tensors placed in it.
+  int64_t arenaTensors() const { return placedTensors; }
 
 private:
   template <class T>
@@ -761,6 +776,7 @@ private:
       arena = std::max(arena, t.offset + t.bytes);
       done.push_back(&t);
     }
+    placedTensors = static_cast<int64_t>(planned.size());
     DenseMap<Value, std::pair<int64_t, int64_t>> slotOf;
     for (const Planned &t : planned)
       slotOf[t.value] = {t.offset, bytesOf(t.value)};
@@ -786,8 +802,9 @@ private:
   DenseMap<Operation *, SmallVector<Write>> writes;
   SmallVector<Write> atReturn;
   DenseMap<Operation *, SmallVector<Value>> resultsAt;
+  DenseMap<Value, Operation *> firstReader;
   DenseMap<Operation *, SmallVector<std::pair<int64_t, int64_t>>> slots;
-  int64_t peak = 0, arena = 0;
+  int64_t peak = 0, arena = 0, placedTensors = 0;
 };
 
 /// The global type and layout text of each function argument and result.
@@ -826,7 +843,8 @@ FailureOr<Signature> signatureOf(func::FuncOp fn, int64_t meshRank) {
 
 } // namespace
 
-LogicalResult mlir::tdx::emitCpp(ModuleOp module, llvm::raw_ostream &os, Backend backend) {
+LogicalResult mlir::tdx::emitCpp(ModuleOp module, llvm::raw_ostream &os, Backend backend,
+                                 MemoryPlan *memoryPlan) {
   const char *backendName = backend == Backend::CUDA ? "the CUDA backend" : "the CPU backend";
   if (!module->hasAttr(::mlir::tdx::TdxDialect::kPartitionedAttrName))
     return module.emitError("the module is not partitioned; run `tdx-opt --tdx-propagate-sharding "
@@ -977,6 +995,8 @@ LogicalResult mlir::tdx::emitCpp(ModuleOp module, llvm::raw_ostream &os, Backend
   // What --verbose compares the step's measured working memory with.
   os << "  p.plannedStepBytes = " << plannedStepBytes << ";\n";
   os << "  p.arenaBytes = " << lifetimes.arenaBytes() << ";\n";
+  if (memoryPlan)
+    *memoryPlan = {plannedStepBytes, lifetimes.arenaBytes(), lifetimes.arenaTensors()};
   os << "  p.init = init;\n  p.forward = forward;\n  return runMain(argc, argv, p);\n}\n";
   return success();
 }

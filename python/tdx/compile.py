@@ -24,10 +24,15 @@ class Executable:
     """A model binary for one mesh; runs under mpirun, one rank per device
     (CPU processes, or GPUs for target="cuda")."""
 
-    def __init__(self, path, world_size, target="cpu"):
+    def __init__(self, path, world_size, target="cpu", memory_plan=None):
         self.path = path
         self.world_size = world_size
         self.target = target
+        # Per rank, from the compiler: {"working": the most bytes of the
+        # step's tensors alive at once, "arena": the bytes of the arena the
+        # tensors it makes and drops are placed in, "tensors": how many};
+        # None for a binary loaded from a file.
+        self.memory_plan = memory_plan
 
     def _launch(self, nprocs, args, timeout):
         nprocs = self.world_size if nprocs is None else nprocs
@@ -219,7 +224,7 @@ def compile(prog, target="cpu", output=None, cuda_arch="sm_90", keep_source=Fals
     with open(src, "w") as f:
         f.write(text)
     binary = output or os.path.join(out_dir, "model")
-    cmd = [_tool("tdx-compile"), src, "-o", binary, "--target", target]
+    cmd = [_tool("tdx-compile"), src, "-o", binary, "--target", target, "--memory-report"]
     if target == "cuda":
         cmd.append(f"--cuda-arch={cuda_arch}")
     if keep_source:
@@ -227,4 +232,7 @@ def compile(prog, target="cpu", output=None, cuda_arch="sm_90", keep_source=Fals
     done = subprocess.run(cmd, capture_output=True, text=True)
     if done.returncode != 0:
         raise TdxError(f"tdx-compile failed:\n{done.stderr.strip()}")
-    return Executable(os.path.abspath(binary), prog.world_size, target)
+    plan = re.search(r"working memory of a step (\d+) bytes, arena (\d+) bytes for (\d+) tensors",
+                     done.stdout)
+    memory_plan = plan and dict(zip(("working", "arena", "tensors"), map(int, plan.groups())))
+    return Executable(os.path.abspath(binary), prog.world_size, target, memory_plan)

@@ -557,14 +557,17 @@ def test_zero3_state_per_rank_is_the_replicated_state_over_n():
 def working_memory(exe, data):
     """Per rank from --verbose: (working memory of a step, the plan's figure,
     tensor allocations that reached the system after the first step, peak
-    tensor memory in a step)."""
+    tensor memory in a step, (arena bytes, planned tensors placed in it,
+    refused, not asked for))."""
     exe.train(data[:3], verbose=True)
     rows = re.findall(r"rank (\d+): working memory of a step (\d+) bytes \(planned (\d+)[^)]*\), "
                       r"(\d+) tensor allocations reached the system in the 2 steps", exe.last_log)
     peaks = dict(re.findall(r"rank (\d+): state .* peak tensor memory in a step (\d+) bytes",
                             exe.last_log))
-    print(exe.last_log)
-    return {int(r): (int(w), int(p), int(a), int(peaks[r])) for r, w, p, a in rows}
+    arenas = {r: tuple(map(int, rest)) for r, *rest in re.findall(
+        r"rank (\d+): arena (\d+) bytes: in 3 steps, (\d+) planned tensors placed, (\d+) refused "
+        r"[^,]*, (\d+) not asked for", exe.last_log)}
+    return {int(r): (int(w), int(p), int(a), int(peaks[r]), arenas[r]) for r, w, p, a in rows}
 
 
 def _eager_peak_memory(model, opt, out):
@@ -609,11 +612,23 @@ def test_a_step_takes_its_planned_memory_from_the_pool(model, opt, mesh, zero):
     # memory) is below eager's for the same step, measured the same way
     # (tdx.working_memory; eager keeps its gradients between steps, tdx
     # makes them in the step, so the whole peak is what compares).
-    rows = working_memory(compiled(model, opt, mesh, zero)[1], batches(model))
+    #
+    # The memory plan: every tensor the plan put in the arena got its slot
+    # in every step (none refused because something the plan did not see
+    # held it, none the op did not make), and the arena is the plan's
+    # figure up to whole 64-byte lines and what outlives the step.
+    # The compiler reports the same plan (tdx-compile --memory-report).
+    exe = compiled(model, opt, mesh, zero)[1]
+    rows = working_memory(exe, batches(model))
     assert sorted(rows) == list(range(1 if mesh == "1" else 2)), rows
-    for rank, (working, planned, allocations, _) in rows.items():
+    for rank, (working, planned, allocations, _, arena) in rows.items():
         assert allocations == 0, (rank, rows)
         assert 0 < working <= planned * 1.01, (rank, working, planned)
+        size, placed, refused, unasked = arena
+        assert placed == 3 * exe.memory_plan["tensors"] > 0, (rank, arena, exe.memory_plan)
+        assert refused == 0 and unasked == 0, (rank, arena)
+        assert 0 < size <= planned * 1.05, (rank, size, planned)
+        assert (exe.memory_plan["working"], exe.memory_plan["arena"]) == (planned, size)
     if mesh == "1":
         eager = eager_peak_memory(model, opt)
         assert rows[0][3] < eager, (rows[0][3], eager)

@@ -31,22 +31,31 @@
 
 using namespace llvm;
 
-static cl::opt<std::string> input(cl::Positional, cl::desc("<model.mlir>"), cl::Required);
+static cl::OptionCategory options("tdx-compile options");
+static cl::opt<std::string> input(cl::Positional, cl::desc("<model.mlir>"), cl::Required,
+                                  cl::cat(options));
 static cl::opt<std::string> output("o", cl::desc("the model binary to write"),
-                                   cl::value_desc("path"), cl::Required);
+                                   cl::value_desc("path"), cl::Required, cl::cat(options));
 static cl::opt<std::string> target("target",
                                    cl::desc("cpu (ATen + MPI) or cuda (cuBLAS + NCCL + MPI)"),
-                                   cl::init("cpu"));
+                                   cl::init("cpu"), cl::cat(options));
 static cl::opt<std::string> cudaArch("cuda-arch",
                                      cl::desc("the GPU architecture of --target cuda (nvcc -arch)"),
-                                     cl::init("sm_90"));
+                                     cl::init("sm_90"), cl::cat(options));
 static cl::opt<bool> emitSource("emit-source",
                                 cl::desc("keep the emitted source next to the binary (<o>.cpp or "
-                                         "<o>.cu)"));
-static cl::opt<bool> verbose("v", cl::desc("print the compiler command"));
+                                         "<o>.cu)"),
+                                cl::cat(options));
+static cl::opt<bool> memoryReport(
+    "memory-report",
+    cl::desc("print the step's memory plan per rank: its working memory (the most bytes of "
+             "the step's tensors alive at once) and the arena its tensors are placed in"),
+    cl::cat(options));
+static cl::opt<bool> verbose("v", cl::desc("print the compiler command"), cl::cat(options));
 
 int main(int argc, char **argv) {
   InitLLVM init(argc, argv);
+  cl::HideUnrelatedOptions(options);
   cl::ParseCommandLineOptions(
       argc, argv,
       "tdx-compile: a tdx program to a model binary\n\n"
@@ -104,10 +113,16 @@ int main(int argc, char **argv) {
       errs() << "tdx-compile: cannot write " << source << ": " << ec.message() << "\n";
       return 1;
     }
+    mlir::tdx::MemoryPlan plan;
     if (failed(mlir::tdx::emitCpp(*module, out.os(),
-                                  cuda ? mlir::tdx::Backend::CUDA : mlir::tdx::Backend::CPU)))
+                                  cuda ? mlir::tdx::Backend::CUDA : mlir::tdx::Backend::CPU,
+                                  &plan)))
       return 1;
     out.keep();
+    if (memoryReport)
+      outs() << "tdx-compile: memory plan per rank: working memory of a step " << plan.workingBytes
+             << " bytes, arena " << plan.arenaBytes << " bytes for " << plan.arenaTensors
+             << " tensors\n";
   }
   SmallVector<std::string> args;
   if (cuda) {

@@ -19,7 +19,15 @@ enum class Backend { CPU, CUDA };
 /// main(). The runtimes offer the same calls (`namespace T` is `at` or
 /// `tdx::cu`), so one emitter writes both. Reports unsupported ops at their
 /// location.
-LogicalResult emitCpp(ModuleOp module, llvm::raw_ostream &os, Backend backend = Backend::CPU);
+/// The step's memory plan as emitted (per rank): the most bytes of the
+/// step's tensors alive at once, and the arena the tensors it makes and
+/// drops are placed in.
+struct MemoryPlan {
+  int64_t workingBytes = 0, arenaBytes = 0, arenaTensors = 0;
+};
+
+LogicalResult emitCpp(ModuleOp module, llvm::raw_ostream &os, Backend backend = Backend::CPU,
+                      MemoryPlan *plan = nullptr);
 
 } // namespace mlir::tdx
 

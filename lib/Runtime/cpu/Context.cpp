@@ -45,11 +45,12 @@ MPI_Op mpiOp(int64_t reduce) {
 
 } // namespace
 
-/// A collective between start and wait: its buffer, request, and what wait
-/// does to the buffer (Avg divides, a reduce_scatter keeps its chunk).
+/// A collective between start and wait: its buffer (the result), the input
+/// MPI reads until then (a reduce_scatter's), its request, and what wait
+/// does to the buffer (Avg divides, a reduce_scatter's moves its dim back).
 struct Context::InFlight {
   MPI_Request request = MPI_REQUEST_NULL;
-  at::Tensor buffer;
+  at::Tensor buffer, input;
   std::vector<std::string> axes;
   const char *what;
   int64_t reduce, size, index, dim = -1;
@@ -93,10 +94,40 @@ int64_t Context::startAllReduce(const at::Tensor &x, const std::vector<std::stri
 
 int64_t Context::startReduceScatter(const at::Tensor &x, const std::vector<std::string> &axes,
                                     int64_t reduce, int64_t dim) {
-  int64_t handle = startAllReduce(x, axes, reduce);
-  inFlight_[handle]->what = "reduce_scatter";
-  inFlight_[handle]->dim = dim;
-  return handle;
+  Profile::Scope timed(&Profile::collectives);
+  auto [group_, size, index] = group(axes);
+  MPI_Comm comm = *static_cast<MPI_Comm *>(group_);
+  auto f = std::make_unique<InFlight>();
+  // Each rank's torch.chunk of `dim` is a contiguous range of rows once
+  // `dim` is in front; this rank's lands in the result (a new tensor, the
+  // step plan's slot for it), and MPI reads the input until wait().
+  f->input = (dim == 0 ? x : x.transpose(0, dim)).contiguous();
+  int64_t rows = f->input.size(0), row = rows ? f->input.numel() / rows : 0;
+  std::vector<int> counts(size);
+  for (int r = 0; r < size; ++r) {
+    auto [start, end] = chunkRange(rows, size, r);
+    counts[r] = static_cast<int>((end - start) * row);
+  }
+  std::vector<int64_t> shape = f->input.sizes().vec();
+  auto [start, end] = chunkRange(rows, size, index);
+  shape[0] = end - start;
+  f->buffer = at::empty(shape, f->input.options());
+  f->axes = axes;
+  f->what = "reduce_scatter";
+  f->reduce = reduce;
+  f->size = size;
+  f->index = index;
+  f->dim = dim;
+  addBytes(f->input.nbytes());
+  checkMpi(MPI_Ireduce_scatter(f->input.data_ptr(), f->buffer.data_ptr(), counts.data(),
+                               mpiType(f->input.scalar_type()), mpiOp(reduce), comm, &f->request),
+           "reduce_scatter");
+  if (!overlap()) {
+    complete(&f->request, f->what, f->axes);
+    f->done = true;
+  }
+  inFlight_.push_back(std::move(f));
+  return static_cast<int64_t>(inFlight_.size()) - 1;
 }
 
 void Context::progress() {
@@ -134,8 +165,8 @@ at::Tensor Context::wait(int64_t handle) {
     inFlight_.clear();
   if (f->reduce == Avg)
     f->buffer.div_(f->size);
-  if (f->dim >= 0)
-    return chunk(f->buffer, f->size, f->index, f->dim);
+  if (f->dim > 0)
+    return f->buffer.transpose(0, f->dim).contiguous();
   return std::move(f->buffer);
 }
 
