@@ -335,7 +335,7 @@ LogicalResult Emitter::emitOp(Operation *op) {
         std::string xs = "{";
         for (auto [i, v] : llvm::enumerate(o.getInputs()))
           xs += (i ? ", " : "") + name(v);
-        return assign("T::cat(" + xs + "}, " + std::to_string(static_cast<int64_t>(o.getDim())) + ")");
+        return assign("concat(" + xs + "}, " + std::to_string(static_cast<int64_t>(o.getDim())) + ")");
       })
       .Case([&](ExpandOp o) { return assign(in(0) + ".expand(" + list(o.getSizes()) + ")"); })
       .Case([&](MatmulOp) { return assign("T::matmul(" + in(0) + ", " + in(1) + ")"); })

@@ -113,7 +113,10 @@ case("aten::masked_fill", lambda x, m: x.masked_fill(m > 0, -1.0), R(4, 6), R(4,
 case("aten::triu", lambda x: x.triu(1) + x.tril(-1), R(5, 5))
 case("aten::outer", torch.outer, R(4), R(6))
 case("aten::reciprocal", torch.reciprocal, R(4, 6, low=0.5))
-case("aten::stack", lambda x, y: torch.stack([x, y], dim=1), R(4, 6), R(4, 6))
+# Along a middle dim (at::cat) and along a new last dim (pieces copied into
+# their strided slices: tdx::rt::concat).
+case("aten::stack", lambda x, y: torch.stack([x, y], dim=1) + torch.stack([x, y], -1).transpose(1, 2),
+     R(4, 6), R(4, 6))
 case("aten::addmm", torch.addmm, R(6), R(4, 5), R(5, 6))
 case("aten::baddbmm", torch.baddbmm, R(1, 4, 6), R(3, 4, 5), R(3, 5, 6))
 case("aten::adaptive_avg_pool2d", lambda x: F.adaptive_avg_pool2d(x, 1), R(2, 3, 5, 5))

@@ -114,3 +114,26 @@ tdx::rt::callAten(const std::string &schema, const std::vector<at::Tensor> &tens
   }
   return out;
 }
+
+at::Tensor tdx::rt::concat(const std::vector<at::Tensor> &xs, int64_t dim) {
+  if (xs.empty())
+    return at::cat(xs, dim);
+  int64_t rank = xs.front().dim();
+  dim = at::maybe_wrap_dim(dim, rank);
+  bool interleave = dim == rank - 1;
+  at::ScalarType type = xs.front().scalar_type();
+  int64_t total = 0;
+  for (const at::Tensor &x : xs) {
+    interleave &= x.sizes() == xs.front().sizes() && x.size(dim) == 1;
+    type = at::promote_types(type, x.scalar_type());
+    total += x.dim() == rank ? x.size(dim) : 0;
+  }
+  if (!interleave)
+    return at::cat(xs, dim);
+  std::vector<int64_t> shape = xs.front().sizes().vec();
+  shape[dim] = total;
+  at::Tensor out = at::empty(shape, xs.front().options().dtype(type));
+  for (size_t i = 0; i < xs.size(); ++i)
+    out.narrow(dim, static_cast<int64_t>(i), 1).copy_(xs[i]);
+  return out;
+}

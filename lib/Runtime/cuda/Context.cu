@@ -324,7 +324,7 @@ Tensor Context::allToAll(const Tensor &x, const std::vector<std::string> &axes, 
   }
   checkNccl(ncclGroupEnd(), "all_to_all");
   endCollective("all_to_all", axes);
-  return cat(received, concat);
+  return tdx::cu::concat(received, concat);
 }
 
 Tensor Context::init(const tdx::rt::InitProgram &program0, const Layout &layout) const {

@@ -327,9 +327,9 @@ Tensor tdx::cu::constant(const std::vector<double> &values, const std::vector<in
   return t;
 }
 
-Tensor tdx::cu::cat(const std::vector<Tensor> &xs, int64_t dim) {
+Tensor tdx::cu::concat(const std::vector<Tensor> &xs, int64_t dim) {
   if (xs.empty())
-    throw std::runtime_error("tdx: cat of no tensors");
+    throw std::runtime_error("tdx: concat of no tensors");
   dim = xs.front().wrap(dim);
   std::vector<int64_t> shape = xs.front().sizes();
   shape[dim] = 0;

@@ -85,7 +85,8 @@ Tensor constant(const std::vector<double> &values, const std::vector<int64_t> &s
                 DType dtype);
 
 // Compute, with ATen's semantics.
-Tensor cat(const std::vector<Tensor> &xs, int64_t dim);
+/// torch.cat (tdx.concat).
+Tensor concat(const std::vector<Tensor> &xs, int64_t dim);
 Tensor matmul(const Tensor &a, const Tensor &b);
 Tensor linear(const Tensor &x, const Tensor &w, const Tensor &bias = {});
 Tensor sum(const Tensor &x);
