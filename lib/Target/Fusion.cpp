@@ -208,6 +208,34 @@ FusionPlan mlir::tdx::planFusion(Block &block) {
   return plan;
 }
 
+/// x ** c for a constant c as ATen computes it on float tensors
+/// (torch.pow(Tensor, Scalar): fill, copy, x*x, x*x*x, 1/(x*x), sqrt, rsqrt,
+/// reciprocal; other exponents call pow): the same numbers as eager, and no
+/// exp/log per element for the squares autograd writes.
+static std::optional<std::string> powerByConstant(PowOp op, const std::string &x,
+                                                  const std::string &type) {
+  std::optional<double> c = splatValue(op.getRhs());
+  if (!c || !isa<FloatType>(tensorType(op.getResult()).getElementType()))
+    return std::nullopt;
+  if (*c == 0)
+    return type + "(1)";
+  if (*c == 1)
+    return x;
+  if (*c == 2)
+    return x + " * " + x;
+  if (*c == 3)
+    return x + " * " + x + " * " + x;
+  if (*c == -2)
+    return type + "(1) / (" + x + " * " + x + ")";
+  if (*c == -1)
+    return type + "(1) / " + x;
+  if (*c == 0.5)
+    return "::tdx::kern::sqrt(" + x + ")";
+  if (*c == -0.5)
+    return "::tdx::kern::rsqrt(" + x + ")";
+  return std::nullopt;
+}
+
 void mlir::tdx::emitKernelBody(const FusedKernel &k, llvm::raw_ostream &os) {
   DenseMap<Value, std::string> names;
   auto typeOf = [&](Value v) {
@@ -239,7 +267,11 @@ void mlir::tdx::emitKernelBody(const FusedKernel &k, llvm::raw_ostream &os) {
         s += (i ? ", " : "") + in(i);
       return s + ")";
     };
+    std::optional<std::string> power;
+    if (auto p = dyn_cast<PowOp>(op))
+      power = powerByConstant(p, in(0), typeOf(p.getResult()));
     std::string expr =
+        power ? *power :
         llvm::TypeSwitch<Operation *, std::string>(op)
 // The elementwise table: ::tdx::kern::<fn>(operands).
 #define TDX_UNARY(Name, fn, aten, linear) .Case([&](Name##Op) { return call(#fn); })

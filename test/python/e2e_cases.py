@@ -62,7 +62,8 @@ case("tdx.add", lambda x, y: torch.add(x, y, alpha=2), R(4, 6), R(6))
 case("tdx.sub", lambda x, y: x - y, R(4, 6), R(4, 1))
 case("tdx.mul", lambda x, y: x * y * 3, R(4, 6), R(6))
 case("tdx.div", lambda x, y: x / y, R(4, 6), R(4, 6, low=0.5))
-case("tdx.pow", lambda x, y: x ** y + x ** 2, R(4, 6, low=0.5), R(4, 6))
+case("tdx.pow", lambda x, y: x ** y + x ** 2 + x ** 0.5 - x ** -1 + x ** 3 - x ** 2.5,
+     R(4, 6, low=0.5), R(4, 6))
 case("tdx.maximum", torch.maximum, R(4, 6), R(4, 6))
 case("tdx.minimum", torch.minimum, R(4, 6), R(6))
 

@@ -59,26 +59,40 @@ std::vector<at::Tensor> tdx::rt::elementwise(std::vector<int64_t> shape,
       strides[i].push_back(0);
   }
   int64_t n = sizes.front(), rows = numel / n;
+  size_t dims = sizes.size();
   std::vector<char *> base(count);
-  std::vector<int64_t> itemsize(count), inner(count);
+  std::vector<int64_t> inner(count), step(count * dims); // step: bytes per index of dim d
   for (size_t i = 0; i < count; ++i) {
     base[i] = static_cast<char *>(operands[i].data_ptr());
-    itemsize[i] = operands[i].element_size();
     inner[i] = strides[i].front();
+    for (size_t d = 0; d < dims; ++d)
+      step[i * dims + d] = strides[i][d] * operands[i].element_size();
   }
   int64_t grain = std::max<int64_t>(1, 32768 / n);
   at::parallel_for(0, rows, grain, [&](int64_t begin, int64_t end) {
-    std::vector<char *> ptrs(count);
+    // The row's index over the outer dims, carried from row to row (no
+    // division per row: rows are as short as 16 elements).
+    std::vector<int64_t> index(dims, 0);
+    std::vector<char *> ptrs(base);
+    int64_t rest = begin;
+    for (size_t d = 1; d < dims; ++d) {
+      index[d] = rest % sizes[d];
+      rest /= sizes[d];
+      for (size_t i = 0; i < count; ++i)
+        ptrs[i] += index[d] * step[i * dims + d];
+    }
     for (int64_t r = begin; r < end; ++r) {
-      for (size_t i = 0; i < count; ++i) {
-        int64_t rest = r, offset = 0;
-        for (size_t d = 1; d < sizes.size(); ++d) {
-          offset += (rest % sizes[d]) * strides[i][d];
-          rest /= sizes[d];
-        }
-        ptrs[i] = base[i] + offset * itemsize[i];
-      }
       row(ptrs.data(), inner.data(), n);
+      for (size_t d = 1; d < dims; ++d) {
+        if (++index[d] < sizes[d]) {
+          for (size_t i = 0; i < count; ++i)
+            ptrs[i] += step[i * dims + d];
+          break;
+        }
+        index[d] = 0;
+        for (size_t i = 0; i < count; ++i)
+          ptrs[i] -= (sizes[d] - 1) * step[i * dims + d];
+      }
     }
   });
   return outputs;
