@@ -77,6 +77,9 @@ public:
 
 private:
   struct InFlight;
+  std::unique_ptr<InFlight> inFlight(const char *what, const std::vector<std::string> &axes,
+                                     int64_t reduce, void **comm);
+  int64_t track(std::unique_ptr<InFlight> f);
   uint64_t seed_;
   bool verbose_;
   std::vector<std::unique_ptr<InFlight>> inFlight_;

@@ -68,22 +68,23 @@ at::Tensor Context::allReduce(const at::Tensor &x, const std::vector<std::string
   return wait(startAllReduce(x, axes, reduce));
 }
 
-int64_t Context::startAllReduce(const at::Tensor &x, const std::vector<std::string> &axes,
-                                int64_t reduce) {
-  Profile::Scope timed(&Profile::collectives);
+/// A collective to start: what it is, over which group, its reduction.
+std::unique_ptr<Context::InFlight> Context::inFlight(const char *what,
+                                                     const std::vector<std::string> &axes,
+                                                     int64_t reduce, void **comm) {
   auto [group_, size, index] = group(axes);
-  MPI_Comm comm = *static_cast<MPI_Comm *>(group_);
+  *comm = group_;
   auto f = std::make_unique<InFlight>();
-  f->buffer = x.contiguous().clone();
   f->axes = axes;
-  f->what = "all_reduce";
+  f->what = what;
   f->reduce = reduce;
   f->size = size;
   f->index = index;
-  addBytes(f->buffer.nbytes());
-  checkMpi(MPI_Iallreduce(MPI_IN_PLACE, f->buffer.data_ptr(), static_cast<int>(f->buffer.numel()),
-                          mpiType(f->buffer.scalar_type()), mpiOp(reduce), comm, &f->request),
-           "all_reduce");
+  return f;
+}
+
+/// Keeps a started collective until wait() (--no-overlap: completed here).
+int64_t Context::track(std::unique_ptr<InFlight> f) {
   if (!overlap()) {
     complete(&f->request, f->what, f->axes);
     f->done = true;
@@ -92,42 +93,46 @@ int64_t Context::startAllReduce(const at::Tensor &x, const std::vector<std::stri
   return static_cast<int64_t>(inFlight_.size()) - 1;
 }
 
+int64_t Context::startAllReduce(const at::Tensor &x, const std::vector<std::string> &axes,
+                                int64_t reduce) {
+  Profile::Scope timed(&Profile::collectives);
+  void *comm;
+  std::unique_ptr<InFlight> f = inFlight("all_reduce", axes, reduce, &comm);
+  f->buffer = x.contiguous().clone();
+  addBytes(f->buffer.nbytes());
+  checkMpi(MPI_Iallreduce(MPI_IN_PLACE, f->buffer.data_ptr(), static_cast<int>(f->buffer.numel()),
+                          mpiType(f->buffer.scalar_type()), mpiOp(reduce),
+                          *static_cast<MPI_Comm *>(comm), &f->request),
+           "all_reduce");
+  return track(std::move(f));
+}
+
 int64_t Context::startReduceScatter(const at::Tensor &x, const std::vector<std::string> &axes,
                                     int64_t reduce, int64_t dim) {
   Profile::Scope timed(&Profile::collectives);
-  auto [group_, size, index] = group(axes);
-  MPI_Comm comm = *static_cast<MPI_Comm *>(group_);
-  auto f = std::make_unique<InFlight>();
+  void *comm;
+  std::unique_ptr<InFlight> f = inFlight("reduce_scatter", axes, reduce, &comm);
+  f->dim = dim;
   // Each rank's torch.chunk of `dim` is a contiguous range of rows once
   // `dim` is in front; this rank's lands in the result (a new tensor, the
   // step plan's slot for it), and MPI reads the input until wait().
   f->input = (dim == 0 ? x : x.transpose(0, dim)).contiguous();
   int64_t rows = f->input.size(0), row = rows ? f->input.numel() / rows : 0;
-  std::vector<int> counts(size);
-  for (int r = 0; r < size; ++r) {
-    auto [start, end] = chunkRange(rows, size, r);
+  std::vector<int> counts(f->size);
+  for (int r = 0; r < f->size; ++r) {
+    auto [start, end] = chunkRange(rows, f->size, r);
     counts[r] = static_cast<int>((end - start) * row);
   }
   std::vector<int64_t> shape = f->input.sizes().vec();
-  auto [start, end] = chunkRange(rows, size, index);
+  auto [start, end] = chunkRange(rows, f->size, f->index);
   shape[0] = end - start;
   f->buffer = at::empty(shape, f->input.options());
-  f->axes = axes;
-  f->what = "reduce_scatter";
-  f->reduce = reduce;
-  f->size = size;
-  f->index = index;
-  f->dim = dim;
   addBytes(f->input.nbytes());
   checkMpi(MPI_Ireduce_scatter(f->input.data_ptr(), f->buffer.data_ptr(), counts.data(),
-                               mpiType(f->input.scalar_type()), mpiOp(reduce), comm, &f->request),
+                               mpiType(f->input.scalar_type()), mpiOp(reduce),
+                               *static_cast<MPI_Comm *>(comm), &f->request),
            "reduce_scatter");
-  if (!overlap()) {
-    complete(&f->request, f->what, f->axes);
-    f->done = true;
-  }
-  inFlight_.push_back(std::move(f));
-  return static_cast<int64_t>(inFlight_.size()) - 1;
+  return track(std::move(f));
 }
 
 void Context::progress() {
