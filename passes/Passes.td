@@ -159,6 +159,28 @@ def Partition : Pass<"tdx-partition", "::mlir::ModuleOp"> {
   }];
 }
 
+def PrefetchAllGathers : Pass<"tdx-prefetch-all-gathers", "::mlir::ModuleOp"> {
+  let summary = "Start each parameter's all_gather while the ops before it run";
+  let description = [{
+    On a partitioned module, moves every `tdx.all_gather` of a parameter
+    (of a `tdx.param_ref`'s value, ZeRO-3's) together with its `param_ref`
+    up to right after the first reader of the all_gather `ahead` gathers
+    before it, so the gather runs while that reader and what follows it
+    compute (the backends start it there and wait where its result is first
+    read). At most `ahead` prefetched gathers are alive beyond what the
+    program holds anyway. A gather does not move above a `tdx.assign` of its
+    parameter, nor above where its `param_ref` could not go.
+
+    ```
+    tdx-opt model.mlir --tdx-spmd --tdx-prefetch-all-gathers
+    ```
+  }];
+  let options = [
+    Option<"ahead", "ahead", "unsigned", /*default=*/"1",
+           "How many gathers ahead a gather starts (0: where it stands)">
+  ];
+}
+
 def CommReport : Pass<"tdx-comm-report", "::mlir::ModuleOp"> {
   let summary = "Print every collective of one forward step and the total bytes";
   let description = [{

@@ -41,6 +41,7 @@ void mlir::tdx::buildPlacePipeline(OpPassManager &pm, const PropagateShardingOpt
 void mlir::tdx::buildSpmdPipeline(OpPassManager &pm) {
   pm.addPass(createInsertCollectives());
   pm.addPass(createPartition());
+  pm.addPass(createPrefetchAllGathers());
 }
 
 void mlir::tdx::registerTdxPipelines() {
@@ -57,6 +58,7 @@ void mlir::tdx::registerTdxPipelines() {
         buildPlacePipeline(pm, p);
       });
   PassPipelineRegistration<>(
-      "tdx-spmd", "tdx-insert-collectives, then tdx-partition: the per-rank program",
+      "tdx-spmd",
+      "tdx-insert-collectives, tdx-partition, tdx-prefetch-all-gathers: the per-rank program",
       buildSpmdPipeline);
 }

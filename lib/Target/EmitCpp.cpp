@@ -404,8 +404,13 @@ LogicalResult Emitter::emitOp(Operation *op) {
                      std::to_string(static_cast<int>(o.getReduce())) + ")");
       })
       .Case([&](AllGatherOp o) {
-        return assign("ctx.allGather(" + in(0) + ", " + strings(o.getMeshAxes()) + ", " +
-                      std::to_string(static_cast<int64_t>(o.getGatherDim())) + ")");
+        // The gathered size, when the program knows it, spares the runtime
+        // exchanging the pieces' sizes.
+        int64_t dim = static_cast<int64_t>(o.getGatherDim());
+        auto type = cast<RankedTensorType>(o.getType());
+        int64_t total = type.isDynamicDim(dim) ? -1 : type.getDimSize(dim);
+        return start("ctx.startAllGather(" + in(0) + ", " + strings(o.getMeshAxes()) + ", " +
+                     std::to_string(dim) + ", " + std::to_string(total) + ")");
       })
       .Case([&](ReduceScatterOp o) {
         return start("ctx.startReduceScatter(" + in(0) + ", " + strings(o.getMeshAxes()) + ", " +
@@ -557,7 +562,9 @@ void Emitter::emitKernelCall(const FusedKernel &k) {
 
 /// Whether the step starts `op` (a collective) where it stands and waits for
 /// its result where that is first read (tdx::rt::Context::start*).
-static bool isStarted(Operation *op) { return isa<AllReduceOp, ReduceScatterOp>(op); }
+static bool isStarted(Operation *op) {
+  return isa<AllReduceOp, ReduceScatterOp, AllGatherOp>(op);
+}
 
 /// Where each tensor the step makes is last needed, so the emitted code
 /// drops its handle there and ATen (or the CUDA pool) reuses the buffer for
@@ -618,12 +625,13 @@ public:
         made.push_back(v);
       }
     }
-    // A started reduce_scatter's input is read until the wait, where its
-    // result is first read (the return, when nothing else reads it).
+    // A started reduce_scatter's or all_gather's input is read until the
+    // wait, where its result is first read (the return, when nothing else
+    // reads it).
     for (Operation *op : points)
-      if (auto scatter = dyn_cast<ReduceScatterOp>(op)) {
-        Value input = scatter.getInput();
-        Operation *wait = firstReader.lookup(scatter.getResult());
+      if (isa<ReduceScatterOp, AllGatherOp>(op)) {
+        Value input = op->getOperand(0);
+        Operation *wait = firstReader.lookup(op->getResult(0));
         if (!wait)
           kept.insert(input);
         else if (position.lookup(wait) > position.lookup(last[input]))

@@ -20,7 +20,7 @@ namespace mlir::tdx {
 
 /// The sharding pipeline, registered once as `tdx-place` and `tdx-spmd`:
 /// canonicalize + tdx-propagate-sharding, then tdx-insert-collectives +
-/// tdx-partition. tdx-compile, the Python package and tdx-opt run these.
+/// tdx-partition + tdx-prefetch-all-gathers. tdx-compile, the Python package and tdx-opt run these.
 void buildPlacePipeline(OpPassManager &pm, const PropagateShardingOptions &options);
 void buildSpmdPipeline(OpPassManager &pm);
 void registerTdxPipelines();

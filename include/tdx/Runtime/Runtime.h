@@ -59,6 +59,12 @@ public:
   at::Tensor wait(int64_t handle);
   void progress();
   at::Tensor allGather(const at::Tensor &x, const std::vector<std::string> &axes, int64_t dim);
+  /// An all_gather started where it stands (a prefetched parameter's:
+  /// tdx-prefetch-all-gathers); `total` is the gathered size of `dim`
+  /// when the program knows it (each rank then holds its torch.chunk of
+  /// it), -1 to exchange the sizes first.
+  int64_t startAllGather(const at::Tensor &x, const std::vector<std::string> &axes, int64_t dim,
+                         int64_t total);
   at::Tensor reduceScatter(const at::Tensor &x, const std::vector<std::string> &axes,
                            int64_t reduce, int64_t dim);
   at::Tensor allToAll(const at::Tensor &x, const std::vector<std::string> &axes, int64_t split,

@@ -46,8 +46,9 @@ MPI_Op mpiOp(int64_t reduce) {
 } // namespace
 
 /// A collective between start and wait: its buffer (the result), the input
-/// MPI reads until then (a reduce_scatter's), its request, and what wait
-/// does to the buffer (Avg divides, a reduce_scatter's moves its dim back).
+/// MPI reads until then (a reduce_scatter's or all_gather's), its request,
+/// and what wait does to the buffer (Avg divides; a reduce_scatter's or
+/// all_gather's has its dim in front: wait moves it back).
 struct Context::InFlight {
   MPI_Request request = MPI_REQUEST_NULL;
   at::Tensor buffer, input;
@@ -112,7 +113,7 @@ int64_t Context::startReduceScatter(const at::Tensor &x, const std::vector<std::
   Profile::Scope timed(&Profile::collectives);
   void *comm;
   std::unique_ptr<InFlight> f = inFlight("reduce_scatter", axes, reduce, &comm);
-  f->dim = dim;
+  f->dim = dim = at::maybe_wrap_dim(dim, x.dim());
   // Each rank's torch.chunk of `dim` is a contiguous range of rows once
   // `dim` is in front; this rank's lands in the result (a new tensor, the
   // step plan's slot for it), and MPI reads the input until wait().
@@ -177,40 +178,57 @@ at::Tensor Context::wait(int64_t handle) {
 
 at::Tensor Context::allGather(const at::Tensor &x, const std::vector<std::string> &axes,
                               int64_t dim) {
+  return wait(startAllGather(x, axes, dim, -1));
+}
+
+int64_t Context::startAllGather(const at::Tensor &x, const std::vector<std::string> &axes,
+                                int64_t dim, int64_t total) {
   Profile::Scope timed(&Profile::collectives);
-  auto [group_, size, index] = group(axes);
+  void *group_;
+  std::unique_ptr<InFlight> f = inFlight("all_gather", axes, Sum, &group_);
   MPI_Comm comm = *static_cast<MPI_Comm *>(group_);
-  // Pieces may differ along `dim` (torch.chunk): gather the sizes first.
-  at::Tensor front = x.transpose(0, dim).contiguous();
-  int64_t mine = front.size(0);
-  std::vector<int64_t> sizes(size);
-  MPI_Request request;
-  checkMpi(MPI_Iallgather(&mine, 1, MPI_INT64_T, sizes.data(), 1, MPI_INT64_T, comm, &request),
-        "all_gather");
-  complete(&request, "all_gather", axes);
-  int64_t row = mine ? front.nbytes() / mine : 0;
-  if (!row) {
-    std::vector<int64_t> shape = front.sizes().vec();
-    shape[0] = 1;
-    row = at::empty(shape, front.options()).nbytes();
+  f->dim = dim = at::maybe_wrap_dim(dim, x.dim());
+  // Rows of `dim` in front; MPI reads them until wait().
+  f->input = (dim == 0 ? x : x.transpose(0, dim)).contiguous();
+  int64_t mine = f->input.size(0);
+  std::vector<int64_t> sizes(f->size);
+  if (total >= 0) {
+    // Every rank's torch.chunk of the gathered size.
+    for (int r = 0; r < f->size; ++r) {
+      auto [start, end] = chunkRange(total, f->size, r);
+      sizes[r] = end - start;
+    }
+  } else {
+    // Not known to the program (uneven pieces): exchange them first.
+    MPI_Request request;
+    checkMpi(MPI_Iallgather(&mine, 1, MPI_INT64_T, sizes.data(), 1, MPI_INT64_T, comm, &request),
+             "all_gather");
+    complete(&request, "all_gather", axes);
   }
-  std::vector<int> counts(size), displs(size);
-  int64_t total = 0;
-  for (int r = 0; r < size; ++r) {
+  if (sizes[f->index] != mine)
+    throw std::runtime_error("tdx: all_gather over " + std::to_string(f->size) +
+                             " ranks: this rank holds " + std::to_string(mine) +
+                             " rows of dim " + std::to_string(dim) + " where the program says " +
+                             std::to_string(sizes[f->index]));
+  std::vector<int64_t> shape = f->input.sizes().vec();
+  shape[0] = 1;
+  int64_t row = f->input.element_size(), rows = 0;
+  for (size_t d = 1; d < shape.size(); ++d)
+    row *= shape[d];
+  std::vector<int> counts(f->size), displs(f->size);
+  for (int r = 0; r < f->size; ++r) {
     counts[r] = static_cast<int>(sizes[r] * row);
-    displs[r] = static_cast<int>(total * row);
-    total += sizes[r];
+    displs[r] = static_cast<int>(rows * row);
+    rows += sizes[r];
   }
-  std::vector<int64_t> shape = front.sizes().vec();
-  shape[0] = total;
-  at::Tensor gathered = at::empty(shape, front.options());
-  addBytes(front.nbytes());
-  checkMpi(MPI_Iallgatherv(front.data_ptr(), static_cast<int>(front.nbytes()), MPI_BYTE,
-                        gathered.data_ptr(), counts.data(), displs.data(), MPI_BYTE, comm,
-                        &request),
-        "all_gather");
-  complete(&request, "all_gather", axes);
-  return gathered.transpose(0, dim).contiguous();
+  shape[0] = rows;
+  f->buffer = at::empty(shape, f->input.options());
+  addBytes(f->input.nbytes());
+  checkMpi(MPI_Iallgatherv(f->input.data_ptr(), static_cast<int>(f->input.nbytes()), MPI_BYTE,
+                           f->buffer.data_ptr(), counts.data(), displs.data(), MPI_BYTE, comm,
+                           &f->request),
+           "all_gather");
+  return track(std::move(f));
 }
 
 at::Tensor Context::chunk(const at::Tensor &x, int64_t chunks, int64_t index, int64_t dim) {

@@ -272,6 +272,21 @@ Tensor Context::allGather(const Tensor &x, const std::vector<std::string> &axes,
   return gathered.transpose(0, dim).contiguous();
 }
 
+int64_t Context::startAllGather(const Tensor &x, const std::vector<std::string> &axes,
+                                int64_t dim, int64_t total) {
+  // Not asynchronous on CUDA yet: gathered here, so wait() orders nothing
+  // more. `total` is what the CPU runtime uses to skip the size exchange.
+  (void)total;
+  auto f = std::make_unique<InFlight>();
+  f->out = allGather(x, axes, dim);
+  f->axes = axes;
+  f->what = "all_gather";
+  checkCuda(cudaEventCreateWithFlags(&f->done, cudaEventDisableTiming), "cudaEventCreate");
+  checkCuda(cudaEventRecord(f->done, nullptr), "cudaEventRecord");
+  inFlight_.push_back(std::move(f));
+  return static_cast<int64_t>(inFlight_.size()) - 1;
+}
+
 Tensor Context::chunk(const Tensor &x, int64_t chunks, int64_t index, int64_t dim) {
   dim = x.wrap(dim);
   auto [start, end] = tdx::rt::chunkRange(x.size(dim), chunks, index);

@@ -188,6 +188,9 @@ public:
   int64_t startAllReduce(const Tensor &x, const std::vector<std::string> &axes, int64_t reduce);
   int64_t startReduceScatter(const Tensor &x, const std::vector<std::string> &axes,
                              int64_t reduce, int64_t dim);
+  /// The CPU runtime's call; on CUDA the gather completes where it starts.
+  int64_t startAllGather(const Tensor &x, const std::vector<std::string> &axes, int64_t dim,
+                         int64_t total);
   Tensor wait(int64_t handle);
   void progress() {}
   Tensor allToAll(const Tensor &x, const std::vector<std::string> &axes, int64_t split,
