@@ -172,7 +172,8 @@ def PrefetchAllGathers : Pass<"tdx-prefetch-all-gathers", "::mlir::ModuleOp"> {
     parameter, nor above where its `param_ref` could not go.
 
     ```
-    tdx-opt model.mlir --tdx-spmd --tdx-prefetch-all-gathers
+    tdx-opt model.mlir --tdx-insert-collectives --tdx-partition \
+        --tdx-prefetch-all-gathers
     ```
   }];
   let options = [
