@@ -85,6 +85,32 @@ bool mlir::tdx::isFusable(Operation *op) {
   return true;
 }
 
+bool mlir::tdx::isRowOp(Operation *op) {
+  if (!isa<SoftmaxOp, LogSoftmaxOp, LayerNormOp, RmsNormOp>(op))
+    return false;
+  auto type = tensorType(op->getOperand(0));
+  if (!type || type.getRank() < 1 || type.getRank() > kMaxRank ||
+      !isFloatType(type.getElementType()) || op->getResult(0).getType() != type ||
+      op->getResult(0).use_empty())
+    return false;
+  int64_t rank = type.getRank();
+  // Over the last dim only; a norm's weight and bias are of that dim.
+  if (auto s = dyn_cast<SoftmaxOp>(op))
+    return static_cast<int64_t>(s.getDim()) == rank - 1 || static_cast<int64_t>(s.getDim()) == -1;
+  if (auto s = dyn_cast<LogSoftmaxOp>(op))
+    return static_cast<int64_t>(s.getDim()) == rank - 1 || static_cast<int64_t>(s.getDim()) == -1;
+  ArrayRef<int64_t> normalized = isa<LayerNormOp>(op) ? cast<LayerNormOp>(op).getNormalizedShape()
+                                                      : cast<RmsNormOp>(op).getNormalizedShape();
+  if (normalized.size() != 1)
+    return false;
+  for (Value v : op->getOperands().drop_front()) {
+    auto t = tensorType(v);
+    if (!t || t.getRank() != 1 || t.getElementType() != type.getElementType() || splatValue(v))
+      return false;
+  }
+  return true;
+}
+
 /// What a launch of a kernel of `members` takes: the tensors it reads, in
 /// the order the members (in program order) first read them, and the member
 /// results something else reads.
@@ -117,6 +143,23 @@ FusionPlan mlir::tdx::planFusion(Block &block) {
   for (Operation &op : block) {
     if (isa<CastOp>(op) && splatValue(op.getResult(0)))
       continue; // a constant: inlined into the kernels that read it
+    // A row op ends the open kernel over its shape that makes its input.
+    if (std::optional<unsigned> k = isRowOp(&op) ? kernelOf(op.getOperand(0)) : std::nullopt;
+        k && open[*k] && plan.kernels[*k].space.getShape() ==
+                             tensorType(op.getResult(0)).getShape()) {
+      SmallVector<Operation *> members(plan.kernels[*k].ops);
+      members.push_back(&op);
+      auto [reads, outputs] = launchOperands(members);
+      if (reads.size() + outputs.size() <= static_cast<size_t>(kMaxOperands)) {
+        for (Value v : op.getOperands())
+          if (auto other = kernelOf(v))
+            open[*other] = false;
+        plan.kernels[*k].ops.push_back(&op);
+        plan.kernels[*k].row = &op;
+        plan.kernelOf[&op] = *k;
+        continue;
+      }
+    }
     if (!isFusable(&op)) {
       // A kernel whose value is used here runs before this op: close it.
       for (Value v : op.getOperands())
@@ -260,6 +303,10 @@ void mlir::tdx::emitKernelBody(const FusedKernel &k, llvm::raw_ostream &os) {
   os << ") {\n";
   int temps = 0;
   for (Operation *op : k.ops) {
+    if (op == k.row) { // runs on the rows after the body: its result holds its input
+      names[op->getResult(0)] = names.lookup(op->getOperand(0));
+      continue;
+    }
     auto in = [&](unsigned i) { return name(op->getOperand(i)); };
     auto call = [&](StringRef fn, unsigned arity = 1) {
       std::string s = ("::tdx::kern::" + fn + "(").str();

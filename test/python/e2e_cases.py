@@ -79,11 +79,19 @@ case("tdx.linear", F.linear, R(4, 3, 6), R(5, 6), R(5))
 case("tdx.sum", lambda x: x.sum(-1), R(4, 6))
 case("tdx.mean", lambda x: x.mean((1, 2), keepdim=True), R(4, 3, 6))
 case("tdx.max", lambda x: x.amax(-1), R(4, 6))
-case("tdx.softmax", lambda x: x.softmax(-1), R(4, 6))
-case("tdx.log_softmax", lambda x: F.log_softmax(x, dim=1), R(4, 6))
+# The second and later outputs give the row op an elementwise prologue that
+# ends in it (the scale and mask of attention, the residual add of a norm).
+case("tdx.softmax", lambda x, m: (x.softmax(-1), x.softmax(0),
+                                  (x * 0.5).masked_fill(m > 0, float("-inf")).softmax(-1)),
+     R(4, 6), R(6))
+case("tdx.log_softmax", lambda x: (F.log_softmax(x, dim=1), F.log_softmax(x * 2 - 1, dim=-1),
+                                   F.log_softmax(x * 2, dim=0)), R(4, 6))
 case("aten::norm", lambda x: torch.norm(x, 2.0), R(4, 6))
 case("aten::linalg_vector_norm", lambda x: torch.linalg.vector_norm(x, 2.0, dim=1), R(4, 6))
-case("tdx.layer_norm", lambda x, w, b: F.layer_norm(x, (6,), w, b), R(4, 3, 6), R(6), R(6))
+case("tdx.layer_norm", lambda x, h, w, b: (F.layer_norm(x, (6,), w, b), x + h,
+                                            F.layer_norm(x + h, (6,), w, b),
+                                            F.layer_norm(x * 2, (6,)), F.layer_norm(x - h, (3, 6))),
+     R(4, 3, 6), R(4, 3, 6, seed=1), R(6), R(6))
 case("tdx.embedding", lambda ids, w: F.embedding(ids, w), I(10, 4, 3), R(10, 6))
 case("tdx.cross_entropy", F.cross_entropy, R(4, 7), I(7, 4))
 

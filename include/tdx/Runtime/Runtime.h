@@ -20,6 +20,7 @@
 
 #define TDX_KERNEL_VECTORIZED
 #include "tdx/Runtime/AtenDTypes.h"
+#include "tdx/Runtime/FusedRows.h"
 #include "tdx/Runtime/InitProgram.h"
 #include "tdx/Runtime/Kernel.h"
 #include "tdx/Runtime/Mesh.h"
@@ -164,10 +165,12 @@ using KernelRow = void (*)(char *const *operands, const int64_t *strides, int64_
 /// the inputs there): every input is broadcast to it, every output is a new
 /// dense tensor of its dtype. Dims that are contiguous for every operand are
 /// merged so rows are as long as possible; rows run in parallel on ATen's
-/// intra-op threads.
+/// intra-op threads. With `wholeRows`, a row is exactly the last dim (a
+/// kernel that ends in a row op, tdx/Runtime/FusedRows.h).
 std::vector<at::Tensor> elementwise(std::vector<int64_t> shape,
                                     const std::vector<at::Tensor> &inputs,
-                                    const std::vector<at::ScalarType> &outputTypes, KernelRow row);
+                                    const std::vector<at::ScalarType> &outputTypes, KernelRow row,
+                                    bool wholeRows = false);
 
 /// A dense tensor of `dtype` from host values.
 inline at::Tensor constant(const std::vector<double> &values, const std::vector<int64_t> &shape,

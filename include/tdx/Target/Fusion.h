@@ -4,7 +4,8 @@
 // through emitted kernels. `planFusion` groups chains of them over one
 // iteration shape into kernels; `emitKernelBody` prints a kernel's
 // `__host__ __device__` body against include/tdx/Runtime/Kernel.h, the one
-// text the CPU backend loops over and the CUDA backend launches.
+// text the CPU backend loops over and the CUDA backend launches. A kernel
+// may end in a row op over the last dim, whose input the body computes.
 //
 //===----------------------------------------------------------------------===//
 
@@ -35,6 +36,11 @@ struct FusedKernel {
   /// Every value in the kernel has one float type: the CPU backend then
   /// also runs the body on vector lanes.
   bool vectorizable = true;
+  /// A softmax, log_softmax, layer_norm or rms_norm over the last dim that
+  /// ends the kernel (its last member): the body writes the op's input into
+  /// the op's result, and the op runs on each row of it in place (the scale
+  /// and mask before a softmax, the residual add before a norm).
+  Operation *row = nullptr;
 };
 
 struct FusionPlan {
@@ -51,6 +57,8 @@ bool isElementwise(Operation *op);
 bool isFusable(Operation *op);
 /// The C type of an element type ("float", "int64_t", "bool", ...) or "".
 std::string cType(Type elementType);
+/// Whether `op` is a row op that may end a kernel (see FusedKernel::row).
+bool isRowOp(Operation *op);
 /// Groups the fusable ops of `block` into kernels.
 FusionPlan planFusion(Block &block);
 /// Prints `k`'s body: a function named k.name taking the inputs by value

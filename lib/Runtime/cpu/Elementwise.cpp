@@ -9,7 +9,7 @@
 std::vector<at::Tensor> tdx::rt::elementwise(std::vector<int64_t> shape,
                                              const std::vector<at::Tensor> &inputs,
                                              const std::vector<at::ScalarType> &outputTypes,
-                                             KernelRow row) {
+                                             KernelRow row, bool wholeRows) {
   Profile::Scope timed(&Profile::kernels);
   if (std::count(shape.begin(), shape.end(), -1)) {
     std::vector<int64_t> known;
@@ -35,14 +35,15 @@ std::vector<at::Tensor> tdx::rt::elementwise(std::vector<int64_t> shape,
     return outputs;
 
   // Merge a dim into the one inside it when every operand steps over both as
-  // one (size-1 dims merge always).
+  // one (size-1 dims merge always), except into a whole row.
   size_t count = operands.size();
   std::vector<int64_t> sizes;                 // innermost first
   std::vector<std::vector<int64_t>> strides(count);
   for (int64_t d = static_cast<int64_t>(shape.size()) - 1; d >= 0; --d) {
-    if (shape[d] == 1)
+    bool last = d == static_cast<int64_t>(shape.size()) - 1;
+    if (shape[d] == 1 && !(wholeRows && last))
       continue;
-    bool merge = !sizes.empty();
+    bool merge = !sizes.empty() && !(wholeRows && sizes.size() == 1);
     for (size_t i = 0; merge && i < count; ++i)
       merge = operands[i].stride(d) == strides[i].back() * sizes.back();
     if (merge) {
