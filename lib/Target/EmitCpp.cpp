@@ -131,6 +131,8 @@ public:
       os << "  ctx.progress();\n";
   }
   void emitKernelCall(const FusedKernel &k);
+  /// Linear results whose bias the kernels that read them add.
+  DenseSet<Value> biasInKernels;
   FailureOr<std::string> atenArgument(AtenOp o, NamedAttribute kv);
   LogicalResult emitReduce(Operation *op, StringRef fn, std::optional<ArrayRef<int64_t>> dims,
                            bool keep);
@@ -340,8 +342,10 @@ LogicalResult Emitter::emitOp(Operation *op) {
       .Case([&](ExpandOp o) { return assign(in(0) + ".expand(" + list(o.getSizes()) + ")"); })
       .Case([&](MatmulOp) { return assign("T::matmul(" + in(0) + ", " + in(1) + ")"); })
       .Case([&](LinearOp o) {
+        // Without its bias when the kernels that read it add it.
+        bool bias = o.getBias() && !biasInKernels.contains(o.getResult());
         return assign("T::linear(" + in(0) + ", " + in(1) + ", " +
-                      (o.getBias() ? name(o.getBias()) : std::string("{}")) + ")");
+                      (bias ? name(o.getBias()) : std::string("{}")) + ")");
       })
       .Case([&](ConvOp o) {
         int64_t spatial = o.getStride().size();
@@ -994,6 +998,8 @@ LogicalResult mlir::tdx::emitCpp(ModuleOp module, llvm::raw_ostream &os, Backend
   for (BlockArgument arg : fn.getArguments())
     bs << "  const T::Tensor &" << e.name(arg) << " = in[" << arg.getArgNumber() << "];\n";
   FusionPlan plan = planFusion(fn.getBody().front());
+  for (auto [y, bias] : plan.biasOf)
+    e.biasInKernels.insert(y);
   // Kernels with one text share one function (an optimizer's update repeated
   // per parameter compiles once); `kernels` holds each text once.
   std::string kernels;

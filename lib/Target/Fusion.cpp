@@ -115,14 +115,17 @@ bool mlir::tdx::isRowOp(Operation *op) {
 /// the order the members (in program order) first read them, and the member
 /// results something else reads.
 static std::pair<SmallVector<Value>, SmallVector<Value>>
-launchOperands(ArrayRef<Operation *> members) {
+launchOperands(ArrayRef<Operation *> members, const DenseMap<Value, Value> &biasOf) {
   DenseSet<Operation *> in(members.begin(), members.end());
   llvm::SetVector<Value> reads;
   SmallVector<Value> outputs;
   for (Operation *op : members) {
     for (Value v : op->getOperands())
-      if (!in.contains(v.getDefiningOp()) && !splatValue(v))
+      if (!in.contains(v.getDefiningOp()) && !splatValue(v)) {
         reads.insert(v);
+        if (Value bias = biasOf.lookup(v))
+          reads.insert(bias);
+      }
     Value r = op->getResult(0);
     if (llvm::any_of(r.getUsers(), [&](Operation *u) { return !in.contains(u); }))
       outputs.push_back(r);
@@ -132,6 +135,20 @@ launchOperands(ArrayRef<Operation *> members) {
 
 FusionPlan mlir::tdx::planFusion(Block &block) {
   FusionPlan plan;
+  // Every fusable op is a kernel member: a linear read by fusable ops only
+  // leaves its bias to them. (cuBLAS's gemm cannot add it on the way; ATen's
+  // addmm can, but no faster than the kernel's add, which a CPU step then
+  // shares with the CUDA one.)
+  for (Operation &op : block)
+    if (auto linear = dyn_cast<LinearOp>(op)) {
+      Value bias = linear.getBias(), y = linear.getResult();
+      auto type = bias ? tensorType(bias) : RankedTensorType();
+      if (!type || type.getRank() != 1 || !isFloatType(type.getElementType()) ||
+          type.getElementType() != tensorType(y).getElementType() || splatValue(bias) ||
+          y.use_empty() || !llvm::all_of(y.getUsers(), isFusable))
+        continue;
+      plan.biasOf[y] = bias;
+    }
   std::vector<bool> open;
   auto kernelOf = [&](Value v) -> std::optional<unsigned> {
     Operation *def = v.getDefiningOp();
@@ -149,7 +166,7 @@ FusionPlan mlir::tdx::planFusion(Block &block) {
                              tensorType(op.getResult(0)).getShape()) {
       SmallVector<Operation *> members(plan.kernels[*k].ops);
       members.push_back(&op);
-      auto [reads, outputs] = launchOperands(members);
+      auto [reads, outputs] = launchOperands(members, plan.biasOf);
       if (reads.size() + outputs.size() <= static_cast<size_t>(kMaxOperands)) {
         for (Value v : op.getOperands())
           if (auto other = kernelOf(v))
@@ -181,7 +198,7 @@ FusionPlan mlir::tdx::planFusion(Block &block) {
       if (join)
         members.append(plan.kernels[*join].ops.begin(), plan.kernels[*join].ops.end());
       members.append(plan.kernels[*k].ops.begin(), plan.kernels[*k].ops.end());
-      auto [reads, outputs] = launchOperands(members);
+      auto [reads, outputs] = launchOperands(members, plan.biasOf);
       if (reads.size() + outputs.size() > static_cast<size_t>(kMaxOperands))
         continue;
       if (!join) {
@@ -212,7 +229,10 @@ FusionPlan mlir::tdx::planFusion(Block &block) {
   }
 
   for (FusedKernel &k : plan.kernels) {
-    std::tie(k.inputs, k.outputs) = launchOperands(k.ops);
+    std::tie(k.inputs, k.outputs) = launchOperands(k.ops, plan.biasOf);
+    for (Value v : k.inputs)
+      if (Value bias = plan.biasOf.lookup(v))
+        k.biased.push_back({v, bias});
     Type floatType;
     auto note = [&](Type t) {
       if (!isFloatType(t) || (floatType && floatType != t))
@@ -302,6 +322,12 @@ void mlir::tdx::emitKernelBody(const FusedKernel &k, llvm::raw_ostream &os) {
     os << (i || !k.inputs.empty() ? ", " : "") << typeOf(v) << " &y" << i;
   os << ") {\n";
   int temps = 0;
+  for (auto [y, bias] : k.biased) { // the linear's result with its bias
+    std::string t = "t" + std::to_string(temps++);
+    os << "  " << typeOf(y) << " " << t << " = ::tdx::kern::add(" << names[y] << ", " << names[bias]
+       << "); // tdx.linear's bias\n";
+    names[y] = t;
+  }
   for (Operation *op : k.ops) {
     if (op == k.row) { // runs on the rows after the body: its result holds its input
       names[op->getResult(0)] = names.lookup(op->getOperand(0));

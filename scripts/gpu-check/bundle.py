@@ -34,6 +34,7 @@ PROGRAMS = {
     "llama-1": ("llama", 1, "forward"), "llama-tp2": ("llama", 2, "forward"),
     "resnet18-1": ("resnet18", 1, "forward"),
     "gpt2-train-1": ("gpt2", 1, "train"), "llama-train-tp2": ("llama", 2, "train"),
+    "resnet18-train-1": ("resnet18", 1, "train"),
 }
 TRAIN_STEPS = 5
 # The runtime a model binary links: tdx/Runtime without LLVM, MLIR or ATen.
@@ -96,6 +97,7 @@ def emit_cuda(prog, folder):
 
 
 def lm_loss(model, ids, targets):
+    """Cross-entropy of a language model's logits, or of a classifier's."""
     logits = model(ids)
     return torch.nn.functional.cross_entropy(logits.reshape(-1, logits.shape[-1]),
                                              targets.reshape(-1))
@@ -113,8 +115,14 @@ def write_train_program(out, name, cpu_expected):
     folder = os.path.join(out, "programs", name)
     os.makedirs(folder)
     g = torch.Generator().manual_seed(5)
-    batches = [(torch.randint(0, 96, (4, 8), generator=g), torch.randint(0, 96, (4, 8), generator=g))
-               for _ in range(TRAIN_STEPS)]
+    if model_name == "resnet18":  # images and labels, batch norm on the batch's statistics
+        eager.train()
+        deferred.train()
+        batches = [(torch.randn(4, 3, 32, 32, generator=g), torch.randint(0, 10, (4,), generator=g))
+                   for _ in range(TRAIN_STEPS)]
+    else:
+        batches = [(torch.randint(0, 96, (4, 8), generator=g),
+                    torch.randint(0, 96, (4, 8), generator=g)) for _ in range(TRAIN_STEPS)]
     prog = placed(tdx.trace_train_step(deferred, adamw(deferred.parameters()), lm_loss,
                                        *batches[0]), ranks, plan)
     cpu_prog = prog.copy()

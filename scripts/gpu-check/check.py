@@ -82,9 +82,11 @@ def build(name):
 def eager_train(folder, name, steps):
     """Eager AdamW training steps on the program's batches (repeated)."""
     model = build(name)
+    tensors = dict(model.named_parameters())
+    tensors.update(model.named_buffers())
     with torch.no_grad():
         for key, value in load(os.path.join(folder, "params.safetensors")).items():
-            dict(model.named_parameters())[key].copy_(value)
+            tensors[key].copy_(value)
     model = model.cuda().train()
     optimizer = torch.optim.AdamW(model.parameters(), lr=1e-3, weight_decay=0.1, foreach=False)
     data = load(os.path.join(folder, "batches.safetensors"))

@@ -246,6 +246,65 @@ TEST(RowsTest, NativeLayerNormAndItsBackward) {
   expectClose(dx, dxPlain);
 }
 
+/// Batch norm's rows run on the input moved channel-major, as the CUDA
+/// backend runs them: native_batch_norm in training (its saved statistics
+/// and the running statistics it moves) and outside it, and
+/// native_batch_norm_backward in both modes.
+TEST(RowsTest, NativeBatchNormAndItsBackwardPerChannel) {
+  const int64_t channels = 3;
+  at::Tensor x = randn({4, channels, 5, 3}, 30) * 2 + 1, dy = randn({4, channels, 5, 3}, 31);
+  at::Tensor w = randn({channels}, 32), b = randn({channels}, 33);
+  at::Tensor runMean0 = randn({channels}, 34), runVar0 = randn({channels}, 35).abs() + 0.5;
+  at::Tensor cx = x.transpose(0, 1).contiguous(), cdy = dy.transpose(0, 1).contiguous();
+  const int64_t n = cx.numel() / channels;
+  const double momentum = 0.1, eps = 1e-5;
+  for (bool training : {true, false}) {
+    at::Tensor runMean = runMean0.clone(), runVar = runVar0.clone();
+    auto [y0, mean0, invstd0] =
+        at::native_batch_norm(x, w, b, runMean, runVar, training, momentum, eps);
+    // ATen's backward reads the saved statistics in training, else the
+    // running ones.
+    auto [dx0, dw0, db0] = at::native_batch_norm_backward(
+        dy, x, w, runMean0, runVar0, mean0, invstd0, training, eps, {true, true, true});
+    for (int lanes : kLaneCounts) {
+      at::Tensor y = at::empty_like(cx), mean = at::empty({channels}),
+                 invstd = at::empty({channels}), unbiased = at::empty({channels}, at::kDouble);
+      at::Tensor dx = at::empty_like(cx), dw = at::empty({channels}), db = at::empty({channels});
+      for (int64_t c = 0; c < channels; ++c) {
+        onLanes(lanes, [&](const auto &g) {
+          batchNormRow(g, cx.data_ptr<float>() + c * n, y.data_ptr<float>() + c * n, n, training,
+                       runMean0[c].item<double>(), runVar0[c].item<double>(),
+                       w[c].item<double>(), b[c].item<double>(), eps,
+                       mean.data_ptr<float>() + c, invstd.data_ptr<float>() + c,
+                       unbiased.data_ptr<double>() + c);
+          return 0.0;
+        });
+        double m = training ? mean[c].item<double>() : runMean0[c].item<double>();
+        double is = training ? invstd[c].item<double>()
+                             : 1.0 / std::sqrt(runVar0[c].item<double>() + eps);
+        onLanes(lanes, [&](const auto &g) {
+          batchNormBackwardRow(g, cdy.data_ptr<float>() + c * n, cx.data_ptr<float>() + c * n,
+                               dx.data_ptr<float>() + c * n, n, training, m, is,
+                               w[c].item<double>(), dw.data_ptr<float>() + c,
+                               db.data_ptr<float>() + c);
+          return 0.0;
+        });
+      }
+      expectClose(y.transpose(0, 1), y0);
+      expectClose(dx.transpose(0, 1), dx0);
+      expectClose(dw, dw0, 1e-5, 1e-5);
+      expectClose(db, db0, 1e-5, 1e-5);
+      if (training) {
+        expectClose(mean, mean0);
+        expectClose(invstd, invstd0);
+        // The running statistics move towards the batch's unbiased variance.
+        expectClose((momentum * unbiased + (1 - momentum) * runVar0).to(at::kFloat), runVar);
+        expectClose(momentum * mean + (1 - momentum) * runMean0, runMean);
+      }
+    }
+  }
+}
+
 TEST(RowsTest, NllLossGradientAtTheTargetForEveryReduction) {
   at::Tensor logp = at::log_softmax(randn({5, 7}, 17), 1);
   at::Tensor target = at::randint(0, 7, {5}, at::make_generator<at::CPUGeneratorImpl>(18));

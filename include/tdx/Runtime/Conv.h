@@ -48,6 +48,28 @@ template <class T> TDX_HD T im2colAt(const Window &g, const T *x, int64_t row, i
   return x[(ch * g.h + iy) * g.w + ix];
 }
 
+/// Element (ch, iy, ix) of the input gradient of one image from the
+/// gradient of its im2col matrix `cols` ([c * kh * kw, oh * ow], dense): the
+/// sum of the columns that read that element, kernel positions (ky, kx) in
+/// ascending order (col2im as a gather: deterministic, no atomics).
+template <class T>
+TDX_HD T col2imAt(const Window &g, const T *cols, int64_t ch, int64_t iy, int64_t ix) {
+  T sum = T(0);
+  int64_t l = g.oh * g.ow;
+  for (int64_t ky = 0; ky < g.kh; ++ky) {
+    int64_t ty = iy + g.ph - ky * g.dh;
+    if (ty < 0 || ty % g.sh != 0 || ty / g.sh >= g.oh)
+      continue;
+    for (int64_t kx = 0; kx < g.kw; ++kx) {
+      int64_t tx = ix + g.pw - kx * g.dw;
+      if (tx < 0 || tx % g.sw != 0 || tx / g.sw >= g.ow)
+        continue;
+      sum += cols[((ch * g.kh + ky) * g.kw + kx) * l + (ty / g.sh) * g.ow + tx / g.sw];
+    }
+  }
+  return sum;
+}
+
 /// Max pooling of output element (oy, ox) of one channel plane `x` ([h, w]):
 /// padding is ignored, NaN wins (ATen's max_pool2d).
 template <class T> TDX_HD T maxPoolAt(const Window &g, const T *x, int64_t oy, int64_t ox) {
@@ -64,6 +86,54 @@ template <class T> TDX_HD T maxPoolAt(const Window &g, const T *x, int64_t oy, i
         return v;
     }
   return best;
+}
+
+/// The flat index (iy * w + ix) of the maximum of output element (oy, ox)
+/// of one plane, as ATen's max_pool2d_with_indices picks it: the first
+/// maximum in window order, and the last NaN if there is one.
+template <class T>
+TDX_HD int64_t maxPoolIndexAt(const Window &g, const T *x, int64_t oy, int64_t ox) {
+  int64_t y0 = oy * g.sh - g.ph, x0 = ox * g.sw - g.pw;
+  while (y0 < 0)
+    y0 += g.dh;
+  while (x0 < 0)
+    x0 += g.dw;
+  int64_t index = y0 * g.w + x0;
+  T best = -INFINITY;
+  for (int64_t ky = 0; ky < g.kh; ++ky)
+    for (int64_t kx = 0; kx < g.kw; ++kx) {
+      int64_t iy = oy * g.sh - g.ph + ky * g.dh, ix = ox * g.sw - g.pw + kx * g.dw;
+      if (iy < 0 || iy >= g.h || ix < 0 || ix >= g.w)
+        continue;
+      T v = x[iy * g.w + ix];
+      if (v > best || v != v) {
+        best = v;
+        index = iy * g.w + ix;
+      }
+    }
+  return index;
+}
+
+/// Element (iy, ix) of the input gradient of a max pooling of one plane:
+/// the output gradients `dy` ([oh, ow]) of the windows whose maximum
+/// (`indices`, flat as maxPoolIndexAt's) is that element, summed in output
+/// order from zero (as ATen's backward adds them; a gather, no atomics).
+template <class T>
+TDX_HD T maxPoolBackwardAt(const Window &g, const T *dy, const int64_t *indices, int64_t iy,
+                           int64_t ix) {
+  // The windows that can hold (iy, ix): a superset, the index decides.
+  int64_t top = iy + g.ph - (g.kh - 1) * g.dh, left = ix + g.pw - (g.kw - 1) * g.dw;
+  int64_t oy0 = top <= 0 ? 0 : top / g.sh, ox0 = left <= 0 ? 0 : left / g.sw;
+  int64_t oy1 = (iy + g.ph) / g.sh, ox1 = (ix + g.pw) / g.sw;
+  oy1 = oy1 < g.oh - 1 ? oy1 : g.oh - 1;
+  ox1 = ox1 < g.ow - 1 ? ox1 : g.ow - 1;
+  int64_t self = iy * g.w + ix;
+  T sum = T(0);
+  for (int64_t oy = oy0; oy <= oy1; ++oy)
+    for (int64_t ox = ox0; ox <= ox1; ++ox)
+      if (indices[oy * g.ow + ox] == self)
+        sum += dy[oy * g.ow + ox];
+  return sum;
 }
 
 /// Average pooling of output element (oy, ox) of one plane (ATen's

@@ -229,6 +229,72 @@ TDX_HD void layerNormParamGradColumn(const T *dy, const T *x, const T *mean, con
     db[j] = static_cast<T>(b);
 }
 
+/// Batch norm of one channel's n elements (a dense row of the input moved
+/// channel-major): in training from the row's own mean and biased variance,
+/// else from the running `mean` and `var` given; y = (x - mean) invstd w + b
+/// (w, b: this channel's, or 1 and 0). In training the row's mean, invstd
+/// and unbiased variance go to *meanOut, *invstdOut and *varOut
+/// (native_batch_norm's save_mean and save_invstd, and what the running
+/// statistics move towards).
+template <class T, class Lanes>
+TDX_HD void batchNormRow(const Lanes &g, const T *x, T *y, int64_t n, bool training, double mean,
+                         double var, double w, double b, double eps, T *meanOut, T *invstdOut,
+                         double *varOut) {
+  if (training) {
+    mean = reduceRow(g, RowMean, x, n, 1);
+    double ss = 0;
+    for (int64_t i = g.lane(); i < n; i += g.count()) {
+      double d = static_cast<double>(x[i]) - mean;
+      ss += d * d;
+    }
+    ss = g.sum(ss);
+    var = ss / static_cast<double>(n);
+    if (g.lane() == 0) {
+      *meanOut = static_cast<T>(mean);
+      *invstdOut = static_cast<T>(1.0 / ::sqrt(var + eps));
+      *varOut = ss / static_cast<double>(n - 1); // NaN for one element, as ATen
+    }
+  }
+  double invstd = 1.0 / ::sqrt(var + eps);
+  for (int64_t i = g.lane(); i < n; i += g.count())
+    y[i] = static_cast<T>((static_cast<double>(x[i]) - mean) * invstd * w + b);
+}
+
+/// The gradients of batch norm over one channel's n elements (dense rows of
+/// dy and x moved channel-major), ATen's native_batch_norm_backward: in
+/// training dx = (dy - mean(dy) - (x - mean) invstd^2 mean(dy (x - mean)))
+/// invstd w, else dy invstd w; the channel's weight gradient
+/// sum(dy (x - mean)) invstd and bias gradient sum(dy) go to *dw and *db
+/// (either may be null, as dx may).
+template <class T, class Lanes>
+TDX_HD void batchNormBackwardRow(const Lanes &g, const T *dy, const T *x, T *dx, int64_t n,
+                                 bool training, double mean, double invstd, double w, T *dw,
+                                 T *db) {
+  double sum = 0, dot = 0;
+  for (int64_t i = g.lane(); i < n; i += g.count()) {
+    double d = static_cast<double>(dy[i]);
+    sum += d;
+    dot += d * (static_cast<double>(x[i]) - mean);
+  }
+  sum = g.sum(sum);
+  dot = g.sum(dot);
+  if (g.lane() == 0) {
+    if (dw)
+      *dw = static_cast<T>(dot * invstd);
+    if (db)
+      *db = static_cast<T>(sum);
+  }
+  if (!dx)
+    return;
+  double k = dot * invstd * invstd / static_cast<double>(n), gradMean = sum / static_cast<double>(n);
+  for (int64_t i = g.lane(); i < n; i += g.count()) {
+    double d = static_cast<double>(dy[i]);
+    dx[i] = static_cast<T>(training
+                               ? (d - (static_cast<double>(x[i]) - mean) * k - gradMean) * invstd * w
+                               : d * invstd * w);
+  }
+}
+
 /// nll_loss_backward's one nonzero of a sample's row, at its target:
 /// -weight * dy, over the total weight for reduction mean (1); dy is the
 /// sample's own gradient for reduction none (0).

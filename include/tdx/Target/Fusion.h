@@ -41,6 +41,9 @@ struct FusedKernel {
   /// the op's result, and the op runs on each row of it in place (the scale
   /// and mask before a softmax, the residual add before a norm).
   Operation *row = nullptr;
+  /// Inputs that are the result of a linear whose bias the kernel adds
+  /// (FusionPlan::biasOf), with that bias (also an input).
+  SmallVector<std::pair<Value, Value>> biased;
 };
 
 struct FusionPlan {
@@ -48,6 +51,10 @@ struct FusionPlan {
   DenseMap<Operation *, unsigned> kernelOf;
   /// Splat constants whose every user is a kernel member (no tensor made).
   DenseSet<Operation *> inlinedConstants;
+  /// The result of each linear whose every reader is a kernel member, and
+  /// its bias: the linear runs without it and each kernel that reads the
+  /// result adds it (the bias + activation epilogue of a linear).
+  DenseMap<Value, Value> biasOf;
 };
 
 /// Whether `op` is one of the elementwise ops (add ... gelu, cmp, where, cast).

@@ -7,6 +7,7 @@
 //
 //===----------------------------------------------------------------------===//
 
+#include "AtenArgs.cuh"
 #include "Blas.cuh"
 #include "RowLaunch.cuh"
 
@@ -19,42 +20,11 @@ using namespace tdx::cu::detail;
 
 namespace {
 
-const Arg &arg(const Args &args, const char *name, const char *op) {
-  auto it = args.find(name);
-  if (it == args.end())
-    throw std::runtime_error(std::string("tdx: ") + op + " has no argument '" + name +
-                             "' (a program emitted for another libtorch?)");
-  return it->second;
-}
-int64_t intArg(const Args &args, const char *name, const char *op) {
-  const Arg &a = arg(args, name, op);
-  if (a.kind != Arg::Int)
-    throw std::runtime_error(std::string("tdx: ") + op + "'s '" + name + "' is not an int");
-  return a.i;
-}
-const std::vector<int64_t> &intsArg(const Args &args, const char *name, const char *op) {
-  const Arg &a = arg(args, name, op);
-  if (a.kind != Arg::Ints)
-    throw std::runtime_error(std::string("tdx: ") + op + "'s '" + name + "' is not a list");
-  return a.ints;
-}
 /// int64 values between host and device memory.
 void copyLongs(void *dst, const void *src, int64_t count, cudaMemcpyKind kind) {
   if (count)
     checkCuda(cudaMemcpy(dst, src, count * sizeof(int64_t), kind), "cudaMemcpy");
 }
-/// Whether the optional tensor argument `name` was given (None is Arg()).
-bool given(const Args &args, const char *name) {
-  auto it = args.find(name);
-  return it == args.end() || it->second.kind != Arg::None;
-}
-void expectTensors(const std::vector<Tensor> &tensors, size_t n, const char *op) {
-  if (tensors.size() != n)
-    throw std::runtime_error(std::string("tdx: ") + op + " takes " + std::to_string(n) +
-                             " tensors here, not " + std::to_string(tensors.size()));
-}
-template <class T> const T *ptr(const Tensor &t) { return static_cast<const T *>(t.data()); }
-template <class T> T *out(const Tensor &t) { return static_cast<T *>(t.data()); }
 
 template <class T>
 __global__ void softmaxBackwardKernel(const T *dy, const T *y, T *dx, int64_t rows, int64_t n,
@@ -117,6 +87,67 @@ __global__ void embeddingBackwardKernel(const T *grad, const int64_t *start,
                                   out + v * dim);
 }
 
+/// Batch norm, one block per channel of the channel-major input x [C, n]:
+/// weight, bias, running mean and variance per channel, each may be null.
+/// In training the running statistics move by `momentum` towards the
+/// batch's (as ATen's native_batch_norm does to its arguments).
+template <class T>
+__global__ void batchNormKernel(const T *x, T *y, const T *w, const T *b, T *runMean, T *runVar,
+                                T *saveMean, T *saveInvstd, int64_t channels, int64_t n,
+                                bool training, double momentum, double eps) {
+  TDX_FOR_ROWS(c, channels) {
+    double mean = training || !runMean ? 0.0 : static_cast<double>(runMean[c]);
+    double var = training || !runVar ? 1.0 : static_cast<double>(runVar[c]), unbiased = 0;
+    tdx::kern::batchNormRow(lanes, x + c * n, y + c * n, n, training, mean, var,
+                            w ? static_cast<double>(w[c]) : 1.0,
+                            b ? static_cast<double>(b[c]) : 0.0, eps,
+                            training ? saveMean + c : nullptr,
+                            training ? saveInvstd + c : nullptr, &unbiased);
+    if (training && lanes.lane() == 0) {
+      if (runMean)
+        runMean[c] = static_cast<T>(momentum * static_cast<double>(saveMean[c]) +
+                                    (1 - momentum) * static_cast<double>(runMean[c]));
+      if (runVar)
+        runVar[c] = static_cast<T>(momentum * unbiased +
+                                   (1 - momentum) * static_cast<double>(runVar[c]));
+    }
+  }
+}
+
+/// The gradients of batch norm, one block per channel of the channel-major
+/// dy and x [C, n]; mean and invstd per channel (the saved statistics in
+/// training, else the running ones' mean and 1 / sqrt(var + eps)).
+template <class T>
+__global__ void batchNormBackwardKernel(const T *dy, const T *x, T *dx, const T *w,
+                                        const T *mean, const T *invstd, T *dw, T *db,
+                                        int64_t channels, int64_t n, bool training) {
+  TDX_FOR_ROWS(c, channels)
+  tdx::kern::batchNormBackwardRow(lanes, dy + c * n, x + c * n, dx ? dx + c * n : nullptr, n,
+                                  training, static_cast<double>(mean[c]),
+                                  static_cast<double>(invstd[c]),
+                                  w ? static_cast<double>(w[c]) : 1.0, dw ? dw + c : nullptr,
+                                  db ? db + c : nullptr);
+}
+
+/// 1 / sqrt(var + eps) per channel.
+template <class T>
+__global__ void invstdKernel(const T *var, T *invstd, int64_t channels, double eps) {
+  int64_t c = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x;
+  if (c < channels)
+    invstd[c] = static_cast<T>(1.0 / ::sqrt(static_cast<double>(var[c]) + eps));
+}
+
+/// grad where x > threshold, else 0 (dense operands of one shape).
+template <class T>
+__global__ void thresholdBackwardKernel(const T *dy, const T *x, T *dx, int64_t n, T threshold) {
+  int64_t i = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x;
+  if (i < n)
+    dx[i] = x[i] <= threshold ? T(0) : dy[i];
+}
+
+/// x [N, C, ...] as dense channel-major rows [C, N * ...].
+Tensor channelMajor(const Tensor &x) { return x.transpose(0, 1).contiguous(); }
+
 /// The dense rows of a softmax backward along `dim`: operands with `dim`
 /// moved last, as contiguous copies.
 std::vector<Tensor> softmaxBackward(const std::vector<Tensor> &tensors, const Args &args,
@@ -163,7 +194,7 @@ std::vector<Tensor> tdx::cu::aten::nativeLayerNorm(const std::vector<Tensor> &te
   expectTensors(tensors, 1 + hasW + hasB, op);
   std::vector<int64_t> normalized;
   int64_t n = normalizedSize(args, op, normalized);
-  const Arg &eps = arg(args, "eps", op);
+  double eps = doubleArg(args, "eps", op);
   Tensor x = tensors[0].contiguous();
   Tensor w = hasW ? tensors[1].contiguous() : Tensor();
   Tensor b = hasB ? tensors[1 + hasW].contiguous() : Tensor();
@@ -177,7 +208,7 @@ std::vector<Tensor> tdx::cu::aten::nativeLayerNorm(const std::vector<Tensor> &te
     using T = decltype(tag);
     layerNormStatsKernel<T><<<rowBlocks(rows), kRowThreads, kRowShared>>>(
         ptr<T>(x), ptr<T>(w), ptr<T>(b), out<T>(y), out<T>(mean), out<T>(rstd), rows, n,
-        eps.kind == Arg::Double ? eps.d : static_cast<double>(eps.i));
+        eps);
   });
   checkLaunch(op);
   return {y, mean, rstd};
@@ -193,19 +224,17 @@ std::vector<Tensor> tdx::cu::aten::nativeLayerNormBackward(const std::vector<Ten
   expectTensors(tensors, 4 + hasW + hasB, op);
   std::vector<int64_t> normalized;
   int64_t n = normalizedSize(args, op, normalized);
-  const Arg &mask = arg(args, "output_mask", op);
-  if (mask.kind != Arg::Bools || mask.bools.size() != 3)
-    throw std::runtime_error("tdx: native_layer_norm_backward's output_mask is not 3 bools");
+  const std::vector<bool> &mask = maskArg(args, op, 3);
   Tensor dy = tensors[0].contiguous(), x = tensors[1].contiguous();
   Tensor mean = tensors[2].contiguous(), rstd = tensors[3].contiguous();
   Tensor w = hasW ? tensors[4].contiguous() : Tensor();
   int64_t rows = n ? x.numel() / n : 0;
   Tensor dx, dw, db;
-  if (mask.bools[0])
+  if (mask[0])
     dx = Tensor::empty(x.sizes(), x.dtype());
-  if (mask.bools[1] && hasW)
+  if (mask[1] && hasW)
     dw = Tensor::empty(normalized, x.dtype());
-  if (mask.bools[2] && hasB)
+  if (mask[2] && hasB)
     db = Tensor::empty(normalized, x.dtype());
   floatTypes(x.dtype(), op, [&](auto tag) {
     using T = decltype(tag);
@@ -300,6 +329,115 @@ std::vector<Tensor> tdx::cu::aten::sliceBackward(const std::vector<Tensor> &tens
                         intArg(args, "end", op), intArg(args, "step", op)),
            grad);
   return {result};
+}
+
+/// native_batch_norm(input [N, C, ...], weight?, bias?, running_mean?,
+/// running_var?, training, momentum, eps) -> (out, save_mean, save_invstd);
+/// in training the running statistics given are updated in place, as ATen
+/// does (the statistics are empty outside training, as ATen's CPU kernel
+/// makes them).
+std::vector<Tensor> tdx::cu::aten::nativeBatchNorm(const std::vector<Tensor> &tensors,
+                                                   const Args &args) {
+  const char *op = "native_batch_norm";
+  bool hasW = given(args, "weight"), hasB = given(args, "bias");
+  bool hasMean = given(args, "running_mean"), hasVar = given(args, "running_var");
+  expectTensors(tensors, 1 + hasW + hasB + hasMean + hasVar, op);
+  bool training = boolArg(args, "training", op);
+  double momentum = doubleArg(args, "momentum", op), eps = doubleArg(args, "eps", op);
+  if (tensors[0].dim() < 2)
+    throw std::runtime_error("tdx: native_batch_norm takes [N, C, ...] inputs");
+  if (!training && (!hasMean || !hasVar))
+    throw std::runtime_error("tdx: native_batch_norm outside training needs running statistics");
+  size_t next = 1;
+  auto optional = [&](bool has) { return has ? tensors[next++].contiguous() : Tensor(); };
+  Tensor w = optional(hasW), b = optional(hasB);
+  const Tensor runMean0 = hasMean ? tensors[next] : Tensor(),
+               runVar0 = hasVar ? tensors[next + hasMean] : Tensor();
+  Tensor runMean = hasMean ? runMean0.contiguous() : Tensor();
+  Tensor runVar = hasVar ? runVar0.contiguous() : Tensor();
+  Tensor x = channelMajor(tensors[0]);
+  int64_t channels = x.size(0), n = channels ? x.numel() / channels : 0;
+  Tensor y = Tensor::empty(x.sizes(), x.dtype());
+  Tensor saveMean = Tensor::empty({training ? channels : 0}, x.dtype());
+  Tensor saveInvstd = Tensor::empty({training ? channels : 0}, x.dtype());
+  floatTypes(x.dtype(), op, [&](auto tag) {
+    using T = decltype(tag);
+    batchNormKernel<T><<<rowBlocks(channels), kRowThreads, kRowShared>>>(
+        ptr<T>(x), out<T>(y), ptr<T>(w), ptr<T>(b), out<T>(runMean), out<T>(runVar),
+        out<T>(saveMean), out<T>(saveInvstd), channels, n, training, momentum, eps);
+  });
+  checkLaunch(op);
+  // Statistics given as views write back through them.
+  if (training && hasMean && runMean.data() != runMean0.data())
+    copyInto(runMean0, runMean);
+  if (training && hasVar && runVar.data() != runVar0.data())
+    copyInto(runVar0, runVar);
+  return {y.transpose(0, 1).contiguous(), saveMean, saveInvstd};
+}
+
+/// native_batch_norm_backward(grad_out, input, weight?, running_mean?,
+/// running_var?, save_mean?, save_invstd?, train, eps, output_mask) ->
+/// (grad_input, grad_weight, grad_bias).
+std::vector<Tensor> tdx::cu::aten::nativeBatchNormBackward(const std::vector<Tensor> &tensors,
+                                                           const Args &args) {
+  const char *op = "native_batch_norm_backward";
+  const char *names[] = {"weight", "running_mean", "running_var", "save_mean", "save_invstd"};
+  Tensor given5[5];
+  size_t next = 2;
+  for (int i = 0; i < 5; ++i)
+    if (given(args, names[i])) {
+      if (next >= tensors.size())
+        expectTensors(tensors, next + 1, op);
+      given5[i] = tensors[next++].contiguous();
+    }
+  expectTensors(tensors, next, op);
+  bool train = boolArg(args, "train", op);
+  double eps = doubleArg(args, "eps", op);
+  const std::vector<bool> &mask = maskArg(args, op, 3);
+  Tensor w = given5[0], mean = train ? given5[3] : given5[1];
+  Tensor invstd = train ? given5[4] : Tensor();
+  if (!mean.defined() || (train ? !invstd.defined() : !given5[2].defined()))
+    throw std::runtime_error(std::string("tdx: native_batch_norm_backward needs ") +
+                             (train ? "save_mean and save_invstd" : "running statistics"));
+  Tensor dy = channelMajor(tensors[0]), x = channelMajor(tensors[1]);
+  int64_t channels = x.size(0), n = channels ? x.numel() / channels : 0;
+  Tensor dx = mask[0] ? Tensor::empty(x.sizes(), x.dtype()) : Tensor();
+  Tensor dw = mask[1] ? Tensor::empty({channels}, x.dtype()) : Tensor();
+  Tensor db = mask[2] ? Tensor::empty({channels}, x.dtype()) : Tensor();
+  floatTypes(x.dtype(), op, [&](auto tag) {
+    using T = decltype(tag);
+    if (!train) {
+      invstd = Tensor::empty({channels}, x.dtype());
+      invstdKernel<T><<<blocksFor(channels), 256>>>(ptr<T>(given5[2]), out<T>(invstd), channels,
+                                                    eps);
+    }
+    batchNormBackwardKernel<T><<<rowBlocks(channels), kRowThreads, kRowShared>>>(
+        ptr<T>(dy), ptr<T>(x), out<T>(dx), ptr<T>(w), ptr<T>(mean), ptr<T>(invstd), out<T>(dw),
+        out<T>(db), channels, n, train);
+  });
+  checkLaunch(op);
+  return {dx.defined() ? dx.transpose(0, 1).contiguous() : dx, dw, db};
+}
+
+/// threshold_backward(grad_output, self, threshold): grad_output where self
+/// > threshold, else 0 (ReLU's backward).
+std::vector<Tensor> tdx::cu::aten::thresholdBackward(const std::vector<Tensor> &tensors,
+                                                     const Args &args) {
+  const char *op = "threshold_backward";
+  expectTensors(tensors, 2, op);
+  double threshold = doubleArg(args, "threshold", op);
+  if (tensors[0].sizes() != tensors[1].sizes() || tensors[0].dtype() != tensors[1].dtype())
+    throw std::runtime_error("tdx: threshold_backward takes a gradient and an input of one "
+                             "shape and type");
+  Tensor dy = tensors[0].contiguous(), x = tensors[1].contiguous();
+  Tensor dx = Tensor::empty(x.sizes(), x.dtype());
+  floatTypes(x.dtype(), op, [&](auto tag) {
+    using T = decltype(tag);
+    thresholdBackwardKernel<T><<<blocksFor(x.numel()), 256>>>(ptr<T>(dy), ptr<T>(x), out<T>(dx),
+                                                              x.numel(), static_cast<T>(threshold));
+  });
+  checkLaunch(op);
+  return {dx};
 }
 
 std::vector<Tensor> tdx::cu::callAten(const std::string &schema,

@@ -50,26 +50,38 @@ inline int64_t product(const std::vector<int64_t> &xs, size_t begin, size_t end)
   return p;
 }
 
-/// Row-major C[b] = op(A[b]) * B[b] for `count` matrices, through cuBLAS's
-/// column-major view (C^T = B^T A^T). transA: A is stored [n x k] (linear).
+/// Row-major C[i] = op(A[i]) op(B[i]) + beta C[i] for `count` matrices
+/// (strides between them in elements), through cuBLAS's column-major view
+/// (C^T = op(B)^T op(A)^T). op(A) is [m x k]: A is stored [m x k], or
+/// [k x m] with transA; op(B) is [k x n]: B is stored [k x n], or [n x k]
+/// with transB.
+template <class T>
+void gemm(bool transA, bool transB, int64_t m, int64_t n, int64_t k, const T *a, int64_t strideA,
+          const T *b, int64_t strideB, T *c, int64_t strideC, int64_t count, T beta = 0) {
+  const T one = 1;
+  cublasOperation_t opA = transA ? CUBLAS_OP_T : CUBLAS_OP_N;
+  cublasOperation_t opB = transB ? CUBLAS_OP_T : CUBLAS_OP_N;
+  int lda = static_cast<int>(transA ? m : k), ldb = static_cast<int>(transB ? k : n);
+  if constexpr (sizeof(T) == 4)
+    checkBlas(cublasSgemmStridedBatched(blas(), opB, opA, static_cast<int>(n),
+                                        static_cast<int>(m), static_cast<int>(k), &one, b, ldb,
+                                        strideB, a, lda, strideA, &beta, c, static_cast<int>(n),
+                                        strideC, static_cast<int>(count)),
+              "sgemm");
+  else
+    checkBlas(cublasDgemmStridedBatched(blas(), opB, opA, static_cast<int>(n),
+                                        static_cast<int>(m), static_cast<int>(k), &one, b, ldb,
+                                        strideB, a, lda, strideA, &beta, c, static_cast<int>(n),
+                                        strideC, static_cast<int>(count)),
+              "dgemm");
+}
+
+/// Row-major C[i] = A[i] op(B[i]) for `count` dense matrices, one after
+/// another. weightTransposed: B is stored [n x k] (linear's weight).
 template <class T>
 void gemm(const T *a, const T *b, T *c, int64_t m, int64_t n, int64_t k, int64_t count,
           bool weightTransposed) {
-  const T one = 1, zero = 0;
-  cublasOperation_t opB = weightTransposed ? CUBLAS_OP_T : CUBLAS_OP_N;
-  int ldb = static_cast<int>(weightTransposed ? k : n);
-  if constexpr (sizeof(T) == 4)
-    checkBlas(cublasSgemmStridedBatched(blas(), opB, CUBLAS_OP_N, static_cast<int>(n),
-                                        static_cast<int>(m), static_cast<int>(k), &one, b, ldb,
-                                        k * n, a, static_cast<int>(k), m * k, &zero, c,
-                                        static_cast<int>(n), m * n, static_cast<int>(count)),
-              "sgemm");
-  else
-    checkBlas(cublasDgemmStridedBatched(blas(), opB, CUBLAS_OP_N, static_cast<int>(n),
-                                        static_cast<int>(m), static_cast<int>(k), &one, b, ldb,
-                                        k * n, a, static_cast<int>(k), m * k, &zero, c,
-                                        static_cast<int>(n), m * n, static_cast<int>(count)),
-              "dgemm");
+  gemm<T>(false, weightTransposed, m, n, k, a, m * k, b, k * n, c, m * n, count);
 }
 
 } // namespace tdx::cu::detail
