@@ -27,14 +27,14 @@ from models import GPT2, Llama  # noqa: E402
 
 # Program name -> (model, ranks, kind); tp2 runs two ranks on one GPU where
 # NCCL allows it. "forward" programs compare their output, "train" ones
-# (tdx.trace_train_step with AdamW, TRAIN_STEPS steps) their loss per step
+# (tdx.trace_train_step with OPTIMIZERS' optimizer, TRAIN_STEPS steps) their loss per step
 # and the final state.
 PROGRAMS = {
     "gpt2-1": ("gpt2", 1, "forward"), "gpt2-tp2": ("gpt2", 2, "forward"),
     "llama-1": ("llama", 1, "forward"), "llama-tp2": ("llama", 2, "forward"),
     "resnet18-1": ("resnet18", 1, "forward"),
     "gpt2-train-1": ("gpt2", 1, "train"), "llama-train-tp2": ("llama", 2, "train"),
-    "resnet18-train-1": ("resnet18", 1, "train"),
+    "resnet-tiny-train-1": ("resnet-tiny", 1, "train"),
 }
 TRAIN_STEPS = 5
 # The runtime a model binary links: tdx/Runtime without LLVM, MLIR or ATen.
@@ -52,6 +52,12 @@ def ids():
 def model(name):
     """(eager model with its weights, deferred model, example inputs, tp plan)."""
     from test_sharding import GPT2_PLAN, LLAMA_PLAN
+    if name == "resnet-tiny":
+        from vision_models import resnet_tiny
+        torch.manual_seed(0)
+        eager = resnet_tiny()
+        torch.manual_seed(0)
+        return eager, tdx.deferred_init(resnet_tiny), None, {}
     if name == "resnet18":
         from vision_models import IMAGES
         torch.manual_seed(0)
@@ -103,19 +109,28 @@ def lm_loss(model, ids, targets):
                                              targets.reshape(-1))
 
 
-def adamw(params):
-    return torch.optim.AdamW(params, lr=1e-3, weight_decay=0.1)
+# The optimizer of each model's training program, as torch.optim's class
+# and arguments (written to the program's optimizer.json, which check.py's
+# eager timing builds too).
+OPTIMIZERS = {"resnet-tiny": ("SGD", {"lr": 1e-2, "momentum": 0.9}),
+              "gpt2": ("AdamW", {"lr": 1e-3, "weight_decay": 0.1}),
+              "llama": ("AdamW", {"lr": 1e-3, "weight_decay": 0.1})}
+
+
+def optimizer(model_name, params):
+    name, kwargs = OPTIMIZERS[model_name]
+    return getattr(torch.optim, name)(params, foreach=False, **kwargs)
 
 
 def write_train_program(out, name, cpu_expected):
     """A whole training step: eager's losses and final parameters after
-    TRAIN_STEPS AdamW steps from the weights in params.safetensors."""
+    TRAIN_STEPS steps of the model's optimizer from the weights in params.safetensors."""
     model_name, ranks, _ = PROGRAMS[name]
     eager, deferred, _, plan = model(model_name)
     folder = os.path.join(out, "programs", name)
     os.makedirs(folder)
     g = torch.Generator().manual_seed(5)
-    if model_name == "resnet18":  # images and labels, batch norm on the batch's statistics
+    if model_name == "resnet-tiny":  # images and labels, batch norm on the batch's statistics
         eager.train()
         deferred.train()
         batches = [(torch.randn(4, 3, 32, 32, generator=g), torch.randint(0, 10, (4,), generator=g))
@@ -123,20 +138,22 @@ def write_train_program(out, name, cpu_expected):
     else:
         batches = [(torch.randint(0, 96, (4, 8), generator=g),
                     torch.randint(0, 96, (4, 8), generator=g)) for _ in range(TRAIN_STEPS)]
-    prog = placed(tdx.trace_train_step(deferred, adamw(deferred.parameters()), lm_loss,
+    prog = placed(tdx.trace_train_step(deferred, optimizer(model_name, deferred.parameters()), lm_loss,
                                        *batches[0]), ranks, plan)
     cpu_prog = prog.copy()
     emit_cuda(prog, folder)
     weights = {k: v.clone() for k, v in state(eager).items()}
     tdx.safetensors.save(weights, os.path.join(folder, "params.safetensors"))
+    with open(os.path.join(folder, "optimizer.json"), "w") as f:
+        json.dump(OPTIMIZERS[model_name], f)
     tdx.safetensors.save({f"{k}:input:{i}": x for k, b in enumerate(batches)
                           for i, x in enumerate(b)}, os.path.join(folder, "batches.safetensors"))
-    optimizer, losses = adamw(eager.parameters()), []
+    opt, losses = optimizer(model_name, eager.parameters()), []
     for batch in batches:
-        optimizer.zero_grad()
+        opt.zero_grad()
         loss = lm_loss(eager, *batch)
         loss.backward()
-        optimizer.step()
+        opt.step()
         losses.append(loss.detach())
     want = {f"{k}:output:0": x for k, x in enumerate(losses)}
     want.update({f"state:{k}": v.detach() for k, v in eager.named_parameters()})

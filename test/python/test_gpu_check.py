@@ -8,15 +8,24 @@ import os
 import subprocess
 
 import pytest
+import torch
 
 import tdx
 
 ROOT = os.path.join(os.path.dirname(__file__), "..", "..")
 CUDA = os.path.exists(os.path.join(os.path.dirname(tdx.__file__), "..", "..", "lib",
                                    "libTdxRuntimeCUDA.a"))
-# A forward on one rank and on tp2, a conv net, and a whole training step
-# (forward, backward, AdamW) on tp2.
-PROGRAMS = ["gpt2-1", "llama-tp2", "resnet18-1", "llama-train-tp2"]
+# A forward on one rank and on tp2, a conv net, and whole training steps
+# (forward, backward, update) of a transformer on tp2 and of a conv net.
+PROGRAMS = ["gpt2-1", "llama-tp2", "resnet18-1", "llama-train-tp2", "resnet-tiny-train-1"]
+# The generic backward ops (tdx/Runtime/cuda/AtenOps.def) each training
+# program runs on CUDA.
+BACKWARD_OPS = {
+    "llama-train-tp2": ["embedding_dense_backward"],
+    "resnet-tiny-train-1": ["convolution_backward", "native_batch_norm", "native_batch_norm_backward",
+                         "max_pool2d_with_indices", "max_pool2d_with_indices_backward",
+                         "threshold_backward"],
+}
 
 
 @pytest.fixture(scope="module")
@@ -45,7 +54,8 @@ def test_bundle_holds_programs_expectations_runtime_and_mpi(bundle):
         # A forward is first-class ops only; a training step's backward
         # runs generic ops of the CUDA list (tdx/Runtime/cuda/AtenOps.def).
         if train:
-            assert 'callAten("aten::embedding_dense_backward"' in source
+            for op in BACKWARD_OPS[name]:
+                assert f'callAten("aten::{op}"' in source, (name, op)
         else:
             assert "callAten" not in source, name
     # The training step's expectations: eager's loss per step and final
@@ -89,3 +99,23 @@ def test_bundle_builds_with_nvcc_and_its_mpi_runs_relocated(bundle):
         capture_output=True, text=True, timeout=120)
     if run.returncode != 0:  # no GPU here: a clear error, not a crash
         assert "no CUDA device is visible to rank 0" in run.stderr, run.stderr[-3000:]
+
+
+def test_compare_checks_final_state_at_its_own_tolerance(tmp_path):
+    # check.py compare: losses at --tolerance, the final state at
+    # --state-tolerance (1e-4 by default).
+    want = {"0:output:0": torch.tensor(2.0), "state:w": torch.ones(100)}
+    tdx.safetensors.save(want, str(tmp_path / "expected.eager.safetensors"))
+    tdx.safetensors.save({"0:output:0": torch.tensor(2.0)}, str(tmp_path / "out.safetensors"))
+    tdx.safetensors.save({"w": torch.ones(100) * (1 + 5e-4)}, str(tmp_path / "state.safetensors"))
+    check = os.path.join(ROOT, "scripts", "gpu-check", "check.py")
+
+    def compare(*extra):
+        return subprocess.run(["/usr/bin/python3", check, "compare", str(tmp_path),
+                               str(tmp_path / "out.safetensors"), "--state",
+                               str(tmp_path / "state.safetensors"), *extra],
+                              capture_output=True, text=True, timeout=120)
+
+    off = compare()
+    assert off.returncode == 1 and "final state 5.00e-04" in off.stdout, off.stdout + off.stderr
+    assert compare("--state-tolerance", "1e-3").returncode == 0

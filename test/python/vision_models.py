@@ -73,3 +73,17 @@ class Seq2Seq(nn.Module):
 IMAGES = {"resnet18": resnet18_small, "mobilenet_v3": mobilenet_v3_small,
           "efficientnet": efficientnet_small, "convnext": convnext_small, "vit": vit_small,
           "swin": swin_small}
+
+
+def resnet_tiny(classes=10):
+    """torchvision's ResNet stem and BasicBlocks at widths 16 and 32 (20k
+    parameters): a conv net's training ops (convolutions with and without
+    stride, batch norm in training, ReLU, max pooling, a downsampling
+    shortcut) at a size the GPU check carries."""
+    return torch.nn.Sequential(
+        torch.nn.Conv2d(3, 16, 3, 1, 1, bias=False), torch.nn.BatchNorm2d(16),
+        torch.nn.ReLU(inplace=True), torch.nn.MaxPool2d(3, 2, 1),
+        resnet.BasicBlock(16, 16),
+        resnet.BasicBlock(16, 32, stride=2, downsample=torch.nn.Sequential(
+            resnet.conv1x1(16, 32, 2), torch.nn.BatchNorm2d(32))),
+        torch.nn.AdaptiveAvgPool2d(1), torch.nn.Flatten(), torch.nn.Linear(32, classes))
