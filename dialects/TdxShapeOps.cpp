@@ -248,6 +248,23 @@ OpFoldResult ReshapeOp::fold(FoldAdaptor) {
   return {};
 }
 
+OpFoldResult TransposeOp::fold(FoldAdaptor) {
+  // A transpose of one dim with itself, or the same two dims swapped back
+  // (autograd's weight gradient of a linear is mm(...).t().t()).
+  int64_t rank = getType().getRank();
+  auto dims = [&](int64_t a, int64_t b) {
+    a = a < 0 ? a + rank : a, b = b < 0 ? b + rank : b;
+    return std::make_pair(std::min(a, b), std::max(a, b));
+  };
+  auto mine = dims(getDim0(), getDim1());
+  if (mine.first == mine.second && getInput().getType() == getType())
+    return getInput();
+  if (auto inner = getInput().getDefiningOp<TransposeOp>())
+    if (dims(inner.getDim0(), inner.getDim1()) == mine && inner.getInput().getType() == getType())
+      return inner.getInput();
+  return {};
+}
+
 OpFoldResult ExpandOp::fold(FoldAdaptor) {
   if (getInput().getType() == getType())
     return getInput();

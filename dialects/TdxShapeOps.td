@@ -37,6 +37,7 @@ def Tdx_TransposeOp : Tdx_InferredOp<"transpose"> {
   let results = (outs Tdx_Tensor:$result);
   let assemblyFormat =
     "$input $dim0 `,` $dim1 attr-dict `:` type($input) `->` type($result)";
+  let hasFolder = 1;
 }
 
 def Tdx_PermuteOp : Tdx_InferredOp<"permute"> {

@@ -182,6 +182,30 @@ def PrefetchAllGathers : Pass<"tdx-prefetch-all-gathers", "::mlir::ModuleOp"> {
   ];
 }
 
+def HoistCollectives : Pass<"tdx-hoist-collectives", "::mlir::ModuleOp"> {
+  let summary = "Start each all_reduce and reduce_scatter as soon as its input is made";
+  let description = [{
+    On a partitioned module, moves every `tdx.all_reduce` and
+    `tdx.reduce_scatter` of a function's body up to right after the op that
+    makes its input (to the top of the body for an argument), with the
+    reshapes and transposes between that op and it that nothing else reads
+    (autograd leaves a bias gradient's reshape where the optimizer reads
+    it). The backends
+    start a collective where it stands and wait for it where its result is
+    first read, so everything between runs while it is in flight: a
+    training step's gradient reductions start as each gradient is made and
+    overlap the rest of the backward, instead of starting where the
+    optimizer first reads them. Every rank runs the same program, so the
+    collectives keep one order across ranks, and what meets at one place
+    keeps its program order. Nothing else moves.
+
+    ```
+    tdx-opt model.mlir --tdx-insert-collectives --tdx-partition \
+        --tdx-hoist-collectives
+    ```
+  }];
+}
+
 def CommReport : Pass<"tdx-comm-report", "::mlir::ModuleOp"> {
   let summary = "Print every collective of one forward step and the total bytes";
   let description = [{

@@ -42,6 +42,7 @@ void mlir::tdx::buildSpmdPipeline(OpPassManager &pm) {
   pm.addPass(createInsertCollectives());
   pm.addPass(createPartition());
   pm.addPass(createPrefetchAllGathers());
+  pm.addPass(createHoistCollectives());
 }
 
 void mlir::tdx::registerTdxPipelines() {
@@ -59,6 +60,7 @@ void mlir::tdx::registerTdxPipelines() {
       });
   PassPipelineRegistration<>(
       "tdx-spmd",
-      "tdx-insert-collectives, tdx-partition, tdx-prefetch-all-gathers: the per-rank program",
+      "tdx-insert-collectives, tdx-partition, tdx-prefetch-all-gathers, "
+      "tdx-hoist-collectives: the per-rank program",
       buildSpmdPipeline);
 }

@@ -99,3 +99,22 @@ func.func @chunk_of_gather_elsewhere(%x: tensor<2x8xf32>) -> (tensor<2x8xf32>, t
   %c = tdx.chunk %g[%dp] chunks = 4 dim = 0 : tensor<4x8xf32>, tensor<i64> -> tensor<1x8xf32>
   return %a, %b, %c : tensor<2x8xf32>, tensor<4x4xf32>, tensor<1x8xf32>
 }
+
+// -----
+
+// A transpose swapped back is its input (autograd's weight gradient of a
+// linear, mm(...).t().t()), whichever way its dims are written; a transpose
+// of other dims is kept.
+// CHECK-LABEL: func.func @transpose_back
+// CHECK-SAME: (%[[A:.*]]: tensor<4x8xf32>, %[[B:.*]]: tensor<2x4x8xf32>)
+// CHECK-NEXT: %[[T:.*]] = tdx.transpose %[[B]] 0, 1
+// CHECK-NEXT: %[[U:.*]] = tdx.transpose %[[T]] 1, 2
+// CHECK-NEXT: return %[[A]], %[[A]], %[[U]]
+func.func @transpose_back(%a: tensor<4x8xf32>, %b: tensor<2x4x8xf32>) -> (tensor<4x8xf32>, tensor<4x8xf32>, tensor<4x8x2xf32>) {
+  %0 = tdx.transpose %a 0, -1 : tensor<4x8xf32> -> tensor<8x4xf32>
+  %1 = tdx.transpose %0 0, -1 : tensor<8x4xf32> -> tensor<4x8xf32>
+  %2 = tdx.transpose %0 1, 0 : tensor<8x4xf32> -> tensor<4x8xf32>
+  %3 = tdx.transpose %b 0, 1 : tensor<2x4x8xf32> -> tensor<4x2x8xf32>
+  %4 = tdx.transpose %3 1, 2 : tensor<4x2x8xf32> -> tensor<4x8x2xf32>
+  return %1, %2, %4 : tensor<4x8xf32>, tensor<4x8xf32>, tensor<4x8x2xf32>
+}
