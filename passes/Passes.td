@@ -206,6 +206,29 @@ def HoistCollectives : Pass<"tdx-hoist-collectives", "::mlir::ModuleOp"> {
   }];
 }
 
+def ScheduleWaits : Pass<"tdx-schedule-waits", "::mlir::ModuleOp"> {
+  let summary = "Order the work after the last reduction by the reductions it waits for";
+  let description = [{
+    On a partitioned module, reorders the ops of a function's body that
+    follow its last reduction (`tdx.all_reduce`, `tdx.reduce_scatter`) so
+    that work waiting for a reduction started earlier runs first, and work
+    that waits for none runs right before the first op that needs it (an
+    all_gather there, ZeRO's of an updated parameter, goes with the update
+    that makes its input). A training step's
+    optimizer updates then run in the order their gradients' reductions
+    started (the last layers' first), so the first layers' reductions, the
+    last to start, complete while the other updates compute, instead of
+    the first update waiting for them. Dependences are kept, and so is the
+    order of the `tdx.param_ref`s and `tdx.assign`s of one state and of
+    generic `tdx.aten` ops.
+
+    ```
+    tdx-opt model.mlir --tdx-insert-collectives --tdx-partition \
+        --tdx-hoist-collectives --tdx-schedule-waits
+    ```
+  }];
+}
+
 def CommReport : Pass<"tdx-comm-report", "::mlir::ModuleOp"> {
   let summary = "Print every collective of one forward step and the total bytes";
   let description = [{

@@ -43,6 +43,7 @@ void mlir::tdx::buildSpmdPipeline(OpPassManager &pm) {
   pm.addPass(createPartition());
   pm.addPass(createPrefetchAllGathers());
   pm.addPass(createHoistCollectives());
+  pm.addPass(createScheduleWaits());
 }
 
 void mlir::tdx::registerTdxPipelines() {
@@ -61,6 +62,6 @@ void mlir::tdx::registerTdxPipelines() {
   PassPipelineRegistration<>(
       "tdx-spmd",
       "tdx-insert-collectives, tdx-partition, tdx-prefetch-all-gathers, "
-      "tdx-hoist-collectives: the per-rank program",
+      "tdx-hoist-collectives, tdx-schedule-waits: the per-rank program",
       buildSpmdPipeline);
 }

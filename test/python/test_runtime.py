@@ -144,38 +144,54 @@ def test_save_and_load(tmp_path):
 
 def start_two_ranks(tmp_path, *options):
     """Starts the 2-rank GPT-2 binary in a long forward loop; returns the
-    mpirun process and the two rank pids once both run."""
+    mpirun process, the two rank pids once both are past their start-up
+    (MPI_Init cannot time out: a rank stopped there would hang the other),
+    and the list its stderr lines go to."""
     import subprocess
+    import threading
     import time
     exe = compiled("gpt2", "tp2")
     tdx.safetensors.save({"input:0": IDS}, str(tmp_path / "in.safetensors"))
     job = subprocess.Popen(["mpirun", "--oversubscribe", "--allow-run-as-root", "-np", "2",
                             exe.path, "--inputs", str(tmp_path / "in.safetensors"),
-                            "--steps", "1000000", *options],
+                            "--steps", "1000000", "--verbose", *options],
                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
-    ranks = []
-    for _ in range(100):
+    out, err = [], []
+    readers = [threading.Thread(target=lambda: out.extend(job.stdout), daemon=True),
+               threading.Thread(target=lambda: err.extend(job.stderr), daemon=True)]
+    for r in readers:
+        r.start()
+    job.stderr_lines, job.readers = err, readers
+    ranks, deadline = [], time.monotonic() + 60
+    # --verbose prints each rank's "init" line (stdout) once it is set up.
+    while time.monotonic() < deadline:
         ranks = subprocess.run(["pgrep", "-P", str(job.pid)], capture_output=True,
                                text=True).stdout.split()
-        if len(ranks) == 2:
+        if len(ranks) == 2 and sum(": init " in line for line in list(out)) == 2:
             break
         time.sleep(0.1)
-    if len(ranks) != 2:
+    else:
         job.kill()
-        pytest.fail("the ranks did not start")
-    time.sleep(1.0)  # mid-run: both ranks are in their forward loop
+        pytest.fail("the ranks did not start: " + "".join(out + err)[-2000:])
+    time.sleep(0.5)  # mid-run: both ranks are in their forward loop
     return job, [int(r) for r in ranks]
 
 
 def end_within_30s(job, ranks):
     """Waits for mpirun to end; returns its stderr. Kills what is left."""
     import signal
+    import subprocess
     import time
     try:
         start = time.monotonic()
-        _, err = job.communicate(timeout=30)
+        try:
+            job.wait(timeout=30)
+        except subprocess.TimeoutExpired:
+            pytest.fail("the job did not end within 30 s")
         assert time.monotonic() - start < 30
-        return err
+        for r in job.readers:
+            r.join(timeout=10)
+        return "".join(job.stderr_lines)
     finally:
         if job.poll() is None:
             job.kill()

@@ -1,0 +1,122 @@
+//===- ScheduleWaits.cpp - work after the last start, in the order it waits ===//
+
+#include "tdx/Dialect/TdxOps.h"
+#include "tdx/Passes/Passes.h"
+
+#include "mlir/Dialect/Func/IR/FuncOps.h"
+#include "mlir/IR/SymbolTable.h"
+#include "llvm/ADT/STLExtras.h"
+
+#include <algorithm>
+#include <climits>
+
+namespace mlir::tdx {
+#define GEN_PASS_DEF_SCHEDULEWAITS
+#include "tdx/Passes/Passes.h.inc"
+} // namespace mlir::tdx
+
+using namespace mlir;
+using namespace mlir::tdx;
+
+namespace {
+
+/// The reductions a step starts early (tdx-hoist-collectives) and waits
+/// for late. (An all_gather after them, ZeRO's of an updated parameter,
+/// moves with the update that makes its input.)
+bool isStarted(Operation *op) { return isa<AllReduceOp, ReduceScatterOp>(op); }
+
+/// The state a param_ref or assign names, ties resolved.
+StringAttr stateOf(Operation *op, FlatSymbolRefAttr name) {
+  Operation *decl = SymbolTable::lookupNearestSymbolFrom(op, name.getAttr());
+  if (auto p = dyn_cast_or_null<ParameterOp>(decl); p && p.getTiedTo())
+    return p.getTiedToAttr().getAttr();
+  if (auto b = dyn_cast_or_null<BufferOp>(decl); b && b.getTiedTo())
+    return b.getTiedToAttr().getAttr();
+  return name.getAttr();
+}
+
+struct ScheduleWaitsPass : public mlir::tdx::impl::ScheduleWaitsBase<ScheduleWaitsPass> {
+  using ScheduleWaitsBase::ScheduleWaitsBase;
+
+  void runOnOperation() override {
+    getOperation().walk([&](func::FuncOp fn) {
+      if (!fn.getBody().hasOneBlock())
+        return;
+      Block &body = fn.getBody().front();
+      DenseMap<Operation *, int64_t> pos;
+      Operation *lastStart = nullptr;
+      for (Operation &op : body) {
+        pos[&op] = static_cast<int64_t>(pos.size());
+        if (isStarted(&op))
+          lastStart = &op;
+      }
+      if (!lastStart)
+        return;
+      SmallVector<Operation *> tail;
+      for (Operation *op = lastStart->getNextNode(); op && op != body.getTerminator();
+           op = op->getNextNode())
+        tail.push_back(op);
+      DenseSet<Operation *> inTail(tail.begin(), tail.end());
+
+      // Edges between tail ops: SSA uses (also from nested regions), plus
+      // program order between the param_refs and assigns of one state and
+      // among generic ops (whose effects tdx does not see).
+      DenseMap<Operation *, SmallVector<Operation *>> deps, users;
+      auto edge = [&](Operation *from, Operation *to) {
+        deps[to].push_back(from);
+        users[from].push_back(to);
+      };
+      DenseMap<StringAttr, Operation *> lastOfState;
+      Operation *lastGeneric = nullptr;
+      for (Operation *op : tail) {
+        op->walk([&](Operation *inner) {
+          for (Value v : inner->getOperands())
+            if (Operation *d = v.getDefiningOp(); d && d->getBlock() == &body &&
+                                                  (inTail.contains(d) || isStarted(d)))
+              edge(d, op);
+        });
+        StringAttr state;
+        if (auto ref = dyn_cast<ParamRefOp>(op))
+          state = stateOf(op, ref.getNameAttr());
+        else if (auto assign = dyn_cast<AssignOp>(op))
+          state = stateOf(op, assign.getNameAttr());
+        if (state) {
+          if (Operation *prev = lastOfState.lookup(state))
+            edge(prev, op);
+          lastOfState[state] = op;
+        }
+        if (isa<AtenOp>(op)) {
+          if (lastGeneric)
+            edge(lastGeneric, op);
+          lastGeneric = op;
+        }
+      }
+
+      // An op's key: the latest start among the collectives it waits for,
+      // through the tail; an op that waits for none goes with the first op
+      // that needs it (or last, if none does).
+      DenseMap<Operation *, int64_t> key;
+      for (Operation *op : tail) {
+        int64_t k = -1;
+        for (Operation *d : deps[op])
+          k = std::max(k, isStarted(d) && !inTail.contains(d) ? pos[d] : key.lookup(d));
+        key[op] = k;
+      }
+      for (Operation *op : llvm::reverse(tail)) {
+        if (key[op] >= 0)
+          continue;
+        int64_t k = LLONG_MAX;
+        for (Operation *u : users[op])
+          k = std::min(k, key[u]);
+        key[op] = k;
+      }
+      SmallVector<Operation *> order(tail);
+      std::stable_sort(order.begin(), order.end(),
+                       [&](Operation *a, Operation *b) { return key[a] < key[b]; });
+      for (Operation *op : order)
+        op->moveBefore(body.getTerminator());
+    });
+  }
+};
+
+} // namespace
