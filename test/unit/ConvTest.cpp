@@ -15,29 +15,6 @@ using tdx::test::randn;
 
 namespace {
 
-/// conv2d as the CUDA backend computes it: im2col, then W[g] @ cols[g].
-at::Tensor im2colConv(const at::Tensor &x, const at::Tensor &w, std::vector<int64_t> s,
-                      std::vector<int64_t> p, std::vector<int64_t> d, int64_t groups) {
-  Window g;
-  g.c = x.size(1), g.h = x.size(2), g.w = x.size(3);
-  g.kh = w.size(2), g.kw = w.size(3);
-  g.sh = s[0], g.sw = s[1], g.ph = p[0], g.pw = p[1], g.dh = d[0], g.dw = d[1];
-  g.oh = windowOutputSize(g.h, g.kh, g.sh, g.ph, g.dh, false);
-  g.ow = windowOutputSize(g.w, g.kw, g.sw, g.pw, g.dw, false);
-  int64_t k = g.c / groups * g.kh * g.kw, l = g.oh * g.ow, o = w.size(0);
-  at::Tensor y = at::empty({x.size(0), o, g.oh, g.ow});
-  at::Tensor cols = at::empty({groups * k, l});
-  for (int64_t b = 0; b < x.size(0); ++b) {
-    at::Tensor image = x[b].contiguous();
-    for (int64_t r = 0; r < groups * k; ++r)
-      for (int64_t c = 0; c < l; ++c)
-        cols.data_ptr<float>()[r * l + c] = im2colAt(g, image.data_ptr<float>(), r, c);
-    at::Tensor wg = w.reshape({groups, o / groups, k});
-    y[b] = at::bmm(wg, cols.reshape({groups, k, l})).reshape({o, g.oh, g.ow});
-  }
-  return y;
-}
-
 /// The window of conv2d of x by w.
 Window convWindow(const at::Tensor &x, const at::Tensor &w, std::vector<int64_t> s,
                   std::vector<int64_t> p, std::vector<int64_t> d) {
@@ -60,19 +37,36 @@ at::Tensor im2col(const Window &g, const at::Tensor &x, int64_t b) {
   return cols;
 }
 
+/// conv2d as the CUDA backend computes it: im2col, then W[g] @ cols[g].
+at::Tensor im2colConv(const at::Tensor &x, const at::Tensor &w, std::vector<int64_t> s,
+                      std::vector<int64_t> p, std::vector<int64_t> d, int64_t groups) {
+  Window g = convWindow(x, w, s, p, d);
+  int64_t k = g.c / groups * g.kh * g.kw, l = g.oh * g.ow, o = w.size(0);
+  at::Tensor y = at::empty({x.size(0), o, g.oh, g.ow});
+  at::Tensor wg = w.reshape({groups, o / groups, k});
+  for (int64_t b = 0; b < x.size(0); ++b)
+    y[b] = at::bmm(wg, im2col(g, x, b).reshape({groups, k, l})).reshape({o, g.oh, g.ow});
+  return y;
+}
+
+/// Convolutions (input, weight, stride, padding, dilation, groups) the
+/// forward and backward tests run.
+struct ConvCase {
+  std::vector<int64_t> x, w, s, p, d;
+  int64_t groups;
+};
+const ConvCase kConvCases[] = {
+    {{2, 3, 9, 7}, {4, 3, 3, 3}, {1, 1}, {0, 0}, {1, 1}, 1},
+    {{2, 4, 10, 10}, {6, 2, 3, 3}, {2, 2}, {1, 1}, {1, 1}, 2}, // groups, stride, padding
+    {{1, 6, 9, 9}, {6, 1, 3, 3}, {1, 1}, {2, 2}, {2, 2}, 6},   // depthwise, dilation
+    {{2, 3, 8, 8}, {5, 3, 4, 2}, {4, 4}, {0, 1}, {1, 1}, 1},   // patchify, uneven kernel
+    {{2, 3, 11, 9}, {4, 3, 7, 7}, {2, 2}, {3, 3}, {1, 1}, 1},  // ResNet's stem
+};
+
 } // namespace
 
 TEST(ConvTest, Im2colTimesWeightIsConvolution) {
-  struct Case {
-    std::vector<int64_t> x, w, s, p, d;
-    int64_t groups;
-  } cases[] = {
-      {{2, 3, 9, 7}, {4, 3, 3, 3}, {1, 1}, {0, 0}, {1, 1}, 1},
-      {{2, 4, 10, 10}, {6, 2, 3, 3}, {2, 2}, {1, 1}, {1, 1}, 2},  // groups, stride, padding
-      {{1, 6, 9, 9}, {6, 1, 3, 3}, {1, 1}, {2, 2}, {2, 2}, 6},    // depthwise, dilation
-      {{2, 3, 8, 8}, {5, 3, 4, 2}, {4, 4}, {0, 1}, {1, 1}, 1},    // patchify, uneven kernel
-  };
-  for (const Case &c : cases) {
+  for (const ConvCase &c : kConvCases) {
     at::Tensor x = randn(c.x, 1), w = randn(c.w, 2);
     expectClose(im2colConv(x, w, c.s, c.p, c.d, c.groups),
                 at::convolution(x, w, {}, c.s, c.p, c.d, false, {0, 0}, c.groups), 1e-5, 1e-5);
@@ -83,17 +77,7 @@ TEST(ConvTest, Im2colTimesWeightIsConvolution) {
 /// dW[g] += dY[g] cols[g]^T, dcols[g] = W[g]^T dY[g] and col2im of it,
 /// the bias gradient a sum per channel; against ATen's.
 TEST(ConvTest, Col2imAndGemmsAreConvolutionBackward) {
-  struct Case {
-    std::vector<int64_t> x, w, s, p, d;
-    int64_t groups;
-  } cases[] = {
-      {{2, 3, 9, 7}, {4, 3, 3, 3}, {1, 1}, {0, 0}, {1, 1}, 1},
-      {{2, 4, 10, 10}, {6, 2, 3, 3}, {2, 2}, {1, 1}, {1, 1}, 2},  // groups, stride, padding
-      {{1, 6, 9, 9}, {6, 1, 3, 3}, {1, 1}, {2, 2}, {2, 2}, 6},    // depthwise, dilation
-      {{2, 3, 8, 8}, {5, 3, 4, 2}, {4, 4}, {0, 1}, {1, 1}, 1},    // patchify, uneven kernel
-      {{2, 3, 11, 9}, {4, 3, 7, 7}, {2, 2}, {3, 3}, {1, 1}, 1},   // ResNet's stem
-  };
-  for (const Case &c : cases) {
+  for (const ConvCase &c : kConvCases) {
     at::Tensor x = randn(c.x, 1), w = randn(c.w, 2);
     Window g = convWindow(x, w, c.s, c.p, c.d);
     int64_t o = w.size(0), og = o / c.groups, k = g.c / c.groups * g.kh * g.kw, l = g.oh * g.ow;
@@ -140,17 +124,19 @@ TEST(ConvTest, MaxPoolIndicesAndBackwardMatchATen) {
     at::Tensor dy = randn(y0.sizes().vec(), 5);
     at::Tensor dx0 = at::max_pool2d_with_indices_backward(dy, x, c.k, c.s, c.p, c.d, c.ceil,
                                                           indices0);
-    at::Tensor indices = at::empty_like(indices0), dx = at::empty_like(x);
+    at::Tensor y = at::empty_like(y0), indices = at::empty_like(indices0), dx = at::empty_like(x);
     int64_t out = g.oh * g.ow;
     for (int64_t plane = 0; plane < 6; ++plane) {
       const float *in = x.data_ptr<float>() + plane * 72;
       for (int64_t i = 0; i < out; ++i)
-        indices.data_ptr<int64_t>()[plane * out + i] = maxPoolIndexAt(g, in, i / g.ow, i % g.ow);
+        indices.data_ptr<int64_t>()[plane * out + i] =
+            maxPoolAt(g, in, i / g.ow, i % g.ow, y.data_ptr<float>()[plane * out + i]);
       for (int64_t i = 0; i < 72; ++i)
         dx.data_ptr<float>()[plane * 72 + i] =
             maxPoolBackwardAt(g, dy.data_ptr<float>() + plane * out,
                               indices0.data_ptr<int64_t>() + plane * out, i / g.w, i % g.w);
     }
+    EXPECT_TRUE(at::equal(y, y0));
     EXPECT_TRUE(at::equal(indices, indices0));
     // The same additions in the same order: bitwise.
     EXPECT_TRUE(at::equal(dx, dx0)) << "max abs difference " << (dx - dx0).abs().max().item<double>();
@@ -183,8 +169,11 @@ TEST(ConvTest, PoolingElementsMatchATen) {
         for (int64_t oy = 0; oy < g.oh; ++oy)
           for (int64_t ox = 0; ox < g.ow; ++ox) {
             const float *in = x.data_ptr<float>() + plane * 72;
-            got.data_ptr<float>()[(plane * g.oh + oy) * g.ow + ox] =
-                isMax ? maxPoolAt(g, in, oy, ox) : avgPoolAt(g, in, oy, ox, countPad);
+            float &out = got.data_ptr<float>()[(plane * g.oh + oy) * g.ow + ox];
+            if (isMax)
+              maxPoolAt(g, in, oy, ox, out);
+            else
+              out = avgPoolAt(g, in, oy, ox, countPad);
           }
       expectClose(got, want, 1e-5, 1e-5);
     }

@@ -70,36 +70,19 @@ TDX_HD T col2imAt(const Window &g, const T *cols, int64_t ch, int64_t iy, int64_
   return sum;
 }
 
-/// Max pooling of output element (oy, ox) of one channel plane `x` ([h, w]):
-/// padding is ignored, NaN wins (ATen's max_pool2d).
-template <class T> TDX_HD T maxPoolAt(const Window &g, const T *x, int64_t oy, int64_t ox) {
-  T best = -INFINITY;
-  for (int64_t ky = 0; ky < g.kh; ++ky)
-    for (int64_t kx = 0; kx < g.kw; ++kx) {
-      int64_t iy = oy * g.sh - g.ph + ky * g.dh, ix = ox * g.sw - g.pw + kx * g.dw;
-      if (iy < 0 || iy >= g.h || ix < 0 || ix >= g.w)
-        continue;
-      T v = x[iy * g.w + ix];
-      if (v > best || v != v)
-        best = v;
-      if (v != v)
-        return v;
-    }
-  return best;
-}
-
-/// The flat index (iy * w + ix) of the maximum of output element (oy, ox)
-/// of one plane, as ATen's max_pool2d_with_indices picks it: the first
-/// maximum in window order, and the last NaN if there is one.
+/// Max pooling of output element (oy, ox) of one channel plane `x` ([h, w])
+/// as ATen's max_pool2d_with_indices computes it: padding is ignored, NaN
+/// wins. Returns the maximum's flat index (iy * w + ix: the first maximum
+/// in window order, the last NaN if there is one) and sets `best` to it.
 template <class T>
-TDX_HD int64_t maxPoolIndexAt(const Window &g, const T *x, int64_t oy, int64_t ox) {
+TDX_HD int64_t maxPoolAt(const Window &g, const T *x, int64_t oy, int64_t ox, T &best) {
   int64_t y0 = oy * g.sh - g.ph, x0 = ox * g.sw - g.pw;
   while (y0 < 0)
     y0 += g.dh;
   while (x0 < 0)
     x0 += g.dw;
   int64_t index = y0 * g.w + x0;
-  T best = -INFINITY;
+  best = -INFINITY;
   for (int64_t ky = 0; ky < g.kh; ++ky)
     for (int64_t kx = 0; kx < g.kw; ++kx) {
       int64_t iy = oy * g.sh - g.ph + ky * g.dh, ix = ox * g.sw - g.pw + kx * g.dw;
@@ -116,7 +99,7 @@ TDX_HD int64_t maxPoolIndexAt(const Window &g, const T *x, int64_t oy, int64_t o
 
 /// Element (iy, ix) of the input gradient of a max pooling of one plane:
 /// the output gradients `dy` ([oh, ow]) of the windows whose maximum
-/// (`indices`, flat as maxPoolIndexAt's) is that element, summed in output
+/// (`indices`, flat as maxPoolAt returns them) is that element, summed in output
 /// order from zero (as ATen's backward adds them; a gather, no atomics).
 template <class T>
 TDX_HD T maxPoolBackwardAt(const Window &g, const T *dy, const int64_t *indices, int64_t iy,

@@ -32,17 +32,24 @@ __global__ void channelBiasKernel(T *y, const T *bias, int64_t channels, int64_t
     y[i] += bias[(i / plane) % channels];
 }
 
+/// Pooling, one thread per output element; a max pooling also writes each
+/// maximum's flat index where `indices` is given.
 template <class T>
-__global__ void poolKernel(Window g, const T *x, T *y, int64_t planes, bool isMax,
-                           bool countIncludePad) {
+__global__ void poolKernel(Window g, const T *x, T *y, int64_t *indices, int64_t planes,
+                           bool isMax, bool countIncludePad) {
   int64_t i = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x;
   int64_t per = g.oh * g.ow;
   if (i >= planes * per)
     return;
   const T *plane = x + (i / per) * g.h * g.w;
   int64_t oy = (i % per) / g.ow, ox = i % g.ow;
-  y[i] = isMax ? tdx::kern::maxPoolAt(g, plane, oy, ox)
-               : tdx::kern::avgPoolAt(g, plane, oy, ox, countIncludePad);
+  if (!isMax) {
+    y[i] = tdx::kern::avgPoolAt(g, plane, oy, ox, countIncludePad);
+    return;
+  }
+  int64_t at = tdx::kern::maxPoolAt(g, plane, oy, ox, y[i]);
+  if (indices)
+    indices[i] = at;
 }
 
 /// dx of one image [c, h, w] from its im2col gradient (a gather per element).
@@ -65,21 +72,6 @@ __global__ void channelSumKernel(const T *dy, T *db, int64_t n, int64_t channels
     for (int64_t l = 0; l < plane; ++l)
       sum += static_cast<double>(dy[(b * channels + c) * plane + l]);
   db[c] = static_cast<T>(sum);
-}
-
-/// max_pool2d_with_indices: each output element's maximum and its flat index.
-template <class T>
-__global__ void maxPoolIndicesKernel(Window g, const T *x, T *y, int64_t *indices,
-                                     int64_t planes) {
-  int64_t i = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x;
-  int64_t per = g.oh * g.ow;
-  if (i >= planes * per)
-    return;
-  const T *plane = x + (i / per) * g.h * g.w;
-  int64_t oy = (i % per) / g.ow, ox = i % g.ow;
-  int64_t at = tdx::kern::maxPoolIndexAt(g, plane, oy, ox);
-  indices[i] = at;
-  y[i] = tdx::kern::maxPoolAt(g, plane, oy, ox);
 }
 
 /// max_pool2d_with_indices_backward: one thread per input element.
@@ -165,15 +157,18 @@ Window poolWindow(const Tensor &x, const std::vector<int64_t> &kernel,
   return g;
 }
 
-Tensor pool(const Tensor &x0, const Window &g, bool isMax, bool countIncludePad, const char *op) {
+/// The pooling of x [N, C, H, W] over `g`; `indices` (int64, the output's
+/// shape), when given, gets a max pooling's flat indices.
+Tensor pool(const Tensor &x0, const Window &g, bool isMax, bool countIncludePad, const char *op,
+            const Tensor &indices = {}) {
   Tensor x = x0.contiguous();
   Tensor y = Tensor::empty({x.size(0), x.size(1), g.oh, g.ow}, x.dtype());
   int64_t planes = x.size(0) * x.size(1);
   floatTypes(x.dtype(), op, [&](auto tag) {
     using T = decltype(tag);
     poolKernel<T><<<blocksFor(planes * g.oh * g.ow), 256>>>(
-        g, static_cast<const T *>(x.data()), static_cast<T *>(y.data()), planes, isMax,
-        countIncludePad);
+        g, static_cast<const T *>(x.data()), static_cast<T *>(y.data()),
+        static_cast<int64_t *>(indices.data()), planes, isMax, countIncludePad);
   });
   checkLaunch(op);
   return y;
@@ -298,15 +293,8 @@ std::vector<Tensor> tdx::cu::aten::maxPool2dWithIndices(const std::vector<Tensor
                         poolPair(intsArg(args, "padding", op), {}),
                         poolPair(intsArg(args, "dilation", op), {}),
                         boolArg(args, "ceil_mode", op));
-  int64_t planes = x.size(0) * x.size(1);
-  Tensor y = Tensor::empty({x.size(0), x.size(1), g.oh, g.ow}, x.dtype());
-  Tensor indices = Tensor::empty(y.sizes(), DType::I64);
-  floatTypes(x.dtype(), op, [&](auto tag) {
-    using T = decltype(tag);
-    maxPoolIndicesKernel<T><<<blocksFor(y.numel()), 256>>>(
-        g, ptr<T>(x), out<T>(y), static_cast<int64_t *>(indices.data()), planes);
-  });
-  checkLaunch(op);
+  Tensor indices = Tensor::empty({x.size(0), x.size(1), g.oh, g.ow}, DType::I64);
+  Tensor y = pool(x, g, true, false, op, indices);
   return {y, indices};
 }
 
