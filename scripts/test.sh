@@ -13,7 +13,7 @@ ninja -C "$build" check-tdx
 lit_status=$?
 # pytest: the Python package, with Debian's Python (the one that has torch).
 (. "$build/env.sh" && cd "$root/test/python" &&
-  timeout 2100 /usr/bin/python3 -m pytest -q -p no:cacheprovider \
+  timeout 3600 /usr/bin/python3 -m pytest -q -p no:cacheprovider \
     --junitxml="$build/test/pytest.xml")
 py_status=$?
 if [ ! -f "$build/test/results.json" ] || [ ! -f "$build/test/pytest.xml" ]; then
