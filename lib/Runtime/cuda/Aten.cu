@@ -339,23 +339,18 @@ std::vector<Tensor> tdx::cu::aten::sliceBackward(const std::vector<Tensor> &tens
 std::vector<Tensor> tdx::cu::aten::nativeBatchNorm(const std::vector<Tensor> &tensors,
                                                    const Args &args) {
   const char *op = "native_batch_norm";
-  bool hasW = given(args, "weight"), hasB = given(args, "bias");
-  bool hasMean = given(args, "running_mean"), hasVar = given(args, "running_var");
-  expectTensors(tensors, 1 + hasW + hasB + hasMean + hasVar, op);
+  std::vector<Tensor> in =
+      schemaTensors(tensors, args, 1, {"weight", "bias", "running_mean", "running_var"}, op);
   bool training = boolArg(args, "training", op);
   double momentum = doubleArg(args, "momentum", op), eps = doubleArg(args, "eps", op);
-  if (tensors[0].dim() < 2)
+  if (in[0].dim() < 2)
     throw std::runtime_error("tdx: native_batch_norm takes [N, C, ...] inputs");
+  const Tensor &runMean0 = in[3], &runVar0 = in[4];
+  bool hasMean = runMean0.defined(), hasVar = runVar0.defined();
   if (!training && (!hasMean || !hasVar))
     throw std::runtime_error("tdx: native_batch_norm outside training needs running statistics");
-  size_t next = 1;
-  auto optional = [&](bool has) { return has ? tensors[next++].contiguous() : Tensor(); };
-  Tensor w = optional(hasW), b = optional(hasB);
-  const Tensor runMean0 = hasMean ? tensors[next] : Tensor(),
-               runVar0 = hasVar ? tensors[next + hasMean] : Tensor();
-  Tensor runMean = hasMean ? runMean0.contiguous() : Tensor();
-  Tensor runVar = hasVar ? runVar0.contiguous() : Tensor();
-  Tensor x = channelMajor(tensors[0]);
+  Tensor w = dense(in[1]), b = dense(in[2]), runMean = dense(runMean0), runVar = dense(runVar0);
+  Tensor x = channelMajor(in[0]);
   int64_t channels = x.size(0), n = channels ? x.numel() / channels : 0;
   Tensor y = Tensor::empty(x.sizes(), x.dtype());
   Tensor saveMean = Tensor::empty({training ? channels : 0}, x.dtype());
@@ -381,25 +376,17 @@ std::vector<Tensor> tdx::cu::aten::nativeBatchNorm(const std::vector<Tensor> &te
 std::vector<Tensor> tdx::cu::aten::nativeBatchNormBackward(const std::vector<Tensor> &tensors,
                                                            const Args &args) {
   const char *op = "native_batch_norm_backward";
-  const char *names[] = {"weight", "running_mean", "running_var", "save_mean", "save_invstd"};
-  Tensor given5[5];
-  size_t next = 2;
-  for (int i = 0; i < 5; ++i)
-    if (given(args, names[i])) {
-      if (next >= tensors.size())
-        expectTensors(tensors, next + 1, op);
-      given5[i] = tensors[next++].contiguous();
-    }
-  expectTensors(tensors, next, op);
+  std::vector<Tensor> in = schemaTensors(
+      tensors, args, 2, {"weight", "running_mean", "running_var", "save_mean", "save_invstd"}, op);
+  Tensor w = dense(in[2]), runMean = dense(in[3]), runVar = dense(in[4]);
   bool train = boolArg(args, "train", op);
   double eps = doubleArg(args, "eps", op);
   const std::vector<bool> &mask = maskArg(args, op, 3);
-  Tensor w = given5[0], mean = train ? given5[3] : given5[1];
-  Tensor invstd = train ? given5[4] : Tensor();
-  if (!mean.defined() || (train ? !invstd.defined() : !given5[2].defined()))
+  Tensor mean = dense(train ? in[5] : runMean), invstd = train ? dense(in[6]) : Tensor();
+  if (!mean.defined() || (train ? !invstd.defined() : !runVar.defined()))
     throw std::runtime_error(std::string("tdx: native_batch_norm_backward needs ") +
                              (train ? "save_mean and save_invstd" : "running statistics"));
-  Tensor dy = channelMajor(tensors[0]), x = channelMajor(tensors[1]);
+  Tensor dy = channelMajor(in[0]), x = channelMajor(in[1]);
   int64_t channels = x.size(0), n = channels ? x.numel() / channels : 0;
   Tensor dx = mask[0] ? Tensor::empty(x.sizes(), x.dtype()) : Tensor();
   Tensor dw = mask[1] ? Tensor::empty({channels}, x.dtype()) : Tensor();
@@ -408,7 +395,7 @@ std::vector<Tensor> tdx::cu::aten::nativeBatchNormBackward(const std::vector<Ten
     using T = decltype(tag);
     if (!train) {
       invstd = Tensor::empty({channels}, x.dtype());
-      invstdKernel<T><<<blocksFor(channels), 256>>>(ptr<T>(given5[2]), out<T>(invstd), channels,
+      invstdKernel<T><<<blocksFor(channels), 256>>>(ptr<T>(runVar), out<T>(invstd), channels,
                                                     eps);
     }
     batchNormBackwardKernel<T><<<rowBlocks(channels), kRowThreads, kRowShared>>>(

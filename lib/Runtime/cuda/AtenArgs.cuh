@@ -66,6 +66,24 @@ inline void expectTensors(const std::vector<Tensor> &tensors, size_t n, const ch
     throw std::runtime_error(std::string("tdx: ") + op + " takes " + std::to_string(n) +
                              " tensors here, not " + std::to_string(tensors.size()));
 }
+/// The operands of a schema whose first `leading` tensors are required and
+/// whose next ones are the optional tensors `names` (in schema order): the
+/// tensors as given, an undefined Tensor for each None; the count checked.
+inline std::vector<Tensor> schemaTensors(const std::vector<Tensor> &tensors, const Args &args,
+                                         size_t leading, std::initializer_list<const char *> names,
+                                         const char *op) {
+  size_t count = leading;
+  for (const char *name : names)
+    count += given(args, name);
+  expectTensors(tensors, count, op);
+  std::vector<Tensor> out(tensors.begin(), tensors.begin() + leading);
+  size_t next = leading;
+  for (const char *name : names)
+    out.push_back(given(args, name) ? tensors[next++] : Tensor());
+  return out;
+}
+/// A dense copy of an optional tensor (undefined stays undefined).
+inline Tensor dense(const Tensor &t) { return t.defined() ? t.contiguous() : Tensor(); }
 template <class T> const T *ptr(const Tensor &t) { return static_cast<const T *>(t.data()); }
 template <class T> T *out(const Tensor &t) { return static_cast<T *>(t.data()); }
 
