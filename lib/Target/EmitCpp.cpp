@@ -93,18 +93,83 @@ public:
   }
 
   LogicalResult emitOp(Operation *op);
+  /// The declaration of the local that holds `v`, which the step's part
+  /// holds from here until `release` (see endPart).
+  std::string decl(Value v) {
+    declared.insert(v);
+    return "T::Tensor " + name(v);
+  }
   /// Drops the handles of `values` (see Lifetimes).
   void release(ArrayRef<Value> values) {
-    for (Value v : values)
+    for (Value v : values) {
       os << "  " << name(v) << " = T::Tensor();\n";
+      declared.remove(v);
+      if (auto it = slots.find(v); it != slots.end()) {
+        freeSlots.push_back(it->second);
+        slots.erase(it);
+      }
+    }
   }
+  /// The step is emitted as parts of about partBytes of source each (see
+  /// kDefaultPartBytes); `forward` calls them in order. A tensor still held where a part ends moves into a slot of
+  /// `carry`, which every later part names with the tensor's name, until its
+  /// release; the handles of collectives in flight go through `handles`.
+  int64_t partBytes = kDefaultPartBytes;
+  /// The start of a part's function, with the step's arguments and the
+  /// carried tensors bound to their names.
+  std::string partHeader(int part, ArrayRef<BlockArgument> args) {
+    std::string h = "static std::vector<T::Tensor> forward" + std::to_string(part) +
+                    "(Context &ctx, State &s, const std::vector<T::Tensor> &in, uint64_t call, "
+                    "T::Tensor *carry, int64_t *handles) {\n  (void)call;\n  (void)carry;\n"
+                    "  (void)handles;\n";
+    for (BlockArgument arg : args)
+      h += "  const T::Tensor &" + name(arg) + " = in[" + std::to_string(arg.getArgNumber()) +
+           "];\n";
+    return h;
+  }
+  /// Ends the current part and opens the next if the current one is long.
+  void maybeEndPart(ArrayRef<BlockArgument> args) {
+    if (static_cast<int64_t>(os.tell() - partStart) < partBytes)
+      return;
+    for (Value v : declared) {
+      int64_t slot = slots.size() + freeSlots.size();
+      if (!freeSlots.empty())
+        slot = freeSlots.pop_back_val();
+      slots[v] = slot;
+      carried = std::max<int64_t>(carried, slot + 1);
+      os << "  carry[" << slot << "] = std::move(" << name(v) << ");\n";
+    }
+    declared.clear();
+    for (auto [i, f] : llvm::enumerate(inFlight))
+      os << "  handles[" << i << "] = " << f.second << ";\n";
+    os << "  return {};\n}\n\n" << partHeader(++parts, args);
+    // In slot order, so the text does not depend on hashing.
+    std::map<int64_t, Value> bySlot;
+    for (auto [v, slot] : slots)
+      bySlot[slot] = v;
+    for (auto [slot, v] : bySlot)
+      os << "  T::Tensor &" << name(v) << " = carry[" << slot << "];\n";
+    for (auto [i, f] : llvm::enumerate(inFlight))
+      os << "  const int64_t " << f.second << " = handles[" << i << "];\n";
+    handed = std::max(handed, inFlight.size());
+    partStart = os.tell();
+  }
+  /// Values whose locals the current part declared, and the carried ones'
+  /// slots.
+  llvm::SetVector<Value> declared;
+  DenseMap<Value, int64_t> slots;
+  SmallVector<int64_t> freeSlots;
+  uint64_t partStart = 0;
+  int parts = 0;
+  int64_t carried = 0;
+  size_t handed = 0;
   /// Waits for the collectives in flight whose results `reads` holds.
   void waitFor(ArrayRef<Value> reads) {
     for (Value v : reads) {
       auto it = llvm::find_if(inFlight, [&](auto &f) { return f.first == v; });
       if (it == inFlight.end())
         continue;
-      os << "  T::Tensor " << name(v) << " = ctx.wait(" << it->second << ");\n";
+      os << "  " << decl(v) << " = ctx.wait(" << it->second << ");\n";
       inFlight.erase(it);
     }
   }
@@ -270,7 +335,7 @@ LogicalResult Emitter::emitOp(Operation *op) {
   auto out = [&](size_t i = 0) { return name(op->getResult(i)); };
   auto in = [&](size_t i) { return name(op->getOperand(i)); };
   auto assign = [&](const std::string &expr) {
-    os << "  T::Tensor " << out() << " = " << expr << ";\n";
+    os << "  " << decl(op->getResult(0)) << " = " << expr << ";\n";
     return success();
   };
   auto start = [&](const std::string &expr) {
@@ -448,7 +513,7 @@ LogicalResult Emitter::emitOp(Operation *op) {
         os << "  std::vector<T::Tensor> " << results << " = callAten(\"" << o.getSchema()
            << "\", " << tensors << "}, " << args << "});\n";
         for (auto [i, r] : llvm::enumerate(o.getResults()))
-          os << "  T::Tensor " << name(r) << " = std::move(" << results << ".at(" << i << "));\n";
+          os << "  " << decl(r) << " = std::move(" << results << ".at(" << i << "));\n";
         return success();
       })
       // State writes are placed by Lifetimes.
@@ -479,7 +544,7 @@ LogicalResult Emitter::emitReduce(Operation *op, StringRef fn,
     e = (fn + "(" + x + ")").str();
   else
     e = (fn + "(" + x + ", std::vector<int64_t>" + list(*dims) + ", " + (keep ? "true" : "false") + ")").str();
-  os << "  T::Tensor " << name(op->getResult(0)) << " = " << e << ";\n";
+  os << "  " << decl(op->getResult(0)) << " = " << e << ";\n";
   return success();
 }
 
@@ -644,7 +709,7 @@ void Emitter::emitKernelCall(const FusedKernel &k) {
      << "}, " << types << "}, " << k.name << (backend == Backend::CUDA ? "_launch" : "_row")
      << (k.row && backend == Backend::CPU ? ", true" : "") << ");\n";
   for (auto [i, v] : llvm::enumerate(k.outputs))
-    os << "  T::Tensor " << name(v) << " = std::move(" << results << "[" << i << "]);\n";
+    os << "  " << decl(v) << " = std::move(" << results << "[" << i << "]);\n";
 }
 
 /// Whether the step starts `op` (a collective) where it stands and waits for
@@ -939,7 +1004,7 @@ FailureOr<Signature> signatureOf(func::FuncOp fn, int64_t meshRank) {
 } // namespace
 
 LogicalResult mlir::tdx::emitCpp(ModuleOp module, llvm::raw_ostream &os, Backend backend,
-                                 MemoryPlan *memoryPlan) {
+                                 MemoryPlan *memoryPlan, int64_t partBytes) {
   const char *backendName = backend == Backend::CUDA ? "the CUDA backend" : "the CPU backend";
   if (!module->hasAttr(::mlir::tdx::TdxDialect::kPartitionedAttrName))
     return module.emitError("the module is not partitioned; run `tdx-opt --tdx-propagate-sharding "
@@ -971,6 +1036,7 @@ LogicalResult mlir::tdx::emitCpp(ModuleOp module, llvm::raw_ostream &os, Backend
   std::string body;
   llvm::raw_string_ostream bs(body);
   Emitter e(meshRank, backend, bs);
+  e.partBytes = partBytes;
 
   bs << "static void init(Context &ctx, State &s) {\n";
   SmallVector<std::tuple<std::string, RankedTensorType, std::string>> params;
@@ -991,12 +1057,17 @@ LogicalResult mlir::tdx::emitCpp(ModuleOp module, llvm::raw_ostream &os, Backend
   }
   bs << "}\n\n";
 
-  bs << "static std::vector<T::Tensor> forward(Context &ctx, State &s, "
-        "const std::vector<T::Tensor> &in) {\n";
-  // The call's index, which the random ops of the function draw with.
-  bs << "  const uint64_t call = ctx.nextCall();\n  (void)call;\n";
+  // One function, or (a long step) the first of its parts: see maybeEndPart.
+  uint64_t forwardStart = bs.tell();
+  std::string header = "static std::vector<T::Tensor> forward(Context &ctx, State &s, "
+                       "const std::vector<T::Tensor> &in) {\n"
+                       // The call's index, which the random ops of the function draw with.
+                       "  const uint64_t call = ctx.nextCall();\n  (void)call;\n";
   for (BlockArgument arg : fn.getArguments())
-    bs << "  const T::Tensor &" << e.name(arg) << " = in[" << arg.getArgNumber() << "];\n";
+    header += "  const T::Tensor &" + e.name(arg) + " = in[" +
+              std::to_string(arg.getArgNumber()) + "];\n";
+  bs << header;
+  e.partStart = bs.tell();
   FusionPlan plan = planFusion(fn.getBody().front());
   for (auto [y, bias] : plan.biasOf)
     e.biasInKernels.insert(y);
@@ -1042,6 +1113,7 @@ LogicalResult mlir::tdx::emitCpp(ModuleOp module, llvm::raw_ostream &os, Backend
         e.writeStates(lifetimes.writesAt(&op));
         e.release(lifetimes.endingAt(&op));
         e.progress();
+        e.maybeEndPart(fn.getArguments());
       }
       continue;
     }
@@ -1057,8 +1129,23 @@ LogicalResult mlir::tdx::emitCpp(ModuleOp module, llvm::raw_ostream &os, Backend
     e.writeStates(lifetimes.writesAt(&op));
     e.release(lifetimes.endingAt(&op));
     e.progress();
+    if (!isa<func::ReturnOp>(op))
+      e.maybeEndPart(fn.getArguments());
   }
   bs << "}\n";
+  if (e.parts) {
+    // The parts, then the step that calls them.
+    body.replace(forwardStart, header.size(), e.partHeader(0, fn.getArguments()));
+    bs << "\nstatic std::vector<T::Tensor> forward(Context &ctx, State &s, "
+          "const std::vector<T::Tensor> &in) {\n"
+          "  const uint64_t call = ctx.nextCall();\n"
+          "  std::vector<T::Tensor> carry("
+       << e.carried << ");\n  std::vector<int64_t> handles(" << e.handed << ");\n";
+    for (int i = 0; i < e.parts; ++i)
+      bs << "  forward" << i << "(ctx, s, in, call, carry.data(), handles.data());\n";
+    bs << "  return forward" << e.parts
+       << "(ctx, s, in, call, carry.data(), handles.data());\n}\n";
+  }
 
 
   if (backend == Backend::CUDA)

@@ -14,6 +14,13 @@
 #include "mlir/IR/BuiltinOps.h"
 #include "mlir/Tools/mlir-translate/MlirTranslateMain.h"
 #include "mlir/Tools/mlir-translate/Translation.h"
+#include "llvm/Support/CommandLine.h"
+
+static llvm::cl::opt<int64_t> partBytes(
+    "tdx-part-bytes",
+    llvm::cl::desc("emit the step as functions of about this many bytes of source each "
+                   "(compile time grows faster than a function's size)"),
+    llvm::cl::init(mlir::tdx::kDefaultPartBytes));
 
 static void registerTarget(const char *name, const char *description,
                            mlir::tdx::Backend backend) {
@@ -23,7 +30,9 @@ static void registerTarget(const char *name, const char *description,
         auto module = llvm::dyn_cast<mlir::ModuleOp>(op);
         if (!module)
           return op->emitError("expected a builtin.module");
-        return mlir::tdx::emitCpp(module, os, backend);
+        if (partBytes < 1)
+          return module.emitError("--tdx-part-bytes must be positive");
+        return mlir::tdx::emitCpp(module, os, backend, nullptr, partBytes);
       },
       [](mlir::DialectRegistry &registry) {
         registry.insert<mlir::tdx::TdxDialect, mlir::func::FuncDialect,
