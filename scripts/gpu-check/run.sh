@@ -51,23 +51,35 @@ FLAGS=(-std=c++17 -O2 --fmad=false "-arch=$TDX_CUDA_ARCH" -DOMPI_SKIP_MPICXX=1
 LIBS=("-L$CUDA_HOME/lib64" -lcublas -lcudart "$NCCL_LIB" "-L$MPI_LIB/openmpi/lib" -lmpi
       "-Xlinker=-rpath,$CUDA_HOME/lib64:$(dirname "$NCCL_LIB"):$MPI_LIB/openmpi/lib:$MPI_LIB")
 echo "gpu-check: nvcc $("$NVCC" --version | tail -1), $TDX_CUDA_ARCH, NCCL $NCCL_LIB"
-failed_build=0
+# Every compile runs as its own job, TDX_JOBS (default: the cores) at once:
+# the runtime's files, then the programs, each into its own log.
+JOBS="${TDX_JOBS:-$(nproc)}"
+rm -f "$BUILD"/*.failed
+compile() {  # compile NAME LOG COMMAND...: in the background, NAME.failed if it fails
+  local name=$1 log=$2; shift 2
+  while (( $(jobs -rp | wc -l) >= JOBS )); do wait -n; done
+  { "$@" > "$log" 2>&1 || { echo "gpu-check: FAILED to build $name:"; tail -20 "$log"
+                             touch "$BUILD/$name.failed"; }; } &
+}
 for src in "$HERE"/runtime/lib/*.cpp "$HERE"/runtime/lib/cuda/*.cu; do
   obj="$BUILD/obj/$(basename "$src").o"
-  "$NVCC" "${FLAGS[@]}" -c "$src" -o "$obj" || { echo "gpu-check: FAILED to compile $src"; failed_build=1; }
+  compile "$(basename "$src")" "$obj.log" "$NVCC" "${FLAGS[@]}" -c "$src" -o "$obj"
 done
+wait
 rm -f "$BUILD/libtdxcuda.a"
-ar rcs "$BUILD/libtdxcuda.a" "$BUILD"/obj/*.o || failed_build=1
+ar rcs "$BUILD/libtdxcuda.a" "$BUILD"/obj/*.o || touch "$BUILD/libtdxcuda.failed"
 PROGRAMS=$("$PY" -c 'import json,sys; [print(p["name"], p["model"], p["ranks"], p["tolerance"], p["kind"], p["steps"]) for p in json.load(open(sys.argv[1]))["programs"]]' "$HERE/manifest.json")
+while read -r name model ranks tol kind steps; do
+  rm -f "$BUILD/$name"
+  compile "$name" "$BUILD/$name.build.log" "$NVCC" "${FLAGS[@]}" -o "$BUILD/$name" \
+    "$HERE/programs/$name/program.cu" "$BUILD/libtdxcuda.a" "${LIBS[@]}"
+done <<< "$PROGRAMS"
+wait
 built=0
 while read -r name model ranks tol kind steps; do
-  if "$NVCC" "${FLAGS[@]}" -o "$BUILD/$name" "$HERE/programs/$name/program.cu" \
-       "$BUILD/libtdxcuda.a" "${LIBS[@]}"; then
-    built=$((built + 1))
-  else
-    echo "gpu-check: FAILED to build $name"; failed_build=1
-  fi
+  [[ -x "$BUILD/$name" ]] && built=$((built + 1))
 done <<< "$PROGRAMS"
+failed_build=$(find "$BUILD" -maxdepth 1 -name '*.failed' | wc -l)
 if [[ $COMPILE_ONLY == 1 ]]; then
   echo "gpu-check: compile: $built programs built, $failed_build failures"
   exit $failed_build
