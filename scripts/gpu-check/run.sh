@@ -11,7 +11,8 @@
 #
 # Environment: NVCC (default: nvcc on PATH), TDX_CUDA_ARCH (default: the
 # GPU's, else sm_90), NCCL_HOME (default: the CUDA toolkit's, the system's or
-# PyTorch's nvidia-nccl wheel), TDX_GPU_CHECK_STEPS (timed steps, default 20).
+# PyTorch's nvidia-nccl wheel), TDX_GPU_CHECK_STEPS (timed steps, default 20),
+# TDX_JOBS (compiles at once, default: the cores).
 # Ends with "gpu-check: N passed, N failed" and the timing table.
 set -uo pipefail
 HERE="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
