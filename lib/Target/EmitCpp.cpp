@@ -93,8 +93,8 @@ public:
   }
 
   LogicalResult emitOp(Operation *op);
-  /// The declaration of the local that holds `v`, which the step's part
-  /// holds from here until `release` (see endPart).
+  /// The declaration of the local that holds `v`, which the current part
+  /// of the step holds from here until `release` (see maybeEndPart).
   std::string decl(Value v) {
     declared.insert(v);
     return "T::Tensor " + name(v);
@@ -111,9 +111,10 @@ public:
     }
   }
   /// The step is emitted as parts of about partBytes of source each (see
-  /// kDefaultPartBytes); `forward` calls them in order. A tensor still held where a part ends moves into a slot of
-  /// `carry`, which every later part names with the tensor's name, until its
-  /// release; the handles of collectives in flight go through `handles`.
+  /// kDefaultPartBytes); `forward` calls them in order. A tensor still held
+  /// where a part ends moves into a slot of `carry`, which every later part
+  /// names with the tensor's name, until its release; the handles of
+  /// collectives in flight go through `handles`.
   int64_t partBytes = kDefaultPartBytes;
   /// The start of a part's function, with the step's arguments and the
   /// carried tensors bound to their names.
