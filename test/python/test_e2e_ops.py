@@ -167,11 +167,11 @@ def test_case_captures_its_op(name):
 
 @pytest.mark.parametrize("backend", sorted(XFAIL))
 @pytest.mark.parametrize("name", NAMES)
-def test_case_on_backend(name, backend, record_property):
+def test_case_on_backend(name, backend, request):
     failure = results(backend)[name]
-    # For the summary table (conftest.py), which runs where the reports
-    # arrive: in this process, or pytest-xdist's controller.
-    record_property("e2e", (backend, name, failure or "pass"))
+    # For the summary table (conftest.py), which reads it from the report
+    # wherever reports arrive.
+    request.node.user_properties.append(("e2e", (backend, name, failure or "pass")))
     why = XFAIL[backend].get(name)
     if why:
         assert failure, f"{name} passes on {backend} but is in XFAIL[{backend!r}]: remove it"
