@@ -116,28 +116,32 @@ public:
   /// names with the tensor's name, until its release; the handles of
   /// collectives in flight go through `handles`.
   int64_t partBytes = kDefaultPartBytes;
-  /// The start of a part's function, with the step's arguments and the
-  /// carried tensors bound to their names.
-  std::string partHeader(int part, ArrayRef<BlockArgument> args) {
-    std::string h = "static std::vector<T::Tensor> forward" + std::to_string(part) +
-                    "(Context &ctx, State &s, const std::vector<T::Tensor> &in, uint64_t call, "
-                    "T::Tensor *carry, int64_t *handles) {\n  (void)call;\n  (void)carry;\n"
-                    "  (void)handles;\n";
+  /// The step's arguments bound to their names.
+  std::string bindArguments(ArrayRef<BlockArgument> args) {
+    std::string text;
     for (BlockArgument arg : args)
-      h += "  const T::Tensor &" + name(arg) + " = in[" + std::to_string(arg.getArgNumber()) +
-           "];\n";
-    return h;
+      text += "  const T::Tensor &" + name(arg) + " = in[" + std::to_string(arg.getArgNumber()) +
+              "];\n";
+    return text;
+  }
+  /// The start of a part's function, with the step's arguments bound to
+  /// their names.
+  std::string partHeader(int part, ArrayRef<BlockArgument> args) {
+    return "static std::vector<T::Tensor> forward" + std::to_string(part) +
+           "(Context &ctx, State &s, const std::vector<T::Tensor> &in, uint64_t call, "
+           "T::Tensor *carry, int64_t *handles) {\n  (void)call;\n  (void)carry;\n"
+           "  (void)handles;\n" +
+           bindArguments(args);
   }
   /// Ends the current part and opens the next if the current one is long.
   void maybeEndPart(ArrayRef<BlockArgument> args) {
     if (static_cast<int64_t>(os.tell() - partStart) < partBytes)
       return;
     for (Value v : declared) {
-      int64_t slot = slots.size() + freeSlots.size();
+      int64_t slot = carrySize();
       if (!freeSlots.empty())
         slot = freeSlots.pop_back_val();
       slots[v] = slot;
-      carried = std::max<int64_t>(carried, slot + 1);
       os << "  carry[" << slot << "] = std::move(" << name(v) << ");\n";
     }
     declared.clear();
@@ -156,13 +160,13 @@ public:
     partStart = os.tell();
   }
   /// Values whose locals the current part declared, and the carried ones'
-  /// slots.
+  /// slots; every slot ever made is taken or free.
   llvm::SetVector<Value> declared;
   DenseMap<Value, int64_t> slots;
   SmallVector<int64_t> freeSlots;
+  size_t carrySize() const { return slots.size() + freeSlots.size(); }
   uint64_t partStart = 0;
   int parts = 0;
-  int64_t carried = 0;
   size_t handed = 0;
   /// Waits for the collectives in flight whose results `reads` holds.
   void waitFor(ArrayRef<Value> reads) {
@@ -1063,10 +1067,8 @@ LogicalResult mlir::tdx::emitCpp(ModuleOp module, llvm::raw_ostream &os, Backend
   std::string header = "static std::vector<T::Tensor> forward(Context &ctx, State &s, "
                        "const std::vector<T::Tensor> &in) {\n"
                        // The call's index, which the random ops of the function draw with.
-                       "  const uint64_t call = ctx.nextCall();\n  (void)call;\n";
-  for (BlockArgument arg : fn.getArguments())
-    header += "  const T::Tensor &" + e.name(arg) + " = in[" +
-              std::to_string(arg.getArgNumber()) + "];\n";
+                       "  const uint64_t call = ctx.nextCall();\n  (void)call;\n" +
+                       e.bindArguments(fn.getArguments());
   bs << header;
   e.partStart = bs.tell();
   FusionPlan plan = planFusion(fn.getBody().front());
@@ -1141,7 +1143,7 @@ LogicalResult mlir::tdx::emitCpp(ModuleOp module, llvm::raw_ostream &os, Backend
           "const std::vector<T::Tensor> &in) {\n"
           "  const uint64_t call = ctx.nextCall();\n"
           "  std::vector<T::Tensor> carry("
-       << e.carried << ");\n  std::vector<int64_t> handles(" << e.handed << ");\n";
+       << e.carrySize() << ");\n  std::vector<int64_t> handles(" << e.handed << ");\n";
     for (int i = 0; i < e.parts; ++i)
       bs << "  forward" << i << "(ctx, s, in, call, carry.data(), handles.data());\n";
     bs << "  return forward" << e.parts

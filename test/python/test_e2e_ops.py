@@ -24,7 +24,6 @@ from e2e_cases import CASES, NOT_CAPTURED, STRUCTURAL, XFAIL
 from test_partition_numerics import run_partitioned
 
 NAMES = sorted(CASES)
-# backend -> case -> "pass" or the failure message (read by conftest's summary).
 
 
 def outputs(fn, *xs):
