@@ -33,7 +33,28 @@ LogicalResult MeshOp::verify() {
       return emitOpError() << "names axis \"" << name
                            << "\" twice; axis names must be unique";
   }
+  if (std::optional<ArrayRef<int64_t>> ranks = getRanks()) {
+    if (ranks->size() != shape.size())
+      return emitOpError() << "has " << ranks->size() << " entries in ranks for "
+                           << shape.size() << " axes; give one per mesh axis";
+    for (auto [size, r, name] :
+         llvm::zip(shape, *ranks, getAxes().getAsValueRange<StringAttr>()))
+      if (r != 1 && r != size)
+        return emitOpError() << "runs axis \"" << name << "\" of size " << size << " on " << r
+                             << " ranks; an axis runs on 1 rank (folded) or on one rank "
+                                "per device";
+  }
   return success();
+}
+
+int64_t MeshOp::getNumRanks() {
+  std::optional<ArrayRef<int64_t>> ranks = getRanks();
+  if (!ranks)
+    return getNumDevices();
+  int64_t n = 1;
+  for (int64_t r : *ranks)
+    n *= r;
+  return n;
 }
 
 int64_t MeshOp::getNumDevices() {

@@ -14,14 +14,30 @@ def Tdx_MeshOp : Tdx_Op<"mesh", [Symbol]> {
     ```mlir
     tdx.mesh @mesh shape = [2, 4] axes = ["dp", "tp"]
     ```
+
+    An optional `ranks` gives the processes of each axis when fewer run the
+    program than `shape` has devices: an axis of `ranks` 1 is *folded*, each
+    rank computes every shard of it in turn, as its own op of the shard's
+    shape, and sums what the axis would all-reduce in a fixed order
+    (`tdx-fold-mesh`). A program then gives bitwise the same results on
+    every folding of one mesh.
+
+    ```mlir
+    // The reductions of a 2x2 mesh, run by 2 processes over "tp".
+    tdx.mesh @mesh shape = [2, 2] axes = ["dp", "tp"] ranks = [1, 2]
+    ```
   }];
   let arguments = (ins SymbolNameAttr:$sym_name, DenseI64ArrayAttr:$shape,
-                       StrArrayAttr:$axes);
-  let assemblyFormat = "$sym_name `shape` `=` $shape `axes` `=` $axes attr-dict";
+                       StrArrayAttr:$axes, OptionalAttr<DenseI64ArrayAttr>:$ranks);
+  let assemblyFormat =
+    "$sym_name `shape` `=` $shape `axes` `=` $axes (`ranks` `=` $ranks^)? attr-dict";
   let hasVerifier = 1;
   let extraClassDeclaration = [{
-    /// Number of ranks in the mesh.
+    /// Number of devices in the mesh (of `shape`).
     int64_t getNumDevices();
+    /// Number of processes that run the program: the product of `ranks`
+    /// when the mesh has folded axes, else the number of devices.
+    int64_t getNumRanks();
     /// Index of the axis called `name`, or -1.
     int64_t getAxisIndex(::llvm::StringRef name);
   }];

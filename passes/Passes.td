@@ -141,6 +141,32 @@ def InsertCollectives : Pass<"tdx-insert-collectives", "::mlir::ModuleOp"> {
   ];
 }
 
+def FoldMesh : Pass<"tdx-fold-mesh", "::mlir::ModuleOp"> {
+  let summary = "Run folded mesh axes inside each rank, with the whole mesh's reductions";
+  let description = [{
+    For a `tdx.mesh` with `ranks` (after `tdx-insert-collectives`): every
+    axis of `ranks` 1 is folded. Each value a folded axis splits or leaves
+    Partial is held as one value per shard of the folded axes, each op that
+    reads one is cloned per shard with the shard's shapes (the op that rank
+    of the whole mesh runs), and each single-axis `tdx.redistribute` over a
+    folded axis becomes local: Partial shards are summed pairwise in
+    coordinate order, shards are concatenated (`tdx.concat`) or sliced
+    (`tdx.slice`). A redistribute over an axis that keeps its ranks runs per
+    shard. State, arguments and results stay whole. Then the folded axes
+    leave every placement and the mesh's shape becomes its `ranks`.
+
+    Every folding of one mesh so computes the same ops on the same shapes
+    and sums what crosses an axis in the same order: with unfolded axes of
+    at most 2 ranks (whose all_reduce adds two values, in either order),
+    the results are bitwise the same on every folding. Without `ranks` the
+    pass does nothing.
+
+    ```
+    tdx-opt model.mlir --tdx-insert-collectives --tdx-fold-mesh --tdx-partition
+    ```
+  }];
+}
+
 def Partition : Pass<"tdx-partition", "::mlir::ModuleOp"> {
   let summary = "Rewrite the global program into the per-rank (SPMD) program";
   let description = [{

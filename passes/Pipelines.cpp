@@ -40,6 +40,7 @@ void mlir::tdx::buildPlacePipeline(OpPassManager &pm, const PropagateShardingOpt
 
 void mlir::tdx::buildSpmdPipeline(OpPassManager &pm) {
   pm.addPass(createInsertCollectives());
+  pm.addPass(createFoldMesh());
   pm.addPass(createPartition());
   pm.addPass(createPrefetchAllGathers());
   pm.addPass(createHoistCollectives());
@@ -61,7 +62,7 @@ void mlir::tdx::registerTdxPipelines() {
       });
   PassPipelineRegistration<>(
       "tdx-spmd",
-      "tdx-insert-collectives, tdx-partition, tdx-prefetch-all-gathers, "
+      "tdx-insert-collectives, tdx-fold-mesh, tdx-partition, tdx-prefetch-all-gathers, "
       "tdx-hoist-collectives, tdx-schedule-waits: the per-rank program",
       buildSpmdPipeline);
 }

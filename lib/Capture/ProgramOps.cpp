@@ -153,7 +153,7 @@ void Module::declareMesh(const std::string &meshName, const std::vector<int64_t>
     b.setInsertionPointToStart(module.getBody());
     SmallVector<StringRef> names(axes.begin(), axes.end());
     mesh = MeshOp::create(b, module.getLoc(), meshName, b.getDenseI64ArrayAttr(shape),
-                          b.getStrArrayAttr(names));
+                          b.getStrArrayAttr(names), DenseI64ArrayAttr());
     symbols.insert(mesh);
     if (failed(verify(mesh)))
       throw CaptureError("tdx: invalid mesh:\n" + diags.text);
@@ -166,6 +166,17 @@ void Module::declareMesh(const std::string &meshName, const std::vector<int64_t>
       throw CaptureError("tdx: the program already has a mesh '" + meshName +
                          "' of another shape or axis names; use one mesh per program");
   }
+}
+
+void Module::setMeshRanks(const std::string &meshName, const std::vector<int64_t> &ranks) {
+  auto mesh = SymbolTable(*impl->module).lookup<MeshOp>(meshName);
+  if (!mesh)
+    throw CaptureError("tdx: the program has no mesh '" + meshName + "' to fold");
+  Transaction transaction(*impl);
+  mesh.setRanks(ranks);
+  if (failed(verify(mesh)))
+    throw CaptureError("tdx: cannot fold the mesh:\n" + impl->takeDiagnostics());
+  transaction.commit();
 }
 
 void Module::annotate(const std::string &target, const std::string &meshName,
@@ -336,6 +347,9 @@ std::vector<Module::MeshInfo> Module::meshes() const {
     info.shape.assign(mesh.getShape().begin(), mesh.getShape().end());
     for (StringRef a : mesh.getAxes().getAsValueRange<StringAttr>())
       info.axes.push_back(a.str());
+    std::optional<ArrayRef<int64_t>> ranks = mesh.getRanks();
+    info.ranks.assign(ranks ? ranks->begin() : mesh.getShape().begin(),
+                      ranks ? ranks->end() : mesh.getShape().end());
     out.push_back(std::move(info));
   }
   return out;

@@ -154,6 +154,7 @@ PYBIND11_MODULE(_C, m) {
           py::arg("pipeline"))
       .def("declare_mesh", &Module::declareMesh, py::arg("name"), py::arg("shape"),
            py::arg("axes"))
+      .def("set_mesh_ranks", &Module::setMeshRanks, py::arg("name"), py::arg("ranks"))
       .def("annotate", &Module::annotate, py::arg("target"), py::arg("mesh_name"),
            py::arg("shape"), py::arg("axes"), py::arg("placements"))
       .def("annotate_uses", &Module::annotateUses, py::arg("param"), py::arg("mesh_name"),
@@ -173,10 +174,11 @@ PYBIND11_MODULE(_C, m) {
       .def("is_placed", &Module::isPlaced)
       .def("meshes",
            [](const Module &mod) {
-             std::vector<std::tuple<std::string, std::vector<int64_t>, std::vector<std::string>>>
+             std::vector<std::tuple<std::string, std::vector<int64_t>, std::vector<std::string>,
+                                    std::vector<int64_t>>>
                  out;
              for (const Module::MeshInfo &m : mod.meshes())
-               out.emplace_back(m.name, m.shape, m.axes);
+               out.emplace_back(m.name, m.shape, m.axes, m.ranks);
              return out;
            })
       .def("function_to_json", &Module::functionToJson, py::arg("function") = "forward");

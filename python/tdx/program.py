@@ -107,16 +107,23 @@ class Program:
         if len(meshes) > 1:
             raise CaptureError(f"the program declares {len(meshes)} meshes "
                                f"({', '.join(m[0] for m in meshes)}); a program runs on one")
-        name, shape, axes = meshes[0]
+        name, shape, axes, _ = meshes[0]
         mesh = init_device_mesh("cpu", shape, axes)
         mesh.name = name
         return mesh
 
     @property
     def world_size(self):
-        """Devices of the program's mesh (1 without one)."""
-        mesh = self.mesh
-        return mesh.size() if mesh is not None else 1
+        """Processes that run the program: the devices of its mesh (1 without
+        one), less its folded axes (``tdx.parallelize(..., fold=...)``)."""
+        meshes = self._module.meshes()
+        if not meshes:
+            return 1
+        self.mesh  # one mesh per program
+        n = 1
+        for r in meshes[0][3]:
+            n *= r
+        return n
 
     @property
     def is_partitioned(self):

@@ -261,7 +261,7 @@ class SequenceParallel(_Style):
         self.seq_dim = seq_dim
 
 
-def parallelize(prog, mesh, plan, *, data_parallel=None, zero=0):
+def parallelize(prog, mesh, plan, *, data_parallel=None, zero=0, fold=()):
     """Places a traced program by a plan: ``plan`` maps module name patterns
     (fnmatch, ``"layers.*.attn.wq"``) to ColwiseParallel(), RowwiseParallel(),
     SequenceParallel() or VocabParallel() over their mesh axis (default
@@ -275,12 +275,27 @@ def parallelize(prog, mesh, plan, *, data_parallel=None, zero=0):
     the plan does not split), so gradients are reduce-scattered into the
     update and parameters all-gathered after it (2 is 1: gradients are
     values, never stored); 3 also stores the parameters split over dp, which
-    are all-gathered once per step where the step reads them. Returns the
-    program."""
+    are all-gathered once per step where the step reads them.
+
+    ``fold`` names mesh axes that run inside each process instead of on
+    ranks of their own: every rank computes each shard of a folded axis in
+    turn, as the op the whole mesh's rank would run, and adds what the axis
+    would all-reduce in a fixed order. The program then runs on the ranks of
+    the other axes, and every folding of one mesh and plan gives bitwise the
+    same results (losses, parameters, dropout), where the unfolded axes have
+    at most 2 ranks and every run uses the same ``threads``: a 2x2 mesh run
+    on 1, 2 (either axis) or 4 processes. Returns the program."""
     if not isinstance(mesh, DeviceMesh):
         raise TypeError(f"parallelize takes a tdx.DeviceMesh, got {type(mesh).__name__}")
     if zero not in (0, 1, 2, 3):
         raise ValueError(f"zero must be 0, 1, 2 or 3, got {zero!r}")
+    fold = (fold,) if isinstance(fold, str) else tuple(fold)
+    for axis in fold:
+        if axis not in mesh.mesh_dim_names:
+            raise ValueError(f"fold names mesh axis {axis!r}, but the mesh's axes are "
+                             f"{list(mesh.mesh_dim_names)}")
+    if len(set(fold)) != len(fold):
+        raise ValueError(f"fold names an axis twice: {list(fold)}")
     if zero and data_parallel is None:
         raise ValueError("zero shards over the data-parallel axis: give data_parallel=<mesh axis>")
     if zero and prog._module.entry() != "train_step":
@@ -333,4 +348,8 @@ def parallelize(prog, mesh, plan, *, data_parallel=None, zero=0):
             placements = [Replicate()] * mesh.ndim
             placements[axis] = Shard(0)
             _annotate(prog, f"input:{i}", mesh, placements)
+    if fold:
+        prog._module.declare_mesh(mesh.name, list(mesh.shape), list(mesh.mesh_dim_names))
+        prog._module.set_mesh_ranks(mesh.name, [1 if a in fold else s for a, s in
+                                                zip(mesh.mesh_dim_names, mesh.shape)])
     return prog

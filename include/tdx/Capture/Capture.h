@@ -264,10 +264,15 @@ public:
   /// Whether propagation has placed the ops (`tdx.shardings`).
   bool isPlaced() const;
   /// The `tdx.mesh` declarations.
+  /// Folds mesh axes (`tdx.mesh ... ranks`): axis i runs on `ranks[i]`
+  /// processes, 1 (each rank computes every shard of it) or its size.
+  void setMeshRanks(const std::string &meshName, const std::vector<int64_t> &ranks);
   struct MeshInfo {
     std::string name;
     std::vector<int64_t> shape;
     std::vector<std::string> axes;
+    /// Processes per axis: `shape` unless axes are folded.
+    std::vector<int64_t> ranks;
   };
   std::vector<MeshInfo> meshes() const;
 
