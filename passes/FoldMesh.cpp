@@ -122,6 +122,9 @@ private:
 
   LogicalResult checkLayout(Operation *at, const Layout &l);
   FailureOr<RankedTensorType> chunkType(Operation *at, Type global, const Layout &l);
+  /// Checks that `user` can read chunks of `v` (held whole: an argument, a
+  /// state read, a random draw): its folded splits are even.
+  LogicalResult checkWhole(Operation *user, Value v);
   Value chunkOf(Value v, int64_t k);
   FailureOr<Value> whole(Value v, Operation *user);
   Value slice(Value v, int64_t dim, int64_t part, int64_t parts, const Layout &l);
@@ -253,6 +256,17 @@ FailureOr<Value> Folder::combine(Operation *at, ArrayRef<Value> parts, ReduceKin
   return level.front();
 }
 
+LogicalResult Folder::checkWhole(Operation *user, Value v) {
+  if (chunks.count(v))
+    return success();
+  Layout l = layout(v);
+  if (!touchesFolded(l))
+    return success();
+  if (failed(checkLayout(user, l)))
+    return failure();
+  return chunkType(user, v.getType(), l);
+}
+
 Value Folder::chunkOf(Value v, int64_t k) {
   if (auto it = chunks.find(v); it != chunks.end())
     return it->second[k];
@@ -323,6 +337,8 @@ LogicalResult Folder::foldRedistribute(RedistributeOp op) {
     return op.emitOpError() << "changes " << changed.size()
                             << " mesh axes at once; run tdx-insert-collectives first";
   Value input = op.getInput();
+  if (failed(checkWhole(op, input)))
+    return failure();
   b.setInsertionPoint(op);
   SmallVector<Value> out(numChunks);
   if (changed.empty() || !isFolded(changed.front())) {
@@ -408,6 +424,9 @@ LogicalResult Folder::cloneOp(Operation *op) {
   auto iface = dyn_cast<ShardingRuleOpInterface>(op);
   if (!iface || op->getNumResults() == 0 || op->getNumRegions() != 0)
     return join(op);
+  for (Value v : op->getOperands())
+    if (failed(checkWhole(op, v)))
+      return failure();
   auto shardings = op->getAttrOfType<ArrayAttr>(TdxDialect::kShardingsAttrName);
   if (!shardings || shardings.size() != op->getNumResults())
     return op->emitOpError("has no placement for its results ('tdx.shardings'); run "

@@ -189,3 +189,13 @@ func.func @assign_twice(%v: tensor<4xf32>) {
   tdx.assign @w, %v : tensor<4xf32>
   return
 }
+
+// -----
+
+// expected-error @+1 {{'tdx.mesh' op has 1 entries in ranks for 2 axes; give one per mesh axis}}
+tdx.mesh @m shape = [2, 2] axes = ["dp", "tp"] ranks = [1]
+
+// -----
+
+// expected-error @+1 {{'tdx.mesh' op runs axis "tp" of size 4 on 2 ranks; an axis runs on 1 rank (folded) or on one rank per device}}
+tdx.mesh @m shape = [2, 4] axes = ["dp", "tp"] ranks = [2, 2]

@@ -3,8 +3,10 @@
 
 // CHECK: tdx.mesh @mesh shape = [2, 4] axes = ["dp", "tp"]
 // CHECK: tdx.mesh @line shape = [8] axes = ["x"]
+// CHECK: tdx.mesh @folded shape = [2, 4] axes = ["dp", "tp"] ranks = [1, 4]
 tdx.mesh @mesh shape = [2, 4] axes = ["dp", "tp"]
 tdx.mesh @line shape = [8] axes = ["x"]
+tdx.mesh @folded shape = [2, 4] axes = ["dp", "tp"] ranks = [1, 4]
 
 // -----
 
