@@ -266,6 +266,63 @@ def test_dropout_training_matches_eager_with_the_same_masks(mesh):
     assert max(abs(a - b) for a, b in zip(losses, plain)) > 1e-3
 
 
+# The foldings of a 2x2 (dp, tp) mesh: the mesh axes each run inside a rank.
+FOLDINGS = {"1": ("dp", "tp"), "dp2": ("tp",), "tp2": ("dp",), "2x2": ()}
+
+
+def folded_exe(model, opt, fold):
+    build, loss_fn = MODELS[model]
+    torch.manual_seed(0)
+    deferred = tdx.deferred_init(build)
+    optimizer = OPTIMIZERS[opt](deferred.parameters())
+    prog = tdx.trace_train_step(deferred, optimizer, loss_fn, *batches(model)[0])
+    tdx.parallelize(prog, tdx.init_device_mesh("cpu", (2, 2), ("dp", "tp")), PLANS[model],
+                    data_parallel="dp", fold=fold)
+    return prog.mlir, prog.world_size, tdx.compile(prog)
+
+
+def test_dropout_training_is_bitwise_the_same_on_every_folding_of_a_mesh():
+    # GPT-2 with dropout 0.1, 10 SGD-momentum steps of the 2x2 mesh's
+    # program on 1 process, on 2 (dp or tp), and on 4: every rank computes the
+    # whole mesh's ops with their shapes and adds what a folded axis reduces
+    # in one order, so losses and final state are bitwise equal.
+    model, opt = "gpt2-dropout", "momentum"
+    data = batches(model)
+    runs = {}
+    for layout, fold in FOLDINGS.items():
+        text, world, exe = folded_exe(model, opt, fold)
+        assert world == {"1": 1, "dp2": 2, "tp2": 2, "2x2": 4}[layout]
+        torch.manual_seed(0)
+        start = {k: v.detach() for k, v in full_state(MODELS[model][0]()).items()}
+        runs[layout] = exe.train(data, params=start, threads=1)
+    losses, state = runs["2x2"]
+    for layout, (got_losses, got_state) in runs.items():
+        assert got_losses == losses, layout
+        assert got_state.keys() == state.keys()
+        for name, t in state.items():
+            assert torch.equal(got_state[name], t), (layout, name)
+    # Each is eager's step with the same masks (within eager's tolerances).
+    eager, _, want = eager_run(model, opt, data, tdx_dropout(text, data))
+    assert_matches_eager(losses, want, state, eager)
+    # Unfolded layouts sum in other orders: 1 rank and 2x2 differ in the last bits.
+    plain = {mesh: train_from_eagers_start(model, compiled(model, opt, mesh)[1], data)[0]
+             for mesh in ("1", "2x2")}
+    assert plain["1"] != plain["2x2"]
+
+
+def test_fold_names_mesh_axes():
+    prog = tdx.trace(tdx.deferred_init(mlp), torch.zeros(4, 8))
+    mesh = tdx.init_device_mesh("cpu", (2, 2), ("dp", "tp"))
+    with pytest.raises(ValueError, match=r"fold names mesh axis 'pp', but the mesh's axes are "
+                                         r"\['dp', 'tp'\]"):
+        tdx.parallelize(prog, mesh, {}, data_parallel="dp", fold=("pp",))
+    with pytest.raises(ValueError, match="fold names an axis twice"):
+        tdx.parallelize(prog, mesh, {}, data_parallel="dp", fold=("dp", "dp"))
+    tdx.parallelize(prog, mesh, {}, data_parallel="dp", fold="dp")
+    assert prog.world_size == 2 and prog.mesh.size() == 4
+    assert "ranks = [1, 2]" in prog.mlir
+
+
 def test_dropout_mask_is_the_definitions_box_on_every_layout():
     # A forward in training mode, run 3 times: the third call's mask on one
     # rank and on 2x2 with an uneven split is bitwise the definition's.
