@@ -97,7 +97,10 @@ private:
 
   Layout layout(Value v) {
     ShardingAttr s = valueSharding(v);
-    return s ? layoutOf(s) : replicatedLayout(fn.getContext(), shape.size());
+    if (!s)
+      if (auto r = v.getDefiningOp<RedistributeOp>())
+        s = r.getTarget();
+    return s ? layoutOf(s) : replicatedLayout(b.getContext(), shape.size());
   }
   bool touchesFolded(const Layout &l) const {
     return llvm::any_of(folded, [&](int64_t a) { return !l[a].isReplicate(); });
@@ -337,7 +340,7 @@ LogicalResult Folder::foldRedistribute(RedistributeOp op) {
     return op.emitOpError() << "changes " << changed.size()
                             << " mesh axes at once; run tdx-insert-collectives first";
   Value input = op.getInput();
-  if (failed(checkWhole(op, input)))
+  if (failed(checkWhole(op, input)) || failed(chunkType(op, op.getType(), dst)))
     return failure();
   b.setInsertionPoint(op);
   SmallVector<Value> out(numChunks);
@@ -495,6 +498,30 @@ LogicalResult Folder::cloneOp(Operation *op) {
 LogicalResult Folder::run() {
   if (folded.empty())
     return success();
+  // Every placement of the function is on this mesh (its layouts index its axes).
+  auto other = [&](Attribute a) {
+    auto s = dyn_cast_or_null<ShardingAttr>(a);
+    return s && s.getMesh().getAttr() != mesh.getSymNameAttr() ? s : ShardingAttr();
+  };
+  ShardingAttr stranger;
+  Operation *where = fn;
+  for (unsigned i = 0; i < fn.getNumArguments() && !stranger; ++i)
+    stranger = other(fn.getArgAttr(i, TdxDialect::kShardingAttrName));
+  fn.walk([&](Operation *op) {
+    if (stranger)
+      return;
+    if (auto list = op->getAttrOfType<ArrayAttr>(TdxDialect::kShardingsAttrName))
+      for (Attribute a : list)
+        if ((stranger = other(a)))
+          where = op;
+    if (auto r = dyn_cast<RedistributeOp>(op); r && !stranger)
+      if ((stranger = other(r.getSource())))
+        where = op;
+  });
+  if (stranger)
+    return where->emitOpError() << "is placed on mesh " << stranger.getMesh()
+                                << " while its function is folded on @" << mesh.getSymName()
+                                << "; a folded program runs on one mesh";
   for (BlockArgument arg : fn.getArguments())
     if (failed(checkLayout(fn, layout(arg))))
       return failure();
@@ -511,6 +538,24 @@ LogicalResult Folder::run() {
   return success();
 }
 
+/// Whether any placement of `fn` names `mesh`.
+bool placedOn(func::FuncOp fn, MeshOp mesh) {
+  auto on = [&](Attribute a) {
+    auto s = dyn_cast_or_null<ShardingAttr>(a);
+    return s && s.getMesh().getAttr() == mesh.getSymNameAttr();
+  };
+  for (unsigned i = 0; i < fn.getNumArguments(); ++i)
+    if (on(fn.getArgAttr(i, TdxDialect::kShardingAttrName)))
+      return true;
+  bool found = false;
+  fn.walk([&](Operation *op) {
+    if (auto list = op->getAttrOfType<ArrayAttr>(TdxDialect::kShardingsAttrName))
+      found |= llvm::any_of(list, on);
+    return found ? WalkResult::interrupt() : WalkResult::advance();
+  });
+  return found;
+}
+
 struct FoldMeshPass : public mlir::tdx::impl::FoldMeshBase<FoldMeshPass> {
   void runOnOperation() override {
     ModuleOp module = getOperation();
@@ -525,7 +570,7 @@ struct FoldMeshPass : public mlir::tdx::impl::FoldMeshBase<FoldMeshPass> {
       }
       SmallVector<int64_t> real(*ranks);
       for (auto fn : module.getOps<func::FuncOp>()) {
-        if (fn.isExternal())
+        if (fn.isExternal() || !placedOn(fn, mesh))
           continue;
         if (!fn.getBody().hasOneBlock()) {
           fn.emitOpError("has more than one block; tdx-fold-mesh folds a straight-line body");

@@ -79,7 +79,8 @@ def eager(data):
         loss.backward()
         opt.step()
         losses.append(loss.item())
-    return (time.perf_counter() - t0) * 1e3 / (len(data) - 1), losses
+    state = {k: v.detach().clone() for k, v in m.state_dict().items()}
+    return (time.perf_counter() - t0) * 1e3 / (len(data) - 1), losses, state
 
 
 class _CopyToTP(torch.autograd.Function):
@@ -174,17 +175,25 @@ def gloo_worker(rank, world, peer, data, port, out):
         opt.step()
         losses.append(loss.item())
     dist.barrier()
+    ms = (time.perf_counter() - t0) * 1e3 / (len(data) - 1)
     if rank == 0:
-        out.put(((time.perf_counter() - t0) * 1e3 / (len(data) - 1), losses))
+        state = (m.module if peer == "ddp" else m).state_dict()
+        # numpy arrays travel by value (a tensor's shared memory dies with this process).
+        out.put((ms, losses, {k: v.detach().numpy().copy() for k, v in state.items()}))
     dist.destroy_process_group()
 
 
 def gloo(peer, data, world, port):
-    """(step ms, rank 0's losses) of a gloo peer on `world` processes."""
+    """(step ms, rank 0's losses, rank 0's final state_dict) of a gloo peer on
+    `world` processes."""
     ctx = mp.get_context("spawn")
     out = ctx.Queue()
-    mp.spawn(gloo_worker, args=(world, peer, data, port, out), nprocs=world, join=True)
-    return out.get()
+    procs = mp.spawn(gloo_worker, args=(world, peer, data, port, out), nprocs=world, join=False)
+    # Read before joining: rank 0 exits only once its state is through the pipe.
+    ms, losses, state = out.get()
+    while not procs.join():
+        pass
+    return ms, losses, {k: torch.from_numpy(v) for k, v in state.items()}
 
 
 MEGATRON_PLAN = {"h.*.wq": tdx.ColwiseParallel(), "h.*.wk": tdx.ColwiseParallel(),
@@ -281,7 +290,7 @@ def main():
     port = 29600
     keep = lambda key, ms: best.__setitem__(key, min(best.get(key, ms), ms))
     for _ in range(args.rounds):
-        e_ms, want = eager(data)
+        e_ms, want, _ = eager(data)
         keep("torch eager", e_ms)
         for name, (exe, _) in exes.items():
             ms, got, sent, peak = run_tdx(exe, data, weights)
@@ -293,7 +302,7 @@ def main():
             port += 1
             keep(f"DDP gloo {world}", gloo("ddp", data, world, port)[0])
         port += 1
-        m_ms, m_losses = gloo("megatron", data, 2, port)
+        m_ms, m_losses, _ = gloo("megatron", data, 2, port)
         keep("Megatron gloo 2", m_ms)
         worst = max(abs(a - b) / abs(b) for a, b in zip(m_losses, want))
         assert worst < 1e-4, f"hand-written Megatron: loss off eager's by {worst:.2e}"

@@ -60,3 +60,26 @@ module attributes {tdx.partitioned} {
   // expected-error @+1 {{'tdx.mesh' op has folded axes but the module is already partitioned; run tdx-fold-mesh before tdx-partition}}
   tdx.mesh @mesh shape = [2] axes = ["dp"] ranks = [1]
 }
+
+// -----
+
+// A split a folded redistribute makes must be even too.
+tdx.mesh @mesh shape = [4] axes = ["dp"] ranks = [1]
+func.func @uneven_split(%x: tensor<6x8xf32>) -> tensor<8xf32> {
+  // expected-error @+1 {{'tdx.redistribute' op splits dim 0 of size 6 into 4 shards over folded mesh axes}}
+  %s = tdx.redistribute %x <@mesh, [Replicate]> to <@mesh, [Shard(0)]> {tdx.shardings = [#tdx.sharding<@mesh, [Shard(0)]>]} : tensor<6x8xf32>
+  %p = tdx.sum %s dims = [0] {tdx.shardings = [#tdx.sharding<@mesh, [Partial(sum)]>]} : tensor<6x8xf32> -> tensor<8xf32>
+  %r = tdx.redistribute %p <@mesh, [Partial(sum)]> to <@mesh, [Replicate]> {tdx.shardings = [#tdx.sharding<@mesh, [Replicate]>]} : tensor<8xf32>
+  return %r : tensor<8xf32>
+}
+
+// -----
+
+// A function folded on one mesh places nothing on another.
+tdx.mesh @a shape = [2] axes = ["dp"] ranks = [1]
+tdx.mesh @b shape = [2, 2] axes = ["x", "y"]
+func.func @two_meshes(%x: tensor<8x8xf32> {tdx.sharding = #tdx.sharding<@a, [Shard(0)]>}) -> tensor<8x8xf32> {
+  // expected-error @+1 {{'tdx.exp' op is placed on mesh @b while its function is folded on @a; a folded program runs on one mesh}}
+  %0 = tdx.exp %x {tdx.shardings = [#tdx.sharding<@b, [Shard(0), Replicate]>]} : tensor<8x8xf32>
+  return %0 : tensor<8x8xf32>
+}

@@ -323,6 +323,33 @@ def test_fold_names_mesh_axes():
     assert "ranks = [1, 2]" in prog.mlir
 
 
+def test_a_folded_axis_communicates_nothing():
+    # The MLP's step on a 2x2 (dp, tp) Megatron mesh: folding dp leaves the tp
+    # all_reduce of each batch half (the whole mesh's, once per half); folding
+    # tp leaves the dp gradient all_reduces, each tp shard's on its own;
+    # folding both leaves nothing.
+    def report(fold):
+        torch.manual_seed(0)
+        deferred = tdx.deferred_init(mlp)
+        prog = tdx.trace_train_step(deferred, torch.optim.SGD(deferred.parameters(), lr=0.1),
+                                    mlp_loss, *batches("mlp")[0])
+        tdx.parallelize(prog, tdx.init_device_mesh("cpu", (2, 2), ("dp", "tp")),
+                        {"0": tdx.ColwiseParallel(), "2": tdx.RowwiseParallel()},
+                        data_parallel="dp", fold=fold)
+        return [(e["kind"], tuple(e["mesh_axes"]), e["bytes"]) for e in prog.comm_report()]
+
+    whole = report(())
+    assert ("all_reduce", ("tp",), 16 * 4 * 4 // 2) in whole
+    assert report(("dp",)) == [("all_reduce", ("tp",), 16 * 4 * 4 // 2)] * 2
+    by_tp = report(("tp",))
+    assert {axes for _, axes, _ in by_tp} == {("dp",)}
+    # Every byte of the whole mesh's dp reductions, for both tp shards.
+    dp_bytes = sum(b for _, axes, b in whole if axes == ("dp",))
+    split = (32 * 8 + 32 + 4 * 32) * 4 // 2  # a tp shard of each split parameter
+    assert sum(b for _, _, b in by_tp) == dp_bytes + split
+    assert report(("dp", "tp")) == []
+
+
 def test_dropout_mask_is_the_definitions_box_on_every_layout():
     # A forward in training mode, run 3 times: the third call's mask on one
     # rank and on 2x2 with an uneven split is bitwise the definition's.
