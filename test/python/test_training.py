@@ -281,26 +281,31 @@ def folded_exe(model, opt, fold):
     return prog.mlir, prog.world_size, tdx.compile(prog)
 
 
-def test_dropout_training_is_bitwise_the_same_on_every_folding_of_a_mesh():
+def test_dropout_training_is_bitwise_the_same_on_every_folding_of_a_mesh(tmp_path):
     # GPT-2 with dropout 0.1, 10 SGD-momentum steps of the 2x2 mesh's
     # program on 1 process, on 2 (dp or tp), and on 4: every rank computes the
     # whole mesh's ops with their shapes and adds what a folded axis reduces
     # in one order, so losses and final state are bitwise equal.
     model, opt = "gpt2-dropout", "momentum"
     data = batches(model)
-    runs = {}
+    runs, exes = {}, {}
+    torch.manual_seed(0)
+    start = {k: v.detach() for k, v in full_state(MODELS[model][0]()).items()}
     for layout, fold in FOLDINGS.items():
-        text, world, exe = folded_exe(model, opt, fold)
+        text, world, exes[layout] = folded_exe(model, opt, fold)
         assert world == {"1": 1, "dp2": 2, "tp2": 2, "2x2": 4}[layout]
-        torch.manual_seed(0)
-        start = {k: v.detach() for k, v in full_state(MODELS[model][0]()).items()}
-        runs[layout] = exe.train(data, params=start, threads=1)
+        runs[layout] = exes[layout].train(data, params=start, threads=1)
     losses, state = runs["2x2"]
     for layout, (got_losses, got_state) in runs.items():
         assert got_losses == losses, layout
         assert got_state.keys() == state.keys()
         for name, t in state.items():
             assert torch.equal(got_state[name], t), (layout, name)
+    # Saved on 1 process after 5 steps and resumed on 4: the same run, bitwise.
+    first, _ = exes["1"].train(data[:5], params=start, threads=1, checkpoint=tmp_path)
+    rest, resumed = exes["2x2"].train(data, threads=1, checkpoint=tmp_path, resume=True)
+    assert first + rest == losses
+    assert all(torch.equal(resumed[name], t) for name, t in state.items())
     # Each is eager's step with the same masks (within eager's tolerances).
     eager, _, want = eager_run(model, opt, data, tdx_dropout(text, data))
     assert_matches_eager(losses, want, state, eager)
