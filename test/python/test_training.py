@@ -309,10 +309,10 @@ def test_dropout_training_is_bitwise_the_same_on_every_folding_of_a_mesh(tmp_pat
     # Each is eager's step with the same masks (within eager's tolerances).
     eager, _, want = eager_run(model, opt, data, tdx_dropout(text, data))
     assert_matches_eager(losses, want, state, eager)
-    # Unfolded layouts sum in other orders: 1 rank and 2x2 differ in the last bits.
-    plain = {mesh: train_from_eagers_start(model, compiled(model, opt, mesh)[1], data)[0]
-             for mesh in ("1", "2x2")}
-    assert plain["1"] != plain["2x2"]
+    # Unfolded layouts sum in other orders: the plain 1-rank program's losses
+    # differ from 2x2's (the mesh folded on no axis) in the last bits.
+    plain, _ = train_from_eagers_start(model, compiled(model, opt, "1")[1], data)
+    assert plain != losses and max(abs(a - b) for a, b in zip(plain, losses)) < 1e-4
 
 
 def test_fold_names_mesh_axes():
