@@ -37,8 +37,9 @@ class Executable:
     def _launch(self, nprocs, args, timeout):
         nprocs = self.world_size if nprocs is None else nprocs
         if nprocs != self.world_size:
-            raise TdxError(f"the program's mesh has {self.world_size} devices but nprocs={nprocs}; "
-                           f"run with nprocs={self.world_size} or parallelize on another mesh")
+            raise TdxError(f"the program runs on {self.world_size} process(es) (its mesh's devices, "
+                           f"less folded axes) but nprocs={nprocs}; run with "
+                           f"nprocs={self.world_size} or parallelize on another mesh")
         cmd = ["mpirun", "--oversubscribe", "--allow-run-as-root", "-np", str(nprocs),
                self.path] + args
         try:

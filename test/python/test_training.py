@@ -326,6 +326,9 @@ def test_fold_names_mesh_axes():
     tdx.parallelize(prog, mesh, {}, data_parallel="dp", fold="dp")
     assert prog.world_size == 2 and prog.mesh.size() == 4
     assert "ranks = [1, 2]" in prog.mlir
+    with pytest.raises(tdx.TdxError, match=r"runs on 2 process\(es\) \(its mesh's devices, less "
+                                           r"folded axes\) but nprocs=4"):
+        tdx.compile(prog).run(torch.zeros(4, 8), nprocs=4)
 
 
 def test_a_folded_axis_communicates_nothing():
