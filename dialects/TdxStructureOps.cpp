@@ -47,16 +47,6 @@ LogicalResult MeshOp::verify() {
   return success();
 }
 
-int64_t MeshOp::getNumRanks() {
-  std::optional<ArrayRef<int64_t>> ranks = getRanks();
-  if (!ranks)
-    return getNumDevices();
-  int64_t n = 1;
-  for (int64_t r : *ranks)
-    n *= r;
-  return n;
-}
-
 int64_t MeshOp::getNumDevices() {
   int64_t n = 1;
   for (int64_t s : getShape())

@@ -33,11 +33,8 @@ def Tdx_MeshOp : Tdx_Op<"mesh", [Symbol]> {
     "$sym_name `shape` `=` $shape `axes` `=` $axes (`ranks` `=` $ranks^)? attr-dict";
   let hasVerifier = 1;
   let extraClassDeclaration = [{
-    /// Number of devices in the mesh (of `shape`).
+    /// Number of ranks in the mesh.
     int64_t getNumDevices();
-    /// Number of processes that run the program: the product of `ranks`
-    /// when the mesh has folded axes, else the number of devices.
-    int64_t getNumRanks();
     /// Index of the axis called `name`, or -1.
     int64_t getAxisIndex(::llvm::StringRef name);
   }];

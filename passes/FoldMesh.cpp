@@ -177,11 +177,10 @@ LogicalResult Folder::checkLayout(Operation *at, const Layout &l) {
                                     "(fold \""
                                  << axisName(other) << "\" too, or place the dim on one axis)";
   }
-  if (l.size() == shape.size())
-    for (int64_t a : folded)
-      if (l[a].isPartial() && l[a].getReduce() == ReduceKind::Avg)
-        return at->emitOpError() << "is Partial(avg) over folded mesh axis \"" << axisName(a)
-                                 << "\"; only sum, max and min are folded";
+  for (int64_t a : folded)
+    if (l[a].isPartial() && l[a].getReduce() == ReduceKind::Avg)
+      return at->emitOpError() << "is Partial(avg) over folded mesh axis \"" << axisName(a)
+                               << "\"; only sum, max and min are folded";
   return success();
 }
 
@@ -538,24 +537,6 @@ LogicalResult Folder::run() {
   return success();
 }
 
-/// Whether any placement of `fn` names `mesh`.
-bool placedOn(func::FuncOp fn, MeshOp mesh) {
-  auto on = [&](Attribute a) {
-    auto s = dyn_cast_or_null<ShardingAttr>(a);
-    return s && s.getMesh().getAttr() == mesh.getSymNameAttr();
-  };
-  for (unsigned i = 0; i < fn.getNumArguments(); ++i)
-    if (on(fn.getArgAttr(i, TdxDialect::kShardingAttrName)))
-      return true;
-  bool found = false;
-  fn.walk([&](Operation *op) {
-    if (auto list = op->getAttrOfType<ArrayAttr>(TdxDialect::kShardingsAttrName))
-      found |= llvm::any_of(list, on);
-    return found ? WalkResult::interrupt() : WalkResult::advance();
-  });
-  return found;
-}
-
 struct FoldMeshPass : public mlir::tdx::impl::FoldMeshBase<FoldMeshPass> {
   void runOnOperation() override {
     ModuleOp module = getOperation();
@@ -570,7 +551,8 @@ struct FoldMeshPass : public mlir::tdx::impl::FoldMeshBase<FoldMeshPass> {
       }
       SmallVector<int64_t> real(*ranks);
       for (auto fn : module.getOps<func::FuncOp>()) {
-        if (fn.isExternal() || !placedOn(fn, mesh))
+        ShardingAttr placed = fn.isExternal() ? ShardingAttr() : firstPlacement(fn);
+        if (!placed || placed.getMesh().getAttr() != mesh.getSymNameAttr())
           continue;
         if (!fn.getBody().hasOneBlock()) {
           fn.emitOpError("has more than one block; tdx-fold-mesh folds a straight-line body");

@@ -256,14 +256,7 @@ struct PartitionPass : public mlir::tdx::impl::PartitionBase<PartitionPass> {
       if (fn.isExternal())
         continue;
       // The mesh: the one the function's placements name.
-      ShardingAttr any;
-      fn.walk([&](Operation *op) {
-        if (auto s = op->getAttrOfType<ArrayAttr>(::mlir::tdx::TdxDialect::kShardingsAttrName))
-          if (!s.empty())
-            any = dyn_cast<ShardingAttr>(s[0]);
-      });
-      for (unsigned i = 0; i < fn.getNumArguments() && !any; ++i)
-        any = fn.getArgAttrOfType<ShardingAttr>(i, ::mlir::tdx::TdxDialect::kShardingAttrName);
+      ShardingAttr any = firstPlacement(fn);
       if (!any)
         continue;
       MeshOp mesh = lookupMesh(fn, any.getMesh());

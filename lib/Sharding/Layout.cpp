@@ -311,3 +311,18 @@ double mlir::tdx::planSeconds(ArrayRef<RedistributionStep> plan) {
 MeshOp mlir::tdx::lookupMesh(Operation *from, FlatSymbolRefAttr name) {
   return SymbolTable::lookupNearestSymbolFrom<MeshOp>(from, name);
 }
+
+ShardingAttr mlir::tdx::firstPlacement(func::FuncOp fn) {
+  for (unsigned i = 0; i < fn.getNumArguments(); ++i)
+    if (auto s = fn.getArgAttrOfType<ShardingAttr>(i, TdxDialect::kShardingAttrName))
+      return s;
+  ShardingAttr first;
+  fn.walk([&](Operation *op) {
+    if (auto list = op->getAttrOfType<ArrayAttr>(TdxDialect::kShardingsAttrName))
+      for (Attribute a : list)
+        if ((first = dyn_cast<ShardingAttr>(a)))
+          return WalkResult::interrupt();
+    return WalkResult::advance();
+  });
+  return first;
+}

@@ -1,5 +1,6 @@
 """tdx.Program: a captured model as an MLIR module in the tdx dialect."""
 
+import math
 import os
 
 import torch
@@ -116,14 +117,9 @@ class Program:
     def world_size(self):
         """Processes that run the program: the devices of its mesh (1 without
         one), less its folded axes (``tdx.parallelize(..., fold=...)``)."""
-        meshes = self._module.meshes()
-        if not meshes:
+        if self.mesh is None:  # (which also refuses a second mesh)
             return 1
-        self.mesh  # one mesh per program
-        n = 1
-        for r in meshes[0][3]:
-            n *= r
-        return n
+        return math.prod(self._module.meshes()[0][3])
 
     @property
     def is_partitioned(self):

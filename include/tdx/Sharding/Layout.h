@@ -92,6 +92,11 @@ double planSeconds(ArrayRef<RedistributionStep> plan);
 /// The mesh a sharding attribute names, looked up from `from`.
 MeshOp lookupMesh(Operation *from, FlatSymbolRefAttr name);
 
+/// The first placement of `fn` (its arguments', then its ops' results' in
+/// order), which names the mesh the function is placed on; null when the
+/// function places nothing.
+ShardingAttr firstPlacement(func::FuncOp fn);
+
 } // namespace mlir::tdx
 
 #endif // TDX_SHARDING_LAYOUT_H
