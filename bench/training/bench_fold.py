@@ -24,35 +24,15 @@ after one warm-up step, best of --rounds rounds.
 import argparse
 import os
 import sys
-import time
 
 os.environ.update(OMP_NUM_THREADS="1", OPENBLAS_NUM_THREADS="1")
 
-import torch  # noqa: E402
-
 sys.path.insert(0, os.path.dirname(__file__))
-import tdx  # noqa: E402
-from bench_training import (CONFIG, GPT, MEGATRON_PLAN, batches, eager, gloo,  # noqa: E402
-                            loss_fn, model, optimizer)
+from bench_training import CONFIG, batches, compile_tdx, eager, gloo, model  # noqa: E402
 
 # layout: (processes, axes folded of the 2x2 mesh, the unfolded mesh's shape and axes)
 LAYOUTS = {"1": (1, ("dp", "tp"), None), "dp2": (2, ("tp",), ((2,), ("dp",))),
            "tp2": (2, ("dp",), ((2,), ("tp",))), "2x2": (4, (), ((2, 2), ("dp", "tp")))}
-
-
-def compile_step(mesh_shape, axes, fold=()):
-    torch.manual_seed(0)
-    deferred = tdx.deferred_init(lambda: GPT(**CONFIG))
-    prog = tdx.trace_train_step(deferred, optimizer(deferred.parameters()), loss_fn,
-                                *batches(1)[0])
-    if mesh_shape:
-        plan = MEGATRON_PLAN if "tp" in axes else {}
-        dp = "dp" if "dp" in axes else None
-        tdx.parallelize(prog, tdx.init_device_mesh("cpu", mesh_shape, axes), plan,
-                        data_parallel=dp, fold=fold)
-    t0 = time.perf_counter()
-    exe = tdx.compile(prog)
-    return exe, time.perf_counter() - t0
 
 
 def main():
@@ -64,9 +44,9 @@ def main():
     weights = {k: v.detach() for k, v in model().state_dict().items()}
     exes = {}
     for name, (_, fold, plain) in LAYOUTS.items():
-        exes["folded " + name] = compile_step((2, 2), ("dp", "tp"), fold)
+        exes["folded " + name] = compile_tdx((2, 2), ("dp", "tp"), fold=fold)
         if name != "2x2":  # the 2x2 mesh folded on no axis is the plain 2x2 program
-            exes["plain " + name] = compile_step(*(plain or (None, None)))
+            exes["plain " + name] = compile_tdx(*(plain or (None, None)))
     exes["plain 2x2"] = exes["folded 2x2"]
     best, losses, states = {}, {}, {}
     keep = lambda key, ms: best.__setitem__(key, min(best.get(key, ms), ms))

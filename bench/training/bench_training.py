@@ -199,22 +199,24 @@ def gloo(peer, data, world, port):
 MEGATRON_PLAN = {"h.*.wq": tdx.ColwiseParallel(), "h.*.wk": tdx.ColwiseParallel(),
                  "h.*.wv": tdx.ColwiseParallel(), "h.*.wo": tdx.RowwiseParallel(),
                  "h.*.fc": tdx.ColwiseParallel(), "h.*.proj": tdx.RowwiseParallel()}
-# name: (ranks, mesh axis, zero); the axis is "dp" (data parallel) or "tp".
-CONFIGS = {"tdx 1 rank": (1, None, 0), "tdx dp2": (2, "dp", 0), "tdx dp2 zero3": (2, "dp", 3),
-           "tdx tp2": (2, "tp", 0), "tdx dp4": (4, "dp", 0)}
+# name: (mesh shape, mesh axes, zero); an axis is "dp" (data parallel) or "tp".
+CONFIGS = {"tdx 1 rank": (None, None, 0), "tdx dp2": ((2,), ("dp",), 0),
+           "tdx dp2 zero3": ((2,), ("dp",), 3), "tdx tp2": ((2,), ("tp",), 0),
+           "tdx dp4": ((4,), ("dp",), 0)}
 
 
-def compile_tdx(world, axis, zero):
+def compile_tdx(shape=None, axes=None, zero=0, fold=()):
+    """(binary, compile seconds) of the step on a mesh of `shape` and `axes`
+    (None: one rank): the batch split over "dp", the Megatron plan over "tp";
+    `zero` and `fold` as tdx.parallelize takes them."""
     torch.manual_seed(0)
     deferred = tdx.deferred_init(lambda: GPT(**CONFIG))
     prog = tdx.trace_train_step(deferred, optimizer(deferred.parameters()), loss_fn,
                                 *batches(1)[0])
-    if axis:
-        mesh = tdx.init_device_mesh("cpu", (world,), (axis,))
-        if axis == "dp":
-            tdx.parallelize(prog, mesh, {}, data_parallel="dp", zero=zero)
-        else:
-            tdx.parallelize(prog, mesh, MEGATRON_PLAN)
+    if shape:
+        tdx.parallelize(prog, tdx.init_device_mesh("cpu", shape, axes),
+                        MEGATRON_PLAN if "tp" in axes else {},
+                        data_parallel="dp" if "dp" in axes else None, zero=zero, fold=fold)
     t0 = time.perf_counter()
     exe = tdx.compile(prog)
     return exe, time.perf_counter() - t0
