@@ -123,9 +123,20 @@ static FailureOr<Value> vocabParallelEmbedding(OpBuilder &b, EmbeddingOp op, Mes
                         e.full(0, e.scalar(b.getI1Type())));
   Value safe = e.where(owned, local, zero);
   auto resultType = cast<RankedTensorType>(op.getType());
+  // A split with an empty shard (torch.chunk of 2 rows over 3 ranks): a
+  // zero row after every local table gives the masked lookups a row to read.
+  Value table = op.getWeight();
+  if ((k - 1) * chunk >= vocab) {
+    auto t = cast<RankedTensorType>(table.getType());
+    SmallVector<int64_t> row(t.getShape());
+    row[0] = 1;
+    if (!RankedTensorType::get(row, t.getElementType()).hasStaticShape())
+      return op.emitOpError("cannot look up rows of a table split unevenly on two dims");
+    Value zeros = e.full(0, RankedTensorType::get(row, t.getElementType()));
+    table = ConcatOp::create(b, op.getLoc(), t, ValueRange{table, zeros}, b.getI64IntegerAttr(0));
+  }
   // padding_idx only shapes gradients; the local table has other row numbers.
-  Value rowsOut = EmbeddingOp::create(b, op.getLoc(), resultType, op.getWeight(), safe,
-                                      IntegerAttr());
+  Value rowsOut = EmbeddingOp::create(b, op.getLoc(), resultType, table, safe, IntegerAttr());
   SmallVector<int64_t> maskShape(idsType.getShape());
   maskShape.push_back(1);
   Value mask = e.reshape(owned, maskShape);
@@ -212,12 +223,14 @@ static FailureOr<int64_t> splittingAxis(Operation *op, PartitionContext &ctx, Va
 }
 
 /// Replaces `op` by `replacement`, which takes over its placement.
-static LogicalResult replaceWith(Operation *op, FailureOr<Value> replacement) {
+static LogicalResult replaceWith(Operation *op, PartitionContext &ctx,
+                                 FailureOr<Value> replacement) {
   if (failed(replacement))
     return failure();
   if (Operation *def = replacement->getDefiningOp())
     if (auto shardings = op->getAttr(TdxDialect::kShardingsAttrName))
       def->setAttr(TdxDialect::kShardingsAttrName, shardings);
+  ctx.replaced(op->getResult(0), *replacement);
   op->getResult(0).replaceAllUsesWith(*replacement);
   op->erase();
   return success();
@@ -235,7 +248,7 @@ static LogicalResult partitionVocabSplit(Op op, PartitionContext &ctx, Value spl
   int64_t global = ctx.globalDimSize(split, dim);
   if (ShapedType::isDynamic(global))
     return op.emitOpError("cannot tell the global vocabulary size of its split operand");
-  return replaceWith(op, lower(ctx.builder(), op, cast<MeshOp>(ctx.mesh()), *axis, global));
+  return replaceWith(op, ctx, lower(ctx.builder(), op, cast<MeshOp>(ctx.mesh()), *axis, global));
 }
 
 LogicalResult EmbeddingOp::partition(PartitionContext &ctx) {
@@ -292,6 +305,20 @@ static LogicalResult keepGlobalShape(Op op, PartitionContext &ctx) {
   return success();
 }
 
+/// A filled tensor split unevenly has a rank-dependent size (`?`): it
+/// keeps its global shape, from which each rank makes its box.
+template <typename Op> static LogicalResult keepGlobalShapeWhereDynamic(Op op, PartitionContext &ctx) {
+  if (!op.getType().hasStaticShape())
+    op.setGlobalShape(ctx.globalResultType(0).getShape());
+  return success();
+}
+
+LogicalResult FullOp::partition(PartitionContext &ctx) {
+  return keepGlobalShapeWhereDynamic(*this, ctx);
+}
+LogicalResult EmptyOp::partition(PartitionContext &ctx) {
+  return keepGlobalShapeWhereDynamic(*this, ctx);
+}
 LogicalResult UniformOp::partition(PartitionContext &ctx) { return keepGlobalShape(*this, ctx); }
 LogicalResult NormalOp::partition(PartitionContext &ctx) { return keepGlobalShape(*this, ctx); }
 LogicalResult TruncNormalOp::partition(PartitionContext &ctx) {

@@ -41,6 +41,11 @@ def Tdx_Dialect : Dialect {
     static constexpr ::llvm::StringLiteral kShardingsAttrName = "tdx.shardings";
     /// The placement of a function argument or result (#tdx.sharding).
     static constexpr ::llvm::StringLiteral kShardingAttrName = "tdx.sharding";
+    /// With an argument's `tdx.sharding`: a preference at this priority
+    /// level (i64 >= 0), not a fixed placement; tdx-propagate-sharding
+    /// settles disagreeing preferences by cost and then drops it.
+    static constexpr ::llvm::StringLiteral kShardingPriorityAttrName =
+        "tdx.sharding_priority";
     /// The global type of a partitioned function's argument or result.
     static constexpr ::llvm::StringLiteral kGlobalTypeAttrName = "tdx.global_type";
     /// A module whose types are per-rank (unit).

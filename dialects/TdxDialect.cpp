@@ -47,9 +47,16 @@ static LogicalResult verifyTdxAttribute(Operation *op, NamedAttribute attr, bool
       return isa<ShardingAttr>(value) ? success() : wrong("a #tdx.sharding");
     if (name == TdxDialect::kGlobalTypeAttrName)
       return isa<TypeAttr>(value) ? success() : wrong("a type");
+    if (name == TdxDialect::kShardingPriorityAttrName) {
+      auto i = dyn_cast<IntegerAttr>(value);
+      return i && i.getType().isInteger(64) && i.getInt() >= 0
+                 ? success()
+                 : wrong("an i64 priority >= 0");
+    }
     return op->emitError() << "unknown tdx attribute '" << name
                            << "' on a function argument or result; tdx uses '"
-                           << TdxDialect::kShardingAttrName << "' and '"
+                           << TdxDialect::kShardingAttrName << "', '"
+                           << TdxDialect::kShardingPriorityAttrName << "' and '"
                            << TdxDialect::kGlobalTypeAttrName << "' there";
   }
   if (name == TdxDialect::kShardingsAttrName) {

@@ -9,7 +9,24 @@ using namespace mlir::tdx;
 
 static std::string num(double v) { return formatNumber(v); }
 
+/// A partitioned creation op's `global_shape` holds its (local) result.
+static LogicalResult verifyGlobalShape(Operation *op, std::optional<ArrayRef<int64_t>> global) {
+  if (!global)
+    return success();
+  auto type = cast<RankedTensorType>(op->getResult(0).getType());
+  if (static_cast<int64_t>(global->size()) != type.getRank())
+    return op->emitOpError() << "global_shape has " << global->size()
+                             << " dims but the result has rank " << type.getRank();
+  for (auto [d, g] : llvm::enumerate(*global))
+    if (g < 0 || (!type.isDynamicDim(d) && type.getDimSize(d) > g))
+      return op->emitOpError() << "result dim " << d << " of size " << type.getDimSize(d)
+                               << " is not a part of global size " << g;
+  return success();
+}
+
 LogicalResult FullOp::verify() {
+  if (failed(verifyGlobalShape(*this, getGlobalShape())))
+    return failure();
   double v = getValue().convertToDouble();
   Type et = getType().getElementType();
   if (auto it = dyn_cast<IntegerType>(et)) {
@@ -49,20 +66,7 @@ LogicalResult ArangeOp::verify() {
   return success();
 }
 
-/// A partitioned random op's `global_shape` holds its (local) result.
-static LogicalResult verifyGlobalShape(Operation *op, std::optional<ArrayRef<int64_t>> global) {
-  if (!global)
-    return success();
-  auto type = cast<RankedTensorType>(op->getResult(0).getType());
-  if (static_cast<int64_t>(global->size()) != type.getRank())
-    return op->emitOpError() << "global_shape has " << global->size()
-                             << " dims but the result has rank " << type.getRank();
-  for (auto [d, g] : llvm::enumerate(*global))
-    if (g < 0 || (!type.isDynamicDim(d) && type.getDimSize(d) > g))
-      return op->emitOpError() << "result dim " << d << " of size " << type.getDimSize(d)
-                               << " is not a part of global size " << g;
-  return success();
-}
+LogicalResult EmptyOp::verify() { return verifyGlobalShape(*this, getGlobalShape()); }
 
 LogicalResult UniformOp::verify() {
   if (failed(verifyGlobalShape(*this, getGlobalShape())))

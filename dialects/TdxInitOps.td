@@ -11,23 +11,39 @@
 
 include "TdxOpBase.td"
 
-def Tdx_EmptyOp : Tdx_Op<"empty", [Pure, Tdx_HasShardingRule]> {
+def Tdx_EmptyOp : Tdx_Op<"empty", [Pure, Tdx_HasPartitionRule]> {
   let summary = "a tensor with unspecified contents (torch.empty)";
+  let description = [{
+    After `tdx-partition`, a result split unevenly (a rank-dependent size,
+    `?`) keeps its global shape in `global_shape`; each rank makes its own
+    box of it, which may have no rows.
+  }];
+  let arguments = (ins OptionalAttr<DenseI64ArrayAttr>:$global_shape);
   let results = (outs Tdx_Tensor:$result);
   let assemblyFormat = "attr-dict `:` type($result)";
+  let builders = [OpBuilder<(ins "::mlir::Type":$type), [{
+    build($_builder, $_state, type, ::mlir::DenseI64ArrayAttr());
+  }]>];
+  let hasVerifier = 1;
 }
 
-def Tdx_FullOp : Tdx_Op<"full", [Pure, Tdx_HasShardingRule]> {
+def Tdx_FullOp : Tdx_Op<"full", [Pure, Tdx_HasPartitionRule]> {
   let summary = "a tensor filled with one value (torch.full, zeros, ones)";
   let description = [{
     ```mlir
     %z = tdx.full 0.000000e+00 : tensor<4x4xf32>
     %m = tdx.full 1.000000e+00 : tensor<8xi64>
+    %p = tdx.full 0.000000e+00 {global_shape = array<i64: 1, 3>} : tensor<?x3xf32>
     ```
     On integer and boolean tensors the value must be integral (and 0 or 1
-    for `i1`).
+    for `i1`). After `tdx-partition`, a result split unevenly (a
+    rank-dependent size, `?`) keeps its global shape in `global_shape`;
+    each rank fills its own box of it, which may have no rows.
   }];
-  let arguments = (ins F64Attr:$value);
+  let arguments = (ins F64Attr:$value, OptionalAttr<DenseI64ArrayAttr>:$global_shape);
+  let builders = [OpBuilder<(ins "::mlir::Type":$type, "::mlir::FloatAttr":$value), [{
+    build($_builder, $_state, type, value, ::mlir::DenseI64ArrayAttr());
+  }]>];
   let results = (outs Tdx_Tensor:$result);
   let assemblyFormat = "$value attr-dict `:` type($result)";
   let hasVerifier = 1;

@@ -159,6 +159,8 @@ public:
   RankedTensorType globalResultType(unsigned i) override {
     return cast<RankedTensorType>(original->getResult(i).getType());
   }
+  // Sizes come from `origin`, which keeps the whole values: nothing to move.
+  void replaced(Value, Value) override {}
 
 private:
   Folder &f;

@@ -31,6 +31,8 @@ private:
   SymbolTableCollection symbols;
   /// The global result types of the op being partitioned.
   SmallVector<RankedTensorType> globalResults;
+  /// The global type of every value retyped so far.
+  DenseMap<Value, RankedTensorType> globalTypes;
 
   FlatSymbolRefAttr meshRef() {
     return FlatSymbolRefAttr::get(mesh.getSymNameAttr());
@@ -57,6 +59,14 @@ public:
   SmallVector<PlacementAttr> layoutOf(Value v) override { return p.layoutOfValue(v); }
   int64_t globalDimSize(Value v, int64_t dim) override { return p.globalDimSize(v, dim); }
   RankedTensorType globalResultType(unsigned i) override { return p.globalResults[i]; }
+  void replaced(Value from, Value to) override {
+    // Erased values leave the map: their storage may be reused.
+    if (auto it = p.globalTypes.find(from); it != p.globalTypes.end()) {
+      RankedTensorType global = it->second;
+      p.globalTypes.erase(it);
+      p.globalTypes[to] = global;
+    }
+  }
 
 private:
   FunctionPartitioner &p;
@@ -68,6 +78,8 @@ Layout FunctionPartitioner::layoutOfValue(Value v) {
 }
 
 int64_t FunctionPartitioner::globalDimSize(Value v, int64_t dim) {
+  if (auto it = globalTypes.find(v); it != globalTypes.end() && it->second)
+    return it->second.getDimSize(dim);
   // A parameter's declaration keeps its global type.
   if (auto ref = dyn_cast_or_null<ParamRefOp>(v.getDefiningOp()))
     if (auto param = dyn_cast_or_null<ParameterOp>(lookupStateOwner(ref, ref.getNameAttr())))
@@ -164,6 +176,7 @@ LogicalResult FunctionPartitioner::lowerRedistribute(RedistributeOp op) {
   if (Operation *def = result.getDefiningOp(); def && def != input.getDefiningOp())
     def->setAttr(::mlir::tdx::TdxDialect::kShardingsAttrName, b.getArrayAttr({op.getTarget()}));
   op.getResult().replaceAllUsesWith(result);
+  globalTypes[result] = global;
   op.erase();
   // A gather only this chunk read (folded away) has no reader left.
   if (auto gather = input.getDefiningOp<AllGatherOp>(); gather && gather->use_empty())
@@ -175,8 +188,10 @@ LogicalResult FunctionPartitioner::retype(Operation *op) {
   if (op->getNumResults() == 0)
     return success();
   globalResults.clear();
-  for (Value result : op->getResults())
+  for (Value result : op->getResults()) {
     globalResults.push_back(dyn_cast<RankedTensorType>(result.getType()));
+    globalTypes[result] = globalResults.back();
+  }
   auto shardings = op->getAttrOfType<ArrayAttr>(::mlir::tdx::TdxDialect::kShardingsAttrName);
   if (!shardings || shardings.size() != op->getNumResults())
     return op->emitOpError() << "has no placement for its results ('tdx.shardings'); "
@@ -215,6 +230,7 @@ LogicalResult FunctionPartitioner::run() {
       return fn.emitError() << "argument #" << arg.getArgNumber() << " is placed on mesh "
                             << sharding.getMesh() << " but the function on @"
                             << mesh.getSymName();
+    globalTypes[arg] = global;
     arg.setType(localType(global, sharding.getPlacements(), meshShape));
   }
   Context context(*this);

@@ -321,9 +321,15 @@ LogicalResult FunctionPropagation::seed() {
                             << "; one function is placed on one mesh";
     if (failed(sharding.verifyFor(fn, arg.getType(), symbols, "argument sharding")))
       return failure();
+    // A preference (data parallelism's batch split) starts propagation at
+    // its level but is not fixed: preferences that disagree are settled by
+    // cost.
+    auto preference = fn.getArgAttrOfType<IntegerAttr>(
+        arg.getArgNumber(), ::mlir::tdx::TdxDialect::kShardingPriorityAttrName);
     State &s = state(arg);
     for (auto [axis, p] : llvm::enumerate(sharding.getPlacements()))
-      s[axis] = {p, 0, fn, true};
+      s[axis] = preference ? AxisState{p, static_cast<int>(preference.getInt()), fn, false}
+                           : AxisState{p, 0, fn, true};
   }
   for (Operation *op : ops)
     if (auto annotate = dyn_cast<AnnotateOp>(op)) {
@@ -533,6 +539,12 @@ void FunctionPropagation::decideOp(Operation *op) {
   if (isa<func::ReturnOp>(op)) {
     for (auto [i, v] : llvm::enumerate(op->getOperands())) {
       Layout l = isTensor(v) ? layout(v) : Layout();
+      // A result leaves the program Shard, Replicate or Partial(sum): the
+      // runtimes assemble a result's boxes by copying or adding them. A
+      // Partial(max|min|avg) is reduced by its own collective first.
+      for (PlacementAttr &p : l)
+        if (p.isPartial() && p.getReduce() != ReduceKind::Sum)
+          p = PlacementAttr::replicate(ctx);
       if (auto sharding = fn.getResultAttrOfType<ShardingAttr>(i, ::mlir::tdx::TdxDialect::kShardingAttrName))
         l = layoutOf(sharding);
       req.push_back(l);
@@ -674,9 +686,12 @@ void FunctionPropagation::rewrite() {
       op->setAttr(::mlir::tdx::TdxDialect::kShardingsAttrName, b.getArrayAttr(shardings));
     }
   }
-  for (BlockArgument arg : fn.getArguments())
+  for (BlockArgument arg : fn.getArguments()) {
     if (isTensor(arg))
       fn.setArgAttr(arg.getArgNumber(), ::mlir::tdx::TdxDialect::kShardingAttrName, shardingOf(mesh, layout(arg)));
+    // A preference has become the argument's placement.
+    fn.removeArgAttr(arg.getArgNumber(), ::mlir::tdx::TdxDialect::kShardingPriorityAttrName);
+  }
   for (Operation *op : ops)
     if (auto ref = dyn_cast<ParamRefOp>(op)) {
       Operation *target = symbols.lookupNearestSymbolFrom(op, ref.getNameAttr());
@@ -706,6 +721,10 @@ LogicalResult FunctionPropagation::run() {
   for (Operation *op : ops)
     if (auto annotate = dyn_cast<AnnotateOp>(op))
       levels.insert(static_cast<int>(annotate.getPriority()));
+  for (unsigned i = 0; i < fn.getNumArguments(); ++i)
+    if (auto p = fn.getArgAttrOfType<IntegerAttr>(
+            i, ::mlir::tdx::TdxDialect::kShardingPriorityAttrName))
+      levels.insert(static_cast<int>(p.getInt()));
   for (int level : levels)
     if (failed(propagateLevel(level)))
       return failure();

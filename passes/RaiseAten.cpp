@@ -733,10 +733,16 @@ Value raiseIndex(Call &c) {
   for (int64_t d : x.getShape().drop_front())
     rest *= d;
   Value table = c.reshape(c.plain[0], {x.getDimSize(0), rest});
+  // Indexing counts negative indices from the end; a lookup does not.
+  Value ids = (*idx)[0];
+  Value negative = CmpOp::create(c.b, c.loc, RankedTensorType::get(it.getShape(), c.b.getI1Type()),
+                                 CmpPredicate::lt, ids, c.full(0, it.getElementType()));
+  ids = WhereOp::create(c.b, c.loc, it, negative,
+                        c.binary<AddOp>(ids, c.full(x.getDimSize(0), it.getElementType())), ids);
   SmallVector<int64_t> shape(it.getShape());
   shape.push_back(rest);
   Value rows = EmbeddingOp::create(c.b, c.loc, RankedTensorType::get(shape, x.getElementType()),
-                                   table, (*idx)[0], IntegerAttr());
+                                   table, ids, IntegerAttr());
   return c.reshape(rows, c.resultType().getShape());
 }
 

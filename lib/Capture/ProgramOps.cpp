@@ -181,7 +181,7 @@ void Module::setMeshRanks(const std::string &meshName, const std::vector<int64_t
 
 void Module::annotate(const std::string &target, const std::string &meshName,
                       const std::vector<int64_t> &shape, const std::vector<std::string> &axes,
-                      const std::string &placements) {
+                      const std::string &placements, int64_t priority) {
   Transaction transaction(*impl);
   declareMesh(meshName, shape, axes);
   ModuleOp module = *impl->module;
@@ -209,7 +209,15 @@ void Module::annotate(const std::string &target, const std::string &meshName,
                                   "sharding of " + target)))
       throw CaptureError("tdx: cannot place " + target + ":\n" + diags.text);
     fn.setArgAttr(index, ::mlir::tdx::TdxDialect::kShardingAttrName, sharding);
+    if (priority >= 0)
+      fn.setArgAttr(index, ::mlir::tdx::TdxDialect::kShardingPriorityAttrName,
+                    IntegerAttr::get(IntegerType::get(&ctx, 64), priority));
+    else
+      fn.removeArgAttr(index, ::mlir::tdx::TdxDialect::kShardingPriorityAttrName);
   } else {
+    if (priority >= 0)
+      throw CaptureError("tdx: a placement with a priority (a preference) is for inputs "
+                         "(input:<i>); '" + target + "' is state, placed as given");
     Operation *decl = symbols.lookup(target);
     auto param = dyn_cast_or_null<ParameterOp>(decl);
     auto buffer = dyn_cast_or_null<BufferOp>(decl);
@@ -324,6 +332,24 @@ std::string Module::entry() const {
 int64_t Module::numArguments(const std::string &function) const {
   auto fn = impl->module->lookupSymbol<func::FuncOp>(function);
   return fn ? static_cast<int64_t>(fn.getNumArguments()) : -1;
+}
+
+std::vector<std::pair<std::vector<int64_t>, bool>>
+Module::argumentShapes(const std::string &function) const {
+  auto fn = impl->module->lookupSymbol<func::FuncOp>(function);
+  if (!fn)
+    throw CaptureError("tdx: the program has no function @" + function);
+  std::vector<std::pair<std::vector<int64_t>, bool>> out;
+  for (BlockArgument arg : fn.getArguments()) {
+    auto t = dyn_cast<RankedTensorType>(arg.getType());
+    unsigned i = arg.getArgNumber();
+    bool fixed = fn.getArgAttr(i, TdxDialect::kShardingAttrName) &&
+                 !fn.getArgAttr(i, TdxDialect::kShardingPriorityAttrName);
+    out.push_back({t ? std::vector<int64_t>(t.getShape().begin(), t.getShape().end())
+                     : std::vector<int64_t>{},
+                   fixed});
+  }
+  return out;
 }
 
 bool Module::isPartitioned() const {

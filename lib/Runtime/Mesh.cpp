@@ -177,6 +177,13 @@ void Mesh::box(const std::vector<int64_t> &globalShape, const Layout &layout,
   boxAt(coords_, globalShape, layout, offset, size);
 }
 
+std::vector<int64_t> Mesh::localShape(const std::vector<int64_t> &globalShape,
+                                      const Layout &layout) const {
+  std::vector<int64_t> offset, size;
+  box(globalShape, layout, offset, size);
+  return size;
+}
+
 void Mesh::boxAt(const std::vector<int64_t> &coords, const std::vector<int64_t> &globalShape,
                  const Layout &layout, std::vector<int64_t> &offset,
                  std::vector<int64_t> &size) const {
@@ -220,8 +227,14 @@ std::vector<char> Mesh::gather(const void *local, int64_t localBytes,
     elements *= d;
   std::vector<char> out(elements * item, 0);
   bool partial = false;
-  for (const Placement &p : layout)
+  for (const Placement &p : layout) {
     partial |= p.kind == 'P';
+    // The compiler reduces every other kind before a result leaves the
+    // program (tdx-propagate-sharding); adding boxes is only right for sums.
+    if (p.kind == 'P' && p.value != Reduce::Sum)
+      throw std::runtime_error("tdx: gather: an output is Partial with a reduction other than "
+                               "sum; place the function's result Replicate or Partial(sum)");
+  }
   if (partial && (dtype == DType::F16 || dtype == DType::BF16 || dtype == DType::Bool))
     throw std::runtime_error(std::string("tdx: cannot sum partial ") + dtypeName(dtype) +
                              " outputs on the host; return them reduced");

@@ -243,13 +243,16 @@ LogicalResult Emitter::emitInit(Operation *decl, StringRef name, RankedTensorTyp
     });
     program = buildInitProgram(decl);
   }
+  // Only what the state lacks (read from --params, a checkpoint or a
+  // store) is made.
+  os << "  if (!s.count(\"" << name << "\"))\n    ";
   if (failed(program)) {
-    os << "  throw std::runtime_error(" << quoted("tdx: the init program of '" + name.str() +
-                                                  "': " + why)
+    os << "throw std::runtime_error(" << quoted("tdx: the init program of '" + name.str() +
+                                                "': " + why)
        << ");\n";
     return success();
   }
-  os << "  s[\"" << name << "\"] = ctx.init(" << programVar(*program) << ", " << layout
+  os << "s[\"" << name << "\"] = ctx.init(" << programVar(*program) << ", " << layout
      << ");\n";
   return success();
 }
@@ -351,15 +354,23 @@ LogicalResult Emitter::emitOp(Operation *op) {
   };
   auto type = [&]() { return cast<RankedTensorType>(op->getResult(0).getType()); };
   auto opts = [&]() { return dtype(type().getElementType()); };
+  // A filled tensor split unevenly: this rank's box of its global shape.
+  auto createdShape = [&](auto o) {
+    std::optional<ArrayRef<int64_t>> global = o.getGlobalShape();
+    if (!global)
+      return list(type().getShape());
+    return "ctx.localShape(" + list(*global) + ", parseLayout(\"" +
+           layoutText(valueSharding(o.getResult()), meshRank) + "\"))";
+  };
   return llvm::TypeSwitch<Operation *, LogicalResult>(op)
       .Case([&](ParamRefOp o) {
         return assign("s.at(\"" + stateKey(o, o.getNameAttr()) + "\")");
       })
       .Case([&](FullOp o) {
-        return assign("T::full(" + list(type().getShape()) + ", " +
+        return assign("T::full(" + createdShape(o) + ", " +
                       number(o.getValue().convertToDouble()) + ", " + opts() + ")");
       })
-      .Case([&](EmptyOp) { return assign("T::zeros(" + list(type().getShape()) + ", " + opts() + ")"); })
+      .Case([&](EmptyOp o) { return assign("T::zeros(" + createdShape(o) + ", " + opts() + ")"); })
       .Case<UniformOp, NormalOp, TruncNormalOp, BernoulliOp>([&](Operation *o) -> LogicalResult {
         // This rank's box of the global draw of this call (`call`).
         FailureOr<::tdx::rt::InitProgram> program = buildValueProgram(o->getResult(0));

@@ -156,7 +156,8 @@ PYBIND11_MODULE(_C, m) {
            py::arg("axes"))
       .def("set_mesh_ranks", &Module::setMeshRanks, py::arg("name"), py::arg("ranks"))
       .def("annotate", &Module::annotate, py::arg("target"), py::arg("mesh_name"),
-           py::arg("shape"), py::arg("axes"), py::arg("placements"))
+           py::arg("shape"), py::arg("axes"), py::arg("placements"), py::arg("priority") = -1)
+      .def("argument_shapes", &Module::argumentShapes, py::arg("function"))
       .def("annotate_uses", &Module::annotateUses, py::arg("param"), py::arg("mesh_name"),
            py::arg("placements"), py::arg("reads") = false)
       .def("state",

@@ -13,7 +13,7 @@ and materialize them bitwise equal to eager construction.
 import torch  # noqa: F401  (the extension needs libtorch loaded first)
 
 from . import _C  # noqa: F401
-from .errors import CaptureError, CheckpointError, FakeTensorError, TdxError
+from .errors import CaptureError, CheckpointError, FakeTensorError, TdxError, TdxWarning
 from .deferred import (
     deferred_init,
     fake_mode,
@@ -66,7 +66,7 @@ __all__ = [
     "capture",
     "trace",
     "FakeTensorError",
-    "TdxError",
+    "TdxError", "TdxWarning",
     "deferred_init",
     "fake_mode",
     "is_deferred",

@@ -5,10 +5,11 @@ import re
 import shutil
 import subprocess
 import tempfile
+import warnings
 
 from . import _C, safetensors
 from .checkpoint import latest as latest_checkpoint, step_of as checkpoint_step
-from .errors import TdxError
+from .errors import TdxError, TdxWarning
 
 
 def _tool(name):
@@ -49,6 +50,11 @@ class Executable:
         if done.returncode != 0:
             raise TdxError(f"the model binary failed (exit {done.returncode}):\n"
                            f"{done.stderr.strip()}")
+        # What a run that succeeded says to its user (a --params file that
+        # lacks a parameter) reaches Python as a warning.
+        for line in done.stderr.splitlines():
+            if line.startswith("tdx: "):
+                warnings.warn(line[len("tdx: "):], TdxWarning, stacklevel=3)
         return done.stdout
 
     def _params_args(self, params, tmp):

@@ -21,5 +21,10 @@ class CheckpointError(TdxError, RuntimeError):
     fit what reads it; the message names the file, tensor and offset."""
 
 
+class TdxWarning(UserWarning):
+    """A run that succeeded but did something the user may not expect (a
+    parameter the --params file lacks started from its init program)."""
+
+
 _C._set_capture_error_type(CaptureError)
 _C._set_checkpoint_error_type(CheckpointError)

@@ -219,6 +219,31 @@ def _place_zero(prog, mesh, dp, zero, placed):
             _annotate(prog, name, mesh, placements)
 
 
+def _place_batch(prog, mesh, axis):
+    """Data parallelism's inputs, as DDP splits them: the batch is dim 0 of
+    the first input that has dims, and each input whose dim 0 has that size
+    is split over `axis`, as a preference (priority 0, not fixed): where
+    two inputs' splits disagree at an op (``x @ w`` with both (6, 6)) the
+    cost model picks, and a user's own placement wins. 0-D inputs and
+    inputs of another leading size (a temperature, a broadcast row, a
+    weight given as an input) are left to propagation, which replicates
+    them unless splitting is cheaper. Inputs the user placed are kept."""
+    entry = prog._module.entry()
+    if prog._module.num_arguments(entry) < 0:
+        raise CaptureError("data parallelism places the step's inputs; trace the model first "
+                           "(tdx.trace or tdx.trace_train_step)")
+    shapes = prog._module.argument_shapes(entry)
+    batch = next((shape[0] for shape, _ in shapes if shape), None)
+    for i, (shape, placed) in enumerate(shapes):
+        if placed or not shape or shape[0] != batch:
+            continue
+        placements = [Replicate()] * mesh.ndim
+        placements[axis] = Shard(0)
+        text = "[" + ", ".join(str(p) for p in placements) + "]"
+        prog._module.annotate(f"input:{i}", mesh.name, list(mesh.shape),
+                              list(mesh.mesh_dim_names), text, priority=0)
+
+
 # --- Parallel plans ----------------------------------------------------------
 
 class _Style:
@@ -265,8 +290,12 @@ def parallelize(prog, mesh, plan, *, data_parallel=None, zero=0, fold=()):
     """Places a traced program by a plan: ``plan`` maps module name patterns
     (fnmatch, ``"layers.*.attn.wq"``) to ColwiseParallel(), RowwiseParallel(),
     SequenceParallel() or VocabParallel() over their mesh axis (default
-    ``"tp"``); ``data_parallel`` names the mesh axis that splits every
-    input's batch dim. Every other mesh axis replicates.
+    ``"tp"``); ``data_parallel`` names the mesh axis that splits the
+    inputs' batch dim, as DDP does: every input whose dim 0 is the batch
+    (dim 0 of the first input with dims) is split there as a preference
+    that the user's own placements override; 0-D inputs and inputs of
+    another leading size are replicated unless the cost model finds a
+    split cheaper. Every other mesh axis replicates.
 
     ``zero`` (a training step's program, with ``data_parallel``) is ZeRO as
     placements over the data-parallel axis: 0 leaves optimizer state where
@@ -339,15 +368,7 @@ def parallelize(prog, mesh, plan, *, data_parallel=None, zero=0, fold=()):
     if zero:
         _place_zero(prog, mesh, mesh.axis(data_parallel), zero, placed)
     if data_parallel is not None:
-        axis = mesh.axis(data_parallel)
-        count = prog._module.num_arguments(prog._module.entry())
-        if count < 0:
-            raise CaptureError("data parallelism places the step's inputs; trace the model first "
-                               "(tdx.trace or tdx.trace_train_step)")
-        for i in range(count):
-            placements = [Replicate()] * mesh.ndim
-            placements[axis] = Shard(0)
-            _annotate(prog, f"input:{i}", mesh, placements)
+        _place_batch(prog, mesh, mesh.axis(data_parallel))
     if fold:
         prog._module.declare_mesh(mesh.name, list(mesh.shape), list(mesh.mesh_dim_names))
         prog._module.set_mesh_ranks(mesh.name, [1 if a in fold else s for a, s in

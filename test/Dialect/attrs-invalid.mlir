@@ -93,5 +93,15 @@ func.func @bad_global_type(%x: tensor<4xf32> {tdx.global_type = 3}) { return }
 
 // -----
 
-// expected-error @+1 {{unknown tdx attribute 'tdx.shardings' on a function argument or result; tdx uses 'tdx.sharding' and 'tdx.global_type' there}}
+// expected-error @+1 {{unknown tdx attribute 'tdx.shardings' on a function argument or result; tdx uses 'tdx.sharding', 'tdx.sharding_priority' and 'tdx.global_type' there}}
 func.func @op_attr_on_argument(%x: tensor<4xf32> {tdx.shardings = []}) { return }
+
+// -----
+
+// expected-error @+1 {{'tdx.sharding_priority' must be an i64 priority >= 0, got -1 : i64}}
+func.func @negative_priority(%x: tensor<4xf32> {tdx.sharding_priority = -1 : i64}) { return }
+
+// -----
+
+// expected-error @+1 {{'tdx.sharding_priority' must be an i64 priority >= 0, got "dp"}}
+func.func @priority_not_integer(%x: tensor<4xf32> {tdx.sharding_priority = "dp"}) { return }

@@ -110,7 +110,12 @@ func.func @windows(%x: tensor<4x6xf32>, %s: tensor<4x2xf32>, %r: tensor<6xf32>, 
   // CHECK: tdx.reshape %{{.*}} [1, 6]
   // CHECK: tdx.concat %{{.*}}, %{{.*}} dim 0 : (tensor<3x6xf32>, tensor<1x6xf32>) -> tensor<4x6xf32>
   %3 = tdx.aten "aten::select_scatter"(%x, %r) {args = {dim = 0 : i64, index = -1 : i64}} : (tensor<4x6xf32>, tensor<6xf32>) -> tensor<4x6xf32>
-  // CHECK: tdx.embedding %{{.*}}, %{{.*}} : (tensor<10x3xf32>, tensor<5xi64>) -> tensor<5x3xf32>
+  // Indexing counts negative indices from the end (i + 10), a lookup does not.
+  // CHECK: %[[NEG:.*]] = tdx.cmp lt, %{{.*}}, %{{.*}} : (tensor<5xi64>, tensor<i64>) -> tensor<5xi1>
+  // CHECK: %[[TEN:.*]] = tdx.full 1.000000e+01 : tensor<i64>
+  // CHECK: %[[UP:.*]] = tdx.add %{{.*}}, %[[TEN]]
+  // CHECK: %[[IDS:.*]] = tdx.where %[[NEG]], %[[UP]], %{{.*}}
+  // CHECK: tdx.embedding %{{.*}}, %[[IDS]] : (tensor<10x3xf32>, tensor<5xi64>) -> tensor<5x3xf32>
   %4 = tdx.aten "aten::index.Tensor"(%t, %i) {args = {indices = [1 : index]}} : (tensor<10x3xf32>, tensor<5xi64>) -> tensor<5x3xf32>
   return %0, %1, %2, %3, %4 : tensor<4x6xf32>, tensor<5x9xf32>, tensor<4x6xf32>, tensor<4x6xf32>, tensor<5x3xf32>
 }

@@ -117,3 +117,64 @@ func.func @partial_sums(%x: tensor<8x16xf32>, %y: tensor<8x16xf32>, %w: tensor<1
   %o = tdx.annotate %b <@mesh, [Replicate]> : tensor<8x4xf32>
   return %o : tensor<8x4xf32>
 }
+
+// -----
+
+// Preferences (tdx.sharding_priority, data parallelism's batch split): two
+// arguments that prefer to split different factors of one matmul are
+// settled by cost, not refused, and the preference leaves the IR once it is
+// the argument's placement.
+tdx.mesh @mesh shape = [2] axes = ["dp"]
+// CHECK-LABEL: func.func @preferences
+// CHECK-NOT: tdx.sharding_priority
+// CHECK: tdx.redistribute %arg1 <@mesh, [Shard(0)]> to <@mesh, [Replicate]>
+// CHECK: tdx.matmul
+// CHECK-SAME: tdx.shardings = [#tdx.sharding<@mesh, [Shard(0)]>]
+func.func @preferences(%x: tensor<6x6xf32> {tdx.sharding = #tdx.sharding<@mesh, [Shard(0)]>, tdx.sharding_priority = 0 : i64},
+                       %w: tensor<6x6xf32> {tdx.sharding = #tdx.sharding<@mesh, [Shard(0)]>, tdx.sharding_priority = 0 : i64}) -> tensor<6x6xf32> {
+  %y = tdx.matmul %x, %w : (tensor<6x6xf32>, tensor<6x6xf32>) -> tensor<6x6xf32>
+  return %y : tensor<6x6xf32>
+}
+
+// -----
+
+// A user's fixed placement beats a preference at the same priority: the
+// matmul computes as %w's fixed Shard(1) asks (the j factor), and the
+// preferred batch split of %x is gathered.
+tdx.mesh @mesh shape = [2] axes = ["dp"]
+// CHECK-LABEL: func.func @fixed_beats_preference
+// CHECK: tdx.redistribute %{{.*}} <@mesh, [Shard(0)]> to <@mesh, [Replicate]>
+// CHECK: tdx.matmul
+// CHECK-SAME: tdx.shardings = [#tdx.sharding<@mesh, [Shard(1)]>]
+func.func @fixed_beats_preference(%x: tensor<6x4xf32> {tdx.sharding = #tdx.sharding<@mesh, [Shard(0)]>, tdx.sharding_priority = 0 : i64},
+                                  %w: tensor<4x6xf32> {tdx.sharding = #tdx.sharding<@mesh, [Shard(1)]>}) -> tensor<6x6xf32> {
+  %y = tdx.matmul %x, %w : (tensor<6x4xf32>, tensor<4x6xf32>) -> tensor<6x6xf32>
+  return %y : tensor<6x6xf32>
+}
+
+// -----
+
+// A result leaves the program Shard, Replicate or Partial(sum): an amax over
+// the split dim is Partial(max), reduced by a redistribute before the return
+// (the runtimes add a result's boxes).
+tdx.mesh @mesh shape = [2] axes = ["dp"]
+// CHECK-LABEL: func.func @max_result
+// CHECK: %[[M:.*]] = tdx.max %{{.*}} dims = [0] {tdx.shardings = [#tdx.sharding<@mesh, [Partial(max)]>]}
+// CHECK: %[[R:.*]] = tdx.redistribute %[[M]] <@mesh, [Partial(max)]> to <@mesh, [Replicate]>
+// CHECK: return %[[R]]
+func.func @max_result(%x: tensor<6x3xf32> {tdx.sharding = #tdx.sharding<@mesh, [Shard(0)]>}) -> tensor<3xf32> {
+  %0 = tdx.max %x dims = [0] : tensor<6x3xf32> -> tensor<3xf32>
+  return %0 : tensor<3xf32>
+}
+
+// -----
+
+// A sum stays Partial(sum) up to the return: the runtime adds the boxes.
+tdx.mesh @mesh shape = [2] axes = ["dp"]
+// CHECK-LABEL: func.func @sum_result
+// CHECK-NOT: tdx.redistribute
+// CHECK: tdx.sum %{{.*}} dims = [0] {tdx.shardings = [#tdx.sharding<@mesh, [Partial(sum)]>]}
+func.func @sum_result(%x: tensor<6x3xf32> {tdx.sharding = #tdx.sharding<@mesh, [Shard(0)]>}) -> tensor<3xf32> {
+  %0 = tdx.sum %x dims = [0] : tensor<6x3xf32> -> tensor<3xf32>
+  return %0 : tensor<3xf32>
+}

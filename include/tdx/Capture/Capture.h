@@ -232,10 +232,14 @@ public:
   /// Places `target` on a mesh (declared as by declareMesh): a parameter or
   /// buffer's qualified name (a tied name places the value it shares) or
   /// "input:<i>" for the i-th forward input. `placements` is DTensor-style
-  /// text: "[Shard(0), Replicate]".
+  /// text: "[Shard(0), Replicate]". A `priority` >= 0 (inputs only) makes
+  /// the placement a preference at that priority level
+  /// (`tdx.sharding_priority`): propagation starts from it, and preferences
+  /// that disagree at one level are settled by the cost model instead of
+  /// refused. A negative `priority` is the user's own, fixed placement.
   void annotate(const std::string &target, const std::string &meshName,
                 const std::vector<int64_t> &shape, const std::vector<std::string> &axes,
-                const std::string &placements);
+                const std::string &placements, int64_t priority = -1);
   /// Places the results of the ops that use the parameter `param` (for
   /// example a norm's weight) on the declared mesh `meshName`, by annotating
   /// them (sequence parallelism: a norm's output stays split by sequence;
@@ -259,6 +263,11 @@ public:
   std::string entry() const;
   /// The argument count of `func.func @<function>`, -1 when there is none.
   int64_t numArguments(const std::string &function) const;
+  /// One per argument of `func.func @<function>`: its shape (empty for a
+  /// 0-D tensor or a non-tensor) and whether it has a fixed placement
+  /// (`tdx.sharding` without `tdx.sharding_priority`).
+  std::vector<std::pair<std::vector<int64_t>, bool>>
+  argumentShapes(const std::string &function) const;
   /// Whether tdx-partition has run (types are per-rank).
   bool isPartitioned() const;
   /// Whether propagation has placed the ops (`tdx.shardings`).

@@ -104,6 +104,8 @@ public:
   virtual int64_t globalDimSize(Value v, int64_t dim) = 0;
   /// The global type of result `i` of the op being partitioned.
   virtual RankedTensorType globalResultType(unsigned i) = 0;
+  /// `from`, a result of an op about to be erased, is replaced by `to`.
+  virtual void replaced(Value from, Value to) = 0;
 };
 
 } // namespace mlir::tdx

@@ -45,6 +45,10 @@ public:
            std::vector<int64_t> &offset, std::vector<int64_t> &size) const;
   void boxAt(const std::vector<int64_t> &coords, const std::vector<int64_t> &globalShape,
              const Layout &layout, std::vector<int64_t> &offset, std::vector<int64_t> &size) const;
+  /// The sizes of this rank's box of `globalShape` (an uneven split may
+  /// leave it no rows).
+  std::vector<int64_t> localShape(const std::vector<int64_t> &globalShape,
+                                  const Layout &layout) const;
 
   /// The ranks that differ from this one only on `axes`: an MPI_Comm* (made
   /// on first use), the group's size and this rank's index in it.

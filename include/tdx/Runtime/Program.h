@@ -39,6 +39,8 @@ template <class Context, class Tensor, class ElementType> struct BasicProgram {
   /// The bytes of the arena the step's planned tensors are placed in
   /// (tdx/Runtime/Arena.h; 0: none).
   int64_t arenaBytes = 0;
+  /// Makes every parameter and buffer that `State` lacks by its init
+  /// program (sharded: this rank's box); entries already there are kept.
   std::function<void(Context &, State &)> init;
   std::function<std::vector<Tensor>(Context &, State &, const std::vector<Tensor> &)> forward;
 };

@@ -143,26 +143,25 @@ int tdx::rt::runMain(int argc, char **argv, const Program &program) {
     auto t0 = std::chrono::steady_clock::now();
     State state;
     if (store) {
-      // A model's state dict has no optimizer state: what the file lacks of
-      // it starts as the program's init makes it (a fresh optimizer). A
-      // resumed run needs all of it.
-      bool fresh = false;
+      // What the file has is read; what it lacks (a model's state dict has
+      // no optimizer state) is made by its init program below. A resumed
+      // run needs all of it.
       for (const Program::Param &p : program.params) {
-        bool missing = !store->find(p.name);
-        if (missing && !o.resume.empty())
-          throw std::runtime_error("the checkpoint " + store->path() + " has no '" + p.name +
-                                   "': it was saved by another program");
-        fresh |= isOptimizerState(p.name) && missing;
-      }
-      if (fresh)
-        program.init(ctx, state);
-      for (const Program::Param &p : program.params)
-        if (!isOptimizerState(p.name) || store->find(p.name))
+        if (store->find(p.name)) {
           state[p.name] =
               readLocal(ctx, *store, p.name, "parameter", p.shape, p.dtype, parseLayout(p.layout));
-    } else {
-      program.init(ctx, state);
+          continue;
+        }
+        if (!o.resume.empty())
+          throw std::runtime_error("the checkpoint " + store->path() + " has no '" + p.name +
+                                   "': it was saved by another program");
+        if (rank == 0 && !isOptimizerState(p.name))
+          std::fprintf(stderr, "tdx: %s has no '%s'; it starts as its init program makes it\n",
+                       store->path().c_str(), p.name.c_str());
+      }
     }
+    const size_t given = state.size();
+    program.init(ctx, state);
     auto t1 = std::chrono::steady_clock::now();
     if (o.verbose) {
       // Growth of this rank's peak resident memory while making its shards.
@@ -174,6 +173,8 @@ int tdx::rt::runMain(int argc, char **argv, const Program &program) {
                   rank, std::chrono::duration<double, std::milli>(t1 - t0).count(),
                   local / 1048576.0, (peakRssKiB() - rssBefore) / 1024.0,
                   at::get_num_threads());
+      std::printf("tdx: rank %d: %zu of %zu state entries made by their init programs\n", rank,
+                  state.size() - given, program.params.size());
       if (store)
         std::printf("tdx: rank %d: read %llu bytes of %s for %lld bytes of state\n", rank,
                     static_cast<unsigned long long>(store->bytesRead()), store->path().c_str(),

@@ -78,21 +78,20 @@ int tdx::cu::runMain(int argc, char **argv, const Program &program) {
       throw std::runtime_error("--save-state writes the state after training steps; give "
                                "--batches too (or --dump-params for the state after init)");
     if (!o.params.empty()) {
-      // A model's state dict has no optimizer state: what the file lacks of
-      // it starts as the program's init makes it (a fresh optimizer).
+      // What the file has is read; what it lacks (a model's state dict has
+      // no optimizer state) is made by its init program below.
       TensorStore store(tdx::rt::paramsPath(o));
-      bool fresh = false;
-      for (const Program::Param &p : program.params)
-        fresh |= tdx::rt::isOptimizerState(p.name) && !store.find(p.name);
-      if (fresh)
-        program.init(ctx, state);
-      for (const Program::Param &p : program.params)
-        if (!tdx::rt::isOptimizerState(p.name) || store.find(p.name))
+      for (const Program::Param &p : program.params) {
+        if (store.find(p.name))
           state[p.name] =
               readLocal(ctx, store, p.name, "parameter", p.shape, p.dtype, parseLayout(p.layout));
-    } else {
-      program.init(ctx, state);
+        else if (rank == 0 && !tdx::rt::isOptimizerState(p.name))
+          std::fprintf(stderr, "tdx: %s has no '%s'; it starts as its init program makes it\n",
+                       store.path().c_str(), p.name.c_str());
+      }
     }
+    const size_t given = state.size();
+    program.init(ctx, state);
     ctx.synchronize("init");
     auto t1 = std::chrono::steady_clock::now();
     if (o.verbose) {
@@ -101,6 +100,8 @@ int tdx::cu::runMain(int argc, char **argv, const Program &program) {
         local += t.nbytes();
       std::printf("tdx: rank %d: init %.3f ms, local parameters %.1f MiB on the GPU\n", rank,
                   std::chrono::duration<double, std::milli>(t1 - t0).count(), local / 1048576.0);
+      std::printf("tdx: rank %d: %zu of %zu state entries made by their init programs\n", rank,
+                  state.size() - given, program.params.size());
       std::fflush(stdout);
     }
     auto writeState = [&](const std::string &path) {
