@@ -20,3 +20,7 @@ config.substitutions.append(("%tdx_obj_root", config.tdx_obj_root))
 # The CUDA parts are built where nvcc is; their tests need them.
 if os.path.exists(os.path.join(config.tdx_tools_dir, "tdx-cuda-smoke")):
     config.available_features.add("cuda")
+
+# tdx-compile's cache of binaries is off in lit: each test compiles what it
+# checks, and the cache's own test names its directory (--cache-dir).
+config.environment["TDX_CACHE_DIR"] = ""

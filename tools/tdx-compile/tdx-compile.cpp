@@ -28,6 +28,7 @@
 #include "llvm/Support/SourceMgr.h"
 #include "llvm/Support/ToolOutputFile.h"
 
+#include "CompileCache.h"
 #include "CompileConfig.inc"
 
 using namespace llvm;
@@ -52,6 +53,13 @@ static cl::opt<bool> memoryReport(
              "the step's tensors alive at once) and the arena its tensors are placed in"),
     cl::cat(options));
 static cl::opt<bool> verbose("v", cl::desc("print the compiler command"), cl::cat(options));
+static cl::opt<std::string> cacheDir(
+    "cache-dir",
+    cl::desc("keep compiled binaries in DIR by the hash of their source, command and runtime, "
+             "and copy a binary from there instead of compiling it again (default: "
+             "$TDX_CACHE_DIR, else ~/.cache/tdx/compile; --no-cache for none)"),
+    cl::value_desc("DIR"), cl::cat(options));
+static cl::opt<bool> noCache("no-cache", cl::desc("compile without the cache"), cl::cat(options));
 static cl::opt<std::string> buildPch(
     "build-pch",
     cl::desc("precompile the CPU runtime's header into DIR (the build does this once into "
@@ -232,10 +240,31 @@ int main(int argc, char **argv) {
       args.push_back(lib);
     args.push_back("-Wl,-rpath,/usr/lib/x86_64-linux-gnu");
   }
+  tdx::CompileCache cache(noCache ? "" : cacheDir.empty() ? tdx::CompileCache::defaultDir()
+                                                           : cacheDir.getValue());
+  std::string key;
+  if (cache.enabled()) {
+    auto text = MemoryBuffer::getFile(source);
+    // The command as it reads: without where this compile writes.
+    SmallVector<std::string> command;
+    for (const std::string &arg : args)
+      command.push_back(arg == output ? "<output>" : arg == source ? "<source>" : arg);
+    if (text)
+      key = cache.key((*text)->getBuffer(), command);
+  }
+  if (!key.empty() && cache.fetch(key, output)) {
+    if (verbose)
+      errs() << "tdx-compile: " << output << " from the cache (" << key << ")\n";
+    if (!emitSource)
+      sys::fs::remove(source);
+    return 0;
+  }
   std::string error;
   int rc = run(args, error);
   if (!emitSource)
     sys::fs::remove(source);
+  if (rc == 0 && !key.empty())
+    cache.store(key, output);
   if (rc != 0) {
     errs() << "tdx-compile: compiling the emitted " << (cuda ? "CUDA" : "C++") << " failed (" << (error.empty() ? "exit " + std::to_string(rc) : error)
            << "); rerun with --emit-source -v to see the source and the command\n";

@@ -1,0 +1,126 @@
+//===- CompileCache.cpp - model binaries by the content they come from ----===//
+
+#include "CompileCache.h"
+
+#include "llvm/ADT/SmallVector.h"
+#include "llvm/ADT/StringExtras.h"
+#include "llvm/Support/FileSystem.h"
+#include "llvm/Support/Path.h"
+#include "llvm/Support/Process.h"
+#include "llvm/Support/SHA256.h"
+#include "llvm/Support/raw_ostream.h"
+
+#include <algorithm>
+#include <chrono>
+#include <unistd.h>
+
+using namespace llvm;
+using namespace tdx;
+
+std::string CompileCache::defaultDir() {
+  if (std::optional<std::string> dir = sys::Process::GetEnv("TDX_CACHE_DIR"))
+    return *dir;
+  SmallString<256> path;
+  if (std::optional<std::string> xdg = sys::Process::GetEnv("XDG_CACHE_HOME"); xdg && !xdg->empty())
+    path = *xdg;
+  else if (std::optional<std::string> home = sys::Process::GetEnv("HOME"); home && !home->empty())
+    sys::path::append(path, *home, ".cache");
+  else
+    return "";
+  sys::path::append(path, "tdx", "compile");
+  return std::string(path);
+}
+
+std::string CompileCache::key(StringRef source, ArrayRef<std::string> command) const {
+  SHA256 hash;
+  auto add = [&](StringRef s) {
+    hash.update(s);
+    hash.update(StringRef("\0", 1));
+  };
+  add(source);
+  for (const std::string &arg : command) {
+    add(arg);
+    // A file the command reads by name (the compiler, a library, the
+    // precompiled header) enters by its size and modification time.
+    SmallVector<std::string, 2> files = {arg};
+    if (StringRef(arg).ends_with(".h"))
+      files.push_back(arg + ".gch");
+    for (const std::string &file : files) {
+      sys::fs::file_status status;
+      if (sys::fs::status(file, status) || !sys::fs::is_regular_file(status))
+        continue;
+      add(std::to_string(status.getSize()) + ":" +
+          std::to_string(status.getLastModificationTime().time_since_epoch().count()));
+    }
+  }
+  return toHex(hash.final(), /*LowerCase=*/true);
+}
+
+std::string CompileCache::entry(StringRef key) const {
+  SmallString<256> path(dir);
+  sys::path::append(path, key);
+  return std::string(path);
+}
+
+bool CompileCache::fetch(StringRef key, StringRef output) const {
+  if (!enabled())
+    return false;
+  std::string cached = entry(key);
+  if (!sys::fs::exists(cached))
+    return false;
+  // Written beside the output and renamed: an interrupted copy leaves no
+  // half binary at `output`.
+  std::string partial = (output + ".partial").str();
+  if (sys::fs::copy_file(cached, partial) ||
+      sys::fs::setPermissions(partial, sys::fs::all_read | sys::fs::all_exe |
+                                           sys::fs::owner_write) ||
+      sys::fs::rename(partial, output)) {
+    sys::fs::remove(partial);
+    return false;
+  }
+  // The newest entries are kept: a hit counts as new.
+  if (int fd; !sys::fs::openFileForWrite(cached, fd, sys::fs::CD_OpenExisting,
+                                         sys::fs::OF_Append)) {
+    (void)sys::fs::setLastAccessAndModificationTime(fd, sys::TimePoint<>(
+                                                            std::chrono::system_clock::now()));
+    ::close(fd);
+  }
+  return true;
+}
+
+void CompileCache::store(StringRef key, StringRef output) const {
+  if (!enabled())
+    return;
+  std::string cached = entry(key);
+  std::string partial = cached + "." + std::to_string(::getpid()) + ".partial";
+  std::error_code ec = sys::fs::create_directories(dir);
+  if (!ec)
+    ec = sys::fs::copy_file(output, partial);
+  if (!ec)
+    ec = sys::fs::rename(partial, cached);
+  if (ec) {
+    sys::fs::remove(partial);
+    errs() << "tdx-compile: warning: cannot keep the binary in the cache " << dir << ": "
+           << ec.message() << " (set TDX_CACHE_DIR to another directory, or to nothing to "
+           << "compile without a cache)\n";
+    return;
+  }
+  trim();
+}
+
+void CompileCache::trim() const {
+  std::vector<std::pair<sys::TimePoint<>, std::string>> entries;
+  std::error_code ec;
+  for (sys::fs::directory_iterator it(dir, ec), end; it != end && !ec; it.increment(ec)) {
+    ErrorOr<sys::fs::basic_file_status> status = it->status();
+    if (StringRef(it->path()).ends_with(".partial") || !status ||
+        !sys::fs::is_regular_file(*status))
+      continue;
+    entries.push_back({status->getLastModificationTime(), it->path()});
+  }
+  if (static_cast<int>(entries.size()) <= kMaxEntries)
+    return;
+  std::sort(entries.begin(), entries.end());
+  for (size_t i = 0; i + kMaxEntries < entries.size(); ++i)
+    sys::fs::remove(entries[i].second);
+}

@@ -1,0 +1,51 @@
+//===- CompileCache.h - model binaries by the content they come from -*- C++ -*-===//
+//
+// tdx-compile's cache: a compiled binary is kept under the SHA-256 of the
+// emitted source, the compile command, and the size and modification time
+// of every file the command names (the compiler, the runtime libraries, the
+// precompiled header), so a program compiled again with the same tdx is
+// copied instead of compiled. Entries are written under a temporary name
+// and renamed, so concurrent compiles never see half a binary; the newest
+// kMaxEntries are kept.
+//
+//===----------------------------------------------------------------------===//
+
+#ifndef TDX_TOOLS_COMPILECACHE_H
+#define TDX_TOOLS_COMPILECACHE_H
+
+#include "llvm/ADT/ArrayRef.h"
+#include "llvm/ADT/StringRef.h"
+
+#include <string>
+
+namespace tdx {
+
+class CompileCache {
+public:
+  static constexpr int kMaxEntries = 256;
+
+  /// The cache in `dir`; an empty `dir` disables it.
+  explicit CompileCache(std::string dir) : dir(std::move(dir)) {}
+  /// TDX_CACHE_DIR where it is set (empty: no cache), else
+  /// $XDG_CACHE_HOME/tdx/compile, else $HOME/.cache/tdx/compile.
+  static std::string defaultDir();
+
+  bool enabled() const { return !dir.empty(); }
+  /// The key of compiling `source` (the emitted text) with `command`.
+  std::string key(llvm::StringRef source, llvm::ArrayRef<std::string> command) const;
+  /// Copies the binary cached under `key` to `output`; false when there is
+  /// none (or it cannot be copied).
+  bool fetch(llvm::StringRef key, llvm::StringRef output) const;
+  /// Keeps `output` as the binary of `key`; a cache that cannot be written
+  /// is skipped with a warning (the compile itself succeeded).
+  void store(llvm::StringRef key, llvm::StringRef output) const;
+
+private:
+  std::string entry(llvm::StringRef key) const;
+  void trim() const;
+  std::string dir;
+};
+
+} // namespace tdx
+
+#endif // TDX_TOOLS_COMPILECACHE_H
