@@ -42,9 +42,20 @@ def Tdx_RedistributeOp : Tdx_Op<"redistribute", [Pure, SameOperandsAndResultType
     "$input $source `to` $target attr-dict `:` type($input)";
 }
 
+/// Communicates across ranks (tdx-fold-mesh refuses it on a folded axis).
+def Tdx_Collective : NativeOpTrait<"TdxCollective">;
+/// The runtimes start it where it stands and wait for its result where that
+/// is first read (Context::start* and wait); every pass and emitter that
+/// asks which collectives run asynchronously asks this trait.
+def Tdx_AsyncCollective : NativeOpTrait<"TdxAsyncCollective">;
+/// Combines the ranks' partial values (`reduce`): with Tdx_AsyncCollective,
+/// what tdx-hoist-collectives starts early and tdx-schedule-waits waits for
+/// late.
+def Tdx_Reducing : NativeOpTrait<"TdxReducing">;
+
 class Tdx_CollectiveOp<string mnemonic, string what, dag extra, string extraFmt,
                        list<Trait> traits = []>
-    : Tdx_Op<mnemonic, !listconcat(traits, [
+    : Tdx_Op<mnemonic, !listconcat(traits, [Tdx_Collective,
         DeclareOpInterfaceMethods<SymbolUserOpInterface>])> {
   let summary = what # " over named mesh axes (local view)";
   let arguments = !con((ins Tdx_Tensor:$input, FlatSymbolRefAttr:$mesh,
@@ -60,7 +71,7 @@ class Tdx_CollectiveOp<string mnemonic, string what, dag extra, string extraFmt,
 }
 
 def Tdx_AllGatherOp : Tdx_CollectiveOp<"all_gather", "all_gather",
-    (ins I64Attr:$gather_dim), "`dim` `=` $gather_dim"> {
+    (ins I64Attr:$gather_dim), "`dim` `=` $gather_dim", [Tdx_AsyncCollective]> {
   let description = [{
     Concatenates every rank's `input` along `gather_dim`, in the group's rank
     order. Ranks may hold uneven chunks (`?` dims).
@@ -72,7 +83,8 @@ def Tdx_AllGatherOp : Tdx_CollectiveOp<"all_gather", "all_gather",
 }
 
 def Tdx_AllReduceOp : Tdx_CollectiveOp<"all_reduce", "all_reduce",
-    (ins Tdx_ReduceKind:$reduce), "`reduce` `=` $reduce"> {
+    (ins Tdx_ReduceKind:$reduce), "`reduce` `=` $reduce",
+    [Tdx_AsyncCollective, Tdx_Reducing]> {
   let description = [{
     ```mlir
     %s = tdx.all_reduce %x on @mesh axes = ["tp"] reduce = sum : tensor<8x16xf32> -> tensor<8x16xf32>
@@ -82,7 +94,7 @@ def Tdx_AllReduceOp : Tdx_CollectiveOp<"all_reduce", "all_reduce",
 
 def Tdx_ReduceScatterOp : Tdx_CollectiveOp<"reduce_scatter", "reduce_scatter",
     (ins Tdx_ReduceKind:$reduce, I64Attr:$scatter_dim),
-    "`reduce` `=` $reduce `dim` `=` $scatter_dim"> {
+    "`reduce` `=` $reduce `dim` `=` $scatter_dim", [Tdx_AsyncCollective, Tdx_Reducing]> {
   let description = [{
     Reduces across the group and leaves each rank its `torch.chunk` piece of
     `scatter_dim`. When the dim does not divide evenly the result dim is `?`.

@@ -168,6 +168,13 @@ ShardingAttr mlir::tdx::stateSharding(Operation *decl) {
   return {};
 }
 
+void mlir::tdx::setStateSharding(Operation *decl, ShardingAttr sharding) {
+  if (auto p = dyn_cast_or_null<ParameterOp>(decl))
+    p.setShardingAttr(sharding);
+  else if (auto b = dyn_cast_or_null<BufferOp>(decl))
+    b.setShardingAttr(sharding);
+}
+
 ShardingAttr mlir::tdx::valueSharding(Value v) {
   if (auto arg = dyn_cast<BlockArgument>(v)) {
     auto fn = dyn_cast<func::FuncOp>(arg.getOwner()->getParentOp());

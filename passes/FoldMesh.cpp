@@ -46,7 +46,7 @@ namespace {
 struct CommunicationListener : public OpBuilder::Listener {
   Operation *found = nullptr;
   void notifyOperationInserted(Operation *op, OpBuilder::InsertPoint) override {
-    if (!found && isa<MeshCoordOp, AllReduceOp, AllGatherOp, ReduceScatterOp, AllToAllOp>(op))
+    if (!found && (isa<MeshCoordOp>(op) || op->hasTrait<OpTrait::TdxCollective>()))
       found = op;
   }
 };

@@ -27,7 +27,7 @@ struct HoistCollectivesPass
       Block &body = fn.getBody().front();
       SmallVector<Operation *> reductions;
       for (Operation &op : body)
-        if (isa<AllReduceOp, ReduceScatterOp>(op))
+        if (isAsyncReduction(&op))
           reductions.push_back(&op);
       // Where the next op hoisted to each root goes after (the root's
       // definition, then the last one moved there), so that what meets

@@ -279,22 +279,10 @@ LogicalResult FunctionPropagation::seed() {
     auto ref = dyn_cast<ParamRefOp>(op);
     if (!ref)
       continue;
-    Operation *target = symbols.lookupNearestSymbolFrom(op, ref.getNameAttr());
-    StringAttr owner = ref.getNameAttr().getAttr();
-    ShardingAttr sharding;
-    if (auto p = dyn_cast_or_null<ParameterOp>(target)) {
-      if (auto tied = p.getTiedToAttr())
-        owner = tied.getAttr();
-      sharding = p.getShardingAttr();
-      if (p.getTiedToAttr())
-        if (auto owned = dyn_cast_or_null<ParameterOp>(
-                symbols.lookupNearestSymbolFrom(op, p.getTiedToAttr())))
-          sharding = sharding ? sharding : owned.getShardingAttr();
-    } else if (auto b = dyn_cast_or_null<BufferOp>(target)) {
-      if (auto tied = b.getTiedToAttr())
-        owner = tied.getAttr();
-      sharding = b.getShardingAttr();
-    }
+    // A tied name is the state it shares.
+    Operation *target = lookupStateOwner(op, ref.getNameAttr(), &symbols);
+    StringAttr owner = target ? SymbolTable::getSymbolName(target) : ref.getNameAttr().getAttr();
+    ShardingAttr sharding = stateSharding(target);
     auto [it, inserted] = firstRef.try_emplace(owner, ref.getResult());
     if (!inserted)
       leader[ref.getResult()] = it->second;
@@ -694,16 +682,9 @@ void FunctionPropagation::rewrite() {
   }
   for (Operation *op : ops)
     if (auto ref = dyn_cast<ParamRefOp>(op)) {
-      Operation *target = symbols.lookupNearestSymbolFrom(op, ref.getNameAttr());
-      auto param = dyn_cast_or_null<ParameterOp>(target);
-      if (param && param.getTiedToAttr())
-        param = dyn_cast_or_null<ParameterOp>(
-            symbols.lookupNearestSymbolFrom(op, param.getTiedToAttr()));
-      if (param && !param.getShardingAttr())
-        param.setShardingAttr(shardingOf(mesh, layout(ref.getResult())));
-      auto buffer = dyn_cast_or_null<BufferOp>(target);
-      if (buffer && !buffer.getTiedToAttr() && !buffer.getShardingAttr())
-        buffer.setShardingAttr(shardingOf(mesh, layout(ref.getResult())));
+      Operation *owner = lookupStateOwner(op, ref.getNameAttr(), &symbols);
+      if (owner && !stateSharding(owner))
+        setStateSharding(owner, shardingOf(mesh, layout(ref.getResult())));
     }
   // Annotations have done their work: their operand now has their layout.
   for (Operation *op : ops)
@@ -743,19 +724,10 @@ FailureOr<MeshOp> meshOfFunction(func::FuncOp fn, SymbolTableCollection &symbols
     else if (auto r = dyn_cast<RedistributeOp>(op))
       uses.push_back({r.getSource().getMesh(), op->getLoc()});
     else if (auto ref = dyn_cast<ParamRefOp>(op)) {
-      Operation *t = symbols.lookupNearestSymbolFrom(op, ref.getNameAttr());
       // A tied name is placed where the value it shares is.
-      FlatSymbolRefAttr tied;
-      if (auto p = dyn_cast_or_null<ParameterOp>(t))
-        tied = p.getTiedToAttr();
-      if (auto b = dyn_cast_or_null<BufferOp>(t))
-        tied = b.getTiedToAttr();
-      if (tied)
-        t = symbols.lookupNearestSymbolFrom(op, tied);
-      if (auto p = dyn_cast_or_null<ParameterOp>(t); p && p.getShardingAttr())
-        uses.push_back({p.getShardingAttr().getMesh(), p.getLoc()});
-      if (auto b = dyn_cast_or_null<BufferOp>(t); b && b.getShardingAttr())
-        uses.push_back({b.getShardingAttr().getMesh(), b.getLoc()});
+      Operation *owner = lookupStateOwner(op, ref.getNameAttr(), &symbols);
+      if (ShardingAttr sharding = stateSharding(owner))
+        uses.push_back({sharding.getMesh(), owner->getLoc()});
     }
   });
   for (unsigned i = 0; i < fn.getNumArguments(); ++i)

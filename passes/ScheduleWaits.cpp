@@ -20,19 +20,10 @@ using namespace mlir::tdx;
 
 namespace {
 
-/// The reductions a step starts early (tdx-hoist-collectives) and waits
-/// for late. (An all_gather after them, ZeRO's of an updated parameter,
-/// moves with the update that makes its input.)
-bool isStarted(Operation *op) { return isa<AllReduceOp, ReduceScatterOp>(op); }
-
 /// The state a param_ref or assign names, ties resolved.
 StringAttr stateOf(Operation *op, FlatSymbolRefAttr name) {
-  Operation *decl = SymbolTable::lookupNearestSymbolFrom(op, name.getAttr());
-  if (auto p = dyn_cast_or_null<ParameterOp>(decl); p && p.getTiedTo())
-    return p.getTiedToAttr().getAttr();
-  if (auto b = dyn_cast_or_null<BufferOp>(decl); b && b.getTiedTo())
-    return b.getTiedToAttr().getAttr();
-  return name.getAttr();
+  Operation *owner = lookupStateOwner(op, name);
+  return owner ? SymbolTable::getSymbolName(owner) : name.getAttr();
 }
 
 struct ScheduleWaitsPass : public mlir::tdx::impl::ScheduleWaitsBase<ScheduleWaitsPass> {
@@ -47,7 +38,7 @@ struct ScheduleWaitsPass : public mlir::tdx::impl::ScheduleWaitsBase<ScheduleWai
       Operation *lastStart = nullptr;
       for (Operation &op : body) {
         pos[&op] = static_cast<int64_t>(pos.size());
-        if (isStarted(&op))
+        if (isAsyncReduction(&op))
           lastStart = &op;
       }
       if (!lastStart)
@@ -72,7 +63,7 @@ struct ScheduleWaitsPass : public mlir::tdx::impl::ScheduleWaitsBase<ScheduleWai
         op->walk([&](Operation *inner) {
           for (Value v : inner->getOperands())
             if (Operation *d = v.getDefiningOp(); d && d->getBlock() == &body &&
-                                                  (inTail.contains(d) || isStarted(d)))
+                                                  (inTail.contains(d) || isAsyncReduction(d)))
               edge(d, op);
         });
         StringAttr state;
@@ -99,7 +90,7 @@ struct ScheduleWaitsPass : public mlir::tdx::impl::ScheduleWaitsBase<ScheduleWai
       for (Operation *op : tail) {
         int64_t k = -1;
         for (Operation *d : deps[op])
-          k = std::max(k, isStarted(d) && !inTail.contains(d) ? pos[d] : key.lookup(d));
+          k = std::max(k, isAsyncReduction(d) && !inTail.contains(d) ? pos[d] : key.lookup(d));
         key[op] = k;
       }
       for (Operation *op : llvm::reverse(tail)) {

@@ -27,9 +27,9 @@ echo "== forward after canonicalize + cse (first 12 lines; all in $build/$(basen
 awk '/func.func @forward/ { on = 1 } on && shown++ < 12' "$build/$(basename "$model" .mlir).opt.mlir"
 
 echo
-echo "== tdx-opt $(basename "$sharded") --tdx-propagate-sharding --tdx-insert-collectives --tdx-partition --tdx-comm-report"
-"$build/bin/tdx-opt" "$sharded" --tdx-propagate-sharding --tdx-insert-collectives \
-  --tdx-partition --tdx-comm-report -o "$build/gpt-2x2.local.mlir"
+echo "== tdx-opt $(basename "$sharded") --tdx-place --tdx-spmd --tdx-comm-report"
+"$build/bin/tdx-opt" "$sharded" --tdx-place --tdx-spmd --tdx-comm-report \
+  -o "$build/gpt-2x2.local.mlir"
 echo
 echo "== the per-rank forward, first 12 lines (all in $build/gpt-2x2.local.mlir)"
 awk '/func.func @forward/ { on = 1 } on && shown++ < 12' "$build/gpt-2x2.local.mlir"

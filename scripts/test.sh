@@ -1,37 +1,80 @@
 #!/usr/bin/env bash
-# Sets up, builds and runs the whole tdx test suite (lit: FileCheck tests and
-# the C++ unit tests; pytest: the Python package), then prints one summary
-# line for both: "tdx: N passed, N failed, N skipped".
+# Sets up, builds and runs the tdx test suite, then prints the time of each
+# tier and one summary line for all of them: "tdx: N passed, N failed, N
+# skipped".
+#
+#   scripts/test.sh          everything (the README's command, and CI's)
+#   scripts/test.sh quick    lit and the Python tests that compile little:
+#                            the tier to run while iterating (a few minutes)
+#
+# Tiers: lit (FileCheck tests and the C++ unit tests), pytest-quick, and
+# pytest-models (real models, training steps, the e2e op suite, the docs'
+# examples, the GPU check's bundle). Model binaries are compiled once per
+# content into the compile cache, $TDX_CACHE_DIR (default
+# build/test/compile-cache; remove it for a cold run). Long cases marked
+# slow run with TDX_SLOW=1.
 set -uo pipefail
 root="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 build="${TDX_BUILD_DIR:-$root/build}"
+tier="${1:-all}"
+case "$tier" in
+  all|quick) ;;
+  *) echo "usage: scripts/test.sh [quick]  (no argument: every tier)" >&2; exit 2 ;;
+esac
 "$root/scripts/build.sh" || exit 1
 
-rm -f "$build/test/results.json" "$build/test/pytest.xml"
+export TDX_CACHE_DIR="${TDX_CACHE_DIR-$build/test/compile-cache}"
+# The files of the quick tier; every other test file is pytest-models.
+quick=(test_capture.py test_deferred_init.py test_sharding.py test_checkpoint.py
+       test_split_inputs.py test_partition_numerics.py)
+models=()
+for f in "$root"/test/python/test_*.py; do
+  name="$(basename "$f")"
+  [[ " ${quick[*]} " == *" $name "* ]] || models+=("$name")
+done
+
+rm -f "$build"/test/results.json "$build"/test/pytest-*.xml
+times=()
+status=0
+timed() {  # timed NAME COMMAND...: runs it, notes its time and status
+  local name="$1" start=$SECONDS
+  shift
+  "$@" || status=1
+  times+=("$name $((SECONDS - start)) s")
+}
 # lit: FileCheck tests and the C++ unit tests.
-ninja -C "$build" check-tdx
-lit_status=$?
+timed lit ninja -C "$build" check-tdx
 # pytest: the Python package, with Debian's Python (the one that has torch).
-(. "$build/env.sh" && cd "$root/test/python" &&
-  timeout 3600 /usr/bin/python3 -m pytest -q -p no:cacheprovider \
-    --junitxml="$build/test/pytest.xml")
-py_status=$?
-if [ ! -f "$build/test/results.json" ] || [ ! -f "$build/test/pytest.xml" ]; then
+pytest_tier() {  # pytest_tier NAME FILES...
+  local name="$1"
+  shift
+  (. "$build/env.sh" && cd "$root/test/python" &&
+    timeout 3600 /usr/bin/python3 -m pytest -q -p no:cacheprovider \
+      --junitxml="$build/test/pytest-$name.xml" "$@")
+}
+timed pytest-quick pytest_tier quick "${quick[@]}"
+if [ "$tier" = all ]; then
+  timed pytest-models pytest_tier models "${models[@]}"
+fi
+
+for t in "${times[@]}"; do echo "tdx: tier $t"; done
+if [ ! -f "$build/test/results.json" ] || ! ls "$build"/test/pytest-*.xml >/dev/null 2>&1; then
   echo "tdx: a test runner did not run (see the errors above)" >&2
   exit 1
 fi
-/usr/bin/python3 - "$build/test/results.json" "$build/test/pytest.xml" <<'PY'
+/usr/bin/python3 - "$build/test/results.json" "$build"/test/pytest-*.xml <<'PY'
 import json, sys
 import xml.etree.ElementTree as ET
 codes = [t["code"] for t in json.load(open(sys.argv[1]))["tests"]]
 passed = sum(c in ("PASS", "XFAIL") for c in codes)
 skipped = sum(c == "UNSUPPORTED" for c in codes)
 failed = len(codes) - passed - skipped
-root = ET.parse(sys.argv[2]).getroot()
-suite = root if root.tag == "testsuite" else root.find("testsuite")
-n = int(suite.get("tests")); f = int(suite.get("failures")) + int(suite.get("errors"))
-s = int(suite.get("skipped"))
-passed += n - f - s; failed += f; skipped += s
+for path in sys.argv[2:]:
+    root = ET.parse(path).getroot()
+    suite = root if root.tag == "testsuite" else root.find("testsuite")
+    n = int(suite.get("tests")); f = int(suite.get("failures")) + int(suite.get("errors"))
+    s = int(suite.get("skipped"))
+    passed += n - f - s; failed += f; skipped += s
 print(f"tdx: {passed} passed, {failed} failed, {skipped} skipped")
 PY
-[ $lit_status -eq 0 ] && [ $py_status -eq 0 ]
+[ $status -eq 0 ]

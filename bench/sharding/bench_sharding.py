@@ -3,7 +3,9 @@
 
 Part 1 runs the same Megatron MLP stacks (column-parallel then row-parallel
 matmul per layer, output replicated) through
-  ours:   tdx-opt --tdx-propagate-sharding --tdx-insert-collectives --tdx-partition
+  ours:   tdx-opt --tdx-place --tdx-spmd (the pipeline tdx-compile and
+          tdx.parallelize run: canonicalize, propagation, collective
+          insertion, partitioning and the collective scheduling passes)
   theirs: mlir-opt-22 'func.func(sharding-propagation,cse,shard-partition)'
 (linalg on tensors with shard annotations for theirs, the tdx equivalent for
 ours) and prints collectives, bytes per rank and wall time side by side with
@@ -169,7 +171,7 @@ def run(cmd, repeat):
     return best, proc
 
 
-TDX_PIPELINE = ["--tdx-propagate-sharding", "--tdx-insert-collectives", "--tdx-partition"]
+TDX_PIPELINE = ["--tdx-place", "--tdx-spmd"]
 
 
 def measure_tdx(tdx_opt, path, repeat):

@@ -4,7 +4,7 @@
 #include "tdx/Dialect/TdxOps.h"
 #include "tdx/Target/Fusion.h"
 #include "tdx/Sharding/Layout.h"
-#include "tdx/Runtime/InitEvaluator.h"
+#include "tdx/Target/InitEvaluator.h"
 
 #include "mlir/Dialect/Arith/IR/Arith.h"
 #include "mlir/Dialect/Func/IR/FuncOps.h"
@@ -728,11 +728,6 @@ void Emitter::emitKernelCall(const FusedKernel &k) {
     os << "  " << decl(v) << " = std::move(" << results << "[" << i << "]);\n";
 }
 
-/// Whether the step starts `op` (a collective) where it stands and waits for
-/// its result where that is first read (tdx::rt::Context::start*).
-static bool isStarted(Operation *op) {
-  return isa<AllReduceOp, ReduceScatterOp, AllGatherOp>(op);
-}
 
 /// Where each tensor the step makes is last needed, so the emitted code
 /// drops its handle there and ATen (or the CUDA pool) reuses the buffer for
@@ -807,7 +802,7 @@ public:
       }
     for (Value v : made)
       // A collective nobody reads is waited for when the step returns.
-      if (!kept.contains(v) && !(isStarted(v.getDefiningOp()) && last[v] == v.getDefiningOp()))
+      if (!kept.contains(v) && !(isAsyncCollective(v.getDefiningOp()) && last[v] == v.getDefiningOp()))
         ending[last[v]].push_back(v);
     plan_(made, kept, last, assigns, refs);
   }
@@ -889,7 +884,7 @@ private:
     for (auto &[key, ops] : assigns) {
       Value value = ops.front().getValue();
       Operation *maker = value.getDefiningOp();
-      if (ops.size() != 1 || !maker || isStarted(maker) || !madeAt.count(value)) {
+      if (ops.size() != 1 || !maker || isAsyncCollective(maker) || !madeAt.count(value)) {
         for (AssignOp a : ops)
           atReturn.push_back({key, a.getValue()});
         continue;
@@ -925,7 +920,7 @@ private:
       int64_t bytes = (bytesOf(v) + 63) / 64 * 64;
       Operation *def = v.getDefiningOp();
       if (root.lookup(v) != v || bytes == 0 || until.lookup(v) >= end || kept.contains(v) ||
-          (isStarted(def) && last[v] == def))
+          (isAsyncCollective(def) && last[v] == def))
         continue;
       planned.push_back({v, bytes, madeAt.lookup(v), until.lookup(v)});
     }
@@ -1023,9 +1018,8 @@ LogicalResult mlir::tdx::emitCpp(ModuleOp module, llvm::raw_ostream &os, Backend
                                  MemoryPlan *memoryPlan, int64_t partBytes) {
   const char *backendName = backend == Backend::CUDA ? "the CUDA backend" : "the CPU backend";
   if (!module->hasAttr(::mlir::tdx::TdxDialect::kPartitionedAttrName))
-    return module.emitError("the module is not partitioned; run `tdx-opt --tdx-propagate-sharding "
-                            "--tdx-insert-collectives --tdx-partition` first (tdx-compile runs "
-                            "them for you)");
+    return module.emitError("the module is not partitioned; run `tdx-opt --tdx-place --tdx-spmd` "
+                            "first (tdx-compile runs them for you)");
   SmallVector<MeshOp> meshes(module.getOps<MeshOp>());
   if (meshes.size() > 1)
     return module.emitError() << backendName << " needs at most one tdx.mesh, found "

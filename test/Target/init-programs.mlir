@@ -34,5 +34,7 @@ module attributes {tdx.partitioned} {
 // CHECK-NEXT:   {tdx::rt::InitProgram::Cos, tdx::rt::DType::F32, {4, 2}, 4, -1,
 // CHECK-NEXT: }};
 // CHECK-LABEL: static void init(Context &ctx, State &s) {
+// CHECK-NEXT: if (!s.count("table"))
 // CHECK-NEXT: s["table"] = ctx.init(kInit0, parseLayout("[Shard(0)]"));
+// CHECK-NEXT: if (!s.count("w"))
 // CHECK-NEXT: throw std::runtime_error("tdx: the init program of 'w': 'tdx.transpose' op is not pointwise in the global index, so it cannot be initialized shard by shard yet; pass the weights with --params {{.*}}");

@@ -1,6 +1,6 @@
 // RUN: tdx-translate --tdx-to-cpp %s -verify-diagnostics
 
-// expected-error @+1 {{the module is not partitioned; run `tdx-opt --tdx-propagate-sharding --tdx-insert-collectives --tdx-partition` first}}
+// expected-error @+1 {{the module is not partitioned; run `tdx-opt --tdx-place --tdx-spmd` first (tdx-compile runs them for you)}}
 module {
   tdx.mesh @mesh shape = [1] axes = ["x"]
 }

@@ -29,7 +29,9 @@ func.func @forward(%x: tensor<3x4xf32>) -> tensor<3x4xf32> {
 // CHECK:      static const tdx::rt::InitProgram [[PROJ:kInit[0-9]+]]{{[{][{]}}
 // CHECK-NEXT:   {tdx::rt::InitProgram::Uniform, tdx::rt::DType::F32, {4, 8}, -1, -1, {-5.0{{0*}}e-01, 5.0{{0*}}e-01, {{.*}}}, 0ull, 2ull, {}},
 // CHECK-LABEL: static void init(Context &ctx, State &s) {
+// CHECK-NEXT: if (!s.count("fc"))
 // CHECK-NEXT: s["fc"] = ctx.init([[FC]], parseLayout("[Shard(0)]"));
+// CHECK-NEXT: if (!s.count("proj"))
 // CHECK-NEXT: s["proj"] = ctx.init([[PROJ]], parseLayout("[Shard(1)]"));
 // CHECK-LABEL: static std::vector<T::Tensor> forward(
 // CHECK: T::linear(

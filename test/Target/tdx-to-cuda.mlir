@@ -44,7 +44,9 @@ func.func @forward(%x: tensor<3x4xf32>) -> tensor<3x4xf32> {
 // CHECK-NOT:  _row(
 // CHECK:      {tdx::rt::InitProgram::Full, tdx::rt::DType::F32, {8}, -1, -1,
 // CHECK-LABEL: static void init(Context &ctx, State &s) {
+// CHECK-NEXT: if (!s.count("fc"))
 // CHECK-NEXT: s["fc"] = ctx.init(kInit0, parseLayout("[Shard(0)]"));
+// CHECK-NEXT: if (!s.count("bias"))
 // CHECK-NEXT: s["bias"] = ctx.init(kInit1, parseLayout("[Shard(0)]"));
 // CHECK-LABEL: static std::vector<T::Tensor> forward(
 // CHECK:      T::Tensor [[H:v[0-9]+]] = T::linear(

@@ -220,6 +220,10 @@ class Executor:
             n = x[0].shape[a["dim"]]
             s, e = chunk_range(n, a["chunks"], int(x[1]))
             return x[0].narrow(a["dim"], s, e - s)
+        if op in ("full", "empty") and "global_shape" in a:
+            # Split unevenly: this rank's box of the global shape.
+            _, shape = box(list(a["global_shape"]), parse_placements(a["tdx.shardings"][0]),
+                           self.mesh_shape, coords)
         if op == "full":
             return torch.full(shape, num(a["value"]), dtype=dtype)
         if op == "empty":

@@ -296,8 +296,10 @@ def test_bad_params_files_are_named(tmp_path):
     tdx.safetensors.save(weights, str(twice / "b.safetensors"))
     with pytest.raises(tdx.TdxError, match="'wpe.weight' is stored in two files"):
         exe.run(IDS, params=str(twice))
+    # A parameter the file lacks starts from its init program, and the run
+    # says so (a model's state_dict() lacks its non-persistent buffers).
     del weights["wte.weight"]
-    with pytest.raises(tdx.TdxError, match="has no parameter 'wte.weight'"):
+    with pytest.warns(tdx.TdxWarning, match="has no 'wte.weight'; it starts as its init program"):
         exe.run(IDS, params=weights)
 
 

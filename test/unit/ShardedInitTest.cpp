@@ -7,7 +7,7 @@
 //
 //===----------------------------------------------------------------------===//
 
-#include "tdx/Runtime/InitEvaluator.h"
+#include "tdx/Target/InitEvaluator.h"
 #include "tdx/Runtime/Philox.h"
 
 #include "mlir/Dialect/Arith/IR/Arith.h"

@@ -3,8 +3,8 @@
 //   tdx-compile model.mlir -o model [--target cpu|cuda] [--cuda-arch sm_90] [--emit-source]
 //   tdx-compile --build-pch DIR
 //
-// Runs whatever of the pipeline has not run yet (sharding propagation unless
-// values carry placements already, collective insertion, partitioning),
+// Runs whatever of the pipeline has not run yet (tdx-place unless values
+// carry placements already, then tdx-spmd: passes/Pipelines.cpp),
 // lowers the partitioned program to C++ on the CPU runtime or CUDA C++ on the
 // CUDA runtime, and compiles and links it into a binary that runs as
 //   mpirun -np N ./model --inputs in.safetensors --outputs out.safetensors
@@ -148,9 +148,13 @@ int main(int argc, char **argv) {
   cl::ParseCommandLineOptions(
       argc, argv,
       "tdx-compile: a tdx program to a model binary\n\n"
-      "Runs --tdx-propagate-sharding, --tdx-insert-collectives and --tdx-partition unless the\n"
-      "program is already partitioned, emits C++ (as tdx-translate --tdx-to-cpp) or CUDA\n"
-      "(--tdx-to-cuda) and compiles it against that runtime. Run the result with\n"
+      "Unless the program is already partitioned, runs the pipeline tdx-opt registers:\n"
+      "--tdx-place (canonicalize, tdx-propagate-sharding; skipped when values carry\n"
+      "placements already) then --tdx-spmd (tdx-insert-collectives, tdx-fold-mesh,\n"
+      "tdx-partition, tdx-prefetch-all-gathers, tdx-hoist-collectives, tdx-schedule-waits).\n"
+      "Emits C++ (as tdx-translate --tdx-to-cpp) or CUDA (--tdx-to-cuda) and compiles it\n"
+      "against that runtime, or copies the binary from the compile cache when the same\n"
+      "source was compiled before. Run the result with\n"
       "  mpirun -np N ./model --inputs in.safetensors --outputs out.safetensors\n");
   if (!buildPch.empty())
     return buildPrecompiledHeader(buildPch);

@@ -18,7 +18,28 @@ namespace mlir::OpTrait {
 /// An op of the elementwise table (tdx/Runtime/ElementwiseOps.def).
 template <typename ConcreteOp>
 class TdxTableElementwise : public TraitBase<ConcreteOp, TdxTableElementwise> {};
+/// The collective traits (TdxShardingOps.td).
+template <typename ConcreteOp>
+class TdxCollective : public TraitBase<ConcreteOp, TdxCollective> {};
+template <typename ConcreteOp>
+class TdxAsyncCollective : public TraitBase<ConcreteOp, TdxAsyncCollective> {};
+template <typename ConcreteOp>
+class TdxReducing : public TraitBase<ConcreteOp, TdxReducing> {};
 } // namespace mlir::OpTrait
+
+namespace mlir::tdx {
+/// A collective the runtimes start where it stands and wait for where its
+/// result is first read.
+inline bool isAsyncCollective(Operation *op) {
+  return op && op->hasTrait<OpTrait::TdxAsyncCollective>();
+}
+/// An asynchronous reduction: started as early as its input allows
+/// (tdx-hoist-collectives), waited for as late as its readers allow
+/// (tdx-schedule-waits).
+inline bool isAsyncReduction(Operation *op) {
+  return isAsyncCollective(op) && op->hasTrait<OpTrait::TdxReducing>();
+}
+} // namespace mlir::tdx
 
 #define GET_OP_CLASSES
 #include "tdx/Dialect/TdxOps.h.inc"
@@ -31,6 +52,8 @@ Operation *lookupStateOwner(Operation *from, FlatSymbolRefAttr name,
                             SymbolTableCollection *symbols = nullptr);
 /// The placement a tdx.parameter or tdx.buffer declares (null without one).
 ShardingAttr stateSharding(Operation *decl);
+/// Places a tdx.parameter or tdx.buffer `decl` (its storage layout).
+void setStateSharding(Operation *decl, ShardingAttr sharding);
 /// The placement of a function's value: its argument's `tdx.sharding` or its
 /// producer's `tdx.shardings` entry; null when it has none (replicated).
 ShardingAttr valueSharding(Value v);

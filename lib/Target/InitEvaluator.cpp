@@ -1,6 +1,6 @@
 //===- InitEvaluator.cpp - one rank's shard of a parameter's init ---------===//
 
-#include "tdx/Runtime/InitEvaluator.h"
+#include "tdx/Target/InitEvaluator.h"
 #include "tdx/Runtime/Box.h"
 
 #include "mlir/Dialect/Arith/IR/Arith.h"

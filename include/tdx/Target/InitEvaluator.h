@@ -8,8 +8,8 @@
 //
 //===----------------------------------------------------------------------===//
 
-#ifndef TDX_RUNTIME_INITEVALUATOR_H
-#define TDX_RUNTIME_INITEVALUATOR_H
+#ifndef TDX_TARGET_INITEVALUATOR_H
+#define TDX_TARGET_INITEVALUATOR_H
 
 #include "tdx/Dialect/TdxOps.h"
 #include "tdx/Runtime/InitProgram.h"
@@ -46,4 +46,4 @@ FailureOr<std::vector<uint8_t>> evaluateInitShard(Operation *decl, const ShardBo
 
 } // namespace mlir::tdx
 
-#endif // TDX_RUNTIME_INITEVALUATOR_H
+#endif // TDX_TARGET_INITEVALUATOR_H
