@@ -11,7 +11,9 @@
 # pytest-models (real models, training steps, the e2e op suite, the docs'
 # examples, the GPU check's bundle). Model binaries are compiled once per
 # content into the compile cache, $TDX_CACHE_DIR (default
-# build/test/compile-cache; remove it for a cold run). Long cases marked
+# build/test/compile-cache; remove it for a cold run). pytest-models runs
+# in $TDX_TEST_JOBS processes (default 2, pytest-xdist, a file per process:
+# most of its time is g++ compiling one model at a time). Long cases marked
 # slow run with TDX_SLOW=1.
 set -uo pipefail
 root="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
@@ -45,7 +47,8 @@ timed() {  # timed NAME COMMAND...: runs it, notes its time and status
 # lit: FileCheck tests and the C++ unit tests.
 timed lit ninja -C "$build" check-tdx
 # pytest: the Python package, with Debian's Python (the one that has torch).
-pytest_tier() {  # pytest_tier NAME FILES...
+jobs="${TDX_TEST_JOBS:-2}"
+pytest_tier() {  # pytest_tier NAME [pytest options] FILES...
   local name="$1"
   shift
   (. "$build/env.sh" && cd "$root/test/python" &&
@@ -54,7 +57,9 @@ pytest_tier() {  # pytest_tier NAME FILES...
 }
 timed pytest-quick pytest_tier quick "${quick[@]}"
 if [ "$tier" = all ]; then
-  timed pytest-models pytest_tier models "${models[@]}"
+  parallel=()
+  [ "$jobs" -gt 1 ] && parallel=(-n "$jobs" --dist loadfile)
+  timed pytest-models pytest_tier models "${parallel[@]}" "${models[@]}"
 fi
 
 for t in "${times[@]}"; do echo "tdx: tier $t"; done
