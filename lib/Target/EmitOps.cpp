@@ -1,0 +1,344 @@
+//===- EmitOps.cpp - one runtime call per op ------------------------------===//
+
+#include "Emitter.h"
+#include "tdx/Sharding/Layout.h"
+#include "tdx/Target/InitEvaluator.h"
+
+#include "mlir/Dialect/Arith/IR/Arith.h"
+#include "mlir/Dialect/Func/IR/FuncOps.h"
+#include "llvm/ADT/TypeSwitch.h"
+
+using namespace mlir;
+using namespace mlir::tdx;
+
+namespace mlir::tdx::cpp {
+
+LogicalResult Emitter::emitInit(Operation *decl, StringRef name, RankedTensorType type,
+                                ShardingAttr sharding) {
+  std::string layout = "parseLayout(\"" + layoutText(sharding, meshRank) + "\")";
+  // A program that is not pointwise in the global index makes a binary that
+  // needs --params for this parameter; the reason is kept for the message.
+  std::string why;
+  FailureOr<::tdx::rt::InitProgram> program;
+  {
+    ScopedDiagnosticHandler capture(decl->getContext(), [&](Diagnostic &d) {
+      why = d.str();
+      return success();
+    });
+    program = buildInitProgram(decl);
+  }
+  // Only what the state lacks (read from --params, a checkpoint or a
+  // store) is made.
+  os << "  if (!s.count(\"" << name << "\"))\n    ";
+  if (failed(program)) {
+    os << "throw std::runtime_error(" << quoted("tdx: the init program of '" + name.str() +
+                                                "': " + why)
+       << ");\n";
+    return success();
+  }
+  os << "s[\"" << name << "\"] = ctx.init(" << programVar(*program) << ", " << layout
+     << ");\n";
+  return success();
+}
+
+std::string Emitter::programVar(const ::tdx::rt::InitProgram &program) {
+  std::string var = "kInit" + std::to_string(inits++);
+  inits_ << "static const tdx::rt::InitProgram " << var << "{{\n";
+  for (const ::tdx::rt::InitProgram::Node &n : program.nodes) {
+    std::string values = "{";
+    for (auto [i, v] : llvm::enumerate(n.values))
+      values += (i ? ", " : "") + number(v);
+    values += "}";
+    inits_ << "    {tdx::rt::InitProgram::" << ::tdx::rt::InitProgram::kindName(n.kind) << ", tdx::rt::DType::"
+           << ::tdx::rt::dtypeEnumerator(n.dtype) << ", " << list(n.shape) << ", "
+           << n.a << ", " << n.b << ", {" << number(n.p[0]) << ", " << number(n.p[1]) << ", "
+           << number(n.p[2]) << ", " << number(n.p[3]) << "}, " << n.seed << "ull, " << n.stream
+           << "ull, " << values << "},\n";
+  }
+  inits_ << "}};\n";
+  return var;
+}
+
+/// Whether the CUDA runtime runs the generic op `schema` (a row of
+/// tdx/Runtime/cuda/AtenOps.def, by name).
+static bool hasCudaAten(StringRef schema) {
+  StringRef name = schema.split('.').first;
+#define TDX_CUDA_ATEN(row, fn)                                                                 \
+  if (name == row)                                                                             \
+    return true;
+#include "tdx/Runtime/cuda/AtenOps.def"
+  return false;
+}
+
+/// One argument of a tdx.aten op (see its description): a c10::IValue on
+/// the CPU backend, a tdx::cu::Arg on CUDA.
+FailureOr<std::string> Emitter::atenArgument(AtenOp o, NamedAttribute kv) {
+  Attribute a = kv.getValue();
+  bool cuda = backend == Backend::CUDA;
+  std::string value = cuda ? "Arg" : "c10::IValue";
+  if (isa<UnitAttr>(a))
+    return value + "()";
+  if (auto refs = AtenOp::tensorListRefs(a); refs && !cuda) {
+    std::string xs = "c10::List<c10::optional<at::Tensor>>({";
+    for (auto [i, r] : llvm::enumerate(*refs))
+      xs += (i ? ", " : "") + (r ? name(o.getOperand(*r)) : std::string("c10::nullopt"));
+    return "c10::IValue(" + xs + "}))";
+  }
+  if (auto b = dyn_cast<BoolAttr>(a))
+    return value + (b.getValue() ? "(true)" : "(false)");
+  if (auto i = dyn_cast<IntegerAttr>(a))
+    return value + "(int64_t(" + std::to_string(i.getValue().getSExtValue()) + "))";
+  if (auto f = dyn_cast<FloatAttr>(a))
+    return value + "(double(" + number(f.getValueAsDouble()) + "))";
+  if (auto xs = dyn_cast<DenseI64ArrayAttr>(a))
+    return value + "(std::vector<int64_t>" + list(xs.asArrayRef()) + ")";
+  if (auto str = dyn_cast<StringAttr>(a))
+    return value + "(std::string(" + quoted(str.getValue()) + "))";
+  if (auto arr = dyn_cast<ArrayAttr>(a)) {
+    if (llvm::all_of(arr, [](Attribute e) { return isa<BoolAttr>(e); })) {
+      std::string xs = cuda ? "std::vector<bool>{" : "c10::List<bool>({";
+      for (auto [i, e] : llvm::enumerate(arr))
+        xs += (i ? ", " : "") + std::string(cast<BoolAttr>(e).getValue() ? "true" : "false");
+      return value + "(" + xs + (cuda ? "})" : "}))");
+    }
+    if (!cuda && llvm::all_of(arr, [](Attribute e) { return isa<FloatAttr>(e); })) {
+      std::string xs = "c10::List<double>({";
+      for (auto [i, e] : llvm::enumerate(arr))
+        xs += (i ? ", " : "") + number(cast<FloatAttr>(e).getValueAsDouble());
+      return "c10::IValue(" + xs + "}))";
+    }
+  }
+  return o.emitOpError() << "(" << o.getSchema() << ") argument '" << kv.getName().getValue()
+                         << "' = " << a << " has no "
+                         << (cuda ? "CUDA" : "C++")
+                         << " lowering; generic arguments are None (unit), bool, i64, f64, "
+                            "string, array<i64>, bool arrays"
+                         << (cuda ? "" : ", f64 arrays and tensor lists");
+}
+
+LogicalResult Emitter::emitOp(Operation *op) {
+  auto out = [&](size_t i = 0) { return name(op->getResult(i)); };
+  auto in = [&](size_t i) { return name(op->getOperand(i)); };
+  auto assign = [&](const std::string &expr) {
+    os << "  " << decl(op->getResult(0)) << " = " << expr << ";\n";
+    return success();
+  };
+  auto start = [&](const std::string &expr) {
+    std::string handle = "c" + std::to_string(tmps++);
+    os << "  const int64_t " << handle << " = " << expr << ";\n";
+    inFlight.push_back({op->getResult(0), handle});
+    return success();
+  };
+  auto type = [&]() { return cast<RankedTensorType>(op->getResult(0).getType()); };
+  auto opts = [&]() { return dtype(type().getElementType()); };
+  // A filled tensor split unevenly: this rank's box of its global shape.
+  auto createdShape = [&](auto o) {
+    std::optional<ArrayRef<int64_t>> global = o.getGlobalShape();
+    if (!global)
+      return list(type().getShape());
+    return "ctx.localShape(" + list(*global) + ", parseLayout(\"" +
+           layoutText(valueSharding(o.getResult()), meshRank) + "\"))";
+  };
+  return llvm::TypeSwitch<Operation *, LogicalResult>(op)
+      .Case([&](ParamRefOp o) {
+        return assign("s.at(\"" + stateKey(o, o.getNameAttr()) + "\")");
+      })
+      .Case([&](FullOp o) {
+        return assign("T::full(" + createdShape(o) + ", " +
+                      number(o.getValue().convertToDouble()) + ", " + opts() + ")");
+      })
+      .Case([&](EmptyOp o) { return assign("T::zeros(" + createdShape(o) + ", " + opts() + ")"); })
+      .Case<UniformOp, NormalOp, TruncNormalOp, BernoulliOp>([&](Operation *o) -> LogicalResult {
+        // This rank's box of the global draw of this call (`call`).
+        FailureOr<::tdx::rt::InitProgram> program = buildValueProgram(o->getResult(0));
+        if (failed(program))
+          return failure();
+        return assign("ctx.init(tdx::rt::atCall(" + programVar(*program) +
+                      ", call), parseLayout(\"" + layoutText(valueSharding(o->getResult(0)), meshRank) +
+                      "\"))");
+      })
+      .Case([&](ArangeOp o) {
+        return assign("T::arange(" + number(o.getStart().convertToDouble()) + ", " +
+                      number(o.getEnd().convertToDouble()) + ", " +
+                      number(o.getStep().convertToDouble()) + ", " + opts() + ")");
+      })
+      .Case([&](arith::ConstantOp o) -> LogicalResult {
+        auto dense = dyn_cast<DenseElementsAttr>(o.getValue());
+        if (!dense)
+          return o.emitOpError("is not a dense tensor constant");
+        std::string values = "{";
+        bool isFloat = isa<FloatType>(dense.getElementType());
+        int64_t i = 0;
+        if (isFloat)
+          for (APFloat v : dense.getValues<APFloat>())
+            values += (i++ ? ", " : "") + number(v.convertToDouble());
+        else
+          for (APInt v : dense.getValues<APInt>())
+            values += (i++ ? ", " : "") + std::to_string(v.getSExtValue()) + ".0";
+        values += "}";
+        return assign("constant(std::vector<double>" + values + ", " + list(type().getShape()) +
+                      ", " + dtype(type().getElementType()) + ")");
+      })
+      .Case([&](ReshapeOp o) { return assign(in(0) + ".reshape(" + list(o.getShape()) + ")"); })
+      .Case([&](TransposeOp o) {
+        return assign(in(0) + ".transpose(" + std::to_string(static_cast<int64_t>(o.getDim0())) +
+                      ", " + std::to_string(static_cast<int64_t>(o.getDim1())) + ")");
+      })
+      .Case([&](PermuteOp o) { return assign(in(0) + ".permute(" + list(o.getPermutation()) + ")"); })
+      .Case([&](SliceOp o) {
+        return assign(in(0) + ".slice(" + std::to_string(static_cast<int64_t>(o.getDim())) + ", " +
+                      std::to_string(static_cast<int64_t>(o.getStart())) + ", " +
+                      std::to_string(static_cast<int64_t>(o.getEnd())) + ", " +
+                      std::to_string(static_cast<int64_t>(o.getStep())) + ")");
+      })
+      .Case([&](ConcatOp o) {
+        std::string xs = "{";
+        for (auto [i, v] : llvm::enumerate(o.getInputs()))
+          xs += (i ? ", " : "") + name(v);
+        return assign("concat(" + xs + "}, " + std::to_string(static_cast<int64_t>(o.getDim())) + ")");
+      })
+      .Case([&](ExpandOp o) { return assign(in(0) + ".expand(" + list(o.getSizes()) + ")"); })
+      .Case([&](MatmulOp) { return assign("T::matmul(" + in(0) + ", " + in(1) + ")"); })
+      .Case([&](LinearOp o) {
+        // Without its bias when the kernels that read it add it.
+        bool bias = o.getBias() && !biasInKernels.contains(o.getResult());
+        return assign("T::linear(" + in(0) + ", " + in(1) + ", " +
+                      (bias ? name(o.getBias()) : std::string("{}")) + ")");
+      })
+      .Case([&](ConvOp o) {
+        int64_t spatial = o.getStride().size();
+        return assign("T::convolution(" + in(0) + ", " + in(1) + ", " +
+                      (o.getBias() ? name(o.getBias()) : std::string("{}")) + ", " +
+                      list(o.getStride()) + ", " + list(o.getPadding()) + ", " +
+                      list(o.getDilation()) + ", false, " +
+                      list(SmallVector<int64_t>(spatial, 0)) + ", " +
+                      std::to_string(o.getGroups()) + ")");
+      })
+      .Case([&](MaxPoolOp o) {
+        return assign("T::max_pool2d(" + in(0) + ", " + list(o.getKernel()) + ", " +
+                      list(o.getStride()) + ", " + list(o.getPadding()) + ", " +
+                      list(o.getDilation()) + ", " + (o.getCeilMode() ? "true" : "false") + ")");
+      })
+      .Case([&](AvgPoolOp o) {
+        return assign("T::avg_pool2d(" + in(0) + ", " + list(o.getKernel()) + ", " +
+                      list(o.getStride()) + ", " + list(o.getPadding()) + ", " +
+                      (o.getCeilMode() ? "true" : "false") + ", " +
+                      (o.getCountIncludePad() ? "true" : "false") + ")");
+      })
+      .Case([&](SumOp o) { return emitReduce(op, "T::sum", o.getDims(), o.getKeepdim()); })
+      .Case([&](MeanOp o) { return emitReduce(op, "T::mean", o.getDims(), o.getKeepdim()); })
+      .Case([&](MaxOp o) { return emitReduce(op, "T::amax", o.getDims(), o.getKeepdim()); })
+      .Case([&](SoftmaxOp o) {
+        return assign("T::softmax(" + in(0) + ", " + std::to_string(static_cast<int64_t>(o.getDim())) + ")");
+      })
+      .Case([&](LogSoftmaxOp o) {
+        return assign("T::log_softmax(" + in(0) + ", " +
+                      std::to_string(static_cast<int64_t>(o.getDim())) + ")");
+      })
+      .Case([&](LayerNormOp o) {
+        return assign("T::layer_norm(" + in(0) + ", " + list(o.getNormalizedShape()) + ", " +
+                      (o.getWeight() ? name(o.getWeight()) : std::string("{}")) + ", " +
+                      (o.getBias() ? name(o.getBias()) : std::string("{}")) + ", " +
+                      number(o.getEps().convertToDouble()) + ")");
+      })
+      .Case([&](RmsNormOp o) {
+        return assign("rms_norm(" + in(0) + ", " + list(o.getNormalizedShape()) + ", " +
+                      (o.getWeight() ? name(o.getWeight()) : std::string("{}")) + ", " +
+                      number(o.getEps().convertToDouble()) + ")");
+      })
+      .Case([&](EmbeddingOp) { return assign("T::embedding(" + in(0) + ", " + in(1) + ")"); })
+      .Case([&](CrossEntropyOp o) {
+        return assign("T::cross_entropy_loss(" + in(0) + ", " + in(1) + ", {}, " +
+                      std::to_string(static_cast<int>(o.getReduction())) + ", " +
+                      std::to_string(static_cast<int64_t>(o.getIgnoreIndex())) + ", " +
+                      number(o.getLabelSmoothing().convertToDouble()) + ")");
+      })
+      .Case([&](MeshCoordOp o) {
+        return assign("T::scalar_tensor(ctx.coord(\"" + o.getAxis().str() + "\"), T::kLong)");
+      })
+      .Case([&](ChunkOp o) {
+        return assign("Context::chunk(" + in(0) + ", " + std::to_string(static_cast<int64_t>(o.getChunks())) +
+                      ", " + in(1) + ".item<int64_t>(), " +
+                      std::to_string(static_cast<int64_t>(o.getDim())) + ")");
+      })
+      .Case([&](AllReduceOp o) {
+        return start("ctx.startAllReduce(" + in(0) + ", " + strings(o.getMeshAxes()) + ", " +
+                     std::to_string(static_cast<int>(o.getReduce())) + ")");
+      })
+      .Case([&](AllGatherOp o) {
+        // The gathered size, when the program knows it, spares the runtime
+        // exchanging the pieces' sizes.
+        int64_t dim = static_cast<int64_t>(o.getGatherDim());
+        auto type = cast<RankedTensorType>(o.getType());
+        int64_t total = type.isDynamicDim(dim) ? -1 : type.getDimSize(dim);
+        return start("ctx.startAllGather(" + in(0) + ", " + strings(o.getMeshAxes()) + ", " +
+                     std::to_string(dim) + ", " + std::to_string(total) + ")");
+      })
+      .Case([&](ReduceScatterOp o) {
+        return start("ctx.startReduceScatter(" + in(0) + ", " + strings(o.getMeshAxes()) + ", " +
+                     std::to_string(static_cast<int>(o.getReduce())) + ", " +
+                     std::to_string(static_cast<int64_t>(o.getScatterDim())) + ")");
+      })
+      .Case([&](AllToAllOp o) {
+        return assign("ctx.allToAll(" + in(0) + ", " + strings(o.getMeshAxes()) + ", " +
+                      std::to_string(static_cast<int64_t>(o.getSplitDim())) + ", " +
+                      std::to_string(static_cast<int64_t>(o.getConcatDim())) + ")");
+      })
+      .Case([&](AtenOp o) -> LogicalResult {
+        if (backend == Backend::CUDA && !hasCudaAten(o.getSchema()))
+          return o.emitOpError() << "(" << o.getSchema()
+                                 << ") has no CUDA lowering: the CUDA backend runs first-class tdx "
+                                    "ops and the generic ops of tdx/Runtime/cuda/AtenOps.def; "
+                                    "compile for --target cpu, or express the op with tdx ops";
+        // Operands that a Tensor[] argument holds are passed in that list.
+        std::string tensors = "{", args = "{";
+        for (auto [i, v] : llvm::enumerate(o.getPlainOperands()))
+          tensors += (i ? ", " : "") + name(v);
+        if (DictionaryAttr dict = o.getArgsAttr())
+          for (NamedAttribute kv : dict) {
+            FailureOr<std::string> value = atenArgument(o, kv);
+            if (failed(value))
+              return failure();
+            args += (args.size() > 1 ? ", {\"" : "{\"") + kv.getName().getValue().str() +
+                    "\", " + *value + "}";
+          }
+        std::string results = "r" + std::to_string(tmps++);
+        os << "  std::vector<T::Tensor> " << results << " = callAten(\"" << o.getSchema()
+           << "\", " << tensors << "}, " << args << "});\n";
+        for (auto [i, r] : llvm::enumerate(o.getResults()))
+          os << "  " << decl(r) << " = std::move(" << results << ".at(" << i << "));\n";
+        return success();
+      })
+      // State writes are placed by Lifetimes.
+      .Case([&](AssignOp) { return success(); })
+      .Case([&](func::ReturnOp o) {
+        os << "  return {";
+        for (auto [i, v] : llvm::enumerate(o.getOperands()))
+          os << (i ? ", " : "") << name(v);
+        os << "};\n";
+        return success();
+      })
+      .Default([&](Operation *other) {
+        if (isElementwise(other))
+          return other->emitOpError()
+                 << "on these element types has no kernel yet; the backends fuse elementwise "
+                    "ops on f32/f64/i64/i32/i1 (cast the operands to f32 first)";
+        return other->emitOpError()
+               << "has no C++ lowering yet; the CPU backend supports the first-class tdx "
+                  "ops and the collectives";
+      });
+}
+
+LogicalResult Emitter::emitReduce(Operation *op, StringRef fn,
+                                  std::optional<ArrayRef<int64_t>> dims, bool keep) {
+  std::string x = name(op->getOperand(0));
+  std::string e;
+  if (!dims || dims->empty())
+    e = (fn + "(" + x + ")").str();
+  else
+    e = (fn + "(" + x + ", std::vector<int64_t>" + list(*dims) + ", " + (keep ? "true" : "false") + ")").str();
+  os << "  " << decl(op->getResult(0)) << " = " << e << ";\n";
+  return success();
+}
+
+} // namespace mlir::tdx::cpp

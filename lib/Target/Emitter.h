@@ -1,0 +1,209 @@
+//===- Emitter.h - what the C++ and CUDA emitters share -----------*- C++ -*-===//
+//
+// Internal to lib/Target. The printing of a partitioned program as C++ on
+// the CPU runtime or CUDA on the CUDA runtime is split by job:
+//  - EmitText.cpp: the text of types, shapes, numbers and layouts;
+//  - EmitOps.cpp: one runtime call per op (Emitter::emitOp), init programs
+//    and generic aten ops' arguments;
+//  - EmitKernels.cpp: fused elementwise kernels (CPU rows, CUDA launches);
+//  - EmitCpp.cpp: the step as a whole: lifetimes and the arena plan, parts,
+//    the ABI the runtimes' drivers read, and main().
+//
+//===----------------------------------------------------------------------===//
+
+#ifndef TDX_LIB_TARGET_EMITTER_H
+#define TDX_LIB_TARGET_EMITTER_H
+
+#include "tdx/Dialect/TdxOps.h"
+#include "tdx/Runtime/InitProgram.h"
+#include "tdx/Target/Cpp.h"
+#include "tdx/Target/Fusion.h"
+
+#include "llvm/ADT/SetVector.h"
+#include "llvm/Support/raw_ostream.h"
+
+#include <map>
+#include <string>
+
+namespace mlir::tdx::cpp {
+
+/// The emitted dtype of element type `t` ("T::kFloat"), "" when none.
+std::string dtype(Type t);
+/// "{2, 3}".
+std::string list(ArrayRef<int64_t> xs);
+/// A double as C++ text, exactly (INFINITY, NAN included).
+std::string number(double v);
+/// A C++ string literal of `s`.
+std::string quoted(StringRef s);
+/// A mesh's axis names as a C++ initializer list of strings.
+std::string strings(ArrayAttr axes);
+/// "[Shard(0), Replicate]" of `sharding` (all Replicate when null) on a
+/// mesh of `rank` axes.
+std::string layoutText(ShardingAttr sharding, int64_t rank);
+/// The runtime's key of the state `name` names from `op`: a tied name reads
+/// and writes the value it shares.
+std::string stateKey(Operation *op, FlatSymbolRefAttr name);
+
+/// The C type of a tensor value's elements.
+std::string elem(Value v);
+/// The CPU loop over one row of kernel `k` (see tdx::rt::KernelRow).
+void emitKernelRow(const FusedKernel &k, llvm::raw_ostream &os);
+/// The CUDA kernel of `k` that ends in a row op, and its launch.
+void emitRowKernelLaunch(const FusedKernel &k, llvm::raw_ostream &os);
+/// The CUDA kernel around `k`'s body (one thread per element) and its launch.
+void emitKernelLaunch(const FusedKernel &k, llvm::raw_ostream &os);
+
+/// Prints the step's ops, one runtime call each, into `os`.
+class Emitter {
+public:
+  Emitter(int64_t meshRank, Backend backend, llvm::raw_ostream &os)
+      : meshRank(meshRank), backend(backend), os(os) {}
+
+  std::string name(Value v) {
+    auto it = names.find(v);
+    if (it != names.end())
+      return it->second;
+    return names[v] = "v" + std::to_string(names.size());
+  }
+
+  LogicalResult emitOp(Operation *op);
+  /// The declaration of the local that holds `v`, which the current part
+  /// of the step holds from here until `release` (see maybeEndPart).
+  std::string decl(Value v) {
+    declared.insert(v);
+    return "T::Tensor " + name(v);
+  }
+  /// Drops the handles of `values` (see Lifetimes).
+  void release(ArrayRef<Value> values) {
+    for (Value v : values) {
+      os << "  " << name(v) << " = T::Tensor();\n";
+      declared.remove(v);
+      if (auto it = slots.find(v); it != slots.end()) {
+        freeSlots.push_back(it->second);
+        slots.erase(it);
+      }
+    }
+  }
+  /// The step is emitted as parts of about partBytes of source each (see
+  /// kDefaultPartBytes); `forward` calls them in order. A tensor still held
+  /// where a part ends moves into a slot of `carry`, which every later part
+  /// names with the tensor's name, until its release; the handles of
+  /// collectives in flight go through `handles`.
+  int64_t partBytes = kDefaultPartBytes;
+  /// The step's arguments bound to their names.
+  std::string bindArguments(ArrayRef<BlockArgument> args) {
+    std::string text;
+    for (BlockArgument arg : args)
+      text += "  const T::Tensor &" + name(arg) + " = in[" + std::to_string(arg.getArgNumber()) +
+              "];\n";
+    return text;
+  }
+  /// The start of a part's function, with the step's arguments bound to
+  /// their names.
+  std::string partHeader(int part, ArrayRef<BlockArgument> args) {
+    return "static std::vector<T::Tensor> forward" + std::to_string(part) +
+           "(Context &ctx, State &s, const std::vector<T::Tensor> &in, uint64_t call, "
+           "T::Tensor *carry, int64_t *handles) {\n  (void)call;\n  (void)carry;\n"
+           "  (void)handles;\n" +
+           bindArguments(args);
+  }
+  /// Ends the current part and opens the next if the current one is long.
+  void maybeEndPart(ArrayRef<BlockArgument> args) {
+    if (static_cast<int64_t>(os.tell() - partStart) < partBytes)
+      return;
+    for (Value v : declared) {
+      int64_t slot = carrySize();
+      if (!freeSlots.empty())
+        slot = freeSlots.pop_back_val();
+      slots[v] = slot;
+      os << "  carry[" << slot << "] = std::move(" << name(v) << ");\n";
+    }
+    declared.clear();
+    for (auto [i, f] : llvm::enumerate(inFlight))
+      os << "  handles[" << i << "] = " << f.second << ";\n";
+    os << "  return {};\n}\n\n" << partHeader(++parts, args);
+    // In slot order, so the text does not depend on hashing.
+    std::map<int64_t, Value> bySlot;
+    for (auto [v, slot] : slots)
+      bySlot[slot] = v;
+    for (auto [slot, v] : bySlot)
+      os << "  T::Tensor &" << name(v) << " = carry[" << slot << "];\n";
+    for (auto [i, f] : llvm::enumerate(inFlight))
+      os << "  const int64_t " << f.second << " = handles[" << i << "];\n";
+    handed = std::max(handed, inFlight.size());
+    partStart = os.tell();
+  }
+  /// Values whose locals the current part declared, and the carried ones'
+  /// slots; every slot ever made is taken or free.
+  llvm::SetVector<Value> declared;
+  DenseMap<Value, int64_t> slots;
+  SmallVector<int64_t> freeSlots;
+  size_t carrySize() const { return slots.size() + freeSlots.size(); }
+  uint64_t partStart = 0;
+  int parts = 0;
+  size_t handed = 0;
+  /// Waits for the collectives in flight whose results `reads` holds.
+  void waitFor(ArrayRef<Value> reads) {
+    for (Value v : reads) {
+      auto it = llvm::find_if(inFlight, [&](auto &f) { return f.first == v; });
+      if (it == inFlight.end())
+        continue;
+      os << "  " << decl(v) << " = ctx.wait(" << it->second << ");\n";
+      inFlight.erase(it);
+    }
+  }
+  /// The arena slots of the results of the op emitted next (see Lifetimes),
+  /// and forgetting those its op did not take.
+  void place(ArrayRef<std::pair<int64_t, int64_t>> slots) {
+    if (slots.empty())
+      return;
+    os << "  ctx.place({";
+    llvm::interleaveComma(slots, os, [&](auto s) { os << "{" << s.first << ", " << s.second << "}"; });
+    os << "});\n";
+  }
+  void placed(ArrayRef<std::pair<int64_t, int64_t>> slots) {
+    if (!slots.empty())
+      os << "  ctx.placed();\n";
+  }
+  void waitAll() {
+    while (!inFlight.empty())
+      waitFor(inFlight.front().first);
+  }
+  /// Lets the collectives in flight move on after an op.
+  void progress() {
+    if (!inFlight.empty())
+      os << "  ctx.progress();\n";
+  }
+  void emitKernelCall(const FusedKernel &k);
+  /// Linear results whose bias the kernels that read them add.
+  DenseSet<Value> biasInKernels;
+  FailureOr<std::string> atenArgument(AtenOp o, NamedAttribute kv);
+  LogicalResult emitReduce(Operation *op, StringRef fn, std::optional<ArrayRef<int64_t>> dims,
+                           bool keep);
+  LogicalResult emitInit(Operation *decl, StringRef name, RankedTensorType type,
+                         ShardingAttr sharding);
+  /// Writes `program` with the init programs; returns its variable's name.
+  std::string programVar(const ::tdx::rt::InitProgram &program);
+
+  int64_t meshRank;
+  Backend backend;
+  /// The init programs, emitted before init().
+  std::string initText;
+  llvm::raw_string_ostream inits_{initText};
+  /// Writes states (see Lifetimes).
+  void writeStates(ArrayRef<std::pair<std::string, Value>> writes) {
+    for (auto &[key, value] : writes)
+      os << "  s[\"" << key << "\"] = " << name(value) << ";\n";
+  }
+  int inits = 0;
+  llvm::raw_ostream &os;
+  DenseMap<Value, std::string> names;
+  /// Collectives started and not yet waited for: result -> handle variable.
+  SmallVector<std::pair<Value, std::string>> inFlight;
+  int tmps = 0;
+};
+
+
+} // namespace mlir::tdx::cpp
+
+#endif // TDX_LIB_TARGET_EMITTER_H
