@@ -75,6 +75,14 @@ ShardingRule UniformOp::getShardingRule() { return creationRule(*this); }
 ShardingRule NormalOp::getShardingRule() { return creationRule(*this); }
 ShardingRule TruncNormalOp::getShardingRule() { return creationRule(*this); }
 ShardingRule BernoulliOp::getShardingRule() { return creationRule(*this); }
+/// A range is made whole on every rank: a split one would need each rank's
+/// own start, so its one dim is a replicated factor (its readers slice it).
+ShardingRule ArangeOp::getShardingRule() {
+  ShardingRule rule;
+  auto t = cast<RankedTensorType>(getType());
+  rule.results = {{{rule.addFactor(t.getDimSize(0), FactorKind::Replicated)}}};
+  return rule;
+}
 
 /// The value's dims, each its own factor; propagation requires the state's
 /// layout of it (PropagateSharding.cpp).

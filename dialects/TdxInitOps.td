@@ -49,7 +49,7 @@ def Tdx_FullOp : Tdx_Op<"full", [Pure, Tdx_HasPartitionRule]> {
   let hasVerifier = 1;
 }
 
-def Tdx_ArangeOp : Tdx_Op<"arange", [Pure]> {
+def Tdx_ArangeOp : Tdx_Op<"arange", [Pure, Tdx_HasShardingRule]> {
   let summary = "evenly spaced values in [start, end) (torch.arange)";
   let description = [{
     The result is 1-D with `ceil((end - start) / step)` elements, exactly as

@@ -322,6 +322,16 @@ std::vector<Module::StateInfo> Module::state() const {
   return out;
 }
 
+std::vector<std::pair<std::string, bool>> dialectOps() {
+  MLIRContext ctx;
+  ctx.loadDialect<TdxDialect>();
+  std::vector<std::pair<std::string, bool>> out;
+  for (RegisteredOperationName name : ctx.getRegisteredOperations())
+    if (name.getDialectNamespace() == TdxDialect::getDialectNamespace())
+      out.push_back({name.getStringRef().str(), name.hasInterface<ShardingRuleOpInterface>()});
+  return out;
+}
+
 std::string Module::entry() const {
   for (const char *name : {"forward", "train_step"})
     if (impl->module->lookupSymbol<func::FuncOp>(name))

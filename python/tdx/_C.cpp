@@ -68,6 +68,7 @@ PYBIND11_MODULE(_C, m) {
   m.def("tensor_memory_system_allocations", &tdx::rt::TensorMemory::systemAllocations);
 
   m.def("is_fake", &isFake, py::arg("tensor"));
+  m.def("dialect_ops", &tdx::capture::dialectOps);
   m.def("is_deferred", &isDeferred, py::arg("tensor"));
   m.def("meta_like", &metaLike, py::arg("tensor"));
   m.def("fake_like", &fakeLike, py::arg("tensor"));

@@ -90,3 +90,15 @@ func.func @aten_rules(%g: tensor<2x8x16xf32>, %x: tensor<2x8x16xf32>, %s: tensor
   %6 = tdx.aten "aten::slice_backward"(%g) {args = {dim = -1 : i64, input_sizes = array<i64: 2, 8, 32>, start = 1 : i64, end = 9223372036854775807 : i64, step = 2 : i64}} : (tensor<2x8x16xf32>) -> tensor<2x8x32xf32>
   return
 }
+
+// -----
+
+// Creation ops: a filled tensor may be made split (each rank its box); a
+// range is made whole (a split one would need each rank's own start).
+func.func @creation() {
+  // expected-remark @+1 {{sharding rule: () -> ([i, j]) {i=4, j=8}}}
+  %0 = tdx.full 0.0 : tensor<4x8xf32>
+  // expected-remark @+1 {{sharding rule: () -> ([i]) {i=8} replicated={i}}}
+  %1 = tdx.arange start 0.0 end 8.0 step 1.0 : tensor<8xi64>
+  return
+}

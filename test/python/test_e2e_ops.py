@@ -151,6 +151,17 @@ def test_every_dialect_op_has_a_case():
     assert not stale, f"e2e_cases.py names ops the dialect no longer has: {stale}"
 
 
+def test_every_compute_op_has_a_sharding_rule():
+    # The registry as the dialect registers it (ODS): an op that computes
+    # needs a sharding rule, or propagation cannot place it.
+    ops = dict(tdx._C.dialect_ops())
+    assert set(ops) == set(dialect_ops()), "docs/dialect.md and the registered ops differ"
+    missing = [op for op, has_rule in ops.items()
+               if not has_rule and op not in STRUCTURAL and op != "tdx.aten"]
+    assert not missing, (f"tdx ops without a sharding rule: {missing}; declare it with "
+                         f"Tdx_HasShardingRule and write it in dialects/ShardingRules.cpp")
+
+
 @pytest.mark.parametrize("name", NAMES)
 def test_case_captures_its_op(name):
     case = CASES[name]

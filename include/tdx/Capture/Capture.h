@@ -299,6 +299,10 @@ private:
   std::unique_ptr<Impl> impl;
 };
 
+/// Every op the tdx dialect registers, with whether it has a sharding rule
+/// (ShardingRuleOpInterface): the registry the op-coverage tests read.
+std::vector<std::pair<std::string, bool>> dialectOps();
+
 } // namespace tdx::capture
 
 #endif // TDX_CAPTURE_CAPTURE_H
