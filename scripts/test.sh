@@ -28,7 +28,7 @@ esac
 export TDX_CACHE_DIR="${TDX_CACHE_DIR-$build/test/compile-cache}"
 # The files of the quick tier; every other test file is pytest-models.
 quick=(test_capture.py test_deferred_init.py test_sharding.py test_checkpoint.py
-       test_split_inputs.py test_partition_numerics.py)
+       test_split_inputs.py test_partition_numerics.py test_emission_golden.py)
 models=()
 for f in "$root"/test/python/test_*.py; do
   name="$(basename "$f")"
