@@ -133,7 +133,11 @@ static FailureOr<Value> vocabParallelEmbedding(OpBuilder &b, EmbeddingOp op, Mes
     if (!RankedTensorType::get(row, t.getElementType()).hasStaticShape())
       return op.emitOpError("cannot look up rows of a table split unevenly on two dims");
     Value zeros = e.full(0, RankedTensorType::get(row, t.getElementType()));
-    table = ConcatOp::create(b, op.getLoc(), t, ValueRange{table, zeros}, b.getI64IntegerAttr(0));
+    SmallVector<int64_t> padded(t.getShape());
+    if (!ShapedType::isDynamic(padded[0]))
+      ++padded[0];
+    table = ConcatOp::create(b, op.getLoc(), RankedTensorType::get(padded, t.getElementType()),
+                             ValueRange{table, zeros}, b.getI64IntegerAttr(0));
   }
   // padding_idx only shapes gradients; the local table has other row numbers.
   Value rowsOut = EmbeddingOp::create(b, op.getLoc(), resultType, table, safe, IntegerAttr());

@@ -179,8 +179,10 @@ LogicalResult FunctionPartitioner::lowerRedistribute(RedistributeOp op) {
   globalTypes[result] = global;
   op.erase();
   // A gather only this chunk read (folded away) has no reader left.
-  if (auto gather = input.getDefiningOp<AllGatherOp>(); gather && gather->use_empty())
+  if (auto gather = input.getDefiningOp<AllGatherOp>(); gather && gather->use_empty()) {
+    globalTypes.erase(gather.getResult());
     gather->erase();
+  }
   return success();
 }
 

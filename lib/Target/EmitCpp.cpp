@@ -307,7 +307,15 @@ FailureOr<Signature> signatureOf(func::FuncOp fn, int64_t meshRank) {
     if (!ranked || dtype(ranked.getElementType()).empty())
       return fn.emitError() << "result #" << i << " has type " << t
                             << ", which the CPU backend cannot return";
-    sig.outputs.push_back({ranked, layoutText(valueSharding(ret.getOperand(i)), meshRank)});
+    ShardingAttr sharding = valueSharding(ret.getOperand(i));
+    // The runtimes assemble a result by copying or adding its boxes.
+    if (sharding && llvm::any_of(sharding.getPlacements(), [](PlacementAttr p) {
+          return p.isPartial() && p.getReduce() != ReduceKind::Sum;
+        }))
+      return fn.emitError() << "result #" << i << " is " << sharding
+                            << ", which the runtimes cannot assemble; reduce it first (place "
+                               "the result Replicate or Partial(sum))";
+    sig.outputs.push_back({ranked, layoutText(sharding, meshRank)});
   }
   return sig;
 }

@@ -301,6 +301,11 @@ def test_bad_params_files_are_named(tmp_path):
     del weights["wte.weight"]
     with pytest.warns(tdx.TdxWarning, match="has no 'wte.weight'; it starts as its init program"):
         exe.run(IDS, params=weights)
+    # A file that has none of them is the wrong file (names without the
+    # model's prefix, say), not a partial one.
+    renamed = {"model." + k: v for k, v in weights.items()}
+    with pytest.raises(tdx.TdxError, match="has none of the program's parameters"):
+        exe.run(IDS, params=renamed)
 
 
 def test_unsupported_target_is_refused():

@@ -5,8 +5,10 @@
 #include "llvm/ADT/SmallVector.h"
 #include "llvm/ADT/StringExtras.h"
 #include "llvm/Support/FileSystem.h"
+#include "llvm/Support/MemoryBuffer.h"
 #include "llvm/Support/Path.h"
 #include "llvm/Support/Process.h"
+#include "llvm/Support/Program.h"
 #include "llvm/Support/SHA256.h"
 #include "llvm/Support/raw_ostream.h"
 
@@ -38,6 +40,43 @@ std::string CompileCache::key(StringRef source, ArrayRef<std::string> command) c
     hash.update(StringRef("\0", 1));
   };
   add(source);
+  // The compiler behind a wrapper (mpicxx runs g++) by what it says it is.
+  if (!command.empty()) {
+    if (auto it = compilerVersions.find(command.front()); it == compilerVersions.end()) {
+      SmallString<128> out;
+      sys::fs::createTemporaryFile("tdx-compiler-version", "txt", out);
+      std::optional<StringRef> redirects[] = {std::nullopt, StringRef(out), StringRef(out)};
+      StringRef args[] = {command.front(), "--version"};
+      sys::ExecuteAndWait(command.front(), args, std::nullopt, redirects);
+      auto text = MemoryBuffer::getFile(out);
+      compilerVersions[command.front()] = text ? (*text)->getBuffer().str() : "";
+      sys::fs::remove(out);
+    }
+    add(compilerVersions[command.front()]);
+  }
+  // Libraries named by -lNAME, found in the -L folders and the system's.
+  SmallVector<std::string> libraryDirs = {"/usr/lib/x86_64-linux-gnu", "/usr/lib"};
+  for (const std::string &arg : command)
+    if (StringRef(arg).starts_with("-L"))
+      libraryDirs.insert(libraryDirs.begin(), arg.substr(2));
+  SmallVector<std::string> files;
+  for (const std::string &arg : command) {
+    if (!StringRef(arg).starts_with("-l"))
+      continue;
+    for (const std::string &d : libraryDirs) {
+      std::string lib = d + "/lib" + arg.substr(2) + ".so";
+      if (sys::fs::exists(lib)) {
+        files.push_back(lib);
+        break;
+      }
+    }
+  }
+  for (const std::string &lib : files) {
+    sys::fs::file_status status;
+    if (!sys::fs::status(lib, status))
+      add(lib + ":" + std::to_string(status.getSize()) + ":" +
+          std::to_string(status.getLastModificationTime().time_since_epoch().count()));
+  }
   for (const std::string &arg : command) {
     add(arg);
     // A file the command reads by name (the compiler, a library, the
@@ -108,15 +147,31 @@ void CompileCache::store(StringRef key, StringRef output) const {
   trim();
 }
 
+/// An entry's name: a key, 64 lowercase hex digits. Nothing else in the
+/// directory is the cache's to remove.
+static bool isEntry(StringRef name) {
+  return name.size() == 64 && llvm::all_of(name, [](char c) {
+           return (c >= '0' && c <= '9') || (c >= 'a' && c <= 'f');
+         });
+}
+
 void CompileCache::trim() const {
   std::vector<std::pair<sys::TimePoint<>, std::string>> entries;
   std::error_code ec;
+  auto now = std::chrono::system_clock::now();
   for (sys::fs::directory_iterator it(dir, ec), end; it != end && !ec; it.increment(ec)) {
     ErrorOr<sys::fs::basic_file_status> status = it->status();
-    if (StringRef(it->path()).ends_with(".partial") || !status ||
-        !sys::fs::is_regular_file(*status))
+    if (!status || !sys::fs::is_regular_file(*status))
       continue;
-    entries.push_back({status->getLastModificationTime(), it->path()});
+    StringRef name = sys::path::filename(it->path());
+    // What a killed compile left half written, an hour later.
+    if (name.ends_with(".partial") && isEntry(name.take_front(64)) &&
+        now - status->getLastModificationTime() > std::chrono::hours(1)) {
+      sys::fs::remove(it->path());
+      continue;
+    }
+    if (isEntry(name))
+      entries.push_back({status->getLastModificationTime(), it->path()});
   }
   if (static_cast<int>(entries.size()) <= kMaxEntries)
     return;

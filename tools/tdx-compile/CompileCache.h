@@ -1,12 +1,14 @@
 //===- CompileCache.h - model binaries by the content they come from -*- C++ -*-===//
 //
 // tdx-compile's cache: a compiled binary is kept under the SHA-256 of the
-// emitted source, the compile command, and the size and modification time
-// of every file the command names (the compiler, the runtime libraries, the
+// emitted source, the compile command, what the compiler says its version
+// is, and the size and modification time of every file the command names or
+// links by -l (the compiler, the runtime libraries, libtorch, the
 // precompiled header), so a program compiled again with the same tdx is
 // copied instead of compiled. Entries are written under a temporary name
 // and renamed, so concurrent compiles never see half a binary; the newest
-// kMaxEntries are kept.
+// kMaxEntries are kept, and only files named by a key (64 hex digits) are
+// ever removed from the directory.
 //
 //===----------------------------------------------------------------------===//
 
@@ -16,6 +18,7 @@
 #include "llvm/ADT/ArrayRef.h"
 #include "llvm/ADT/StringRef.h"
 
+#include <map>
 #include <string>
 
 namespace tdx {
@@ -44,6 +47,8 @@ private:
   std::string entry(llvm::StringRef key) const;
   void trim() const;
   std::string dir;
+  /// `<compiler> --version` by compiler, asked once.
+  mutable std::map<std::string, std::string> compilerVersions;
 };
 
 } // namespace tdx

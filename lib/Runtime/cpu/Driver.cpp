@@ -160,6 +160,12 @@ int tdx::rt::runMain(int argc, char **argv, const Program &program) {
                        store->path().c_str(), p.name.c_str());
       }
     }
+    if (store && state.empty() &&
+        std::any_of(program.params.begin(), program.params.end(),
+                    [](const Program::Param &p) { return !isOptimizerState(p.name); }))
+      throw std::runtime_error(store->path() + " has none of the program's parameters (names like '" +
+                               program.params.front().name + "'); pass the weights by their "
+                               "qualified names, as in model.state_dict()");
     const size_t given = state.size();
     program.init(ctx, state);
     auto t1 = std::chrono::steady_clock::now();

@@ -81,6 +81,13 @@ int tdx::cu::runMain(int argc, char **argv, const Program &program) {
       // What the file has is read; what it lacks (a model's state dict has
       // no optimizer state) is made by its init program below.
       TensorStore store(tdx::rt::paramsPath(o));
+      bool any = false;
+      for (const Program::Param &p : program.params)
+        any |= !tdx::rt::isOptimizerState(p.name) && store.find(p.name);
+      if (!any && !program.params.empty())
+        throw std::runtime_error(store.path() + " has none of the program's parameters (names "
+                                 "like '" + program.params.front().name + "'); pass the weights "
+                                 "by their qualified names, as in model.state_dict()");
       for (const Program::Param &p : program.params) {
         if (store.find(p.name))
           state[p.name] =
