@@ -2,11 +2,13 @@
 
 #include "tdx/Runtime/Options.h"
 #include "tdx/Runtime/Checkpoint.h"
+#include "tdx/Runtime/Safetensors.h"
 
 #include <sched.h>
 #include <sys/resource.h>
 
 #include <algorithm>
+#include <cstdio>
 #include <cstdlib>
 #include <iostream>
 #include <stdexcept>
@@ -157,6 +159,30 @@ int tdx::rt::parseOptions(int argc, char **argv, Options &o) {
 
 std::string tdx::rt::paramsPath(const Options &o) {
   return o.params.rfind("store:", 0) == 0 ? storeKeyPath(o.store, o.params.substr(6)) : o.params;
+}
+
+std::vector<bool> tdx::rt::givenState(const TensorStore &store,
+                                      const std::vector<std::string> &names, bool resume,
+                                      bool note) {
+  std::vector<bool> given;
+  bool model = false, anyModel = false;
+  for (const std::string &name : names) {
+    given.push_back(store.find(name) != nullptr);
+    if (!given.back() && resume)
+      throw std::runtime_error("the checkpoint " + store.path() + " has no '" + name +
+                               "': it was saved by another program");
+    model |= !isOptimizerState(name);
+    anyModel |= !isOptimizerState(name) && given.back();
+  }
+  if (model && !anyModel)
+    throw std::runtime_error(store.path() + " has none of the program's parameters (names like '" +
+                             names.front() + "'); pass the weights by their qualified names, as "
+                             "in model.state_dict()");
+  for (size_t i = 0; i < names.size(); ++i)
+    if (note && !given[i] && !isOptimizerState(names[i]))
+      std::fprintf(stderr, "tdx: %s has no '%s'; it starts as its init program makes it\n",
+                   store.path().c_str(), names[i].c_str());
+  return given;
 }
 
 int tdx::rt::threadsPerRank(const Options &o) {

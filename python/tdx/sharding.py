@@ -115,7 +115,9 @@ class Partial:
         return isinstance(other, Partial) and other.reduce_op == self.reduce_op
 
 
-def _annotate(prog, name, mesh, placements):
+def _annotate(prog, name, mesh, placements, priority=-1):
+    """Places `name` (state, or "input:<i>") on `mesh`; a `priority` >= 0
+    (inputs only) makes it a preference at that level, not fixed."""
     placements = list(placements)
     if len(placements) != mesh.ndim:
         raise ValueError(f"{len(placements)} placement(s) for a {mesh.ndim}-D mesh "
@@ -124,7 +126,8 @@ def _annotate(prog, name, mesh, placements):
         if not isinstance(p, (Shard, Replicate, Partial)):
             raise TypeError(f"placements are tdx.Shard, tdx.Replicate or tdx.Partial, got {p!r}")
     text = "[" + ", ".join(str(p) for p in placements) + "]"
-    prog._module.annotate(name, mesh.name, list(mesh.shape), list(mesh.mesh_dim_names), text)
+    prog._module.annotate(name, mesh.name, list(mesh.shape), list(mesh.mesh_dim_names), text,
+                          priority=priority)
     return prog
 
 
@@ -239,9 +242,7 @@ def _place_batch(prog, mesh, axis):
             continue
         placements = [Replicate()] * mesh.ndim
         placements[axis] = Shard(0)
-        text = "[" + ", ".join(str(p) for p in placements) + "]"
-        prog._module.annotate(f"input:{i}", mesh.name, list(mesh.shape),
-                              list(mesh.mesh_dim_names), text, priority=0)
+        _annotate(prog, f"input:{i}", mesh, placements, priority=0)
 
 
 # --- Parallel plans ----------------------------------------------------------

@@ -5,6 +5,7 @@
 
 #include <cstdint>
 #include <string>
+#include <vector>
 
 namespace tdx::rt {
 
@@ -48,6 +49,16 @@ std::string paramsPath(const Options &options);
 inline bool isOptimizerState(const std::string &name) {
   return name.rfind("optimizer.", 0) == 0;
 }
+
+class TensorStore;
+/// Which of the program's state entries `names` the --params file or the
+/// resumed checkpoint `store` has, as every driver reads them before the
+/// init programs make the rest: a resumed run needs all of them; a file
+/// with none of the model's (non-optimizer) entries is the wrong file; a
+/// model entry it lacks starts from its init program, which `note` says on
+/// stderr (rank 0 passes true). Throws std::runtime_error naming the file.
+std::vector<bool> givenState(const TensorStore &store, const std::vector<std::string> &names,
+                             bool resume, bool note);
 
 /// The compute threads a CPU rank uses: --threads, else OMP_NUM_THREADS
 /// when set (0: leave ATen's own choice), else the cores the launcher bound

@@ -146,26 +146,17 @@ int tdx::rt::runMain(int argc, char **argv, const Program &program) {
       // What the file has is read; what it lacks (a model's state dict has
       // no optimizer state) is made by its init program below. A resumed
       // run needs all of it.
-      for (const Program::Param &p : program.params) {
-        if (store->find(p.name)) {
+      std::vector<std::string> names;
+      for (const Program::Param &p : program.params)
+        names.push_back(p.name);
+      std::vector<bool> inStore = givenState(*store, names, !o.resume.empty(), rank == 0);
+      for (size_t i = 0; i < names.size(); ++i)
+        if (inStore[i]) {
+          const Program::Param &p = program.params[i];
           state[p.name] =
               readLocal(ctx, *store, p.name, "parameter", p.shape, p.dtype, parseLayout(p.layout));
-          continue;
         }
-        if (!o.resume.empty())
-          throw std::runtime_error("the checkpoint " + store->path() + " has no '" + p.name +
-                                   "': it was saved by another program");
-        if (rank == 0 && !isOptimizerState(p.name))
-          std::fprintf(stderr, "tdx: %s has no '%s'; it starts as its init program makes it\n",
-                       store->path().c_str(), p.name.c_str());
-      }
     }
-    if (store && state.empty() &&
-        std::any_of(program.params.begin(), program.params.end(),
-                    [](const Program::Param &p) { return !isOptimizerState(p.name); }))
-      throw std::runtime_error(store->path() + " has none of the program's parameters (names like '" +
-                               program.params.front().name + "'); pass the weights by their "
-                               "qualified names, as in model.state_dict()");
     const size_t given = state.size();
     program.init(ctx, state);
     auto t1 = std::chrono::steady_clock::now();

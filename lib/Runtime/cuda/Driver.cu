@@ -81,21 +81,16 @@ int tdx::cu::runMain(int argc, char **argv, const Program &program) {
       // What the file has is read; what it lacks (a model's state dict has
       // no optimizer state) is made by its init program below.
       TensorStore store(tdx::rt::paramsPath(o));
-      bool any = false;
+      std::vector<std::string> names;
       for (const Program::Param &p : program.params)
-        any |= !tdx::rt::isOptimizerState(p.name) && store.find(p.name);
-      if (!any && !program.params.empty())
-        throw std::runtime_error(store.path() + " has none of the program's parameters (names "
-                                 "like '" + program.params.front().name + "'); pass the weights "
-                                 "by their qualified names, as in model.state_dict()");
-      for (const Program::Param &p : program.params) {
-        if (store.find(p.name))
+        names.push_back(p.name);
+      std::vector<bool> inStore = tdx::rt::givenState(store, names, false, rank == 0);
+      for (size_t i = 0; i < names.size(); ++i)
+        if (inStore[i]) {
+          const Program::Param &p = program.params[i];
           state[p.name] =
               readLocal(ctx, store, p.name, "parameter", p.shape, p.dtype, parseLayout(p.layout));
-        else if (rank == 0 && !tdx::rt::isOptimizerState(p.name))
-          std::fprintf(stderr, "tdx: %s has no '%s'; it starts as its init program makes it\n",
-                       store.path().c_str(), p.name.c_str());
-      }
+        }
     }
     const size_t given = state.size();
     program.init(ctx, state);
