@@ -29,6 +29,7 @@ def Tdx_Dialect : Dialect {
     of one rank. See `docs/ir.md` for a worked example.
   }];
   let useDefaultAttributePrinterParser = 1;
+  let useDefaultTypePrinterParser = 1;
   let dependentDialects = ["::mlir::func::FuncDialect"];
   // The discardable attributes below are checked wherever they appear.
   let hasOperationAttrVerify = 1;
@@ -52,6 +53,17 @@ def Tdx_Dialect : Dialect {
     static constexpr ::llvm::StringLiteral kPartitionedAttrName = "tdx.partitioned";
     /// The payload a collective moves per rank (i64 bytes).
     static constexpr ::llvm::StringLiteral kPayloadBytesAttrName = "tdx.payload_bytes";
+    /// The memory plan (tdx-plan-memory): where in the step's arena each
+    /// result of an op lives (array<i64>, one byte offset per result, -1
+    /// for a tensor the plan leaves to the allocator).
+    static constexpr ::llvm::StringLiteral kArenaAttrName = "tdx.arena";
+    /// On a planned function: its arena's bytes, and the most bytes of its
+    /// own tensors alive at once (i64 each).
+    static constexpr ::llvm::StringLiteral kArenaBytesAttrName = "tdx.arena_bytes";
+    static constexpr ::llvm::StringLiteral kStepBytesAttrName = "tdx.step_bytes";
+    /// The part of the step an op is emitted in (tdx-split-parts): i64 >= 0,
+    /// never less than the part of the op before it.
+    static constexpr ::llvm::StringLiteral kPartAttrName = "tdx.part";
   }];
 }
 

@@ -16,10 +16,17 @@ using namespace mlir::tdx;
 #define GET_ATTRDEF_CLASSES
 #include "tdx/Dialect/TdxAttrs.cpp.inc"
 
+#define GET_TYPEDEF_CLASSES
+#include "tdx/Dialect/TdxTypes.cpp.inc"
+
 #define GET_OP_CLASSES
 #include "tdx/Dialect/TdxOps.cpp.inc"
 
 void TdxDialect::initialize() {
+  addTypes<
+#define GET_TYPEDEF_LIST
+#include "tdx/Dialect/TdxTypes.cpp.inc"
+      >();
   addAttributes<
 #define GET_ATTRDEF_LIST
 #include "tdx/Dialect/TdxAttrs.cpp.inc"
@@ -69,10 +76,44 @@ static LogicalResult verifyTdxAttribute(Operation *op, NamedAttribute attr, bool
     return isa<UnitAttr>(value) ? success() : wrong("a unit attribute");
   if (name == TdxDialect::kPayloadBytesAttrName)
     return isa<IntegerAttr>(value) ? success() : wrong("an integer");
+  if (name == TdxDialect::kArenaAttrName) {
+    auto offsets = dyn_cast<DenseI64ArrayAttr>(value);
+    if (!offsets || offsets.size() != static_cast<int64_t>(op->getNumResults()))
+      return wrong("an array<i64> of one arena offset per result (" +
+                   std::to_string(op->getNumResults()) + ")");
+    for (int64_t offset : offsets.asArrayRef())
+      if (offset != -1 && (offset < 0 || offset % 64 != 0))
+        return wrong("offsets that are multiples of 64 bytes, or -1");
+    return success();
+  }
+  if (name == TdxDialect::kArenaBytesAttrName || name == TdxDialect::kStepBytesAttrName) {
+    auto i = dyn_cast<IntegerAttr>(value);
+    if (!i || !i.getType().isInteger(64) || i.getInt() < 0 || !isa<func::FuncOp>(op))
+      return wrong("an i64 >= 0 on a function");
+    return success();
+  }
+  if (name == TdxDialect::kPartAttrName) {
+    auto part = dyn_cast<IntegerAttr>(value);
+    if (!part || !part.getType().isInteger(64) || part.getInt() < 0)
+      return wrong("an i64 part index >= 0");
+    for (Operation *prev = op->getPrevNode(); prev; prev = prev->getPrevNode())
+      if (auto before = prev->getAttrOfType<IntegerAttr>(TdxDialect::kPartAttrName)) {
+        if (before.getInt() > part.getInt())
+          return op->emitError() << "is in part " << part.getInt()
+                                 << " after an op of part " << before.getInt()
+                                 << "; parts run in order, so they never decrease";
+        break;
+      }
+    return success();
+  }
   return op->emitError() << "unknown tdx attribute '" << name << "'; tdx puts '"
                          << TdxDialect::kShardingsAttrName << "', '"
-                         << TdxDialect::kPartitionedAttrName << "' and '"
-                         << TdxDialect::kPayloadBytesAttrName << "' on ops";
+                         << TdxDialect::kPartitionedAttrName << "', '"
+                         << TdxDialect::kPayloadBytesAttrName << "', '"
+                         << TdxDialect::kArenaAttrName << "', '"
+                         << TdxDialect::kArenaBytesAttrName << "', '"
+                         << TdxDialect::kStepBytesAttrName << "' and '"
+                         << TdxDialect::kPartAttrName << "' on ops";
 }
 
 LogicalResult TdxDialect::verifyOperationAttribute(Operation *op, NamedAttribute attr) {

@@ -11,5 +11,6 @@ include "TdxConvOps.td"
 include "TdxShapeOps.td"
 include "TdxShardingOps.td"
 include "TdxGenericOps.td"
+include "TdxBackendOps.td"
 
 #endif // TDX_DIALECT_TDXOPS_TD

@@ -86,8 +86,8 @@ def Tdx_ParameterOp : Tdx_StateOp<"parameter", "parameter">;
 def Tdx_BufferOp : Tdx_StateOp<"buffer", "buffer">;
 
 def Tdx_YieldOp : Tdx_Op<"yield", [Pure, Terminator, ReturnLike,
-    ParentOneOf<["ParameterOp", "BufferOp"]>]> {
-  let summary = "yields the initial value of a parameter or buffer";
+    ParentOneOf<["ParameterOp", "BufferOp", "FusedOp", "StartOp"]>]> {
+  let summary = "yields the values of a region: a parameter's or buffer's initial value, a fused kernel's results, a started collective's result";
   let arguments = (ins Variadic<AnyType>:$values);
   let assemblyFormat = "$values attr-dict `:` type($values)";
 }

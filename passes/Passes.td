@@ -278,4 +278,76 @@ def CommReport : Pass<"tdx-comm-report", "::mlir::ModuleOp"> {
   ];
 }
 
+//===----------------------------------------------------------------------===//
+// The backend pipeline (tdx-backend): decisions the emitters print
+//===----------------------------------------------------------------------===//
+
+def FuseElementwise : Pass<"tdx-fuse-elementwise", "::mlir::ModuleOp"> {
+  let summary = "Group elementwise chains into tdx.fused kernels";
+  let description = [{
+    On a partitioned module, groups chains of elementwise ops (add ... gelu,
+    cmp, where, cast) over one iteration shape into `tdx.fused` regions,
+    one kernel each, placed where the kernel's last op stood. Ops join the
+    open kernel of their shape whose value they read, open kernels they both
+    read merge, and a kernel closes when something else reads its value or
+    its inputs and results would exceed a launch's 16 operands. A softmax,
+    log_softmax, layer_norm or rms_norm over the last dim whose input a
+    kernel makes ends that kernel (it runs on each row of the body's
+    result). Splat constants only kernels read become literals inside them,
+    and a `tdx.linear` whose every reader is fused leaves its bias to those
+    kernels (each adds it first). Unread elementwise ops are erased.
+
+    ```
+    tdx-opt step.mlir --tdx-fuse-elementwise
+    ```
+  }];
+  let dependentDialects = ["::mlir::arith::ArithDialect"];
+}
+
+def AsyncCollectives : Pass<"tdx-async-collectives", "::mlir::ModuleOp"> {
+  let summary = "Start asynchronous collectives and wait for them where first read";
+  let description = [{
+    Wraps every collective with the `Tdx_AsyncCollective` trait (all_gather,
+    all_reduce, reduce_scatter) of a function's body in `tdx.start`, and
+    puts the `tdx.wait` of its token right before the first op that reads
+    the result (one that nothing reads is waited for before the return).
+    Run after `tdx-fuse-elementwise`, so a kernel waits where it runs.
+  }];
+}
+
+def PlanMemory : Pass<"tdx-plan-memory", "::mlir::ModuleOp"> {
+  let summary = "Place the step's tensors in one arena and its state writes";
+  let description = [{
+    The memory plan of a partitioned step, written into the IR:
+
+    - Every tensor the step makes and drops within the step (not a view,
+      not returned, not written to a state) gets a byte offset in one arena
+      (`tdx.arena`, one entry per result, -1 for a tensor left to the
+      allocator); tensors alive at once get disjoint ranges of 64-byte
+      lines, the largest placed first, each at the lowest offset that fits.
+      A started collective's result is made by its `tdx.start`.
+    - A state written once, by a value an op makes, is written
+      (`tdx.assign` moved) right after both that op and the state's last
+      `tdx.param_ref`, so an update holds one copy of the state, not two.
+      Other writes move before the return, by state name.
+    - The module gets `tdx.arena_bytes` and `tdx.step_bytes`: the most
+      bytes of the step's own tensors alive at once.
+  }];
+}
+
+def SplitParts : Pass<"tdx-split-parts", "::mlir::ModuleOp"> {
+  let summary = "Split the step into parts the emitters print as functions";
+  let description = [{
+    Numbers the ops of each function's body with `tdx.part`, starting a
+    new part after every `ops-per-part` ops that run (not counting
+    `tdx.wait` and `tdx.assign`). The emitters print each part as one C++
+    function and the step calls them in order: the C++ compiler's
+    optimizations are superlinear in a function's size.
+  }];
+  let options = [
+    Option<"opsPerPart", "ops-per-part", "int64_t", /*default=*/"48",
+           "Ops that run in one part of the step (> 0)">
+  ];
+}
+
 #endif // TDX_PASSES_TD

@@ -1,12 +1,15 @@
 //===- Pipelines.cpp - the sharding pipeline, registered once -------------===//
 //
-// tdx-compile, the Python package (tdx.parallelize, Program.partition,
-// comm_report) and tdx-opt all run these two registered pipelines, so the
-// pass order is written here and nowhere else.
+// tdx-compile, tdx-translate, the Python package (tdx.parallelize,
+// Program.partition, comm_report) and tdx-opt all run these registered
+// pipelines, so the pass order is written here and nowhere else.
 //
 //===----------------------------------------------------------------------===//
 
 #include "tdx/Passes/Passes.h"
+#include "tdx/Dialect/TdxDialect.h"
+
+#include "mlir/Dialect/Func/IR/FuncOps.h"
 
 #include "mlir/Pass/PassManager.h"
 #include "mlir/Pass/PassOptions.h"
@@ -29,6 +32,11 @@ struct PlaceOptions : public PassPipelineOptions<PlaceOptions> {
   Option<bool> explain{*this, "explain", llvm::cl::desc("Explain contested placements"),
                        llvm::cl::init(false)};
 };
+struct BackendOptions : public PassPipelineOptions<BackendOptions> {
+  Option<int64_t> opsPerPart{*this, "ops-per-part",
+                             llvm::cl::desc("Ops that run in one part of the step"),
+                             llvm::cl::init(mlir::tdx::kDefaultOpsPerPart)};
+};
 } // namespace
 
 void mlir::tdx::buildPlacePipeline(OpPassManager &pm, const PropagateShardingOptions &options) {
@@ -45,6 +53,25 @@ void mlir::tdx::buildSpmdPipeline(OpPassManager &pm) {
   pm.addPass(createPrefetchAllGathers());
   pm.addPass(createHoistCollectives());
   pm.addPass(createScheduleWaits());
+}
+
+void mlir::tdx::buildBackendPipeline(OpPassManager &pm, int64_t opsPerPart) {
+  pm.addPass(createFuseElementwise());
+  pm.addPass(createAsyncCollectives());
+  pm.addPass(createPlanMemory());
+  SplitPartsOptions parts;
+  parts.opsPerPart = opsPerPart;
+  pm.addPass(createSplitParts(parts));
+}
+
+LogicalResult mlir::tdx::prepareForEmission(ModuleOp module, int64_t opsPerPart) {
+  bool planned = false;
+  module.walk([&](func::FuncOp fn) { planned |= fn->hasAttr(TdxDialect::kStepBytesAttrName); });
+  if (planned)
+    return success();
+  auto pm = PassManager::on<ModuleOp>(module.getContext());
+  buildBackendPipeline(pm, opsPerPart);
+  return pm.run(module);
 }
 
 void mlir::tdx::registerTdxPipelines() {
@@ -65,4 +92,9 @@ void mlir::tdx::registerTdxPipelines() {
       "tdx-insert-collectives, tdx-fold-mesh, tdx-partition, tdx-prefetch-all-gathers, "
       "tdx-hoist-collectives, tdx-schedule-waits: the per-rank program",
       buildSpmdPipeline);
+  PassPipelineRegistration<BackendOptions>(
+      "tdx-backend",
+      "tdx-fuse-elementwise, tdx-async-collectives, tdx-plan-memory, tdx-split-parts: the "
+      "decisions the C++ and CUDA emitters print",
+      [](OpPassManager &pm, const BackendOptions &o) { buildBackendPipeline(pm, o.opsPerPart); });
 }

@@ -1,8 +1,7 @@
 //===- EmitCpp.cpp - tdx programs as C++ on the CPU runtime ---------------===//
 //
-// The step as a whole (Emitter.h says where the rest is): lifetimes and the
-// arena plan, the step's parts, the signature the runtimes' drivers read,
-// and main().
+// The step as a whole (Emitter.h says where the rest is): its parts and the
+// handles it drops, the signature the runtimes' drivers read, and main().
 //
 //===----------------------------------------------------------------------===//
 
@@ -12,6 +11,7 @@
 #include "tdx/Target/Fusion.h"
 #include "tdx/Sharding/Layout.h"
 #include "tdx/Target/InitEvaluator.h"
+#include "tdx/Target/Lifetimes.h"
 
 #include "mlir/Dialect/Arith/IR/Arith.h"
 #include "mlir/Dialect/Func/IR/FuncOps.h"
@@ -28,255 +28,6 @@ using namespace mlir::tdx;
 using namespace mlir::tdx::cpp;
 
 namespace {
-
-/// Where each tensor the step makes is last needed, so the emitted code
-/// drops its handle there and ATen (or the CUDA pool) reuses the buffer for
-/// what comes next, instead of every intermediate living until the step
-/// returns; and where each state write goes. A value is read where its
-/// reader is emitted: an op where it stands, a fused kernel where its last
-/// member stands. Arguments, returned values and written values live on.
-///
-/// A state written once, by a value an op makes, is written right after
-/// both that op and the last param_ref of the state (a captured step
-/// assigns everything at its end): every param_ref still reads the value
-/// the state had on entry, and the old tensor is freed as soon as its last
-/// reader is done, so an update holds one copy of the state, not two, as
-/// an update in place would. Other writes happen when the step returns.
-class Lifetimes {
-public:
-  using Write = std::pair<std::string, Value>; // state key, new value
-
-  Lifetimes(Block &block, const FusionPlan &plan) {
-    DenseSet<Value> kept(block.getArguments().begin(), block.getArguments().end());
-    DenseMap<Value, Operation *> last;
-    SmallVector<Value> made;
-    std::map<std::string, SmallVector<AssignOp>> assigns;
-    std::map<std::string, SmallVector<ParamRefOp>> refs;
-    for (Operation &op : block) {
-      if (plan.inlinedConstants.contains(&op))
-        continue;
-      if (auto a = dyn_cast<AssignOp>(op))
-        assigns[stateKey(a, a.getNameAttr())].push_back(a);
-      if (isa<AssignOp, func::ReturnOp>(op)) {
-        kept.insert(op.operand_begin(), op.operand_end());
-        continue;
-      }
-      if (auto r = dyn_cast<ParamRefOp>(op))
-        refs[stateKey(r, r.getNameAttr())].push_back(r);
-      ArrayRef<Value> reads, results;
-      SmallVector<Value> operands(op.getOperands()), opResults(op.getResults());
-      if (auto it = plan.kernelOf.find(&op); it != plan.kernelOf.end()) {
-        const FusedKernel &k = plan.kernels[it->second];
-        if (k.ops.back() != &op || k.outputs.empty())
-          continue;
-        reads = k.inputs;
-        results = k.outputs;
-      } else {
-        reads = operands;
-        results = opResults;
-      }
-      position[&op] = static_cast<int64_t>(points.size());
-      points.push_back(&op);
-      for (Value v : reads) {
-        last[v] = &op;
-        firstReader.try_emplace(v, &op);
-      }
-      resultsAt[&op].assign(results.begin(), results.end());
-      for (Value v : results) {
-        last[v] = &op; // a result nobody reads ends where it is made
-        madeAt[v] = position[&op];
-        made.push_back(v);
-      }
-    }
-    // A started reduce_scatter's or all_gather's input is read until the
-    // wait, where its result is first read (the return, when nothing else
-    // reads it).
-    for (Operation *op : points)
-      if (isa<ReduceScatterOp, AllGatherOp>(op)) {
-        Value input = op->getOperand(0);
-        Operation *wait = firstReader.lookup(op->getResult(0));
-        if (!wait)
-          kept.insert(input);
-        else if (position.lookup(wait) > position.lookup(last[input]))
-          last[input] = wait;
-      }
-    for (Value v : made)
-      // A collective nobody reads is waited for when the step returns.
-      if (!kept.contains(v) && !(isAsyncCollective(v.getDefiningOp()) && last[v] == v.getDefiningOp()))
-        ending[last[v]].push_back(v);
-    plan_(made, kept, last, assigns, refs);
-  }
-
-  /// The values whose last reader (or maker) is `op`, in program order.
-  ArrayRef<Value> endingAt(Operation *op) const { return lookup(ending, op); }
-  /// The state writes that go right after `op`.
-  ArrayRef<Write> writesAt(Operation *op) const { return lookup(writes, op); }
-  /// The state writes that go when the step returns: by state, each
-  /// state's in program order.
-  ArrayRef<Write> writesAtReturn() const { return atReturn; }
-
-  /// The most bytes of the step's own tensors alive at once (the step's
-  /// working memory): each tensor from where it is made to where the last
-  /// reader of it or of a view of it stands (returned and written values: to
-  /// the end), less each state's old tensor from where it is freed. Views,
-  /// parameters and arguments hold no bytes of their own; ATen's workspaces
-  /// are not seen.
-  int64_t peakBytes() const { return peak; }
-
-  /// The memory plan: every tensor the step makes and drops within the step
-  /// (not a view, not returned, not written to a state, not a collective
-  /// nobody waits for before the return) gets an offset in one arena, and
-  /// tensors alive at once get disjoint ranges of 64-byte lines (greedy by
-  /// size: the largest first, each at the lowest offset that fits). The
-  /// slots of the results `op` makes, in result order (offset, bytes; -1:
-  /// not planned), none when it makes no planned tensor.
-  ArrayRef<std::pair<int64_t, int64_t>> slotsAt(Operation *op) const {
-    return lookup(slots, op);
-  }
-  /// The arena's bytes: the end of its highest slot.
-  int64_t arenaBytes() const { return arena; }
-  /// The tensors placed in it.
-  int64_t arenaTensors() const { return placedTensors; }
-
-private:
-  template <class T>
-  static ArrayRef<T> lookup(const DenseMap<Operation *, SmallVector<T>> &m, Operation *op) {
-    auto it = m.find(op);
-    return it == m.end() ? ArrayRef<T>() : ArrayRef<T>(it->second);
-  }
-  static bool isView(Operation *op) {
-    return isa<ReshapeOp, TransposeOp, PermuteOp, SliceOp, ExpandOp>(op);
-  }
-  static int64_t bytesOf(Value v) {
-    auto t = dyn_cast<RankedTensorType>(v.getType());
-    return t && t.hasStaticShape() ? t.getNumElements() * elementBytes(t.getElementType()) : 0;
-  }
-
-  void plan_(ArrayRef<Value> made, const DenseSet<Value> &kept, DenseMap<Value, Operation *> &last,
-             std::map<std::string, SmallVector<AssignOp>> &assigns,
-             std::map<std::string, SmallVector<ParamRefOp>> &refs) {
-    int64_t end = static_cast<int64_t>(points.size());
-    // The tensor whose storage each value uses (null: not the step's, or a
-    // state's), and where that storage is last needed.
-    DenseMap<Value, Value> root;
-    DenseMap<Value, int64_t> until;
-    DenseMap<Value, std::string> stateOf; // param_ref results and views of them
-    std::map<std::string, int64_t> lastStateRead;
-    for (Value v : made) {
-      Operation *def = v.getDefiningOp();
-      if (auto r = dyn_cast<ParamRefOp>(def))
-        stateOf[v] = stateKey(r, r.getNameAttr());
-      else if (isView(def) && stateOf.count(def->getOperand(0)))
-        stateOf[v] = stateOf[def->getOperand(0)];
-      if (auto it = stateOf.find(v); it != stateOf.end())
-        lastStateRead[it->second] = std::max(lastStateRead[it->second], position.lookup(last[v]));
-      Value r = stateOf.count(v) ? Value() : isView(def) ? root.lookup(def->getOperand(0)) : v;
-      root[v] = r;
-      if (r)
-        until[r] = std::max(until.lookup(r), kept.contains(v) ? end : position.lookup(last[v]));
-    }
-    std::vector<int64_t> grow(end + 1, 0), shrink(end + 1, 0);
-    for (Value v : made)
-      if (root.lookup(v) == v) {
-        grow[madeAt.lookup(v)] += bytesOf(v);
-        shrink[until.lookup(v)] += bytesOf(v);
-      }
-    for (auto &[key, ops] : assigns) {
-      Value value = ops.front().getValue();
-      Operation *maker = value.getDefiningOp();
-      if (ops.size() != 1 || !maker || isAsyncCollective(maker) || !madeAt.count(value)) {
-        for (AssignOp a : ops)
-          atReturn.push_back({key, a.getValue()});
-        continue;
-      }
-      int64_t at = madeAt.lookup(value);
-      for (ParamRefOp r : refs[key])
-        at = std::max(at, position.lookup(r));
-      writes[points[at]].push_back({key, value});
-      // The old tensor (of the state's type, the value's) goes with its
-      // last handle.
-      shrink[std::max(at, lastStateRead.count(key) ? lastStateRead[key] : at)] += bytesOf(value);
-    }
-    int64_t live = 0;
-    for (int64_t i = 0; i <= end; ++i) {
-      live += grow[i];
-      peak = std::max(peak, live);
-      live -= shrink[i];
-    }
-    assignOffsets(made, kept, last, root, until);
-  }
-
-  struct Planned {
-    Value value;
-    int64_t bytes, from, to, offset = 0;
-  };
-
-  void assignOffsets(ArrayRef<Value> made, const DenseSet<Value> &kept,
-                     DenseMap<Value, Operation *> &last, const DenseMap<Value, Value> &root,
-                     const DenseMap<Value, int64_t> &until) {
-    int64_t end = static_cast<int64_t>(points.size());
-    std::vector<Planned> planned;
-    for (Value v : made) {
-      int64_t bytes = (bytesOf(v) + 63) / 64 * 64;
-      Operation *def = v.getDefiningOp();
-      if (root.lookup(v) != v || bytes == 0 || until.lookup(v) >= end || kept.contains(v) ||
-          (isAsyncCollective(def) && last[v] == def))
-        continue;
-      planned.push_back({v, bytes, madeAt.lookup(v), until.lookup(v)});
-    }
-    std::vector<size_t> order(planned.size());
-    for (size_t i = 0; i < order.size(); ++i)
-      order[i] = i;
-    std::stable_sort(order.begin(), order.end(), [&](size_t a, size_t b) {
-      return planned[a].bytes != planned[b].bytes ? planned[a].bytes > planned[b].bytes
-                                                  : planned[a].from < planned[b].from;
-    });
-    std::vector<const Planned *> done, overlapping;
-    for (size_t i : order) {
-      Planned &t = planned[i];
-      overlapping.clear();
-      for (const Planned *o : done)
-        if (o->from <= t.to && t.from <= o->to)
-          overlapping.push_back(o);
-      llvm::sort(overlapping, [](const Planned *a, const Planned *b) { return a->offset < b->offset; });
-      for (const Planned *o : overlapping) {
-        if (t.offset + t.bytes <= o->offset)
-          break;
-        t.offset = std::max(t.offset, o->offset + o->bytes);
-      }
-      arena = std::max(arena, t.offset + t.bytes);
-      done.push_back(&t);
-    }
-    placedTensors = static_cast<int64_t>(planned.size());
-    DenseMap<Value, std::pair<int64_t, int64_t>> slotOf;
-    for (const Planned &t : planned)
-      slotOf[t.value] = {t.offset, bytesOf(t.value)};
-    // Every result, so the runtime matches allocations to results in
-    // order: one the plan leaves out has offset -1.
-    for (Operation *op : points) {
-      SmallVector<std::pair<int64_t, int64_t>> here;
-      bool any = false;
-      for (Value v : resultsAt.lookup(op)) {
-        auto it = slotOf.find(v);
-        any |= it != slotOf.end();
-        here.push_back(it != slotOf.end() ? it->second : std::make_pair(int64_t(-1), bytesOf(v)));
-      }
-      if (any)
-        slots[op] = std::move(here);
-    }
-  }
-
-  SmallVector<Operation *> points; // emission points in order
-  DenseMap<Operation *, int64_t> position;
-  DenseMap<Value, int64_t> madeAt;
-  DenseMap<Operation *, SmallVector<Value>> ending;
-  DenseMap<Operation *, SmallVector<Write>> writes;
-  SmallVector<Write> atReturn;
-  DenseMap<Operation *, SmallVector<Value>> resultsAt;
-  DenseMap<Value, Operation *> firstReader;
-  DenseMap<Operation *, SmallVector<std::pair<int64_t, int64_t>>> slots;
-  int64_t peak = 0, arena = 0, placedTensors = 0;
-};
 
 /// The global type and layout text of each function argument and result.
 struct Signature {
@@ -323,7 +74,7 @@ FailureOr<Signature> signatureOf(func::FuncOp fn, int64_t meshRank) {
 } // namespace
 
 LogicalResult mlir::tdx::emitCpp(ModuleOp module, llvm::raw_ostream &os, Backend backend,
-                                 MemoryPlan *memoryPlan, int64_t partBytes) {
+                                 MemoryPlan *memoryPlan) {
   const char *backendName = backend == Backend::CUDA ? "the CUDA backend" : "the CPU backend";
   if (!module->hasAttr(::mlir::tdx::TdxDialect::kPartitionedAttrName))
     return module.emitError("the module is not partitioned; run `tdx-opt --tdx-place --tdx-spmd` "
@@ -346,6 +97,12 @@ LogicalResult mlir::tdx::emitCpp(ModuleOp module, llvm::raw_ostream &os, Backend
   if (!fn.getBody().hasOneBlock())
     return fn.emitError() << "has more than one block; " << backendName
                           << " emits straight-line code";
+  auto stepBytes = fn->getAttrOfType<IntegerAttr>(TdxDialect::kStepBytesAttrName);
+  auto arenaAttr = fn->getAttrOfType<IntegerAttr>(TdxDialect::kArenaBytesAttrName);
+  if (!stepBytes || !arenaAttr)
+    return fn.emitError() << "has no memory plan; run `tdx-opt --tdx-backend` first "
+                             "(tdx-translate and tdx-compile run it for you)";
+  int64_t plannedStepBytes = stepBytes.getInt(), arenaBytes = arenaAttr.getInt();
   int64_t meshRank = mesh ? mesh.getShape().size() : 0;
   FailureOr<Signature> sig = signatureOf(fn, meshRank);
   if (failed(sig))
@@ -354,7 +111,6 @@ LogicalResult mlir::tdx::emitCpp(ModuleOp module, llvm::raw_ostream &os, Backend
   std::string body;
   llvm::raw_string_ostream bs(body);
   Emitter e(meshRank, backend, bs);
-  e.partBytes = partBytes;
 
   bs << "static void init(Context &ctx, State &s) {\n";
   SmallVector<std::tuple<std::string, RankedTensorType, std::string>> params;
@@ -375,7 +131,7 @@ LogicalResult mlir::tdx::emitCpp(ModuleOp module, llvm::raw_ostream &os, Backend
   }
   bs << "}\n\n";
 
-  // One function, or (a long step) the first of its parts: see maybeEndPart.
+  // One function, or (a long step) the first of its parts: see endPart.
   uint64_t forwardStart = bs.tell();
   std::string header = "static std::vector<T::Tensor> forward(Context &ctx, State &s, "
                        "const std::vector<T::Tensor> &in) {\n"
@@ -383,19 +139,16 @@ LogicalResult mlir::tdx::emitCpp(ModuleOp module, llvm::raw_ostream &os, Backend
                        "  const uint64_t call = ctx.nextCall();\n  (void)call;\n" +
                        e.bindArguments(fn.getArguments());
   bs << header;
-  e.partStart = bs.tell();
-  FusionPlan plan = planFusion(fn.getBody().front());
-  for (auto [y, bias] : plan.biasOf)
-    e.biasInKernels.insert(y);
+  Block &step = fn.getBody().front();
   // Kernels with one text share one function (an optimizer's update repeated
   // per parameter compiles once); `kernels` holds each text once.
   std::string kernels;
   llvm::raw_string_ostream ks(kernels);
   std::map<std::string, std::string> byText;
-  for (FusedKernel &k : plan.kernels) {
-    if (k.outputs.empty())
-      continue;
-    std::string own = std::exchange(k.name, "TDX_KERNEL"), text;
+  for (FusedOp op : step.getOps<FusedOp>()) {
+    std::string own = "k" + std::to_string(e.kernels.size());
+    FusedKernel k = fusedKernel(op, "TDX_KERNEL");
+    std::string text;
     llvm::raw_string_ostream ts(text);
     emitKernelBody(k, ts);
     if (backend == Backend::CUDA)
@@ -404,6 +157,7 @@ LogicalResult mlir::tdx::emitCpp(ModuleOp module, llvm::raw_ostream &os, Backend
       emitKernelRow(k, ts);
     auto [it, inserted] = byText.try_emplace(text, own);
     k.name = it->second;
+    e.kernels[op] = std::move(k);
     if (!inserted)
       continue;
     for (llvm::StringRef rest = text; !rest.empty();) {
@@ -414,39 +168,22 @@ LogicalResult mlir::tdx::emitCpp(ModuleOp module, llvm::raw_ostream &os, Backend
       rest = tail;
     }
   }
-  Lifetimes lifetimes(fn.getBody().front(), plan);
-  int64_t plannedStepBytes = lifetimes.peakBytes();
-  for (Operation &op : fn.getBody().front()) {
-    if (plan.inlinedConstants.contains(&op))
-      continue;
-    if (auto it = plan.kernelOf.find(&op); it != plan.kernelOf.end()) {
-      const FusedKernel &k = plan.kernels[it->second];
-      if (k.ops.back() == &op && !k.outputs.empty()) {
-        e.waitFor(k.inputs);
-        e.place(lifetimes.slotsAt(&op));
-        e.emitKernelCall(k);
-        e.placed(lifetimes.slotsAt(&op));
-        e.writeStates(lifetimes.writesAt(&op));
-        e.release(lifetimes.endingAt(&op));
-        e.progress();
-        e.maybeEndPart(fn.getArguments());
-      }
-      continue;
+  Lifetimes lifetimes(step);
+  int64_t part = 0;
+  for (Operation &op : step) {
+    if (auto p = op.getAttrOfType<IntegerAttr>(TdxDialect::kPartAttrName);
+        p && p.getInt() > part && !isa<func::ReturnOp>(op)) {
+      part = p.getInt();
+      e.endPart(fn.getArguments());
     }
-    e.waitFor(SmallVector<Value>(op.getOperands()));
-    if (isa<func::ReturnOp>(op)) {
-      e.waitAll();
-      e.writeStates(lifetimes.writesAtReturn());
-    }
-    e.place(lifetimes.slotsAt(&op));
+    e.place(&op);
     if (failed(e.emitOp(&op)))
       return failure();
-    e.placed(lifetimes.slotsAt(&op));
-    e.writeStates(lifetimes.writesAt(&op));
+    e.placed(&op);
     e.release(lifetimes.endingAt(&op));
-    e.progress();
-    if (!isa<func::ReturnOp>(op))
-      e.maybeEndPart(fn.getArguments());
+    // Collectives in flight move on after each op that computes.
+    if (!isa<WaitOp, AssignOp, func::ReturnOp>(op))
+      e.progress();
   }
   bs << "}\n";
   if (e.parts) {
@@ -494,9 +231,27 @@ LogicalResult mlir::tdx::emitCpp(ModuleOp module, llvm::raw_ostream &os, Backend
        << dtype(type.getElementType()) << ", \"" << layout << "\"});\n";
   // What --verbose compares the step's measured working memory with.
   os << "  p.plannedStepBytes = " << plannedStepBytes << ";\n";
-  os << "  p.arenaBytes = " << lifetimes.arenaBytes() << ";\n";
-  if (memoryPlan)
-    *memoryPlan = {plannedStepBytes, lifetimes.arenaBytes(), lifetimes.arenaTensors()};
+  os << "  p.arenaBytes = " << arenaBytes << ";\n";
+  if (memoryPlan) {
+    int64_t placedTensors = 0;
+    for (Operation &op : step)
+      if (auto offsets = op.getAttrOfType<DenseI64ArrayAttr>(TdxDialect::kArenaAttrName))
+        placedTensors += llvm::count_if(offsets.asArrayRef(), [](int64_t o) { return o >= 0; });
+    *memoryPlan = {plannedStepBytes, arenaBytes, placedTensors};
+  }
   os << "  p.init = init;\n  p.forward = forward;\n  return runMain(argc, argv, p);\n}\n";
   return success();
+}
+
+void mlir::tdx::cpp::Emitter::place(Operation *op) {
+  auto offsets = op->getAttrOfType<DenseI64ArrayAttr>(TdxDialect::kArenaAttrName);
+  if (!offsets)
+    return;
+  os << "  ctx.place({";
+  llvm::interleaveComma(llvm::zip(offsets.asArrayRef(), allocatedTensors(op)), os, [&](auto slot) {
+    auto type = cast<RankedTensorType>(std::get<1>(slot).getType());
+    os << "{" << std::get<0>(slot) << ", "
+       << type.getNumElements() * elementBytes(type.getElementType()) << "}";
+  });
+  os << "});\n";
 }

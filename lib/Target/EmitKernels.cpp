@@ -155,21 +155,22 @@ void emitKernelLaunch(const FusedKernel &k, llvm::raw_ostream &os) {
      << k.name << "_kernel<<<blocksFor(it.numel), 256, 0, s>>>(it);\n}\n\n";
 }
 
-void Emitter::emitKernelCall(const FusedKernel &k) {
+void Emitter::emitKernelCall(FusedOp op) {
+  const FusedKernel &k = kernels.at(op);
   std::string shape = "{";
   for (auto [i, d] : llvm::enumerate(k.space.getShape()))
     shape += (i ? ", " : "") + std::to_string(ShapedType::isDynamic(d) ? -1 : d);
   shape += "}";
   std::string ins = "{", types = "{";
-  for (auto [i, v] : llvm::enumerate(k.inputs))
+  for (auto [i, v] : llvm::enumerate(op.getInputs()))
     ins += (i ? ", " : "") + name(v);
-  for (auto [i, v] : llvm::enumerate(k.outputs))
+  for (auto [i, v] : llvm::enumerate(op.getResults()))
     types += (i ? ", " : "") + dtype(cast<RankedTensorType>(v.getType()).getElementType());
   std::string results = "r" + std::to_string(tmps++);
   os << "  std::vector<T::Tensor> " << results << " = elementwise(" << shape << ", " << ins
      << "}, " << types << "}, " << k.name << (backend == Backend::CUDA ? "_launch" : "_row")
      << (k.row && backend == Backend::CPU ? ", true" : "") << ");\n";
-  for (auto [i, v] : llvm::enumerate(k.outputs))
+  for (auto [i, v] : llvm::enumerate(op.getResults()))
     os << "  " << decl(v) << " = std::move(" << results << "[" << i << "]);\n";
 }
 

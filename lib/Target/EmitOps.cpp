@@ -117,13 +117,15 @@ FailureOr<std::string> Emitter::atenArgument(AtenOp o, NamedAttribute kv) {
 }
 
 LogicalResult Emitter::emitOp(Operation *op) {
-  auto out = [&](size_t i = 0) { return name(op->getResult(i)); };
   auto in = [&](size_t i) { return name(op->getOperand(i)); };
   auto assign = [&](const std::string &expr) {
     os << "  " << decl(op->getResult(0)) << " = " << expr << ";\n";
     return success();
   };
-  auto start = [&](const std::string &expr) {
+  auto start = [&](const std::string &expr) -> LogicalResult {
+    if (!isa_and_nonnull<StartOp>(op->getParentOp()))
+      return op->emitOpError("is not started by a tdx.start; run tdx-async-collectives (in "
+                             "tdx-opt --tdx-backend, which tdx-translate runs) first");
     std::string handle = "c" + std::to_string(tmps++);
     os << "  const int64_t " << handle << " = " << expr << ";\n";
     inFlight.push_back({op->getResult(0), handle});
@@ -200,10 +202,8 @@ LogicalResult Emitter::emitOp(Operation *op) {
       .Case([&](ExpandOp o) { return assign(in(0) + ".expand(" + list(o.getSizes()) + ")"); })
       .Case([&](MatmulOp) { return assign("T::matmul(" + in(0) + ", " + in(1) + ")"); })
       .Case([&](LinearOp o) {
-        // Without its bias when the kernels that read it add it.
-        bool bias = o.getBias() && !biasInKernels.contains(o.getResult());
         return assign("T::linear(" + in(0) + ", " + in(1) + ", " +
-                      (bias ? name(o.getBias()) : std::string("{}")) + ")");
+                      (o.getBias() ? name(o.getBias()) : std::string("{}")) + ")");
       })
       .Case([&](ConvOp o) {
         int64_t spatial = o.getStride().size();
@@ -310,7 +310,24 @@ LogicalResult Emitter::emitOp(Operation *op) {
         return success();
       })
       // State writes are placed by Lifetimes.
-      .Case([&](AssignOp) { return success(); })
+      .Case([&](AssignOp o) {
+        os << "  s[\"" << stateKey(o, o.getNameAttr()) << "\"] = " << in(0) << ";\n";
+        return success();
+      })
+      .Case([&](FusedOp o) {
+        emitKernelCall(o);
+        return success();
+      })
+      .Case([&](StartOp o) { return emitOp(o.getCollective()); })
+      .Case([&](WaitOp o) -> LogicalResult {
+        Value started = o.getToken().getDefiningOp<StartOp>().getCollective()->getResult(0);
+        auto it = llvm::find_if(inFlight, [&](auto &f) { return f.first == started; });
+        if (it == inFlight.end())
+          return o.emitOpError("waits for a collective that is not in flight");
+        os << "  " << decl(o.getResult()) << " = ctx.wait(" << it->second << ");\n";
+        inFlight.erase(it);
+        return success();
+      })
       .Case([&](func::ReturnOp o) {
         os << "  return {";
         for (auto [i, v] : llvm::enumerate(o.getOperands()))

@@ -6,8 +6,11 @@
 //  - EmitOps.cpp: one runtime call per op (Emitter::emitOp), init programs
 //    and generic aten ops' arguments;
 //  - EmitKernels.cpp: fused elementwise kernels (CPU rows, CUDA launches);
-//  - EmitCpp.cpp: the step as a whole: lifetimes and the arena plan, parts,
-//    the ABI the runtimes' drivers read, and main().
+//  - EmitCpp.cpp: the step as a whole: its parts, the handles it drops
+//    (Lifetimes), the ABI the runtimes' drivers read, and main().
+// What they print was decided by the tdx-backend passes: kernels are
+// tdx.fused regions, collectives in flight tdx.start/tdx.wait pairs, and the
+// memory plan and the parts attributes (tdx.arena, tdx.part).
 //
 //===----------------------------------------------------------------------===//
 
@@ -68,7 +71,7 @@ public:
 
   LogicalResult emitOp(Operation *op);
   /// The declaration of the local that holds `v`, which the current part
-  /// of the step holds from here until `release` (see maybeEndPart).
+  /// of the step holds from here until `release` (see endPart).
   std::string decl(Value v) {
     declared.insert(v);
     return "T::Tensor " + name(v);
@@ -84,12 +87,11 @@ public:
       }
     }
   }
-  /// The step is emitted as parts of about partBytes of source each (see
-  /// kDefaultPartBytes); `forward` calls them in order. A tensor still held
-  /// where a part ends moves into a slot of `carry`, which every later part
-  /// names with the tensor's name, until its release; the handles of
-  /// collectives in flight go through `handles`.
-  int64_t partBytes = kDefaultPartBytes;
+  /// The step is emitted as parts (tdx.part, tdx-split-parts); `forward`
+  /// calls them in order. A tensor still held where a part ends moves into
+  /// a slot of `carry`, which every later part names with the tensor's
+  /// name, until its release; the handles of collectives in flight go
+  /// through `handles`.
   /// The step's arguments bound to their names.
   std::string bindArguments(ArrayRef<BlockArgument> args) {
     std::string text;
@@ -107,10 +109,8 @@ public:
            "  (void)handles;\n" +
            bindArguments(args);
   }
-  /// Ends the current part and opens the next if the current one is long.
-  void maybeEndPart(ArrayRef<BlockArgument> args) {
-    if (static_cast<int64_t>(os.tell() - partStart) < partBytes)
-      return;
+  /// Ends the current part and opens the next.
+  void endPart(ArrayRef<BlockArgument> args) {
     for (Value v : declared) {
       int64_t slot = carrySize();
       if (!freeSlots.empty())
@@ -131,7 +131,6 @@ public:
     for (auto [i, f] : llvm::enumerate(inFlight))
       os << "  const int64_t " << f.second << " = handles[" << i << "];\n";
     handed = std::max(handed, inFlight.size());
-    partStart = os.tell();
   }
   /// Values whose locals the current part declared, and the carried ones'
   /// slots; every slot ever made is taken or free.
@@ -139,44 +138,23 @@ public:
   DenseMap<Value, int64_t> slots;
   SmallVector<int64_t> freeSlots;
   size_t carrySize() const { return slots.size() + freeSlots.size(); }
-  uint64_t partStart = 0;
   int parts = 0;
   size_t handed = 0;
-  /// Waits for the collectives in flight whose results `reads` holds.
-  void waitFor(ArrayRef<Value> reads) {
-    for (Value v : reads) {
-      auto it = llvm::find_if(inFlight, [&](auto &f) { return f.first == v; });
-      if (it == inFlight.end())
-        continue;
-      os << "  " << decl(v) << " = ctx.wait(" << it->second << ");\n";
-      inFlight.erase(it);
-    }
-  }
-  /// The arena slots of the results of the op emitted next (see Lifetimes),
-  /// and forgetting those its op did not take.
-  void place(ArrayRef<std::pair<int64_t, int64_t>> slots) {
-    if (slots.empty())
-      return;
-    os << "  ctx.place({";
-    llvm::interleaveComma(slots, os, [&](auto s) { os << "{" << s.first << ", " << s.second << "}"; });
-    os << "});\n";
-  }
-  void placed(ArrayRef<std::pair<int64_t, int64_t>> slots) {
-    if (!slots.empty())
+  /// Places the tensors the op emitted next allocates at their arena
+  /// offsets (tdx.arena), and forgets those its op did not take.
+  void place(Operation *op);
+  void placed(Operation *op) {
+    if (op->hasAttr(TdxDialect::kArenaAttrName))
       os << "  ctx.placed();\n";
-  }
-  void waitAll() {
-    while (!inFlight.empty())
-      waitFor(inFlight.front().first);
   }
   /// Lets the collectives in flight move on after an op.
   void progress() {
     if (!inFlight.empty())
       os << "  ctx.progress();\n";
   }
-  void emitKernelCall(const FusedKernel &k);
-  /// Linear results whose bias the kernels that read them add.
-  DenseSet<Value> biasInKernels;
+  void emitKernelCall(FusedOp op);
+  /// The kernel each tdx.fused runs (kernels of one text share one).
+  DenseMap<Operation *, FusedKernel> kernels;
   FailureOr<std::string> atenArgument(AtenOp o, NamedAttribute kv);
   LogicalResult emitReduce(Operation *op, StringRef fn, std::optional<ArrayRef<int64_t>> dims,
                            bool keep);
@@ -190,11 +168,6 @@ public:
   /// The init programs, emitted before init().
   std::string initText;
   llvm::raw_string_ostream inits_{initText};
-  /// Writes states (see Lifetimes).
-  void writeStates(ArrayRef<std::pair<std::string, Value>> writes) {
-    for (auto &[key, value] : writes)
-      os << "  s[\"" << key << "\"] = " << name(value) << ";\n";
-  }
   int inits = 0;
   llvm::raw_ostream &os;
   DenseMap<Value, std::string> names;

@@ -139,7 +139,7 @@ func.func @ref_wrong_type() -> tensor<8xf32> {
 
 func.func @yield_outside() {
   %0 = tdx.full 0.0 : tensor<4xf32>
-  // expected-error @+1 {{'tdx.yield' op expects parent op to be one of 'tdx.parameter, tdx.buffer'}}
+  // expected-error @+1 {{'tdx.yield' op expects parent op to be one of 'tdx.parameter, tdx.buffer, tdx.fused, tdx.start'}}
   tdx.yield %0 : tensor<4xf32>
 }
 

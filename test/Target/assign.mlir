@@ -34,9 +34,9 @@ func.func @train_step(%x: tensor<6x8xf32>) -> tensor<f32> {
 // CHECK:      T::Tensor [[N:v[0-9]+]] = std::move(
 // CHECK:      [[B:v[0-9]+]] = s.at("b");
 // CHECK:      T::Tensor [[NB:v[0-9]+]] = std::move(
-// CHECK-NEXT: s["b"] = [[NB]];
 // CHECK:      [[B]] = T::Tensor();
-// CHECK:      [[W2:v[0-9]+]] = s.at("w");
+// CHECK-NEXT: s["b"] = [[NB]];
+// CHECK-NEXT: [[W2:v[0-9]+]] = s.at("w");
 // CHECK-NEXT: s["w"] = [[N]];
 // CHECK-NEXT: T::sum([[W2]]
 // CHECK:      return {

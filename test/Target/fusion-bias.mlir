@@ -14,7 +14,7 @@ module attributes {tdx.partitioned} {
 }
 
 // CUDA-LABEL: TDX_HD inline void k0(V a0, V a1, V &y0) {
-// CUDA-NEXT:    V t0 = ::tdx::kern::add(a0, a1); // tdx.linear's bias
+// CUDA-NEXT:    V t0 = ::tdx::kern::add(a0, a1); // tdx.add
 // CUDA-NEXT:    V t1 = ::tdx::kern::geluTanh(t0); // tdx.gelu
 // CUDA-NEXT:    y0 = t1;
 // CUDA-LABEL: forward(
@@ -22,7 +22,7 @@ module attributes {tdx.partitioned} {
 // CUDA:         std::vector<T::Tensor> r0 = elementwise({4, 16}, {[[Y]], {{v[0-9]+}}}, {T::kFloat}, k0_launch);
 
 // CPU-LABEL: TDX_HD inline void k0(V a0, V a1, V &y0) {
-// CPU-NEXT:    V t0 = ::tdx::kern::add(a0, a1); // tdx.linear's bias
+// CPU-NEXT:    V t0 = ::tdx::kern::add(a0, a1); // tdx.add
 // CPU-NEXT:    V t1 = ::tdx::kern::geluTanh(t0); // tdx.gelu
 // CPU-LABEL: forward(
 // CPU:         T::Tensor [[Y:v[0-9]+]] = T::linear(v0, v1, {});

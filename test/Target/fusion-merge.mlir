@@ -32,7 +32,7 @@ module attributes {tdx.partitioned} {
   }
 }
 
-// CHECK-LABEL: TDX_HD inline void k0(V a0, V a1, V a2, V a3, V a4, V &y0, V &y1, V &y2) {
+// CHECK:       TDX_HD inline void [[BIG:k[0-9]+]](V a0, V a1, V a2, V a3, V a4, V &y0, V &y1, V &y2) {
 // CHECK-NEXT:   V t0 = ::tdx::kern::mul(a0, V(9.00000000000000022e-01)); // tdx.mul
 // CHECK-NEXT:   V t1 = ::tdx::kern::mul(a1, V(1.00000000000000006e-01)); // tdx.mul
 // CHECK-NEXT:   V t2 = ::tdx::kern::add(t0, t1); // tdx.add
@@ -52,7 +52,7 @@ module attributes {tdx.partitioned} {
 // CHECK-LABEL: forward(
 // CHECK:       elementwise({}, {[[STEP:v[0-9]+]]}, {T::kFloat}, [[SCALAR:k[0-9]+]]_row);
 // CHECK-NOT:   elementwise(
-// CHECK:       elementwise({4, 8}, {[[M:v[0-9]+]], [[G:v[0-9]+]], [[V:v[0-9]+]], {{v[0-9]+}}, [[P:v[0-9]+]]}, {T::kFloat, T::kFloat, T::kFloat}, k0_row);
+// CHECK:       elementwise({4, 8}, {[[M:v[0-9]+]], [[G:v[0-9]+]], [[V:v[0-9]+]], {{v[0-9]+}}, [[P:v[0-9]+]]}, {T::kFloat, T::kFloat, T::kFloat}, [[BIG]]_row);
 // CHECK-NOT:   elementwise(
 // CHECK:       return
 

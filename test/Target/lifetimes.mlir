@@ -49,15 +49,15 @@ module attributes {tdx.partitioned} {
 // CHECK-NEXT:  [[N0]] = T::Tensor();
 // CHECK-NEXT:  std::vector<T::Tensor> [[K2:r[0-9]+]] = elementwise({8, 8}, {[[W]]}
 // CHECK-NEXT:  T::Tensor [[NW:v[0-9]+]] = std::move([[K2]][0]);
-// CHECK-NEXT:  s["w"] = [[NW]];
 // CHECK-NEXT:  [[W]] = T::Tensor();
+// CHECK-NEXT:  s["w"] = [[NW]];
 // CHECK-NEXT:  return {[[Z]], [[S]]};
 
 // The plan's figure: the most bytes of these tensors alive at once: at the
 // layer norm y (128) + s (4) + its three results (128 + 16 + 16) = 292; at
 // the last kernel s, z (128) and the new w (256) = 388, before the old w,
 // which its write frees, goes.
-// The memory plan (its offsets: test/Target/memory-plan.mlir): y, which a
+// The memory plan (its offsets: test/Passes/plan-memory.mlir): y, which a
 // view of it keeps until the layer norm, and the layer norm's results are
 // the step's own; the sum, the last kernel's result (both returned) and the
 // new w (written) outlive the step and are not in the arena. Slots are

@@ -1,9 +1,9 @@
 // RUN: tdx-translate --tdx-to-cpp %s | FileCheck %s --check-prefix=ONE
-// RUN: tdx-translate --tdx-to-cpp --tdx-part-bytes=1 %s | FileCheck %s
-// RUN: not tdx-translate --tdx-to-cpp --tdx-part-bytes=0 %s 2>&1 | FileCheck %s --check-prefix=BAD
+// RUN: tdx-translate --tdx-to-cpp --tdx-ops-per-part=1 %s | FileCheck %s
+// RUN: not tdx-translate --tdx-to-cpp --tdx-ops-per-part=0 %s 2>&1 | FileCheck %s --check-prefix=BAD
 
-// A long step is emitted as functions of about --tdx-part-bytes of source
-// each (the C++ compiler's time grows faster than a function's size), which
+// A long step is emitted as functions of --tdx-ops-per-part ops (tdx.part,
+// tdx-split-parts; the C++ compiler's time grows faster than a function's size), which
 // `forward` calls in order. A tensor still held where a part ends moves into
 // a slot of `carry` that later parts name with the tensor's name until its
 // release frees the slot for another; the handles of collectives in flight
@@ -61,4 +61,4 @@ module attributes {tdx.partitioned} {
 // CHECK:       forward4(ctx, s, in, call, carry.data(), handles.data());
 // CHECK-NEXT:  return forward5(ctx, s, in, call, carry.data(), handles.data());
 
-// BAD: error: --tdx-part-bytes must be positive
+// BAD: error: --tdx-ops-per-part must be positive

@@ -205,6 +205,8 @@ int main(int argc, char **argv) {
     if (failed(pm.run(*module)))
       return 1;
   }
+  if (failed(mlir::tdx::prepareForEmission(*module)))
+    return 1;
   std::string source = output + (cuda ? ".cu" : ".cpp");
   {
     std::error_code ec;

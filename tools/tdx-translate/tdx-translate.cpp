@@ -3,10 +3,12 @@
 // mlir-translate with the tdx targets:
 //   --tdx-to-cpp   a partitioned program as C++ on the CPU runtime
 //   --tdx-to-cuda  a partitioned program as CUDA C++ on the CUDA runtime
+// Both run the backend pipeline (tdx-backend) first, unless it ran.
 //
 //===----------------------------------------------------------------------===//
 
 #include "tdx/Dialect/TdxDialect.h"
+#include "tdx/Passes/Passes.h"
 #include "tdx/Target/Cpp.h"
 
 #include "mlir/Dialect/Arith/IR/Arith.h"
@@ -16,11 +18,12 @@
 #include "mlir/Tools/mlir-translate/Translation.h"
 #include "llvm/Support/CommandLine.h"
 
-static llvm::cl::opt<int64_t> partBytes(
-    "tdx-part-bytes",
-    llvm::cl::desc("emit the step as functions of about this many bytes of source each "
-                   "(compile time grows faster than a function's size)"),
-    llvm::cl::init(mlir::tdx::kDefaultPartBytes));
+static llvm::cl::opt<int64_t> opsPerPart(
+    "tdx-ops-per-part",
+    llvm::cl::desc("on a module the backend pipeline has not run on: emit the step as "
+                   "functions of this many ops each (tdx-split-parts; compile time grows "
+                   "faster than a function's size)"),
+    llvm::cl::init(mlir::tdx::kDefaultOpsPerPart));
 
 static void registerTarget(const char *name, const char *description,
                            mlir::tdx::Backend backend) {
@@ -30,9 +33,13 @@ static void registerTarget(const char *name, const char *description,
         auto module = llvm::dyn_cast<mlir::ModuleOp>(op);
         if (!module)
           return op->emitError("expected a builtin.module");
-        if (partBytes < 1)
-          return module.emitError("--tdx-part-bytes must be positive");
-        return mlir::tdx::emitCpp(module, os, backend, nullptr, partBytes);
+        if (opsPerPart < 1)
+          return module.emitError("--tdx-ops-per-part must be positive");
+        // The backend's decisions, which the emitter prints (tdx-backend).
+        if (module->hasAttr(mlir::tdx::TdxDialect::kPartitionedAttrName) &&
+            failed(mlir::tdx::prepareForEmission(module, opsPerPart)))
+          return mlir::failure();
+        return mlir::tdx::emitCpp(module, os, backend, nullptr);
       },
       [](mlir::DialectRegistry &registry) {
         registry.insert<mlir::tdx::TdxDialect, mlir::func::FuncDialect,

@@ -14,4 +14,7 @@
 #define GET_ATTRDEF_CLASSES
 #include "tdx/Dialect/TdxAttrs.h.inc"
 
+#define GET_TYPEDEF_CLASSES
+#include "tdx/Dialect/TdxTypes.h.inc"
+
 #endif // TDX_DIALECT_TDXDIALECT_H

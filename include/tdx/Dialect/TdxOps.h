@@ -54,6 +54,19 @@ Operation *lookupStateOwner(Operation *from, FlatSymbolRefAttr name,
 ShardingAttr stateSharding(Operation *decl);
 /// Places a tdx.parameter or tdx.buffer `decl` (its storage layout).
 void setStateSharding(Operation *decl, ShardingAttr sharding);
+/// The scalar a splat constant holds, if `v` is one (casts of splat
+/// constants included: the literal is converted as the cast would).
+std::optional<double> splatValue(Value v);
+/// The C type of an element type ("float", "int64_t", "bool", ...) or "".
+std::string cType(Type elementType);
+/// Whether `op` is one of the elementwise ops (add ... gelu, cmp, where, cast).
+bool isElementwise(Operation *op);
+/// Whether `op` may run in a fused kernel (tdx.fused): elementwise, on
+/// element types with a C type, rank <= 8.
+bool isFusable(Operation *op);
+/// Whether `op` is a row op that may end a kernel: softmax, log_softmax,
+/// layer_norm or rms_norm over the last dim of a float tensor.
+bool isRowOp(Operation *op);
 /// The placement of a function's value: its argument's `tdx.sharding` or its
 /// producer's `tdx.shardings` entry; null when it has none (replicated).
 ShardingAttr valueSharding(Value v);

@@ -23,6 +23,14 @@ namespace mlir::tdx {
 /// tdx-partition + tdx-prefetch-all-gathers. tdx-compile, the Python package and tdx-opt run these.
 void buildPlacePipeline(OpPassManager &pm, const PropagateShardingOptions &options);
 void buildSpmdPipeline(OpPassManager &pm);
+/// The backend pipeline, registered as `tdx-backend`: tdx-fuse-elementwise,
+/// tdx-async-collectives, tdx-plan-memory, tdx-split-parts. Its decisions
+/// are what the C++ and CUDA emitters print.
+constexpr int64_t kDefaultOpsPerPart = 48;
+void buildBackendPipeline(OpPassManager &pm, int64_t opsPerPart = kDefaultOpsPerPart);
+/// Runs the backend pipeline on a partitioned module, unless a function of
+/// it has a memory plan already (the emitters' precondition).
+LogicalResult prepareForEmission(ModuleOp module, int64_t opsPerPart = kDefaultOpsPerPart);
 void registerTdxPipelines();
 
 } // namespace mlir::tdx

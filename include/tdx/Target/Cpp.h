@@ -26,14 +26,11 @@ struct MemoryPlan {
   int64_t workingBytes = 0, arenaBytes = 0, arenaTensors = 0;
 };
 
-/// The step is emitted as functions of about this many bytes of source
-/// each, called in order: the C++ compiler's optimizations are superlinear
-/// in a function's size (one function for a GPT training step took 50 of
-/// the 60 s its compile took).
-constexpr int64_t kDefaultPartBytes = 8192;
-
+/// The module must have been through the backend pipeline (`tdx-backend`:
+/// kernels, started collectives, the memory plan and the parts are its
+/// decisions, which the emitter prints).
 LogicalResult emitCpp(ModuleOp module, llvm::raw_ostream &os, Backend backend = Backend::CPU,
-                      MemoryPlan *plan = nullptr, int64_t partBytes = kDefaultPartBytes);
+                      MemoryPlan *plan = nullptr);
 
 } // namespace mlir::tdx
 
