@@ -177,11 +177,22 @@ void mlir::tdx::setStateSharding(Operation *decl, ShardingAttr sharding) {
 
 ShardingAttr mlir::tdx::valueSharding(Value v) {
   if (auto arg = dyn_cast<BlockArgument>(v)) {
-    auto fn = dyn_cast<func::FuncOp>(arg.getOwner()->getParentOp());
+    Operation *owner = arg.getOwner()->getParentOp();
+    if (auto fused = dyn_cast_or_null<FusedOp>(owner)) // a kernel's input
+      return valueSharding(fused.getInputs()[arg.getArgNumber()]);
+    auto fn = dyn_cast_or_null<func::FuncOp>(owner);
     return fn ? fn.getArgAttrOfType<ShardingAttr>(arg.getArgNumber(),
                                                   TdxDialect::kShardingAttrName)
               : ShardingAttr();
   }
+  // The backend's ops keep the placements where they were decided: a
+  // kernel's result is its body's, a wait's the started collective's.
+  if (auto fused = v.getDefiningOp<FusedOp>())
+    return valueSharding(
+        fused.getBody().front().getTerminator()->getOperand(cast<OpResult>(v).getResultNumber()));
+  if (auto wait = v.getDefiningOp<WaitOp>())
+    if (auto start = wait.getToken().getDefiningOp<StartOp>())
+      return valueSharding(start.getCollective()->getResult(0));
   auto attr = v.getDefiningOp()->getAttrOfType<ArrayAttr>(TdxDialect::kShardingsAttrName);
   unsigned i = cast<OpResult>(v).getResultNumber();
   return attr && i < attr.size() ? dyn_cast<ShardingAttr>(attr[i]) : ShardingAttr();

@@ -345,7 +345,7 @@ def SplitParts : Pass<"tdx-split-parts", "::mlir::ModuleOp"> {
     optimizations are superlinear in a function's size.
   }];
   let options = [
-    Option<"opsPerPart", "ops-per-part", "int64_t", /*default=*/"48",
+    Option<"opsPerPart", "ops-per-part", "int64_t", /*default=*/"24",
            "Ops that run in one part of the step (> 0)">
   ];
 }

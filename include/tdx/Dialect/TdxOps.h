@@ -68,7 +68,9 @@ bool isFusable(Operation *op);
 /// layer_norm or rms_norm over the last dim of a float tensor.
 bool isRowOp(Operation *op);
 /// The placement of a function's value: its argument's `tdx.sharding` or its
-/// producer's `tdx.shardings` entry; null when it has none (replicated).
+/// producer's `tdx.shardings` entry (through a tdx.fused, the yielded
+/// value's; through a tdx.wait, the started collective's); null when it has
+/// none (replicated).
 ShardingAttr valueSharding(Value v);
 } // namespace mlir::tdx
 

@@ -26,7 +26,7 @@ void buildSpmdPipeline(OpPassManager &pm);
 /// The backend pipeline, registered as `tdx-backend`: tdx-fuse-elementwise,
 /// tdx-async-collectives, tdx-plan-memory, tdx-split-parts. Its decisions
 /// are what the C++ and CUDA emitters print.
-constexpr int64_t kDefaultOpsPerPart = 48;
+constexpr int64_t kDefaultOpsPerPart = 24;
 void buildBackendPipeline(OpPassManager &pm, int64_t opsPerPart = kDefaultOpsPerPart);
 /// Runs the backend pipeline on a partitioned module, unless a function of
 /// it has a memory plan already (the emitters' precondition).
