@@ -166,6 +166,12 @@ STRUCTURAL = {"tdx.mesh", "tdx.parameter", "tdx.buffer", "tdx.param_ref", "tdx.a
               "tdx.all_to_all", "tdx.reduce_scatter", "tdx.broadcast", "tdx.chunk",
               "tdx.mesh_coord"}
 
+# What the backend pipeline (tdx-backend) makes of a partitioned step, after
+# placement: no sharding rule and no capture case; lit covers them
+# (test/Passes/fuse-elementwise.mlir, async-collectives.mlir,
+# test/Dialect/backend-invalid.mlir).
+BACKEND = {"tdx.fused", "tdx.start", "tdx.wait"}
+
 # Expected failures per backend: case -> why. A case listed here that
 # passes fails the suite (the table must stay true).
 XFAIL = {
