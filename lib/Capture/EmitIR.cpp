@@ -19,6 +19,7 @@
 #include "mlir/Dialect/Linalg/IR/Linalg.h"
 #include "mlir/Dialect/Tensor/IR/Tensor.h"
 #include "mlir/Analysis/SliceAnalysis.h"
+#include "mlir/AsmParser/AsmParser.h"
 #include "mlir/IR/Builders.h"
 #include "mlir/IR/BuiltinOps.h"
 #include "mlir/IR/Diagnostics.h"
@@ -43,30 +44,21 @@ using ::tdx::capture::RecordedOp;
 namespace tdx::capture::detail {
 
 Type elementType(Builder &b, at::ScalarType t) {
+  const char *ir = nullptr;
   switch (t) {
-  case at::kFloat:
-    return b.getF32Type();
-  case at::kDouble:
-    return b.getF64Type();
-  case at::kHalf:
-    return b.getF16Type();
-  case at::kBFloat16:
-    return b.getBF16Type();
-  case at::kLong:
-    return b.getI64Type();
-  case at::kInt:
-    return b.getI32Type();
-  case at::kShort:
-    return b.getI16Type();
-  case at::kChar:
-  case at::kByte:
-    return b.getI8Type();
-  case at::kBool:
-    return b.getI1Type();
+#define TDX_DTYPE(Name, stored, bytes, aten, ctype, mlir, irName, runs)                    \
+  case at::aten:                                                                           \
+    ir = irName;                                                                           \
+    break;
+#include "tdx/Runtime/DTypes.def"
+  case at::kByte: // uint8 is recorded as i8 (the IR's integers are signless)
+    ir = "i8";
+    break;
   default:
     throw CaptureError(std::string("tdx: dtype ") + c10::toString(t) +
                        " has no tdx element type yet; use a real or integer dtype");
   }
+  return mlir::parseType(ir, b.getContext());
 }
 
 RankedTensorType tensorType(Builder &b, const at::Tensor &t) {

@@ -332,6 +332,25 @@ std::vector<std::pair<std::string, bool>> dialectOps() {
   return out;
 }
 
+std::vector<std::pair<std::string, std::vector<std::string>>> dialectEnums() {
+  std::vector<std::pair<std::string, std::vector<std::string>>> out;
+  auto add = [&](const char *name, uint64_t max, auto stringify) {
+    std::vector<std::string> cases;
+    for (uint64_t i = 0; i <= max; ++i)
+      cases.push_back(stringify(i).str());
+    out.push_back({name, std::move(cases)});
+  };
+#define TDX_ENUM(E)                                                                            \
+  add(#E, getMaxEnumValFor##E(), [](uint64_t i) { return stringify##E(static_cast<E>(i)); });
+  TDX_ENUM(ReduceKind)
+  TDX_ENUM(PlacementKind)
+  TDX_ENUM(CmpPredicate)
+  TDX_ENUM(GeluApproximation)
+  TDX_ENUM(LossReduction)
+#undef TDX_ENUM
+  return out;
+}
+
 std::string Module::entry() const {
   for (const char *name : {"forward", "train_step"})
     if (impl->module->lookupSymbol<func::FuncOp>(name))

@@ -269,7 +269,9 @@ std::vector<char> Mesh::gather(const void *local, int64_t localBytes,
       case DType::F64: addInto<double>(dst, src, run); break;
       case DType::I64: addInto<int64_t>(dst, src, run); break;
       case DType::I32: addInto<int32_t>(dst, src, run); break;
-      default: break;
+      default:
+        throw std::runtime_error(std::string("tdx: cannot sum partial ") + dtypeName(dtype) +
+                                 " outputs on the host; return them reduced");
       }
     });
   }

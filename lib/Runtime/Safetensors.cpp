@@ -22,7 +22,7 @@ using namespace tdx::rt;
 namespace {
 
 const std::pair<const char *, DType> kDtypes[] = {
-#define TDX_DTYPE(Name, stored, bytes, aten, ctype, mlir) {stored, DType::Name},
+#define TDX_DTYPE(Name, stored, bytes, aten, ctype, mlir, ir, runs) {stored, DType::Name},
 #include "tdx/Runtime/DTypes.def"
 };
 
@@ -70,7 +70,7 @@ using File = TensorStore::OpenFile;
 
 int64_t tdx::rt::dtypeSize(DType t) {
   switch (t) {
-#define TDX_DTYPE(Name, stored, bytes, aten, ctype, mlir)                                  \
+#define TDX_DTYPE(Name, stored, bytes, aten, ctype, mlir, ir, runs)                                  \
   case DType::Name:                                                                        \
     return bytes;
 #include "tdx/Runtime/DTypes.def"
@@ -80,7 +80,7 @@ int64_t tdx::rt::dtypeSize(DType t) {
 
 const char *tdx::rt::dtypeEnumerator(DType t) {
   switch (t) {
-#define TDX_DTYPE(Name, stored, bytes, aten, ctype, mlir)                                  \
+#define TDX_DTYPE(Name, stored, bytes, aten, ctype, mlir, ir, runs)                                  \
   case DType::Name:                                                                        \
     return #Name;
 #include "tdx/Runtime/DTypes.def"

@@ -13,8 +13,8 @@ namespace mlir::tdx::cpp {
 
 /// The emitted dtype of element type `t` ("T::kFloat"), "" when none.
 std::string dtype(Type t) {
-#define TDX_DTYPE(Name, stored, bytes, aten, ctype, mlir)                                  \
-  if (t.mlir)                                                                              \
+#define TDX_DTYPE(Name, stored, bytes, aten, ctype, mlir, ir, runs)                                  \
+  if (t.mlir && runs)                                                                      \
     return "T::" #aten;
 #include "tdx/Runtime/DTypes.def"
   return "";

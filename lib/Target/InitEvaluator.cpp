@@ -43,8 +43,8 @@ using ::tdx::rt::InitProgram;
 
 /// The dtype of `t` where init programs make it (not F16 / BF16).
 std::optional<DType> dtypeOf(Type t) {
-#define TDX_DTYPE(Name, stored, bytes, aten, ctype, mlir)                                  \
-  if (t.mlir && DType::Name != DType::F16 && DType::Name != DType::BF16)                   \
+#define TDX_DTYPE(Name, stored, bytes, aten, ctype, mlir, ir, runs)                                  \
+  if (t.mlir && runs && DType::Name != DType::F16 && DType::Name != DType::BF16)                   \
     return DType::Name;
 #include "tdx/Runtime/DTypes.def"
   return std::nullopt;

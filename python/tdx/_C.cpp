@@ -8,6 +8,7 @@
 #include "tdx/Capture/Capture.h"
 #include "tdx/Runtime/Runtime.h"
 
+#include <torch/csrc/DynamicTypes.h>
 #include <torch/extension.h>
 
 namespace py = pybind11;
@@ -69,6 +70,21 @@ PYBIND11_MODULE(_C, m) {
 
   m.def("is_fake", &isFake, py::arg("tensor"));
   m.def("dialect_ops", &tdx::capture::dialectOps);
+  m.def("dialect_enums", &tdx::capture::dialectEnums,
+        "The dialect's enums: (name, [spelling of case 0, 1, ...]) each, from ODS.");
+  m.def(
+      "dtypes",
+      [] {
+        py::list out;
+#define TDX_DTYPE(Name, stored, bytes, aten, ctype, mlir, ir, runs)                            \
+  out.append(py::make_tuple(ir, py::reinterpret_borrow<py::object>(                            \
+                                    reinterpret_cast<PyObject *>(torch::getTHPDtype(at::aten))), \
+                            static_cast<bool>(runs)));
+#include "tdx/Runtime/DTypes.def"
+        return out;
+      },
+      "The one table of element types (include/tdx/Runtime/DTypes.def): (MLIR spelling, "
+      "torch dtype, whether the model binaries run it) each.");
   m.def("is_deferred", &isDeferred, py::arg("tensor"));
   m.def("meta_like", &metaLike, py::arg("tensor"));
   m.def("fake_like", &fakeLike, py::arg("tensor"));

@@ -10,11 +10,8 @@ from .errors import CaptureError
 
 __all__ = ["Program", "capture", "trace"]
 
-_DTYPES = {
-    "f32": torch.float32, "f64": torch.float64, "f16": torch.float16,
-    "bf16": torch.bfloat16, "i64": torch.int64, "i32": torch.int32,
-    "i16": torch.int16, "i8": torch.int8, "i1": torch.bool,
-}
+# The IR's element types by MLIR spelling (include/tdx/Runtime/DTypes.def).
+_DTYPES = {ir: dtype for ir, dtype, _ in _C.dtypes()}
 
 
 class Program:

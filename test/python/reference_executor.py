@@ -18,11 +18,11 @@ import torch.nn.functional as F
 
 import tdx
 
-DTYPES = {"f32": torch.float32, "f64": torch.float64, "f16": torch.float16,
-          "bf16": torch.bfloat16, "i64": torch.int64, "i32": torch.int32,
-          "i8": torch.int8, "i1": torch.bool}
-CMP = {0: torch.eq, 1: torch.ne, 2: torch.lt, 3: torch.le, 4: torch.gt, 5: torch.ge}
-REDUCE = {0: "sum", 1: "avg", 2: "max", 3: "min"}
+# The dialect's element types and enums, as ODS and DTypes.def define them.
+DTYPES = {ir: dtype for ir, dtype, _ in tdx._C.dtypes()}
+ENUMS = dict(tdx._C.dialect_enums())
+CMP = {i: getattr(torch, name) for i, name in enumerate(ENUMS["CmpPredicate"])}
+REDUCE = dict(enumerate(ENUMS["ReduceKind"]))
 
 
 def elementwise_table():
@@ -251,7 +251,7 @@ class Executor:
         if op in ELEMENTWISE:
             return ELEMENTWISE[op](*x)
         if op == "gelu":
-            return F.gelu(x[0], approximate="tanh" if a.get("approximate") == 1 else "none")
+            return F.gelu(x[0], approximate=ENUMS["GeluApproximation"][a.get("approximate", 0)])
         if op == "cast":
             return x[0].to(dtype)
         if op == "matmul":

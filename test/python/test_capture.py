@@ -213,3 +213,46 @@ def test_parameters_sharing_a_storage_are_read_by_name():
     prog = tdx.trace(tdx.deferred_init(SharedStorage), torch.randn(2, 4))
     assert "tdx.param_ref @a" in prog.mlir and "tdx.param_ref @b" in prog.mlir
     assert tdx_opt(prog.mlir).returncode == 0
+
+
+class _Identity(torch.nn.Module):
+    def __init__(self):
+        super().__init__()
+        # tdx.trace takes a deferred module: a buffer the forward never reads.
+        self.register_buffer("unused", torch.zeros(1))
+
+    def forward(self, x):
+        return x.clone()
+
+
+@pytest.mark.parametrize("ir,dtype,runs", tdx._C.dtypes())
+def test_every_element_type_of_the_table_captures(ir, dtype, runs):
+    # The one table (include/tdx/Runtime/DTypes.def) gives capture its
+    # element types and the Python package their torch dtypes: a tensor of
+    # each dtype captures as that spelling, and its program's signature
+    # gives the dtype back.
+    x = torch.ones(2, 3, dtype=dtype)
+    prog = tdx.trace(tdx.deferred_init(_Identity), x)
+    assert f"tensor<2x3x{ir}>" in prog.mlir
+    # Types only the IR holds (runs: False) stop at the backends, by name.
+    if not runs:
+        partitioned = prog.copy().run_pipeline("tdx-place").run_pipeline("tdx-spmd")
+        translate = os.path.join(os.path.dirname(tdx.__file__), "..", "..", "bin", "tdx-translate")
+        done = subprocess.run([translate, "--tdx-to-cpp"], input=partitioned.mlir,
+                              capture_output=True, text=True)
+        assert done.returncode != 0 and f"argument #0 has type 'tensor<2x3x{ir}>'" in done.stderr, \
+            done.stderr
+
+
+def test_the_enums_python_reads_are_the_dialects():
+    # tdx._C.dialect_enums() lists every enum ODS defines (docs/dialect.md is
+    # generated from ODS), with its cases by value.
+    path = os.path.join(os.path.dirname(__file__), "..", "..", "docs", "dialect.md")
+    text = open(path).read().split("\n## Enums", 1)[1]
+    documented = set(re.findall(r"^### (\w+)", text, re.M))
+    enums = dict(tdx._C.dialect_enums())
+    assert set(enums) == documented, (
+        f"enums in ODS but not in tdx._C.dialect_enums(): {sorted(documented - set(enums))}; "
+        f"add them to dialectEnums() in lib/Capture/ProgramOps.cpp")
+    assert enums["ReduceKind"] == ["sum", "avg", "max", "min"]
+    assert enums["CmpPredicate"][2] == "lt"

@@ -302,6 +302,9 @@ private:
 /// Every op the tdx dialect registers, with whether it has a sharding rule
 /// (ShardingRuleOpInterface): the registry the op-coverage tests read.
 std::vector<std::pair<std::string, bool>> dialectOps();
+/// The dialect's enums (ODS): each one's name and its cases' spellings, by
+/// value (ReduceKind: sum, avg, max, min).
+std::vector<std::pair<std::string, std::vector<std::string>>> dialectEnums();
 
 } // namespace tdx::capture
 

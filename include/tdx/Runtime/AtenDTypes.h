@@ -20,7 +20,7 @@ namespace tdx::rt {
 /// The ATen scalar type of a stored element type.
 inline at::ScalarType scalarTypeOf(DType t) {
   switch (t) {
-#define TDX_DTYPE(Name, stored, bytes, aten, ctype, mlir)                                          \
+#define TDX_DTYPE(Name, stored, bytes, aten, ctype, mlir, ir, runs)                                          \
   case DType::Name:                                                                                \
     return at::aten;
 #include "tdx/Runtime/DTypes.def"
@@ -32,7 +32,7 @@ inline at::ScalarType scalarTypeOf(DType t) {
 /// tensor files do not hold.
 inline DType dtypeOf(at::ScalarType t) {
   switch (t) {
-#define TDX_DTYPE(Name, stored, bytes, aten, ctype, mlir)                                          \
+#define TDX_DTYPE(Name, stored, bytes, aten, ctype, mlir, ir, runs)                                          \
   case at::aten:                                                                                   \
     return DType::Name;
 #include "tdx/Runtime/DTypes.def"

@@ -21,7 +21,7 @@ namespace tdx::rt {
 
 /// Element types of stored tensors (tdx/Runtime/DTypes.def).
 enum class DType {
-#define TDX_DTYPE(Name, stored, bytes, aten, ctype, mlir) Name,
+#define TDX_DTYPE(Name, stored, bytes, aten, ctype, mlir, ir, runs) Name,
 #include "tdx/Runtime/DTypes.def"
 };
 int64_t dtypeSize(DType t);

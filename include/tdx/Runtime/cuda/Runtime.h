@@ -36,7 +36,7 @@ using rt::DType;
 using rt::Layout;
 using rt::parseLayout;
 // ATen's dtype names, for the emitted source (tdx/Runtime/DTypes.def).
-#define TDX_DTYPE(Name, stored, bytes, aten, ctype, mlir) constexpr DType aten = DType::Name;
+#define TDX_DTYPE(Name, stored, bytes, aten, ctype, mlir, ir, runs) constexpr DType aten = DType::Name;
 #include "tdx/Runtime/DTypes.def"
 
 /// A strided view of device memory. Default-constructed: undefined (the
