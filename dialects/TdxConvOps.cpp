@@ -39,10 +39,8 @@ LogicalResult checkWindow(std::optional<Location> loc, StringRef name, int64_t s
 } // namespace
 
 LogicalResult ConvOp::inferReturnTypes(MLIRContext *, std::optional<Location> loc,
-                                       ValueRange operands, DictionaryAttr attributes,
-                                       OpaqueProperties properties, RegionRange regions,
-                                       SmallVectorImpl<Type> &inferred) {
-  Adaptor adaptor(operands, attributes, properties, regions);
+                                       Adaptor adaptor, SmallVectorImpl<Type> &inferred) {
+  ValueRange operands = adaptor.getOperands();
   StringRef name = getOperationName();
   auto x = cast<RankedTensorType>(operands[0].getType());
   auto w = cast<RankedTensorType>(operands[1].getType());
@@ -86,7 +84,6 @@ LogicalResult ConvOp::inferReturnTypes(MLIRContext *, std::optional<Location> lo
   return success();
 }
 
-LogicalResult ConvOp::verify() { return verifyInferredType(*this); }
 
 LogicalResult mlir::tdx::inferPoolResult(std::optional<Location> loc, StringRef name,
                                          Type inputType, ArrayRef<int64_t> kernel,

@@ -42,15 +42,10 @@ def Tdx_ConvOp : Tdx_InferredOp<"conv"> {
 
 class Tdx_PoolOp<string mnemonic, bit isMax> : Tdx_InferredOp<mnemonic> {
   let extraClassDefinition = [{
-    ::mlir::LogicalResult $cppClass::verify() {
-      return verifyInferredType(*this);
-    }
     ::mlir::LogicalResult $cppClass::inferReturnTypes(
-        ::mlir::MLIRContext *context, ::std::optional<::mlir::Location> loc,
-        ::mlir::ValueRange operands, ::mlir::DictionaryAttr attributes,
-        ::mlir::OpaqueProperties properties, ::mlir::RegionRange regions,
+        ::mlir::MLIRContext *, ::std::optional<::mlir::Location> loc, Adaptor adaptor,
         ::llvm::SmallVectorImpl<::mlir::Type> &inferred) {
-      Adaptor adaptor(operands, attributes, properties, regions);
+      ::mlir::ValueRange operands = adaptor.getOperands();
       return inferPoolResult(loc, getOperationName(), operands[0].getType(),
           adaptor.getKernel(), adaptor.getStride(), adaptor.getPadding(),
           adaptor.getDilation(), adaptor.getCeilMode(), adaptor.getCountIncludePad(),

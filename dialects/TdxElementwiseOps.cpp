@@ -5,20 +5,15 @@
 using namespace mlir;
 using namespace mlir::tdx;
 
-LogicalResult CmpOp::inferReturnTypes(MLIRContext *context,
-                                      std::optional<Location> loc,
-                                      ValueRange operands, DictionaryAttr,
-                                      OpaqueProperties, RegionRange,
-                                      SmallVectorImpl<Type> &inferred) {
-  return inferBroadcastResult(loc, getOperationName(), operands.getTypes(),
+LogicalResult CmpOp::inferReturnTypes(MLIRContext *context, std::optional<Location> loc,
+                                      Adaptor adaptor, SmallVectorImpl<Type> &inferred) {
+  return inferBroadcastResult(loc, getOperationName(), adaptor.getOperands().getTypes(),
                               IntegerType::get(context, 1), inferred);
 }
 
 LogicalResult WhereOp::inferReturnTypes(MLIRContext *, std::optional<Location> loc,
-                                        ValueRange operands, DictionaryAttr,
-                                        OpaqueProperties, RegionRange,
-                                        SmallVectorImpl<Type> &inferred) {
-  return inferBroadcastResult(loc, getOperationName(), operands.getTypes(),
+                                        Adaptor adaptor, SmallVectorImpl<Type> &inferred) {
+  return inferBroadcastResult(loc, getOperationName(), adaptor.getOperands().getTypes(),
                               /*resultElementType=*/nullptr, inferred,
                               /*firstIsCondition=*/true);
 }
@@ -33,8 +28,6 @@ LogicalResult CastOp::verify() {
   return success();
 }
 
-LogicalResult CmpOp::verify() { return verifyInferredType(*this); }
-LogicalResult WhereOp::verify() { return verifyInferredType(*this); }
 
 //===----------------------------------------------------------------------===//
 // The elementwise table and ODS agree (tdx/Runtime/ElementwiseOps.def)

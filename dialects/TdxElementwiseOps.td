@@ -32,14 +32,10 @@ class Tdx_BinaryOp<string mnemonic, string aten, Type operandType = Tdx_Tensor>
   let assemblyFormat =
     "$lhs `,` $rhs attr-dict `:` functional-type(operands, results)";
   let extraClassDefinition = [{
-    ::mlir::LogicalResult $cppClass::verify() {
-      return verifyInferredType(*this);
-    }
     ::mlir::LogicalResult $cppClass::inferReturnTypes(
-        ::mlir::MLIRContext *context, ::std::optional<::mlir::Location> loc,
-        ::mlir::ValueRange operands, ::mlir::DictionaryAttr attributes,
-        ::mlir::OpaqueProperties properties, ::mlir::RegionRange regions,
+        ::mlir::MLIRContext *, ::std::optional<::mlir::Location> loc, Adaptor adaptor,
         ::llvm::SmallVectorImpl<::mlir::Type> &inferred) {
+      ::mlir::ValueRange operands = adaptor.getOperands();
       return inferBroadcastResult(loc, getOperationName(),
           operands.getTypes(), /*resultElementType=*/nullptr, inferred);
     }

@@ -35,9 +35,8 @@ static bool dimsCompatible(int64_t a, int64_t b) {
 //===----------------------------------------------------------------------===//
 
 LogicalResult MatmulOp::inferReturnTypes(MLIRContext *, std::optional<Location> loc,
-                                         ValueRange operands, DictionaryAttr,
-                                         OpaqueProperties, RegionRange,
-                                         SmallVectorImpl<Type> &inferred) {
+                                         Adaptor adaptor, SmallVectorImpl<Type> &inferred) {
+  ValueRange operands = adaptor.getOperands();
   auto a = cast<RankedTensorType>(operands[0].getType());
   auto b = cast<RankedTensorType>(operands[1].getType());
   if (a.getElementType() != b.getElementType())
@@ -81,9 +80,8 @@ LogicalResult MatmulOp::inferReturnTypes(MLIRContext *, std::optional<Location> 
 //===----------------------------------------------------------------------===//
 
 LogicalResult LinearOp::inferReturnTypes(MLIRContext *, std::optional<Location> loc,
-                                         ValueRange operands, DictionaryAttr,
-                                         OpaqueProperties, RegionRange,
-                                         SmallVectorImpl<Type> &inferred) {
+                                         Adaptor adaptor, SmallVectorImpl<Type> &inferred) {
+  ValueRange operands = adaptor.getOperands();
   StringRef name = getOperationName();
   auto x = cast<RankedTensorType>(operands[0].getType());
   auto w = cast<RankedTensorType>(operands[1].getType());
@@ -174,19 +172,15 @@ static LogicalResult inferNorm(std::optional<Location> loc, StringRef name,
 }
 
 LogicalResult LayerNormOp::inferReturnTypes(MLIRContext *, std::optional<Location> loc,
-                                            ValueRange operands, DictionaryAttr attrs,
-                                            OpaqueProperties props, RegionRange regions,
-                                            SmallVectorImpl<Type> &inferred) {
-  Adaptor adaptor(operands, attrs, props, regions);
+                                            Adaptor adaptor, SmallVectorImpl<Type> &inferred) {
+  ValueRange operands = adaptor.getOperands();
   return inferNorm(loc, getOperationName(), operands, adaptor.getNormalizedShape(),
                    adaptor.getEps().convertToDouble(), inferred);
 }
 
 LogicalResult RmsNormOp::inferReturnTypes(MLIRContext *, std::optional<Location> loc,
-                                          ValueRange operands, DictionaryAttr attrs,
-                                          OpaqueProperties props, RegionRange regions,
-                                          SmallVectorImpl<Type> &inferred) {
-  Adaptor adaptor(operands, attrs, props, regions);
+                                          Adaptor adaptor, SmallVectorImpl<Type> &inferred) {
+  ValueRange operands = adaptor.getOperands();
   return inferNorm(loc, getOperationName(), operands, adaptor.getNormalizedShape(),
                    adaptor.getEps().convertToDouble(), inferred);
 }
@@ -196,10 +190,8 @@ LogicalResult RmsNormOp::inferReturnTypes(MLIRContext *, std::optional<Location>
 //===----------------------------------------------------------------------===//
 
 LogicalResult EmbeddingOp::inferReturnTypes(MLIRContext *, std::optional<Location> loc,
-                                            ValueRange operands, DictionaryAttr attrs,
-                                            OpaqueProperties props, RegionRange regions,
-                                            SmallVectorImpl<Type> &inferred) {
-  Adaptor adaptor(operands, attrs, props, regions);
+                                            Adaptor adaptor, SmallVectorImpl<Type> &inferred) {
+  ValueRange operands = adaptor.getOperands();
   auto w = cast<RankedTensorType>(operands[0].getType());
   auto idx = cast<RankedTensorType>(operands[1].getType());
   if (w.getRank() != 2)
@@ -223,10 +215,8 @@ LogicalResult EmbeddingOp::inferReturnTypes(MLIRContext *, std::optional<Locatio
 //===----------------------------------------------------------------------===//
 
 LogicalResult CrossEntropyOp::inferReturnTypes(MLIRContext *, std::optional<Location> loc,
-                                               ValueRange operands, DictionaryAttr attrs,
-                                               OpaqueProperties props, RegionRange regions,
-                                               SmallVectorImpl<Type> &inferred) {
-  Adaptor adaptor(operands, attrs, props, regions);
+                                               Adaptor adaptor, SmallVectorImpl<Type> &inferred) {
+  ValueRange operands = adaptor.getOperands();
   StringRef name = getOperationName();
   auto x = cast<RankedTensorType>(operands[0].getType());
   auto t = cast<RankedTensorType>(operands[1].getType());
@@ -263,14 +253,9 @@ LogicalResult CrossEntropyOp::verify() {
   double ls = getLabelSmoothing().convertToDouble();
   if (!(ls >= 0.0 && ls <= 1.0))
     return emitOpError() << "label_smoothing " << formatNumber(ls) << " must be in [0, 1]";
-  return verifyInferredType(*this);
+  return success();
 }
 
-LogicalResult MatmulOp::verify() { return verifyInferredType(*this); }
-LogicalResult LinearOp::verify() { return verifyInferredType(*this); }
-LogicalResult LayerNormOp::verify() { return verifyInferredType(*this); }
-LogicalResult RmsNormOp::verify() { return verifyInferredType(*this); }
-LogicalResult EmbeddingOp::verify() { return verifyInferredType(*this); }
 
 //===----------------------------------------------------------------------===//
 // MatmulOp canonicalization

@@ -63,15 +63,10 @@ class Tdx_ReduceOp<string mnemonic, string aten, Type operandType>
     type($input) `->` type($result)
   }];
   let extraClassDefinition = [{
-    ::mlir::LogicalResult $cppClass::verify() {
-      return verifyInferredType(*this);
-    }
     ::mlir::LogicalResult $cppClass::inferReturnTypes(
-        ::mlir::MLIRContext *context, ::std::optional<::mlir::Location> loc,
-        ::mlir::ValueRange operands, ::mlir::DictionaryAttr attributes,
-        ::mlir::OpaqueProperties properties, ::mlir::RegionRange regions,
+        ::mlir::MLIRContext *, ::std::optional<::mlir::Location> loc, Adaptor adaptor,
         ::llvm::SmallVectorImpl<::mlir::Type> &inferred) {
-      Adaptor adaptor(operands, attributes, properties, regions);
+      ::mlir::ValueRange operands = adaptor.getOperands();
       return inferReduceResult(loc, getOperationName(), operands[0].getType(),
           adaptor.getDims(), adaptor.getKeepdim(), inferred);
     }
@@ -164,6 +159,7 @@ def Tdx_EmbeddingOp : Tdx_InferredOp<"embedding", [], /*ownPartition=*/1> {
 }
 
 def Tdx_CrossEntropyOp : Tdx_InferredOp<"cross_entropy", [], /*ownPartition=*/1> {
+  let hasVerifier = 1;
   let summary = "torch.nn.functional.cross_entropy on logits";
   let description = [{
     `input` holds logits `[N, C, d...]` (or `[C]`); `target` holds class

@@ -29,22 +29,15 @@ def Tdx_BoolTensor : RankedTensorOf<[I1]>;
 def Tdx_NumericTensor
     : RankedTensorOf<[AnyFloat, SignlessIntOfWidths<[8, 16, 32, 64]>]>;
 
-/// A result type computed from the operands and attributes by the static
-/// `inferReturnTypes` (the signature of InferTypeOpInterface's). The printed
-/// form keeps the result type; the verifier checks it against the inferred
-/// one and reports a failed inference once, with its reason.
+/// A result type computed from the operands and attributes by
+/// InferTypeOpInterface (the op defines the static `inferReturnTypes` of
+/// InferTypeOpAdaptor). The printed form keeps the result type; the
+/// interface's verifier checks it against the inferred one, and a failed
+/// inference reports its reason at the op.
 class Tdx_InferredOp<string mnemonic, list<Trait> traits = [],
                      bit ownPartition = 0>
-    : Tdx_Op<mnemonic, !listconcat(traits, [Pure, !if(ownPartition, Tdx_HasPartitionRule,
-                                                      Tdx_HasShardingRule)])> {
-  let hasVerifier = 1;
-  let extraClassDeclaration = [{
-    static ::mlir::LogicalResult inferReturnTypes(
-        ::mlir::MLIRContext *context, ::std::optional<::mlir::Location> loc,
-        ::mlir::ValueRange operands, ::mlir::DictionaryAttr attributes,
-        ::mlir::OpaqueProperties properties, ::mlir::RegionRange regions,
-        ::llvm::SmallVectorImpl<::mlir::Type> &inferred);
-  }];
-}
+    : Tdx_Op<mnemonic, !listconcat(traits, [Pure, InferTypeOpAdaptor,
+                                            !if(ownPartition, Tdx_HasPartitionRule,
+                                                Tdx_HasShardingRule)])>;
 
 #endif // TDX_DIALECT_TDXOPBASE_TD

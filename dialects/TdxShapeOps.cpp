@@ -25,10 +25,8 @@ static FailureOr<int64_t> checkDim(std::optional<Location> loc, StringRef name,
 }
 
 LogicalResult ReshapeOp::inferReturnTypes(MLIRContext *, std::optional<Location> loc,
-                                          ValueRange operands, DictionaryAttr attrs,
-                                          OpaqueProperties props, RegionRange regions,
-                                          SmallVectorImpl<Type> &inferred) {
-  Adaptor adaptor(operands, attrs, props, regions);
+                                          Adaptor adaptor, SmallVectorImpl<Type> &inferred) {
+  ValueRange operands = adaptor.getOperands();
   RankedTensorType in = inputType(operands);
   SmallVector<int64_t> shape(adaptor.getShape());
   int64_t inferIndex = -1, known = 1;
@@ -70,10 +68,8 @@ LogicalResult ReshapeOp::inferReturnTypes(MLIRContext *, std::optional<Location>
 }
 
 LogicalResult TransposeOp::inferReturnTypes(MLIRContext *, std::optional<Location> loc,
-                                            ValueRange operands, DictionaryAttr attrs,
-                                            OpaqueProperties props, RegionRange regions,
-                                            SmallVectorImpl<Type> &inferred) {
-  Adaptor adaptor(operands, attrs, props, regions);
+                                            Adaptor adaptor, SmallVectorImpl<Type> &inferred) {
+  ValueRange operands = adaptor.getOperands();
   RankedTensorType in = inputType(operands);
   int64_t rank = in.getRank();
   FailureOr<int64_t> d0 = checkDim(loc, getOperationName(), "dim0",
@@ -91,10 +87,8 @@ LogicalResult TransposeOp::inferReturnTypes(MLIRContext *, std::optional<Locatio
 }
 
 LogicalResult PermuteOp::inferReturnTypes(MLIRContext *, std::optional<Location> loc,
-                                          ValueRange operands, DictionaryAttr attrs,
-                                          OpaqueProperties props, RegionRange regions,
-                                          SmallVectorImpl<Type> &inferred) {
-  Adaptor adaptor(operands, attrs, props, regions);
+                                          Adaptor adaptor, SmallVectorImpl<Type> &inferred) {
+  ValueRange operands = adaptor.getOperands();
   RankedTensorType in = inputType(operands);
   ArrayRef<int64_t> perm = adaptor.getPermutation();
   int64_t rank = in.getRank();
@@ -118,10 +112,8 @@ LogicalResult PermuteOp::inferReturnTypes(MLIRContext *, std::optional<Location>
 }
 
 LogicalResult SliceOp::inferReturnTypes(MLIRContext *, std::optional<Location> loc,
-                                        ValueRange operands, DictionaryAttr attrs,
-                                        OpaqueProperties props, RegionRange regions,
-                                        SmallVectorImpl<Type> &inferred) {
-  Adaptor adaptor(operands, attrs, props, regions);
+                                        Adaptor adaptor, SmallVectorImpl<Type> &inferred) {
+  ValueRange operands = adaptor.getOperands();
   RankedTensorType in = inputType(operands);
   FailureOr<int64_t> dim = checkDim(loc, getOperationName(), "dim",
                                     static_cast<int64_t>(adaptor.getDim()), in.getRank());
@@ -149,10 +141,8 @@ LogicalResult SliceOp::inferReturnTypes(MLIRContext *, std::optional<Location> l
 }
 
 LogicalResult ConcatOp::inferReturnTypes(MLIRContext *, std::optional<Location> loc,
-                                         ValueRange operands, DictionaryAttr attrs,
-                                         OpaqueProperties props, RegionRange regions,
-                                         SmallVectorImpl<Type> &inferred) {
-  Adaptor adaptor(operands, attrs, props, regions);
+                                         Adaptor adaptor, SmallVectorImpl<Type> &inferred) {
+  ValueRange operands = adaptor.getOperands();
   if (operands.empty())
     return emitOptionalError(loc, "'", getOperationName(), "' op needs at least one input");
   RankedTensorType first = inputType(operands);
@@ -189,10 +179,8 @@ LogicalResult ConcatOp::inferReturnTypes(MLIRContext *, std::optional<Location> 
 }
 
 LogicalResult ExpandOp::inferReturnTypes(MLIRContext *, std::optional<Location> loc,
-                                         ValueRange operands, DictionaryAttr attrs,
-                                         OpaqueProperties props, RegionRange regions,
-                                         SmallVectorImpl<Type> &inferred) {
-  Adaptor adaptor(operands, attrs, props, regions);
+                                         Adaptor adaptor, SmallVectorImpl<Type> &inferred) {
+  ValueRange operands = adaptor.getOperands();
   RankedTensorType in = inputType(operands);
   ArrayRef<int64_t> sizes = adaptor.getSizes();
   int64_t rank = in.getRank(), n = sizes.size();
@@ -226,12 +214,6 @@ LogicalResult ExpandOp::inferReturnTypes(MLIRContext *, std::optional<Location> 
   return success();
 }
 
-LogicalResult ReshapeOp::verify() { return verifyInferredType(*this); }
-LogicalResult TransposeOp::verify() { return verifyInferredType(*this); }
-LogicalResult PermuteOp::verify() { return verifyInferredType(*this); }
-LogicalResult SliceOp::verify() { return verifyInferredType(*this); }
-LogicalResult ConcatOp::verify() { return verifyInferredType(*this); }
-LogicalResult ExpandOp::verify() { return verifyInferredType(*this); }
 
 //===----------------------------------------------------------------------===//
 // Folders

@@ -1,7 +1,8 @@
 // RUN: tdx-opt %s -split-input-file -verify-diagnostics
 
 func.func @no_broadcast(%a: tensor<4x3xf32>, %b: tensor<4xf32>) {
-  // expected-error @+1 {{'tdx.add' op operand shapes [4x3] and [4] do not broadcast: trailing dims must be equal or 1}}
+  // expected-error @+2 {{'tdx.add' op operand shapes [4x3] and [4] do not broadcast: trailing dims must be equal or 1}}
+  // expected-error @+1 {{'tdx.add' op failed to infer returned types}}
   %0 = tdx.add %a, %b : (tensor<4x3xf32>, tensor<4xf32>) -> tensor<4x3xf32>
   return
 }
@@ -9,7 +10,8 @@ func.func @no_broadcast(%a: tensor<4x3xf32>, %b: tensor<4xf32>) {
 // -----
 
 func.func @dtype_mismatch(%a: tensor<4xf32>, %b: tensor<4xf16>) {
-  // expected-error @+1 {{'tdx.mul' op operand #1 has element type 'f16' but an earlier operand has 'f32'; insert a 'tdx.cast' so both have one dtype}}
+  // expected-error @+2 {{'tdx.mul' op operand #1 has element type 'f16' but an earlier operand has 'f32'; insert a 'tdx.cast' so both have one dtype}}
+  // expected-error @+1 {{'tdx.mul' op failed to infer returned types}}
   %0 = tdx.mul %a, %b : (tensor<4xf32>, tensor<4xf16>) -> tensor<4xf32>
   return
 }
@@ -17,7 +19,8 @@ func.func @dtype_mismatch(%a: tensor<4xf32>, %b: tensor<4xf16>) {
 // -----
 
 func.func @wrong_result(%a: tensor<4x1xf32>, %b: tensor<8xf32>) {
-  // expected-error @+1 {{'tdx.sub' op result type 'tensor<4x1xf32>' differs from the inferred type 'tensor<4x8xf32>'}}
+  // expected-error @+2 {{'tdx.sub' op inferred type(s) 'tensor<4x8xf32>' are incompatible with return type(s) of operation 'tensor<4x1xf32>'}}
+  // expected-error @+1 {{'tdx.sub' op failed to infer returned types}}
   %0 = tdx.sub %a, %b : (tensor<4x1xf32>, tensor<8xf32>) -> tensor<4x1xf32>
   return
 }
@@ -25,7 +28,8 @@ func.func @wrong_result(%a: tensor<4x1xf32>, %b: tensor<8xf32>) {
 // -----
 
 func.func @div_rank_broadcast(%a: tensor<2x3xf32>, %b: tensor<5x2x3xf32>) {
-  // expected-error @+1 {{'tdx.div' op result type 'tensor<2x3xf32>' differs from the inferred type 'tensor<5x2x3xf32>'}}
+  // expected-error @+2 {{'tdx.div' op inferred type(s) 'tensor<5x2x3xf32>' are incompatible with return type(s) of operation 'tensor<2x3xf32>'}}
+  // expected-error @+1 {{'tdx.div' op failed to infer returned types}}
   %0 = tdx.div %a, %b : (tensor<2x3xf32>, tensor<5x2x3xf32>) -> tensor<2x3xf32>
   return
 }
@@ -41,7 +45,8 @@ func.func @pow_unranked(%a: tensor<*xf32>) {
 // -----
 
 func.func @maximum_mismatch(%a: tensor<2xi32>, %b: tensor<2xi64>) {
-  // expected-error @+1 {{'tdx.maximum' op operand #1 has element type 'i64'}}
+  // expected-error @+2 {{'tdx.maximum' op operand #1 has element type 'i64'}}
+  // expected-error @+1 {{'tdx.maximum' op failed to infer returned types}}
   %0 = tdx.maximum %a, %b : (tensor<2xi32>, tensor<2xi64>) -> tensor<2xi32>
   return
 }
@@ -49,7 +54,8 @@ func.func @maximum_mismatch(%a: tensor<2xi32>, %b: tensor<2xi64>) {
 // -----
 
 func.func @minimum_shapes(%a: tensor<2xf32>, %b: tensor<3xf32>) {
-  // expected-error @+1 {{'tdx.minimum' op operand shapes [2] and [3] do not broadcast}}
+  // expected-error @+2 {{'tdx.minimum' op operand shapes [2] and [3] do not broadcast}}
+  // expected-error @+1 {{'tdx.minimum' op failed to infer returned types}}
   %0 = tdx.minimum %a, %b : (tensor<2xf32>, tensor<3xf32>) -> tensor<3xf32>
   return
 }
@@ -81,7 +87,8 @@ func.func @where_condition(%c: tensor<4xf32>, %a: tensor<4xf32>) {
 // -----
 
 func.func @where_branches(%c: tensor<4xi1>, %a: tensor<4xf32>, %b: tensor<4xi64>) {
-  // expected-error @+1 {{'tdx.where' op operand #2 has element type 'i64' but an earlier operand has 'f32'}}
+  // expected-error @+2 {{'tdx.where' op operand #2 has element type 'i64' but an earlier operand has 'f32'}}
+  // expected-error @+1 {{'tdx.where' op failed to infer returned types}}
   %0 = tdx.where %c, %a, %b : (tensor<4xi1>, tensor<4xf32>, tensor<4xi64>) -> tensor<4xf32>
   return
 }

@@ -50,24 +50,6 @@ LogicalResult inferPoolResult(std::optional<Location> loc, StringRef opName, Typ
                               bool ceilMode, bool countIncludePad, bool isMax,
                               SmallVectorImpl<Type> &inferred);
 
-/// Verifies an op's result types against its static `inferReturnTypes`.
-/// A failed inference has already reported why at the op's location.
-template <typename OpT>
-LogicalResult verifyInferredType(OpT op) {
-  SmallVector<Type, 1> inferred;
-  if (failed(OpT::inferReturnTypes(op->getContext(), op->getLoc(),
-                                   op->getOperands(),
-                                   op->getRawDictionaryAttrs(),
-                                   op->getPropertiesStorage(),
-                                   op->getRegions(), inferred)))
-    return failure();
-  if (TypeRange(inferred) != op->getResultTypes())
-    return op.emitOpError() << "result type " << op->getResultTypes()
-                            << " differs from the inferred type "
-                            << TypeRange(inferred);
-  return success();
-}
-
 } // namespace mlir::tdx
 
 #endif // TDX_DIALECT_TYPEINFERENCE_H
