@@ -40,10 +40,9 @@ LogicalResult checkWindow(std::optional<Location> loc, StringRef name, int64_t s
 
 LogicalResult ConvOp::inferReturnTypes(MLIRContext *, std::optional<Location> loc,
                                        Adaptor adaptor, SmallVectorImpl<Type> &inferred) {
-  ValueRange operands = adaptor.getOperands();
   StringRef name = getOperationName();
-  auto x = cast<RankedTensorType>(operands[0].getType());
-  auto w = cast<RankedTensorType>(operands[1].getType());
+  auto x = cast<RankedTensorType>(adaptor.getInput().getType());
+  auto w = cast<RankedTensorType>(adaptor.getWeight().getType());
   if (x.getRank() != 3 && x.getRank() != 4)
     return emitOptionalError(loc, "'", name, "' op input must be [N, C, L] or [N, C, H, W], got ",
                              x);
@@ -51,7 +50,7 @@ LogicalResult ConvOp::inferReturnTypes(MLIRContext *, std::optional<Location> lo
   if (w.getRank() != x.getRank())
     return emitOptionalError(loc, "'", name, "' op weight ", w, " must have rank ", x.getRank(),
                              " ([O, C / groups, kernel...])");
-  for (Value v : operands.drop_front())
+  for (Value v : adaptor.getOperands().drop_front())
     if (cast<RankedTensorType>(v.getType()).getElementType() != x.getElementType())
       return emitOptionalError(loc, "'", name, "' op weight and bias must have the input's "
                                "element type ", x.getElementType(), "; insert a 'tdx.cast'");

@@ -81,16 +81,15 @@ LogicalResult MatmulOp::inferReturnTypes(MLIRContext *, std::optional<Location> 
 
 LogicalResult LinearOp::inferReturnTypes(MLIRContext *, std::optional<Location> loc,
                                          Adaptor adaptor, SmallVectorImpl<Type> &inferred) {
-  ValueRange operands = adaptor.getOperands();
   StringRef name = getOperationName();
-  auto x = cast<RankedTensorType>(operands[0].getType());
-  auto w = cast<RankedTensorType>(operands[1].getType());
+  auto x = cast<RankedTensorType>(adaptor.getInput().getType());
+  auto w = cast<RankedTensorType>(adaptor.getWeight().getType());
   if (x.getRank() < 1)
     return emitOptionalError(loc, "'", name, "' op input must have rank >= 1");
   if (w.getRank() != 1 && w.getRank() != 2)
     return emitOptionalError(loc, "'", name, "' op weight must be [out, in] or [in], got ",
                              shapeStr(w.getShape()));
-  for (Value v : operands.drop_front())
+  for (Value v : adaptor.getOperands().drop_front())
     if (cast<RankedTensorType>(v.getType()).getElementType() != x.getElementType())
       return emitOptionalError(loc, "'", name, "' op weight and bias must have the input's "
                                "element type ", x.getElementType(),
@@ -103,8 +102,8 @@ LogicalResult LinearOp::inferReturnTypes(MLIRContext *, std::optional<Location> 
   SmallVector<int64_t> shape(x.getShape().drop_back());
   if (w.getRank() == 2)
     shape.push_back(w.getDimSize(0));
-  if (operands.size() == 3) {
-    auto b = cast<RankedTensorType>(operands[2].getType());
+  if (Value bias = adaptor.getBias()) {
+    auto b = cast<RankedTensorType>(bias.getType());
     SmallVector<int64_t> unused;
     if (b.getRank() > static_cast<int64_t>(shape.size()) ||
         !OpTrait::util::getBroadcastedShape(shape, b.getShape(), unused) ||
@@ -216,10 +215,9 @@ LogicalResult EmbeddingOp::inferReturnTypes(MLIRContext *, std::optional<Locatio
 
 LogicalResult CrossEntropyOp::inferReturnTypes(MLIRContext *, std::optional<Location> loc,
                                                Adaptor adaptor, SmallVectorImpl<Type> &inferred) {
-  ValueRange operands = adaptor.getOperands();
   StringRef name = getOperationName();
-  auto x = cast<RankedTensorType>(operands[0].getType());
-  auto t = cast<RankedTensorType>(operands[1].getType());
+  auto x = cast<RankedTensorType>(adaptor.getInput().getType());
+  auto t = cast<RankedTensorType>(adaptor.getTarget().getType());
   if (x.getRank() < 1)
     return emitOptionalError(loc, "'", name, "' op input must be [C] or [N, C, d...]");
   // Per-element loss shape: input without its class dim.

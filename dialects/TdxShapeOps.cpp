@@ -8,10 +8,6 @@
 using namespace mlir;
 using namespace mlir::tdx;
 
-static RankedTensorType inputType(ValueRange operands) {
-  return cast<RankedTensorType>(operands[0].getType());
-}
-
 /// Normalizes `dim` or reports that it is out of range for `rank`.
 static FailureOr<int64_t> checkDim(std::optional<Location> loc, StringRef name,
                                    StringRef what, int64_t dim, int64_t rank) {
@@ -26,8 +22,7 @@ static FailureOr<int64_t> checkDim(std::optional<Location> loc, StringRef name,
 
 LogicalResult ReshapeOp::inferReturnTypes(MLIRContext *, std::optional<Location> loc,
                                           Adaptor adaptor, SmallVectorImpl<Type> &inferred) {
-  ValueRange operands = adaptor.getOperands();
-  RankedTensorType in = inputType(operands);
+  auto in = cast<RankedTensorType>(adaptor.getInput().getType());
   SmallVector<int64_t> shape(adaptor.getShape());
   int64_t inferIndex = -1, known = 1;
   for (auto [i, d] : llvm::enumerate(shape)) {
@@ -69,8 +64,7 @@ LogicalResult ReshapeOp::inferReturnTypes(MLIRContext *, std::optional<Location>
 
 LogicalResult TransposeOp::inferReturnTypes(MLIRContext *, std::optional<Location> loc,
                                             Adaptor adaptor, SmallVectorImpl<Type> &inferred) {
-  ValueRange operands = adaptor.getOperands();
-  RankedTensorType in = inputType(operands);
+  auto in = cast<RankedTensorType>(adaptor.getInput().getType());
   int64_t rank = in.getRank();
   FailureOr<int64_t> d0 = checkDim(loc, getOperationName(), "dim0",
                                    static_cast<int64_t>(adaptor.getDim0()), rank);
@@ -88,8 +82,7 @@ LogicalResult TransposeOp::inferReturnTypes(MLIRContext *, std::optional<Locatio
 
 LogicalResult PermuteOp::inferReturnTypes(MLIRContext *, std::optional<Location> loc,
                                           Adaptor adaptor, SmallVectorImpl<Type> &inferred) {
-  ValueRange operands = adaptor.getOperands();
-  RankedTensorType in = inputType(operands);
+  auto in = cast<RankedTensorType>(adaptor.getInput().getType());
   ArrayRef<int64_t> perm = adaptor.getPermutation();
   int64_t rank = in.getRank();
   if (static_cast<int64_t>(perm.size()) != rank)
@@ -113,8 +106,7 @@ LogicalResult PermuteOp::inferReturnTypes(MLIRContext *, std::optional<Location>
 
 LogicalResult SliceOp::inferReturnTypes(MLIRContext *, std::optional<Location> loc,
                                         Adaptor adaptor, SmallVectorImpl<Type> &inferred) {
-  ValueRange operands = adaptor.getOperands();
-  RankedTensorType in = inputType(operands);
+  auto in = cast<RankedTensorType>(adaptor.getInput().getType());
   FailureOr<int64_t> dim = checkDim(loc, getOperationName(), "dim",
                                     static_cast<int64_t>(adaptor.getDim()), in.getRank());
   if (failed(dim))
@@ -145,7 +137,7 @@ LogicalResult ConcatOp::inferReturnTypes(MLIRContext *, std::optional<Location> 
   ValueRange operands = adaptor.getOperands();
   if (operands.empty())
     return emitOptionalError(loc, "'", getOperationName(), "' op needs at least one input");
-  RankedTensorType first = inputType(operands);
+  auto first = cast<RankedTensorType>(operands[0].getType());
   FailureOr<int64_t> dim = checkDim(loc, getOperationName(), "dim",
                                     static_cast<int64_t>(adaptor.getDim()), first.getRank());
   if (failed(dim))
@@ -180,8 +172,7 @@ LogicalResult ConcatOp::inferReturnTypes(MLIRContext *, std::optional<Location> 
 
 LogicalResult ExpandOp::inferReturnTypes(MLIRContext *, std::optional<Location> loc,
                                          Adaptor adaptor, SmallVectorImpl<Type> &inferred) {
-  ValueRange operands = adaptor.getOperands();
-  RankedTensorType in = inputType(operands);
+  auto in = cast<RankedTensorType>(adaptor.getInput().getType());
   ArrayRef<int64_t> sizes = adaptor.getSizes();
   int64_t rank = in.getRank(), n = sizes.size();
   if (n < rank)

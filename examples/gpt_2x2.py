@@ -60,6 +60,14 @@ class GPT(nn.Module):
         return self.lm_head(self.ln_f(x))
 
 
+# Megatron-style tensor parallelism of the blocks: q, k, v and the first MLP
+# layer split by output features, the attention output and the second MLP
+# layer by input features (one all-reduce each per block).
+MEGATRON_PLAN = {"h.*.wq": tdx.ColwiseParallel(), "h.*.wk": tdx.ColwiseParallel(),
+                 "h.*.wv": tdx.ColwiseParallel(), "h.*.wo": tdx.RowwiseParallel(),
+                 "h.*.fc": tdx.ColwiseParallel(), "h.*.proj": tdx.RowwiseParallel()}
+
+
 def main():
     torch.manual_seed(0)
     model = tdx.deferred_init(GPT)
@@ -73,10 +81,7 @@ def main():
           f"{prog.mlir.count(chr(10))} lines of tdx IR")
 
     mesh = tdx.init_device_mesh("cpu", (2, 2), mesh_dim_names=("dp", "tp"))
-    plan = {"h.*.wq": tdx.ColwiseParallel(), "h.*.wk": tdx.ColwiseParallel(),
-            "h.*.wv": tdx.ColwiseParallel(), "h.*.wo": tdx.RowwiseParallel(),
-            "h.*.fc": tdx.ColwiseParallel(), "h.*.proj": tdx.RowwiseParallel()}
-    tdx.parallelize(prog, mesh, plan, data_parallel="dp")
+    tdx.parallelize(prog, mesh, MEGATRON_PLAN, data_parallel="dp")
     report = prog.comm_report()
     print(f"\ncommunication per forward step on {mesh}:")
     for r in report:

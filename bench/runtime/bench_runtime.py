@@ -21,7 +21,6 @@ and the rest: "overhead" is that rest over the ATen calls and kernels.
     . build/env.sh && /usr/bin/python3 bench/runtime/bench_runtime.py [--steps 20]
 """
 
-import argparse
 import math
 import os
 import re
@@ -39,14 +38,10 @@ import torch.multiprocessing as mp
 import torch.nn.functional as F
 
 sys.path.insert(0, os.path.join(os.path.dirname(__file__), "..", "..", "examples"))
+sys.path.insert(0, os.path.join(os.path.dirname(__file__), ".."))
 import tdx  # noqa: E402
-from gpt_2x2 import GPT  # noqa: E402
-
-CONFIG = dict(vocab=512, d=128, heads=4, layers=4, context=64)
-BATCH, SEQ = 8, 64
-PLAN = {"h.*.wq": tdx.ColwiseParallel(), "h.*.wk": tdx.ColwiseParallel(),
-        "h.*.wv": tdx.ColwiseParallel(), "h.*.wo": tdx.RowwiseParallel(),
-        "h.*.fc": tdx.ColwiseParallel(), "h.*.proj": tdx.RowwiseParallel()}
+from common import BATCH, GPT_CONFIG as CONFIG, SEQ, arguments, profile_columns  # noqa: E402
+from gpt_2x2 import GPT, MEGATRON_PLAN as PLAN  # noqa: E402
 
 
 def eager_model():
@@ -172,11 +167,7 @@ def eager_step_ms(model, x, steps):
 
 
 def main():
-    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    ap.add_argument("--steps", type=int, default=20)
-    ap.add_argument("--rounds", type=int, default=3)
-    ap.add_argument("--ranks", default="1,2,4")
-    args = ap.parse_args()
+    args = arguments(__doc__, steps=20, rounds=3, ranks="1,2,4")
     torch.set_num_threads(1)
     model, x = eager_model(), ids()
     weights = dict(model.named_parameters(), **dict(model.named_buffers()))
@@ -210,9 +201,7 @@ def main():
           f"{'exposed':>16} | {'MiB':>13} | {'tdx err':>8} {'gloo err':>8}")
     err = lambda y: ((y - want).norm() / want.norm()).item()
     for world, t_ms, g_ms, t_bytes, g_bytes, t_y, g_y, prof in rows:
-        exposed = (f"{prof['exposed']:.2f}/{prof['whole']:.2f} "
-                   f"{100 * prof['exposed'] / prof['whole']:3.0f}%" if prof["whole"] else "-")
-        mib = f"{prof['working'] / 2**20:.2f} ({prof['planned'] / 2**20:.2f})"
+        exposed, mib = profile_columns(prof)
         print(f"{world:>5} | {t_ms:>8.2f} {g_ms:>8.2f} {g_ms / t_ms:>8.2f} | "
               f"{t_bytes:>10} {g_bytes:>10} | {t_ms / eager_ms:>9.2f} | "
               f"{prof['overhead']:>7.2f}% | {exposed:>16} | {mib:>13} | "

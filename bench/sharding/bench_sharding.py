@@ -36,13 +36,20 @@ ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)
 TOKENS, HIDDEN, FFN, TP = 2048, 1024, 4096, 4
 
 
-def upstream_mlp(layers):
-    t = lambda r, c: f"tensor<{r}x{c}xf32>"
+def t(rows, cols):
+    return f"tensor<{rows}x{cols}xf32>"
+
+
+def mlp_header(layers):
+    """The MLP function's signature line, the same for both dialects."""
     args = [f"%x: {t(TOKENS, HIDDEN)}"]
     for i in range(layers):
         args += [f"%w1_{i}: {t(HIDDEN, FFN)}", f"%w2_{i}: {t(FFN, HIDDEN)}"]
-    out = [f"shard.grid @grid(shape = {TP})",
-           f"func.func @mlp({', '.join(args)}) -> {t(TOKENS, HIDDEN)} {{",
+    return f"func.func @mlp({', '.join(args)}) -> {t(TOKENS, HIDDEN)} {{"
+
+
+def upstream_mlp(layers):
+    out = [f"shard.grid @grid(shape = {TP})", mlp_header(layers),
            "  %z = arith.constant 0.0 : f32",
            "  %col = shard.sharding @grid split_axes = [[], [0]] : !shard.sharding",
            "  %row = shard.sharding @grid split_axes = [[0], []] : !shard.sharding",
@@ -67,12 +74,7 @@ def upstream_mlp(layers):
 
 
 def tdx_mlp(layers):
-    t = lambda r, c: f"tensor<{r}x{c}xf32>"
-    args = [f"%x: {t(TOKENS, HIDDEN)}"]
-    for i in range(layers):
-        args += [f"%w1_{i}: {t(HIDDEN, FFN)}", f"%w2_{i}: {t(FFN, HIDDEN)}"]
-    out = [f'tdx.mesh @mesh shape = [{TP}] axes = ["tp"]',
-           f"func.func @mlp({', '.join(args)}) -> {t(TOKENS, HIDDEN)} {{"]
+    out = [f'tdx.mesh @mesh shape = [{TP}] axes = ["tp"]', mlp_header(layers)]
     x = "%x"
     for i in range(layers):
         out += [

@@ -25,7 +25,6 @@ share them, so 4-rank times measure oversubscription as much as anything.
     . build/env.sh && /usr/bin/python3 bench/training/bench_training.py [--steps 10]
 """
 
-import argparse
 import os
 import re
 import sys
@@ -39,11 +38,10 @@ import torch.multiprocessing as mp  # noqa: E402
 import torch.nn.functional as F  # noqa: E402
 
 sys.path.insert(0, os.path.join(os.path.dirname(__file__), "..", "..", "examples"))
+sys.path.insert(0, os.path.join(os.path.dirname(__file__), ".."))
 import tdx  # noqa: E402
-from gpt_2x2 import GPT  # noqa: E402
-
-CONFIG = dict(vocab=512, d=128, heads=4, layers=4, context=64)
-BATCH, SEQ = 8, 64
+from common import BATCH, GPT_CONFIG as CONFIG, SEQ, arguments, profile_columns  # noqa: E402
+from gpt_2x2 import GPT, MEGATRON_PLAN  # noqa: E402
 
 
 def model():
@@ -196,9 +194,6 @@ def gloo(peer, data, world, port):
     return ms, losses, {k: torch.from_numpy(v) for k, v in state.items()}
 
 
-MEGATRON_PLAN = {"h.*.wq": tdx.ColwiseParallel(), "h.*.wk": tdx.ColwiseParallel(),
-                 "h.*.wv": tdx.ColwiseParallel(), "h.*.wo": tdx.RowwiseParallel(),
-                 "h.*.fc": tdx.ColwiseParallel(), "h.*.proj": tdx.RowwiseParallel()}
 # name: (mesh shape, mesh axes, zero); an axis is "dp" (data parallel) or "tp".
 CONFIGS = {"tdx 1 rank": (None, None, 0), "tdx dp2": ((2,), ("dp",), 0),
            "tdx dp2 zero3": ((2,), ("dp",), 3), "tdx tp2": ((2,), ("tp",), 0),
@@ -281,10 +276,7 @@ def _eager_memory(data, out):
 
 
 def main():
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--steps", type=int, default=10)
-    parser.add_argument("--rounds", type=int, default=3)
-    args = parser.parse_args()
+    args = arguments(__doc__, steps=10, rounds=3)
     data = batches(args.steps + 1)
     weights = {k: v.detach() for k, v in model().state_dict().items()}
     exes = {name: compile_tdx(*config) for name, config in CONFIGS.items()}
@@ -331,9 +323,7 @@ def main():
         peer, peer_bytes = peers[name]
         sent, peak = facts[name]
         prof = profiles[name]
-        exposed = (f"{prof['exposed']:.2f}/{prof['whole']:.2f} "
-                   f"{100 * prof['exposed'] / prof['whole']:3.0f}%" if prof["whole"] else "-")
-        work = f"{prof['working'] / 2**20:.2f} ({prof['planned'] / 2**20:.2f})"
+        exposed, work = profile_columns(prof)
         print(f"{name:>14} | {best[name]:>8.2f} {sent:>11} {peak / 2**20:>8.2f} "
               f"{work:>13} {exposed:>16} | "
               f"{peer:>15} {best[peer]:>8.2f} {peer_bytes:>11} | "

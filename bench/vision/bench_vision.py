@@ -15,9 +15,9 @@ tdx output against eager's.
     . build/env.sh && /usr/bin/python3 bench/vision/bench_vision.py [--steps 3]
 """
 
-import argparse
 import itertools
 import os
+import sys
 import time
 
 # One BLAS thread for the 1-thread baseline, set before torch loads OpenBLAS.
@@ -27,6 +27,9 @@ import torch  # noqa: E402
 import torchvision  # noqa: E402
 
 import tdx  # noqa: E402
+
+sys.path.insert(0, os.path.join(os.path.dirname(__file__), ".."))
+from common import arguments  # noqa: E402
 
 MODELS = {"resnet18": (torchvision.models.resnet18, 4),
           "vit_b_16": (torchvision.models.vit_b_16, 2)}
@@ -73,11 +76,7 @@ def time_tdx(exe, x, steps, weights):
 
 
 def main():
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--steps", type=int, default=3)
-    parser.add_argument("--rounds", type=int, default=2)
-    parser.add_argument("--models", default="resnet18,vit_b_16")
-    args = parser.parse_args()
+    args = arguments(__doc__, steps=3, rounds=2, models="resnet18,vit_b_16")
     torch.set_num_threads(1)
     print(f"threads: 1 per process (eager also with 2); steps {args.steps}, best of "
           f"{args.rounds} alternating rounds; torch {torch.__version__}")

@@ -3,6 +3,7 @@
 #include "tdx/Sharding/Layout.h"
 
 #include <cmath>
+#include <iterator>
 #include <limits>
 
 using namespace mlir;
@@ -107,23 +108,13 @@ FailureOr<CostModel> CostModel::fromOptions(MeshOp mesh, ArrayRef<double> bandwi
 }
 
 StringRef mlir::tdx::stringifyStepKind(StepKind kind) {
-  switch (kind) {
-  case StepKind::AllGather:
-    return "all_gather";
-  case StepKind::AllReduce:
-    return "all_reduce";
-  case StepKind::ReduceScatter:
-    return "reduce_scatter";
-  case StepKind::AllToAll:
-    return "all_to_all";
-  case StepKind::LocalChunk:
-    return "local_chunk";
-  case StepKind::LocalZero:
-    return "local_zero";
-  case StepKind::LocalNoop:
-    return "local_noop";
-  }
-  return "";
+  // In StepKind's order.
+  static constexpr const char *kNames[] = {"all_gather",  "all_reduce", "reduce_scatter",
+                                           "all_to_all",  "local_chunk", "local_zero",
+                                           "local_noop"};
+  static_assert(std::size(kNames) == static_cast<size_t>(StepKind::LocalNoop) + 1,
+                "a StepKind without a name");
+  return kNames[static_cast<size_t>(kind)];
 }
 
 namespace {
@@ -280,24 +271,21 @@ mlir::tdx::planRedistribution(RankedTensorType global, ArrayRef<PlacementAttr> s
   }
   Layout work(source.begin(), source.end());
   SmallVector<RedistributionStep> plan;
+  // Takes transition `t` on `axis`, priced on the layout it starts from.
+  auto take = [&](int64_t axis, const Transition &t) {
+    int64_t bytesIn = localBytes(global, work, meshShape);
+    work[axis] = t.to;
+    plan.push_back({axis, t.from, t.to, t.kind, bytesIn,
+                    stepSeconds(t.kind, bytesIn, localBytes(global, work, meshShape),
+                                meshShape[axis], cost.bandwidth[axis], cost.latency[axis],
+                                cost.memoryBandwidth)});
+  };
   for (int64_t axis = rank - 1; axis >= 0; --axis)
-    for (const Transition &t : planner.pending[axis]) {
-      int64_t bytesIn = localBytes(global, work, meshShape);
-      work[axis] = t.to;
-      plan.push_back({axis, t.from, t.to, t.kind, bytesIn,
-                      stepSeconds(t.kind, bytesIn, localBytes(global, work, meshShape),
-                                  meshShape[axis], cost.bandwidth[axis],
-                                  cost.latency[axis], cost.memoryBandwidth)});
-    }
+    for (const Transition &t : planner.pending[axis])
+      take(axis, t);
   for (int64_t axis = 0; axis < rank; ++axis)
-    for (const Transition &t : axisTransitions(rep, target[axis])) {
-      int64_t bytesIn = localBytes(global, work, meshShape);
-      work[axis] = t.to;
-      plan.push_back({axis, t.from, t.to, t.kind, bytesIn,
-                      stepSeconds(t.kind, bytesIn, localBytes(global, work, meshShape),
-                                  meshShape[axis], cost.bandwidth[axis],
-                                  cost.latency[axis], cost.memoryBandwidth)});
-    }
+    for (const Transition &t : axisTransitions(rep, target[axis]))
+      take(axis, t);
   return plan;
 }
 

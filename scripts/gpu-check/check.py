@@ -83,15 +83,20 @@ def build(name):
     return {"gpt2": models.GPT2, "llama": models.Llama}[name]()
 
 
-def eager_train(folder, name, steps):
-    """Eager training steps on the program's batches (repeated), with its optimizer."""
+def loaded(folder, name):
+    """Model `name` on the GPU with the program's parameters and buffers."""
     model = build(name)
     tensors = dict(model.named_parameters())
     tensors.update(model.named_buffers())
     with torch.no_grad():
         for key, value in load(os.path.join(folder, "params.safetensors")).items():
             tensors[key].copy_(value)
-    model = model.cuda().train()
+    return model.cuda()
+
+
+def eager_train(folder, name, steps):
+    """Eager training steps on the program's batches (repeated), with its optimizer."""
+    model = loaded(folder, name).train()
     # The program's optimizer (torch.optim's class and arguments).
     with open(os.path.join(folder, "optimizer.json")) as f:
         name, kwargs = json.load(f)
@@ -119,13 +124,7 @@ def eager_train(folder, name, steps):
 
 
 def eager(folder, name, steps):
-    model = build(name)
-    tensors = dict(model.named_parameters())
-    tensors.update(model.named_buffers())
-    with torch.no_grad():
-        for key, value in load(os.path.join(folder, "params.safetensors")).items():
-            tensors[key].copy_(value)
-    model = model.cuda()
+    model = loaded(folder, name)
     inputs = [x.cuda() for _, x in sorted(load(os.path.join(folder, "in.safetensors")).items())]
     with torch.no_grad():
         model(*inputs)

@@ -24,15 +24,12 @@ import torch.nn.functional as F
 import tdx
 
 sys.path.insert(0, os.path.join(os.path.dirname(__file__), "..", "..", "examples"))
-from gpt_2x2 import GPT  # noqa: E402
+sys.path.insert(0, os.path.join(os.path.dirname(__file__), "..", "..", "bench"))
+from common import BATCH, GPT_CONFIG as CONFIG, SEQ  # noqa: E402
+from gpt_2x2 import GPT, MEGATRON_PLAN  # noqa: E402
 
 GOLDEN = os.path.join(os.path.dirname(__file__), "golden", "bench_gpt_train_step.json")
 # bench/training/bench_training.py's model, optimizer, batch and plan.
-CONFIG = dict(vocab=512, d=128, heads=4, layers=4, context=64)
-BATCH, SEQ = 8, 64
-MEGATRON_PLAN = {"h.*.wq": tdx.ColwiseParallel(), "h.*.wk": tdx.ColwiseParallel(),
-                 "h.*.wv": tdx.ColwiseParallel(), "h.*.wo": tdx.RowwiseParallel(),
-                 "h.*.fc": tdx.ColwiseParallel(), "h.*.proj": tdx.RowwiseParallel()}
 LAYOUTS = {"2x2": ((2, 2), ("dp", "tp"), 0), "dp2-zero3": ((2,), ("dp",), 3)}
 
 

@@ -1,0 +1,32 @@
+"""What the benchmarks share: their command line, and the columns they print
+from a tdx binary's profile (the dicts their `tdx_profile` functions
+return)."""
+
+import argparse
+
+# The bench GPT (examples/gpt_2x2.py's model at this size and batch), which
+# bench/runtime and bench/training run and test_emission_golden records.
+GPT_CONFIG = dict(vocab=512, d=128, heads=4, layers=4, context=64)
+BATCH, SEQ = 8, 64
+
+
+def arguments(doc, steps, rounds, **extra):
+    """The command line of a benchmark: --steps and --rounds with these
+    defaults, and one string option per `extra` (name: default)."""
+    parser = argparse.ArgumentParser(description=doc.split("\n\n")[0])
+    parser.add_argument("--steps", type=int, default=steps)
+    parser.add_argument("--rounds", type=int, default=rounds,
+                        help="alternating rounds; each figure is the best")
+    for name, default in extra.items():
+        parser.add_argument(f"--{name}", default=default)
+    return parser.parse_args()
+
+
+def profile_columns(prof):
+    """The exposed/whole collective time ("0.52/1.10  47%", "-" without
+    collectives) and the working memory of a step, measured (planned), in
+    MiB."""
+    exposed = (f"{prof['exposed']:.2f}/{prof['whole']:.2f} "
+               f"{100 * prof['exposed'] / prof['whole']:3.0f}%" if prof["whole"] else "-")
+    memory = f"{prof['working'] / 2**20:.2f} ({prof['planned'] / 2**20:.2f})"
+    return exposed, memory
