@@ -36,4 +36,54 @@ def Tdx_ShardingRuleOpInterface : OpInterface<"ShardingRuleOpInterface"> {
   ];
 }
 
+def Tdx_StateOpInterface : OpInterface<"StateOpInterface"> {
+  let description = [{
+    Program state: a `tdx.parameter` or `tdx.buffer`, with its global type,
+    its placement (the storage layout) and, when tied, the name of the state
+    whose value it shares.
+  }];
+  let cppNamespace = "::mlir::tdx";
+  let methods = [
+    InterfaceMethod<"The state's global tensor type.", "::mlir::RankedTensorType",
+      "getStateType", (ins), [{}], [{ return $_op.getTensorType(); }]>,
+    InterfaceMethod<"The state's placement (null: replicated, or not placed yet).",
+      "::mlir::tdx::ShardingAttr", "getStateSharding", (ins), [{}],
+      [{ return $_op.getShardingAttr(); }]>,
+    InterfaceMethod<"Places the state (its storage layout).", "void", "setStateSharding",
+      (ins "::mlir::tdx::ShardingAttr":$sharding), [{}],
+      [{ $_op.setShardingAttr(sharding); }]>,
+    InterfaceMethod<"The state this one is tied to (null: none).", "::mlir::FlatSymbolRefAttr",
+      "getTiedState", (ins), [{}], [{ return $_op.getTiedToAttr(); }]>
+  ];
+}
+
+def Tdx_StateAccessOpInterface : OpInterface<"StateAccessOpInterface"> {
+  let description = [{
+    An op of a function that reads or writes program state by name
+    (`tdx.param_ref`, `tdx.assign`). The one place a tied name resolves: a
+    tied name reads and writes the state it shares.
+  }];
+  let cppNamespace = "::mlir::tdx";
+  let methods = [
+    InterfaceMethod<"The name the op writes.", "::mlir::FlatSymbolRefAttr", "getStateRef",
+      (ins), [{}], [{ return $_op.getNameAttr(); }]>,
+    InterfaceMethod<[{
+        The tdx.parameter or tdx.buffer that holds the value: the one named,
+        or the one a tied name shares; null when the name is no state.
+        `symbols` caches lookups when given.
+      }], "::mlir::tdx::StateOpInterface", "getStateOwner",
+      (ins "::mlir::SymbolTableCollection *":$symbols), [{}],
+      [{
+        return ::llvm::dyn_cast_or_null<::mlir::tdx::StateOpInterface>(
+            ::mlir::tdx::detail::lookupStateOwner($_op, $_op.getNameAttr(), symbols));
+      }]>,
+    InterfaceMethod<"The name of the state that holds the value (ties resolved).",
+      "::mlir::StringAttr", "getStateName", (ins), [{}], [{
+        ::mlir::Operation *owner = ::mlir::tdx::detail::lookupStateOwner(
+            $_op, $_op.getNameAttr(), nullptr);
+        return owner ? ::mlir::SymbolTable::getSymbolName(owner) : $_op.getNameAttr().getAttr();
+      }]>
+  ];
+}
+
 #endif // TDX_DIALECT_TDXINTERFACES_TD

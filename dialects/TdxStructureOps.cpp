@@ -142,37 +142,17 @@ LogicalResult BufferOp::verifySymbolUses(SymbolTableCollection &symbols) {
 // ParamRefOp
 //===----------------------------------------------------------------------===//
 
-Operation *mlir::tdx::lookupStateOwner(Operation *from, FlatSymbolRefAttr name,
-                                       SymbolTableCollection *symbols) {
+Operation *mlir::tdx::detail::lookupStateOwner(Operation *from, FlatSymbolRefAttr name,
+                                               SymbolTableCollection *symbols) {
   auto lookup = [&](FlatSymbolRefAttr n) {
     return symbols ? symbols->lookupNearestSymbolFrom(from, n)
                    : SymbolTable::lookupNearestSymbolFrom(from, n);
   };
-  Operation *decl = lookup(name);
-  FlatSymbolRefAttr tied;
-  if (auto p = dyn_cast_or_null<ParameterOp>(decl))
-    tied = p.getTiedToAttr();
-  else if (auto b = dyn_cast_or_null<BufferOp>(decl))
-    tied = b.getTiedToAttr();
-  else
+  auto decl = dyn_cast_or_null<StateOpInterface>(lookup(name));
+  if (!decl)
     return nullptr;
-  Operation *owner = tied ? lookup(tied) : decl;
-  return isa_and_nonnull<ParameterOp, BufferOp>(owner) ? owner : nullptr;
-}
-
-ShardingAttr mlir::tdx::stateSharding(Operation *decl) {
-  if (auto p = dyn_cast_or_null<ParameterOp>(decl))
-    return p.getShardingAttr();
-  if (auto b = dyn_cast_or_null<BufferOp>(decl))
-    return b.getShardingAttr();
-  return {};
-}
-
-void mlir::tdx::setStateSharding(Operation *decl, ShardingAttr sharding) {
-  if (auto p = dyn_cast_or_null<ParameterOp>(decl))
-    p.setShardingAttr(sharding);
-  else if (auto b = dyn_cast_or_null<BufferOp>(decl))
-    b.setShardingAttr(sharding);
+  FlatSymbolRefAttr tied = decl.getTiedState();
+  return tied ? dyn_cast_or_null<StateOpInterface>(lookup(tied)) : decl;
 }
 
 ShardingAttr mlir::tdx::valueSharding(Value v) {
@@ -212,8 +192,9 @@ static LogicalResult verifyStateAccess(Operation *op, FlatSymbolRefAttr name, Ty
   auto module = op->getParentOfType<ModuleOp>();
   if (module && module->hasAttr(::mlir::tdx::TdxDialect::kPartitionedAttrName)) {
     // A tied name is the value it shares, placed as that one is.
-    Operation *owner = lookupStateOwner(op, name, &symbols);
-    if (ShardingAttr sharding = stateSharding(owner ? owner : target))
+    auto owner = dyn_cast_or_null<StateOpInterface>(
+        ::mlir::tdx::detail::lookupStateOwner(op, name, &symbols));
+    if (ShardingAttr sharding = (owner ? owner : cast<StateOpInterface>(target)).getStateSharding())
       if (auto mesh = symbols.lookupNearestSymbolFrom<MeshOp>(op, sharding.getMesh()))
         declared = localType(cast<RankedTensorType>(declared),
                              sharding.getPlacements(), mesh.getShape());

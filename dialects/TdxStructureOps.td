@@ -41,7 +41,7 @@ def Tdx_MeshOp : Tdx_Op<"mesh", [Symbol]> {
 }
 
 class Tdx_StateOp<string mnemonic, string what>
-    : Tdx_Op<mnemonic, [Symbol, IsolatedFromAbove,
+    : Tdx_Op<mnemonic, [Symbol, IsolatedFromAbove, Tdx_StateOpInterface,
                         DeclareOpInterfaceMethods<SymbolUserOpInterface>]> {
   let summary = "a module " # what # " with its init program";
   let description = [{
@@ -92,7 +92,7 @@ def Tdx_YieldOp : Tdx_Op<"yield", [Pure, Terminator, ReturnLike,
   let assemblyFormat = "$values attr-dict `:` type($values)";
 }
 
-def Tdx_ParamRefOp : Tdx_Op<"param_ref", [Pure, Tdx_HasShardingRule,
+def Tdx_ParamRefOp : Tdx_Op<"param_ref", [Pure, Tdx_HasShardingRule, Tdx_StateAccessOpInterface,
     DeclareOpInterfaceMethods<SymbolUserOpInterface>]> {
   let summary = "the value of a parameter or buffer, by qualified name";
   let description = [{
@@ -108,7 +108,7 @@ def Tdx_ParamRefOp : Tdx_Op<"param_ref", [Pure, Tdx_HasShardingRule,
   let assemblyFormat = "$name attr-dict `:` type($result)";
 }
 
-def Tdx_AssignOp : Tdx_Op<"assign", [Tdx_HasShardingRule,
+def Tdx_AssignOp : Tdx_Op<"assign", [Tdx_HasShardingRule, Tdx_StateAccessOpInterface,
     DeclareOpInterfaceMethods<SymbolUserOpInterface>]> {
   let summary = "writes the new value of a parameter or buffer";
   let description = [{

@@ -378,34 +378,44 @@ LogicalResult Folder::foldRedistribute(RedistributeOp op) {
       }
       SmallVector<Value> &res = done[key];
       if (res.empty()) {
-        if (from.isPartial() && !to.isPartial()) {
-          FailureOr<Value> sum = combine(op, group, from.getReduce(), dst);
-          if (failed(sum))
-            return failure();
-          for (int64_t j = 0; j < n; ++j)
-            res.push_back(to.isShard() ? slice(*sum, to.getDim(), j, n, dst) : *sum);
-        } else if (from.isShard() && !to.isPartial()) {
-          Value all = concat(group, from.getDim(), dst);
-          for (int64_t j = 0; j < n; ++j)
-            res.push_back(to.isShard() ? slice(all, to.getDim(), j, n, dst) : all);
-        } else if (from.isReplicate() && to.isShard()) {
-          for (int64_t j = 0; j < n; ++j)
-            res.push_back(slice(group[j], to.getDim(), j, n, dst));
-        } else if (from.isReplicate() && to.isPartial()) {
-          // Coordinate 0 keeps the value (max, min: every one may).
-          for (int64_t j = 0; j < n; ++j) {
-            if (j == 0 || to.getReduce() != ReduceKind::Sum) {
-              res.push_back(group[j]);
-              continue;
-            }
-            auto zero = FullOp::create(b, op.getLoc(), group[j].getType(), b.getF64FloatAttr(0));
-            zero->setAttr(TdxDialect::kShardingsAttrName, strippedShardings(dst));
-            res.push_back(zero);
+        // The planner's elementary steps, each computed locally over the
+        // group's n coordinates of the folded axis.
+        res = group;
+        Layout cur(src.begin(), src.end());
+        for (const AxisStep &s : axisSteps(from, to)) {
+          cur[a] = s.to;
+          switch (s.kind) {
+          case StepKind::AllReduce:
+          case StepKind::ReduceScatter: {
+            FailureOr<Value> sum = combine(op, res, s.from.getReduce(), cur);
+            if (failed(sum))
+              return failure();
+            for (int64_t j = 0; j < n; ++j)
+              res[j] = s.to.isShard() ? slice(*sum, s.to.getDim(), j, n, cur) : *sum;
+            break;
           }
-        } else {
-          return op.emitOpError() << "has no local form from " << layoutToString(src) << " to "
-                                  << layoutToString(dst) << " over folded mesh axis \""
-                                  << axisName(a) << "\"";
+          case StepKind::AllGather:
+          case StepKind::AllToAll: {
+            Value all = concat(res, s.from.getDim(), cur);
+            for (int64_t j = 0; j < n; ++j)
+              res[j] = s.to.isShard() ? slice(all, s.to.getDim(), j, n, cur) : all;
+            break;
+          }
+          case StepKind::LocalChunk:
+            for (int64_t j = 0; j < n; ++j)
+              res[j] = slice(res[j], s.to.getDim(), j, n, cur);
+            break;
+          case StepKind::LocalZero:
+            // Coordinate 0 keeps the value; the others hold zeros.
+            for (int64_t j = 1; j < n; ++j) {
+              auto zero = FullOp::create(b, op.getLoc(), res[j].getType(), b.getF64FloatAttr(0));
+              zero->setAttr(TdxDialect::kShardingsAttrName, strippedShardings(cur));
+              res[j] = zero;
+            }
+            break;
+          case StepKind::LocalNoop: // max, min: every coordinate's value is one
+            break;
+          }
         }
       }
       for (int64_t j = 0; j < n; ++j)

@@ -82,8 +82,8 @@ int64_t FunctionPartitioner::globalDimSize(Value v, int64_t dim) {
     return it->second.getDimSize(dim);
   // A parameter's declaration keeps its global type.
   if (auto ref = dyn_cast_or_null<ParamRefOp>(v.getDefiningOp()))
-    if (auto param = dyn_cast_or_null<ParameterOp>(lookupStateOwner(ref, ref.getNameAttr())))
-      return param.getTensorType().getDimSize(dim);
+    if (StateOpInterface state = ref.getStateOwner(nullptr))
+      return state.getStateType().getDimSize(dim);
   // Otherwise from the local size, when the split is even.
   int64_t size = cast<RankedTensorType>(v.getType()).getDimSize(dim);
   if (ShapedType::isDynamic(size))
@@ -126,22 +126,34 @@ LogicalResult FunctionPartitioner::lowerRedistribute(RedistributeOp op) {
                                meshRef(), cast<StringAttr>(mesh.getAxes()[axis]))
         .getResult();
   };
-  if (src.isShard() && dst.isReplicate()) {
+  // One elementary step of the one planner (tdx-insert-collectives split
+  // every redistribution into them).
+  SmallVector<AxisStep> steps = axisSteps(src, dst);
+  if (steps.size() != 1)
+    return op.emitOpError() << "has no single-collective lowering from "
+                            << layoutToString(from) << " to " << layoutToString(to)
+                            << "; run tdx-insert-collectives first";
+  switch (steps.front().kind) {
+  case StepKind::AllGather:
     collective = AllGatherOp::create(b, loc, outType, input, meshRef(), axisNames(axis),
                                      b.getI64IntegerAttr(src.getDim()));
-  } else if (src.isPartial() && dst.isReplicate()) {
+    break;
+  case StepKind::AllReduce:
     collective = AllReduceOp::create(b, loc, outType, input, meshRef(), axisNames(axis),
                                      ReduceKindAttr::get(b.getContext(), src.getReduce()));
-  } else if (src.isPartial() && dst.isShard()) {
+    break;
+  case StepKind::ReduceScatter:
     collective = ReduceScatterOp::create(
         b, loc, outType, input, meshRef(), axisNames(axis),
         ReduceKindAttr::get(b.getContext(), src.getReduce()),
         b.getI64IntegerAttr(dst.getDim()));
-  } else if (src.isShard() && dst.isShard()) {
+    break;
+  case StepKind::AllToAll:
     collective = AllToAllOp::create(b, loc, outType, input, meshRef(), axisNames(axis),
                                     b.getI64IntegerAttr(dst.getDim()),
                                     b.getI64IntegerAttr(src.getDim()));
-  } else if (src.isReplicate() && dst.isShard()) {
+    break;
+  case StepKind::LocalChunk: {
     // Folds where `input` is an all_gather of this rank's piece (ZeRO-3's
     // update reads the parameter its forward gathers).
     Value index = coord();
@@ -150,24 +162,23 @@ LogicalResult FunctionPartitioner::lowerRedistribute(RedistributeOp op) {
                                      b.getI64IntegerAttr(dst.getDim()));
     if (index.use_empty())
       index.getDefiningOp()->erase();
-  } else if (src.isReplicate() && dst.isPartial()) {
-    if (dst.getReduce() != ReduceKind::Sum) {
-      // max, min or avg of equal values is the value itself.
-      result = input;
-    } else {
-      auto i64 = RankedTensorType::get({}, b.getI64Type());
-      auto i1 = RankedTensorType::get({}, b.getI1Type());
-      Value zero = FullOp::create(b, loc, i64, b.getF64FloatAttr(0.0));
-      Value isFirst = CmpOp::create(b, loc, i1, CmpPredicate::eq, coord(), zero);
-      Value zeros = FullOp::create(
-          b, loc, RankedTensorType::get({}, inType.getElementType()),
-          b.getF64FloatAttr(0.0));
-      result = WhereOp::create(b, loc, inType, isFirst, input, zeros);
-    }
-  } else {
-    return op.emitOpError() << "has no single-collective lowering from "
-                            << layoutToString(from) << " to " << layoutToString(to)
-                            << "; run tdx-insert-collectives first";
+    break;
+  }
+  case StepKind::LocalNoop:
+    // max, min or avg of equal values is the value itself.
+    result = input;
+    break;
+  case StepKind::LocalZero: {
+    // Coordinate 0 keeps the value, the others hold zeros: their sum is it.
+    auto i64 = RankedTensorType::get({}, b.getI64Type());
+    auto i1 = RankedTensorType::get({}, b.getI1Type());
+    Value zero = FullOp::create(b, loc, i64, b.getF64FloatAttr(0.0));
+    Value isFirst = CmpOp::create(b, loc, i1, CmpPredicate::eq, coord(), zero);
+    Value zeros = FullOp::create(
+        b, loc, RankedTensorType::get({}, inType.getElementType()), b.getF64FloatAttr(0.0));
+    result = WhereOp::create(b, loc, inType, isFirst, input, zeros);
+    break;
+  }
   }
   if (collective) {
     collective->setAttr(::mlir::tdx::TdxDialect::kPayloadBytesAttrName, b.getI64IntegerAttr(payload));

@@ -20,12 +20,6 @@ using namespace mlir::tdx;
 
 namespace {
 
-/// The state a param_ref or assign names, ties resolved.
-StringAttr stateOf(Operation *op, FlatSymbolRefAttr name) {
-  Operation *owner = lookupStateOwner(op, name);
-  return owner ? SymbolTable::getSymbolName(owner) : name.getAttr();
-}
-
 struct ScheduleWaitsPass : public mlir::tdx::impl::ScheduleWaitsBase<ScheduleWaitsPass> {
   using ScheduleWaitsBase::ScheduleWaitsBase;
 
@@ -67,10 +61,8 @@ struct ScheduleWaitsPass : public mlir::tdx::impl::ScheduleWaitsBase<ScheduleWai
               edge(d, op);
         });
         StringAttr state;
-        if (auto ref = dyn_cast<ParamRefOp>(op))
-          state = stateOf(op, ref.getNameAttr());
-        else if (auto assign = dyn_cast<AssignOp>(op))
-          state = stateOf(op, assign.getNameAttr());
+        if (auto access = dyn_cast<StateAccessOpInterface>(op))
+          state = access.getStateName();
         if (state) {
           if (Operation *prev = lastOfState.lookup(state))
             edge(prev, op);

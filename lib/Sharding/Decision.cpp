@@ -126,9 +126,9 @@ void FunctionPropagation::decideOp(Operation *op) {
   }
   if (auto assign = dyn_cast<AssignOp>(op)) {
     // The state's layout: that of its reads, else its declaration's.
-    Operation *owner = lookupStateOwner(op, assign.getNameAttr(), &symbols);
-    ShardingAttr declared = stateSharding(owner);
-    auto ref = owner ? firstRef.find(SymbolTable::getSymbolName(owner)) : firstRef.end();
+    StateOpInterface owner = assign.getStateOwner(&symbols);
+    ShardingAttr declared = owner ? owner.getStateSharding() : ShardingAttr();
+    auto ref = owner ? firstRef.find(assign.getStateName()) : firstRef.end();
     req = {ref != firstRef.end() ? layout(ref->second)
            : declared            ? layoutOf(declared)
                                  : replicatedLayout(ctx, rank)};
@@ -292,9 +292,9 @@ void FunctionPropagation::rewrite() {
   }
   for (Operation *op : ops)
     if (auto ref = dyn_cast<ParamRefOp>(op)) {
-      Operation *owner = lookupStateOwner(op, ref.getNameAttr(), &symbols);
-      if (owner && !stateSharding(owner))
-        setStateSharding(owner, shardingOf(mesh, layout(ref.getResult())));
+      StateOpInterface owner = ref.getStateOwner(&symbols);
+      if (owner && !owner.getStateSharding())
+        owner.setStateSharding(shardingOf(mesh, layout(ref.getResult())));
     }
   // Annotations have done their work: their operand now has their layout.
   for (Operation *op : ops)

@@ -117,18 +117,10 @@ StringRef mlir::tdx::stringifyStepKind(StepKind kind) {
   return kNames[static_cast<size_t>(kind)];
 }
 
-namespace {
-
-struct Transition {
-  PlacementAttr from, to;
-  StepKind kind;
-};
-
-/// The elementary steps of one axis, in order.
-SmallVector<Transition> axisTransitions(PlacementAttr from, PlacementAttr to) {
+SmallVector<AxisStep> mlir::tdx::axisSteps(PlacementAttr from, PlacementAttr to) {
   MLIRContext *ctx = from.getContext();
   PlacementAttr rep = PlacementAttr::replicate(ctx);
-  auto fromReplicate = [&](PlacementAttr t) -> Transition {
+  auto fromReplicate = [&](PlacementAttr t) -> AxisStep {
     if (t.isShard())
       return {rep, t, StepKind::LocalChunk};
     return {rep, t,
@@ -153,6 +145,8 @@ SmallVector<Transition> axisTransitions(PlacementAttr from, PlacementAttr to) {
   return {{from, rep, StepKind::AllReduce}, fromReplicate(to)};
 }
 
+namespace {
+
 bool innermostForDim(ArrayRef<PlacementAttr> layout, int64_t axis, int64_t dim) {
   for (int64_t m = axis + 1; m < static_cast<int64_t>(layout.size()); ++m)
     if (layout[m].isShard() && layout[m].getDim() == dim)
@@ -161,7 +155,7 @@ bool innermostForDim(ArrayRef<PlacementAttr> layout, int64_t axis, int64_t dim) 
 }
 
 /// Whether applying `t` on `axis` keeps the nesting of shards valid.
-bool validStep(ArrayRef<PlacementAttr> layout, int64_t axis, const Transition &t) {
+bool validStep(ArrayRef<PlacementAttr> layout, int64_t axis, const AxisStep &t) {
   if (t.from.isShard() && !innermostForDim(layout, axis, t.from.getDim()))
     return false;
   if (t.to.isShard() && !innermostForDim(layout, axis, t.to.getDim()))
@@ -196,7 +190,7 @@ struct Planner {
   RankedTensorType global;
   ArrayRef<int64_t> meshShape;
   const CostModel &cost;
-  SmallVector<SmallVector<Transition>> pending; // per axis, remaining steps
+  SmallVector<SmallVector<AxisStep>> pending; // per axis, remaining steps
   SmallVector<RedistributionStep> current, best;
   double bestSeconds = std::numeric_limits<double>::infinity();
 
@@ -208,7 +202,7 @@ struct Planner {
       if (pending[axis].empty())
         continue;
       done = false;
-      Transition t = pending[axis].front();
+      AxisStep t = pending[axis].front();
       if (!validStep(layout, axis, t))
         continue;
       int64_t bytesIn = localBytes(global, layout, meshShape);
@@ -256,7 +250,7 @@ mlir::tdx::planRedistribution(RankedTensorType global, ArrayRef<PlacementAttr> s
       planner.pending[axis] = {{from, rep, StepKind::AllGather},
                                {rep, to, StepKind::LocalChunk}};
     else
-      planner.pending[axis] = axisTransitions(from, to);
+      planner.pending[axis] = axisSteps(from, to);
   }
   Layout layout(source.begin(), source.end());
   planner.search(layout, 0.0);
@@ -266,13 +260,13 @@ mlir::tdx::planRedistribution(RankedTensorType global, ArrayRef<PlacementAttr> s
   // first), then split (outer axes first). Always valid.
   for (int64_t axis = 0; axis < rank; ++axis) {
     planner.pending[axis].clear();
-    for (const Transition &t : axisTransitions(source[axis], rep))
+    for (const AxisStep &t : axisSteps(source[axis], rep))
       planner.pending[axis].push_back(t);
   }
   Layout work(source.begin(), source.end());
   SmallVector<RedistributionStep> plan;
   // Takes transition `t` on `axis`, priced on the layout it starts from.
-  auto take = [&](int64_t axis, const Transition &t) {
+  auto take = [&](int64_t axis, const AxisStep &t) {
     int64_t bytesIn = localBytes(global, work, meshShape);
     work[axis] = t.to;
     plan.push_back({axis, t.from, t.to, t.kind, bytesIn,
@@ -281,10 +275,10 @@ mlir::tdx::planRedistribution(RankedTensorType global, ArrayRef<PlacementAttr> s
                                 cost.memoryBandwidth)});
   };
   for (int64_t axis = rank - 1; axis >= 0; --axis)
-    for (const Transition &t : planner.pending[axis])
+    for (const AxisStep &t : planner.pending[axis])
       take(axis, t);
   for (int64_t axis = 0; axis < rank; ++axis)
-    for (const Transition &t : axisTransitions(rep, target[axis]))
+    for (const AxisStep &t : axisSteps(rep, target[axis]))
       take(axis, t);
   return plan;
 }

@@ -35,9 +35,9 @@ LogicalResult FunctionPropagation::seed() {
     if (!ref)
       continue;
     // A tied name is the state it shares.
-    Operation *target = lookupStateOwner(op, ref.getNameAttr(), &symbols);
-    StringAttr owner = target ? SymbolTable::getSymbolName(target) : ref.getNameAttr().getAttr();
-    ShardingAttr sharding = stateSharding(target);
+    StateOpInterface target = ref.getStateOwner(&symbols);
+    StringAttr owner = ref.getStateName();
+    ShardingAttr sharding = target ? target.getStateSharding() : ShardingAttr();
     auto [it, inserted] = firstRef.try_emplace(owner, ref.getResult());
     if (!inserted)
       leader[ref.getResult()] = it->second;
@@ -294,9 +294,9 @@ FailureOr<MeshOp> mlir::tdx::meshOfFunction(func::FuncOp fn, SymbolTableCollecti
       uses.push_back({r.getSource().getMesh(), op->getLoc()});
     else if (auto ref = dyn_cast<ParamRefOp>(op)) {
       // A tied name is placed where the value it shares is.
-      Operation *owner = lookupStateOwner(op, ref.getNameAttr(), &symbols);
-      if (ShardingAttr sharding = stateSharding(owner))
-        uses.push_back({sharding.getMesh(), owner->getLoc()});
+      if (StateOpInterface owner = ref.getStateOwner(&symbols))
+        if (ShardingAttr sharding = owner.getStateSharding())
+          uses.push_back({sharding.getMesh(), owner->getLoc()});
     }
   });
   for (unsigned i = 0; i < fn.getNumArguments(); ++i)

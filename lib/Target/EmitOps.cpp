@@ -143,7 +143,7 @@ LogicalResult Emitter::emitOp(Operation *op) {
   };
   return llvm::TypeSwitch<Operation *, LogicalResult>(op)
       .Case([&](ParamRefOp o) {
-        return assign("s.at(\"" + stateKey(o, o.getNameAttr()) + "\")");
+        return assign("s.at(\"" + o.getStateName().str() + "\")");
       })
       .Case([&](FullOp o) {
         return assign("T::full(" + createdShape(o) + ", " +
@@ -311,7 +311,7 @@ LogicalResult Emitter::emitOp(Operation *op) {
       })
       // State writes are placed by Lifetimes.
       .Case([&](AssignOp o) {
-        os << "  s[\"" << stateKey(o, o.getNameAttr()) << "\"] = " << in(0) << ";\n";
+        os << "  s[\"" << o.getStateName().getValue() << "\"] = " << in(0) << ";\n";
         return success();
       })
       .Case([&](FusedOp o) {

@@ -72,9 +72,5 @@ std::string layoutText(ShardingAttr sharding, int64_t rank) {
 
 /// The runtime's key of the state `name` names from `op`: a tied name reads
 /// and writes the value it shares.
-std::string stateKey(Operation *op, FlatSymbolRefAttr name) {
-  Operation *owner = lookupStateOwner(op, name);
-  return (owner ? SymbolTable::getSymbolName(owner).getValue() : name.getValue()).str();
-}
 
 } // namespace mlir::tdx::cpp

@@ -43,9 +43,6 @@ std::string strings(ArrayAttr axes);
 /// "[Shard(0), Replicate]" of `sharding` (all Replicate when null) on a
 /// mesh of `rank` axes.
 std::string layoutText(ShardingAttr sharding, int64_t rank);
-/// The runtime's key of the state `name` names from `op`: a tied name reads
-/// and writes the value it shares.
-std::string stateKey(Operation *op, FlatSymbolRefAttr name);
 
 /// The C type of a tensor value's elements.
 std::string elem(Value v);

@@ -20,12 +20,6 @@ int64_t bytesOf(Value v) {
   return t && t.hasStaticShape() ? t.getNumElements() * elementBytes(t.getElementType()) : 0;
 }
 
-/// The name of the state `name` names from `op` (a tied name: the one it
-/// shares).
-std::string stateName(Operation *op, FlatSymbolRefAttr name) {
-  Operation *owner = lookupStateOwner(op, name);
-  return (owner ? SymbolTable::getSymbolName(owner).getValue() : name.getValue()).str();
-}
 } // namespace
 
 SmallVector<Value> mlir::tdx::allocatedTensors(Operation *op) {
@@ -42,13 +36,13 @@ Lifetimes::Lifetimes(Block &block) {
   std::map<std::string, SmallVector<ParamRefOp>> refs;
   for (Operation &op : block) {
     if (auto a = dyn_cast<AssignOp>(op))
-      assigns[stateName(a, a.getNameAttr())].push_back(a);
+      assigns[a.getStateName().str()].push_back(a);
     if (isa<AssignOp, func::ReturnOp>(op)) {
       kept.insert(op.operand_begin(), op.operand_end());
       continue;
     }
     if (auto r = dyn_cast<ParamRefOp>(op))
-      refs[stateName(r, r.getNameAttr())].push_back(r);
+      refs[r.getStateName().str()].push_back(r);
     // A started collective reads its input at the start; its result, made
     // there, is the value its wait gives.
     SmallVector<Value> reads(op.getOperands()), results(op.getResults());
@@ -109,7 +103,7 @@ void Lifetimes::plan(ArrayRef<Value> made, const DenseSet<Value> &kept,
   for (Value v : made) {
     Operation *def = v.getDefiningOp();
     if (auto r = dyn_cast<ParamRefOp>(def))
-      stateOf[v] = stateName(r, r.getNameAttr());
+      stateOf[v] = r.getStateName().str();
     else if (isView(def) && stateOf.count(def->getOperand(0)))
       stateOf[v] = stateOf[def->getOperand(0)];
     if (auto it = stateOf.find(v); it != stateOf.end())

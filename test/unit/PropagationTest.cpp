@@ -241,4 +241,60 @@ TEST(Redistribution, EveryPairOfStepKinds) {
   EXPECT_GE(planned, 40);
 }
 
+/// One axis between any two placements: the elementary steps compose from
+/// one to the other, never more than two, each of the kind its placements
+/// name, and an avg is never reduce-scattered (the runtimes cannot).
+TEST(Redistribution, AxisStepsBetweenEveryPairOfPlacements) {
+  MLIRContext ctx;
+  ctx.loadDialect<TdxDialect>();
+  auto R = PlacementAttr::replicate(&ctx);
+  std::vector<PlacementAttr> all = {R,
+                                    PlacementAttr::shard(&ctx, 0),
+                                    PlacementAttr::shard(&ctx, 1),
+                                    PlacementAttr::partial(&ctx, ReduceKind::Sum),
+                                    PlacementAttr::partial(&ctx, ReduceKind::Max),
+                                    PlacementAttr::partial(&ctx, ReduceKind::Avg)};
+  for (PlacementAttr from : all)
+    for (PlacementAttr to : all) {
+      std::string what = layoutToString({from}) + " -> " + layoutToString({to});
+      SmallVector<AxisStep> steps = axisSteps(from, to);
+      EXPECT_EQ(steps.empty(), from == to) << what;
+      EXPECT_LE(steps.size(), 2u) << what;
+      PlacementAttr at = from;
+      for (const AxisStep &s : steps) {
+        EXPECT_EQ(s.from, at) << what;
+        switch (s.kind) {
+        case StepKind::AllGather:
+          EXPECT_TRUE(s.from.isShard() && s.to.isReplicate()) << what;
+          break;
+        case StepKind::AllReduce:
+          EXPECT_TRUE(s.from.isPartial() && s.to.isReplicate()) << what;
+          break;
+        case StepKind::ReduceScatter:
+          EXPECT_TRUE(s.from.isPartial() && s.to.isShard()) << what;
+          EXPECT_NE(s.from.getReduce(), ReduceKind::Avg) << what;
+          break;
+        case StepKind::AllToAll:
+          EXPECT_TRUE(s.from.isShard() && s.to.isShard()) << what;
+          break;
+        case StepKind::LocalChunk:
+          EXPECT_TRUE(s.from.isReplicate() && s.to.isShard()) << what;
+          break;
+        case StepKind::LocalZero:
+          EXPECT_TRUE(s.from.isReplicate() && s.to.isPartial() &&
+                      s.to.getReduce() == ReduceKind::Sum)
+              << what;
+          break;
+        case StepKind::LocalNoop:
+          EXPECT_TRUE(s.from.isReplicate() && s.to.isPartial() &&
+                      s.to.getReduce() != ReduceKind::Sum)
+              << what;
+          break;
+        }
+        at = s.to;
+      }
+      EXPECT_EQ(at, to) << what;
+    }
+}
+
 } // namespace

@@ -110,6 +110,14 @@ public:
 
 } // namespace mlir::tdx
 
+namespace mlir::tdx::detail {
+/// The tdx.parameter or tdx.buffer that holds the value `name` names, seen
+/// from `from`: its declaration, or the one a tied name shares; null when
+/// `name` is no state (StateAccessOpInterface::getStateOwner).
+Operation *lookupStateOwner(Operation *from, FlatSymbolRefAttr name,
+                            SymbolTableCollection *symbols);
+} // namespace mlir::tdx::detail
+
 #include "tdx/Dialect/TdxInterfaces.h.inc"
 
 #endif // TDX_DIALECT_SHARDINGRULE_H

@@ -45,15 +45,6 @@ inline bool isAsyncReduction(Operation *op) {
 #include "tdx/Dialect/TdxOps.h.inc"
 
 namespace mlir::tdx {
-/// The tdx.parameter or tdx.buffer that holds the value `name` names, seen
-/// from `from`: its declaration, or the one a tied name shares. Null when
-/// `name` is no state. `symbols` caches lookups when given.
-Operation *lookupStateOwner(Operation *from, FlatSymbolRefAttr name,
-                            SymbolTableCollection *symbols = nullptr);
-/// The placement a tdx.parameter or tdx.buffer declares (null without one).
-ShardingAttr stateSharding(Operation *decl);
-/// Places a tdx.parameter or tdx.buffer `decl` (its storage layout).
-void setStateSharding(Operation *decl, ShardingAttr sharding);
 /// The scalar a splat constant holds, if `v` is one (casts of splat
 /// constants included: the literal is converted as the cast would).
 std::optional<double> splatValue(Value v);

@@ -67,6 +67,18 @@ enum class StepKind {
 };
 llvm::StringRef stringifyStepKind(StepKind kind);
 
+/// One elementary step on one mesh axis: placement `from` becomes `to`.
+struct AxisStep {
+  PlacementAttr from, to;
+  StepKind kind;
+};
+/// The elementary steps that take one mesh axis from `from` to `to`, in
+/// order (none when they are equal): Shard(d) -> Partial(sum) is an
+/// all_gather and a local zero, Partial(avg) -> Shard(d) an all_reduce and a
+/// local chunk. The planner orders them across axes; tdx-partition lowers
+/// each to its collective and tdx-fold-mesh computes each locally.
+llvm::SmallVector<AxisStep> axisSteps(PlacementAttr from, PlacementAttr to);
+
 /// One step of a redistribution: placement `from` becomes `to` on `axis`.
 struct RedistributionStep {
   int64_t axis;
