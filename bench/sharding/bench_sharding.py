@@ -48,15 +48,22 @@ def mlp_header(layers):
     return f"func.func @mlp({', '.join(args)}) -> {t(TOKENS, HIDDEN)} {{"
 
 
-def upstream_mlp(layers):
-    out = [f"shard.grid @grid(shape = {TP})", mlp_header(layers),
-           "  %z = arith.constant 0.0 : f32",
-           "  %col = shard.sharding @grid split_axes = [[], [0]] : !shard.sharding",
-           "  %row = shard.sharding @grid split_axes = [[0], []] : !shard.sharding",
-           "  %rep = shard.sharding @grid split_axes = [[]] : !shard.sharding"]
+def mlp_module(before, prologue, layer, layers):
+    """The MLP as one function: module-level lines `before`, the signature,
+    the function's `prologue` lines, then `layer(i, x)`'s lines for each
+    layer, whose output %r_i the next layer reads."""
+    out = [*before, mlp_header(layers), *prologue]
     x = "%x"
     for i in range(layers):
-        out += [
+        out += layer(i, x)
+        x = f"%r_{i}"
+    out += [f"  return {x} : {t(TOKENS, HIDDEN)}", "}"]
+    return "\n".join(out) + "\n"
+
+
+def upstream_mlp(layers):
+    def layer(i, x):
+        return [
             f"  %w1s_{i} = shard.shard %w1_{i} to %col annotate_for_users : {t(HIDDEN, FFN)}",
             f"  %e1_{i} = tensor.empty() : {t(TOKENS, FFN)}",
             f"  %f1_{i} = linalg.fill ins(%z : f32) outs(%e1_{i} : {t(TOKENS, FFN)}) -> {t(TOKENS, FFN)}",
@@ -68,24 +75,24 @@ def upstream_mlp(layers):
             f"  %y_{i} = linalg.matmul ins(%h_{i}, %w2s_{i} : {t(TOKENS, FFN)}, {t(FFN, HIDDEN)}) "
             f"outs(%f2_{i} : {t(TOKENS, HIDDEN)}) -> {t(TOKENS, HIDDEN)}",
             f"  %r_{i} = shard.shard %y_{i} to %rep : {t(TOKENS, HIDDEN)}"]
-        x = f"%r_{i}"
-    out += [f"  return {x} : {t(TOKENS, HIDDEN)}", "}"]
-    return "\n".join(out) + "\n"
+    return mlp_module(
+        [f"shard.grid @grid(shape = {TP})"],
+        ["  %z = arith.constant 0.0 : f32",
+         "  %col = shard.sharding @grid split_axes = [[], [0]] : !shard.sharding",
+         "  %row = shard.sharding @grid split_axes = [[0], []] : !shard.sharding",
+         "  %rep = shard.sharding @grid split_axes = [[]] : !shard.sharding"],
+        layer, layers)
 
 
 def tdx_mlp(layers):
-    out = [f'tdx.mesh @mesh shape = [{TP}] axes = ["tp"]', mlp_header(layers)]
-    x = "%x"
-    for i in range(layers):
-        out += [
+    def layer(i, x):
+        return [
             f"  %w1s_{i} = tdx.annotate %w1_{i} <@mesh, [Shard(1)]> : {t(HIDDEN, FFN)}",
             f"  %h_{i} = tdx.matmul {x}, %w1s_{i} : ({t(TOKENS, HIDDEN)}, {t(HIDDEN, FFN)}) -> {t(TOKENS, FFN)}",
             f"  %w2s_{i} = tdx.annotate %w2_{i} <@mesh, [Shard(0)]> : {t(FFN, HIDDEN)}",
             f"  %y_{i} = tdx.matmul %h_{i}, %w2s_{i} : ({t(TOKENS, FFN)}, {t(FFN, HIDDEN)}) -> {t(TOKENS, HIDDEN)}",
             f"  %r_{i} = tdx.annotate %y_{i} <@mesh, [Replicate]> : {t(TOKENS, HIDDEN)}"]
-        x = f"%r_{i}"
-    out += [f"  return {x} : {t(TOKENS, HIDDEN)}", "}"]
-    return "\n".join(out) + "\n"
+    return mlp_module([f'tdx.mesh @mesh shape = [{TP}] axes = ["tp"]'], [], layer, layers)
 
 
 def gpt(layers, batch=5, seq=16, d=768, heads=12, vocab=1000, mesh=(2, 4)):

@@ -67,6 +67,8 @@ int tdx::rt::parseOptions(int argc, char **argv, Options &o) {
         o.verbose = o.profile = true;
       else if (a == "--no-overlap")
         o.overlap = false;
+      else if (a == "--signature")
+        o.signature = true;
       else if (a == "--help" || a == "-h") {
         std::cout
             << "usage: mpirun -np N " << argv[0]
@@ -74,6 +76,7 @@ int tdx::rt::parseOptions(int argc, char **argv, Options &o) {
                "       [--params FILE|DIR] [--dump-params out.safetensors]\n"
                "       [--seed S] [--steps N] [--collective-timeout S] [--threads T]\n"
                "       [--verbose] [--profile] [--no-overlap]\n"
+               "   or: " << argv[0] << " --signature\n"
                "   or: mpirun -np N " << argv[0] << " --batches b.safetensors --steps N\n"
                "       --outputs out.safetensors [--save-state state.safetensors] [--params ...]\n"
                "       [--save DIR [--save-every K] [--save-keep N]] [--resume DIR]\n"
@@ -115,7 +118,9 @@ int tdx::rt::parseOptions(int argc, char **argv, Options &o) {
                "--profile (CPU binaries): also where rank 0's step time goes: ATen calls,\n"
                "fused kernels, collectives, and the rest (the runtime's own overhead).\n"
                "--no-overlap: wait for every all_reduce and reduce_scatter where it starts\n"
-               "instead of where its result is first used (to measure what overlap hides).\n";
+               "instead of where its result is first used (to measure what overlap hides).\n"
+               "--signature: print the mesh, parameters and buffers, inputs and outputs\n"
+               "(global shape, element type, layout) as JSON, and exit (no mpirun needed).\n";
         return 0;
       } else {
         std::cerr << "tdx: unknown option " << a << " (see --help)\n";

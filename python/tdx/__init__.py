@@ -13,7 +13,7 @@ and materialize them bitwise equal to eager construction.
 import torch  # noqa: F401  (the extension needs libtorch loaded first)
 
 from . import _C  # noqa: F401
-from .errors import CaptureError, CheckpointError, FakeTensorError, TdxError, TdxWarning
+from .errors import CaptureError, CheckpointError, FakeTensorError, InputError, TdxError, TdxWarning
 from .deferred import (
     deferred_init,
     fake_mode,
@@ -47,6 +47,7 @@ __all__ = [
     "store",
     "slice",
     "CheckpointError",
+    "InputError",
     "trace_train_step",
     "working_memory",
     "Executable",

@@ -1,5 +1,6 @@
 """Compiled model binaries: `tdx.compile(prog)` and `Executable.run`."""
 
+import json
 import os
 import re
 import shutil
@@ -9,7 +10,7 @@ import warnings
 
 from . import _C, safetensors
 from .checkpoint import latest as latest_checkpoint, step_of as checkpoint_step
-from .errors import TdxError, TdxWarning
+from .errors import InputError, TdxError, TdxWarning
 
 
 def _tool(name):
@@ -35,6 +36,41 @@ class Executable:
         # None for a binary loaded from a file.
         self.memory_plan = memory_plan
 
+    def signature(self):
+        """What the binary says of its program (``--signature``, no mpirun):
+        ``{"mesh": [...], "axes": [...], "params": [...], "inputs": [...],
+        "outputs": [...]}``, each parameter, input and output with its
+        global ``shape``, ``dtype`` (safetensors name: ``"F32"``, ...) and
+        ``layout``."""
+        if getattr(self, "_signature", None) is None:
+            done = subprocess.run([self.path, "--signature"], capture_output=True, text=True,
+                                  timeout=60)
+            if done.returncode != 0:
+                raise TdxError(f"{self.path} --signature failed (exit {done.returncode}): "
+                               f"{done.stderr.strip()}; rebuild it with tdx.compile")
+            self._signature = json.loads(done.stdout)
+        return self._signature
+
+    def _check_inputs(self, inputs, what):
+        """Raises InputError unless `inputs` are what the program takes: as
+        many, each a tensor of the traced shape and dtype."""
+        torch_dtype = {stored: dtype for _, dtype, _, stored in _C.dtypes()}
+        want = self.signature()["inputs"]
+        describe = lambda spec: f"{torch_dtype[spec['dtype']]} of shape {tuple(spec['shape'])}"
+        if len(inputs) != len(want):
+            raise InputError(
+                f"{what} has {len(inputs)} input(s) but the program takes {len(want)}: "
+                + ", ".join(f"input {i}: {describe(w)}" for i, w in enumerate(want)))
+        for i, (x, spec) in enumerate(zip(inputs, want)):
+            expected = describe(spec)
+            if not hasattr(x, "shape") or not hasattr(x, "dtype"):
+                raise InputError(f"{what}: input {i} is a {type(x).__name__}; the program takes "
+                                 f"a tensor, {expected}")
+            if tuple(x.shape) != tuple(spec["shape"]) or x.dtype != torch_dtype[spec["dtype"]]:
+                raise InputError(f"{what}: input {i} is {x.dtype} of shape {tuple(x.shape)}; the "
+                                 f"program was traced for {expected} (trace it again for other "
+                                 f"shapes or dtypes)")
+
     def _launch(self, nprocs, args, timeout):
         nprocs = self.world_size if nprocs is None else nprocs
         if nprocs != self.world_size:
@@ -43,10 +79,16 @@ class Executable:
                            f"nprocs={self.world_size} or parallelize on another mesh")
         cmd = ["mpirun", "--oversubscribe", "--allow-run-as-root", "-np", str(nprocs),
                self.path] + args
-        try:
-            done = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout)
-        except subprocess.TimeoutExpired:
-            raise TdxError(f"the model binary did not finish in {timeout} s") from None
+        # A session directory of its own (unless the caller chose one): two
+        # mpiruns starting at once race to create Open MPI's shared one.
+        with tempfile.TemporaryDirectory(prefix="tdx-mpi-") as session:
+            env = dict(os.environ)
+            env.setdefault("OMPI_MCA_orte_tmpdir_base", session)
+            try:
+                done = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout,
+                                      env=env)
+            except subprocess.TimeoutExpired:
+                raise TdxError(f"the model binary did not finish in {timeout} s") from None
         if done.returncode != 0:
             raise TdxError(f"the model binary failed (exit {done.returncode}):\n"
                            f"{done.stderr.strip()}")
@@ -97,6 +139,7 @@ class Executable:
         ATen threads of each rank (default: the binary's, see its --help).
         ``overlap=False`` waits for every all_reduce and reduce_scatter where
         it starts (``--no-overlap``: what overlap hides, measured)."""
+        self._check_inputs(inputs, "run")
         with tempfile.TemporaryDirectory() as tmp:
             inp, out = os.path.join(tmp, "in.safetensors"), os.path.join(tmp, "out.safetensors")
             safetensors.save({f"input:{i}": x for i, x in enumerate(inputs)}, inp)
@@ -142,6 +185,8 @@ class Executable:
             raise ValueError("save_every and resume need checkpoint=<directory>")
         if resume and params is not None:
             raise ValueError("resume=True reads the state from the checkpoint; drop params")
+        for k, batch in enumerate(batches):
+            self._check_inputs(batch, f"batch {k}")
         with tempfile.TemporaryDirectory() as tmp:
             inp = os.path.join(tmp, "batches.safetensors")
             out = os.path.join(tmp, "out.safetensors")

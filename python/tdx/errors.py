@@ -21,6 +21,12 @@ class CheckpointError(TdxError, RuntimeError):
     fit what reads it; the message names the file, tensor and offset."""
 
 
+class InputError(TdxError, ValueError):
+    """Inputs that are not what the compiled program takes: their number,
+    or an input's shape or dtype; the message names the input, what the
+    program expects and what was given."""
+
+
 class TdxWarning(UserWarning):
     """A run that succeeded but did something the user may not expect (a
     parameter the --params file lacks started from its init program)."""

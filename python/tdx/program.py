@@ -11,7 +11,7 @@ from .errors import CaptureError
 __all__ = ["Program", "capture", "trace"]
 
 # The IR's element types by MLIR spelling (include/tdx/Runtime/DTypes.def).
-_DTYPES = {ir: dtype for ir, dtype, _ in _C.dtypes()}
+_DTYPES = {ir: dtype for ir, dtype, *_ in _C.dtypes()}
 
 
 class Program:

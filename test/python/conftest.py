@@ -16,6 +16,14 @@ import pytest  # noqa: E402
 
 def pytest_configure(config):
     config.addinivalue_line("markers", "slow: long cases, skipped unless TDX_SLOW=1")
+    # Each test process's mpiruns get a session directory of their own: two
+    # mpiruns starting at once (pytest-xdist's workers) race to create Open
+    # MPI's shared /tmp/ompi.<host>.<uid> ("mkdir ... File exists").
+    import shutil
+    import tempfile
+    session = tempfile.mkdtemp(prefix="tdx-test-mpi-")
+    os.environ["OMPI_MCA_orte_tmpdir_base"] = session
+    config.add_cleanup(lambda: shutil.rmtree(session, ignore_errors=True))
 
 
 def pytest_collection_modifyitems(config, items):

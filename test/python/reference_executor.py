@@ -19,7 +19,7 @@ import torch.nn.functional as F
 import tdx
 
 # The dialect's element types and enums, as ODS and DTypes.def define them.
-DTYPES = {ir: dtype for ir, dtype, _ in tdx._C.dtypes()}
+DTYPES = {ir: dtype for ir, dtype, *_ in tdx._C.dtypes()}
 ENUMS = dict(tdx._C.dialect_enums())
 CMP = {i: getattr(torch, name) for i, name in enumerate(ENUMS["CmpPredicate"])}
 REDUCE = dict(enumerate(ENUMS["ReduceKind"]))

@@ -225,8 +225,8 @@ class _Identity(torch.nn.Module):
         return x.clone()
 
 
-@pytest.mark.parametrize("ir,dtype,runs", tdx._C.dtypes())
-def test_every_element_type_of_the_table_captures(ir, dtype, runs):
+@pytest.mark.parametrize("ir,dtype,runs,stored", tdx._C.dtypes())
+def test_every_element_type_of_the_table_captures(ir, dtype, runs, stored):
     # The one table (include/tdx/Runtime/DTypes.def) gives capture its
     # element types and the Python package their torch dtypes: a tensor of
     # each dtype captures as that spelling, and its program's signature

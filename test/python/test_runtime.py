@@ -3,8 +3,10 @@ what PyTorch eager computes on the same weights; sharded init gathers to the
 same tensors on every mesh."""
 
 import functools
-import os
 import itertools
+import json
+import os
+import subprocess
 
 import pytest
 import re
@@ -349,3 +351,29 @@ def test_fused_elementwise_kernels_match_eager(mesh):
     for g, w in zip(got, want):
         assert g.dtype == w.dtype and g.shape == w.shape
         torch.testing.assert_close(g, w, rtol=1e-5, atol=1e-6)
+
+
+def test_inputs_are_checked_against_the_program_before_launching():
+    # The dp2 GPT-2 program traced for int64 ids of shape (4, 8): a wrong
+    # dtype, shape or count is named in Python, with what the program takes,
+    # before any rank starts (it used to run, or fail on every rank at once).
+    exe = compiled("gpt2", "dp2")
+    sig = exe.signature()
+    assert sig["mesh"] == [2] and sig["axes"] == ["dp"]
+    assert sig["inputs"] == [{"shape": [4, 8], "dtype": "I64", "layout": "[Shard(0)]"}]
+    assert [o["shape"] for o in sig["outputs"]] == [[4, 8, 128]]  # GPT2's vocabulary
+    want = "the program was traced for torch.int64 of shape (4, 8)"
+    with pytest.raises(tdx.InputError, match=re.escape(
+            f"run: input 0 is torch.float64 of shape (4, 8); {want}")):
+        exe.run(IDS.double())
+    with pytest.raises(tdx.InputError, match=re.escape(
+            f"run: input 0 is torch.int64 of shape (4, 9); {want}")):
+        exe.run(torch.zeros(4, 9, dtype=torch.int64))
+    with pytest.raises(tdx.InputError, match=re.escape(
+            "run has 2 input(s) but the program takes 1: input 0: torch.int64 of shape (4, 8)")):
+        exe.run(IDS, IDS)
+    with pytest.raises(tdx.InputError, match="input 0 is a list; the program takes a tensor"):
+        exe.run([[1, 2]])
+    # A binary tells its signature without mpirun.
+    out = subprocess.run([exe.path, "--signature"], capture_output=True, text=True, check=True)
+    assert json.loads(out.stdout) == sig

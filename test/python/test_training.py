@@ -474,8 +474,16 @@ def test_train_needs_batches_and_the_cpu_binary_checks_options(tmp_path):
     _, exe = compiled("mlp", "sgd", "1")
     with pytest.raises(ValueError, match="at least one batch"):
         exe.train([])
-    with pytest.raises(tdx.TdxError, match="batch input"):
+    # Every batch is checked against the step's inputs before any rank starts.
+    with pytest.raises(tdx.InputError, match=re.escape(
+            "batch 0 has 1 input(s) but the program takes 2: input 0: torch.float32 of shape "
+            "(16, 8), input 1: torch.int64 of shape (16,)")):
         exe.train([(torch.randn(16, 8),)])
+    good = (torch.randn(16, 8), torch.randint(0, 4, (16,)))
+    with pytest.raises(tdx.InputError, match=re.escape(
+            "batch 1: input 1 is torch.int32 of shape (16,); the program was traced for "
+            "torch.int64 of shape (16,)")):
+        exe.train([good, (good[0], good[1].int())])
 
 
 @pytest.mark.parametrize("opt", ["momentum", "adamw"])

@@ -32,6 +32,9 @@ struct Options {
   bool profile = false;
   /// --no-overlap: every collective is waited for where it starts.
   bool overlap = true;
+  /// --signature: print the program's mesh, state, inputs and outputs as
+  /// JSON (signatureJson) and exit, without MPI.
+  bool signature = false;
 };
 
 /// Parses a model binary's command line into `options`. Returns -1 to go on,

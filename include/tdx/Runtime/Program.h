@@ -3,6 +3,8 @@
 #ifndef TDX_RUNTIME_PROGRAM_H
 #define TDX_RUNTIME_PROGRAM_H
 
+#include "tdx/Runtime/Json.h"
+
 #include <cstdint>
 #include <functional>
 #include <map>
@@ -44,6 +46,41 @@ template <class Context, class Tensor, class ElementType> struct BasicProgram {
   std::function<void(Context &, State &)> init;
   std::function<std::vector<Tensor>(Context &, State &, const std::vector<Tensor> &)> forward;
 };
+
+/// What `--signature` prints: the program's mesh and, for every parameter
+/// and buffer, input and output, its global shape, element type (its
+/// safetensors name, through `dtypeName`) and layout, as one JSON object.
+template <class P, class DTypeName>
+std::string signatureJson(const P &program, DTypeName dtypeName) {
+  auto ints = [](const std::vector<int64_t> &xs) {
+    json::Array a;
+    for (int64_t x : xs)
+      a.push_back(json::Value(static_cast<long long>(x)));
+    return json::Value(std::move(a));
+  };
+  auto value = [&](const auto &v) {
+    return json::Object{{"shape", ints(v.shape)},
+                        {"dtype", json::Value(std::string(dtypeName(v.dtype)))},
+                        {"layout", json::Value(v.layout)}};
+  };
+  json::Array params, inputs, outputs, axes;
+  for (const auto &p : program.params) {
+    json::Object o = value(p);
+    o["name"] = json::Value(p.name);
+    params.push_back(json::Value(std::move(o)));
+  }
+  for (const auto &v : program.inputs)
+    inputs.push_back(json::Value(value(v)));
+  for (const auto &v : program.outputs)
+    outputs.push_back(json::Value(value(v)));
+  for (const std::string &a : program.axes)
+    axes.push_back(json::Value(a));
+  return json::print(json::Value(json::Object{{"mesh", ints(program.meshShape)},
+                                              {"axes", json::Value(std::move(axes))},
+                                              {"params", json::Value(std::move(params))},
+                                              {"inputs", json::Value(std::move(inputs))},
+                                              {"outputs", json::Value(std::move(outputs))}}));
+}
 
 } // namespace tdx::rt
 

@@ -95,6 +95,11 @@ int tdx::rt::runMain(int argc, char **argv, const Program &program) {
   Options o;
   if (int code = parseOptions(argc, argv, o); code >= 0)
     return code;
+  if (o.signature) {
+    std::cout << signatureJson(program, [](at::ScalarType t) { return dtypeName(dtypeOf(t)); })
+              << "\n";
+    return 0;
+  }
   try {
     if (int threads = threadsPerRank(o)) {
       at::set_num_threads(threads);

@@ -13,6 +13,7 @@
 #include <algorithm>
 #include <chrono>
 #include <cstdio>
+#include <iostream>
 #include <stdexcept>
 
 using namespace tdx::cu;
@@ -56,6 +57,10 @@ int tdx::cu::runMain(int argc, char **argv, const Program &program) {
   tdx::rt::Options o;
   if (int code = tdx::rt::parseOptions(argc, argv, o); code >= 0)
     return code;
+  if (o.signature) {
+    std::cout << tdx::rt::signatureJson(program, tdx::rt::dtypeName) << "\n";
+    return 0;
+  }
   try {
     Context ctx(program.meshShape, program.axes, o.seed, o.verbose);
     const int rank = ctx.rank();
