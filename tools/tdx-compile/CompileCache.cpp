@@ -127,6 +127,30 @@ bool CompileCache::fetch(StringRef key, StringRef output) const {
   return true;
 }
 
+CompileCache::Lock::Lock(const CompileCache &cache, StringRef key) {
+  if (!cache.enabled() || sys::fs::create_directories(cache.dir))
+    return;
+  path = cache.entry(key) + ".lock";
+  if (sys::fs::openFileForWrite(path, fd, sys::fs::CD_OpenAlways)) {
+    fd = -1;
+    return;
+  }
+  if (sys::fs::lockFile(fd)) {
+    ::close(fd);
+    fd = -1;
+  }
+}
+
+CompileCache::Lock::~Lock() {
+  if (fd < 0)
+    return;
+  // Removed before it is released: a process waiting on it re-checks the
+  // cache once it has it, and one arriving later opens a new file.
+  sys::fs::remove(path);
+  (void)sys::fs::unlockFile(fd);
+  ::close(fd);
+}
+
 void CompileCache::store(StringRef key, StringRef output) const {
   if (!enabled())
     return;

@@ -8,7 +8,8 @@
 // copied instead of compiled. Entries are written under a temporary name
 // and renamed, so concurrent compiles never see half a binary; the newest
 // kMaxEntries are kept, and only files named by a key (64 hex digits) are
-// ever removed from the directory.
+// ever removed from the directory. A compile of a key holds `<key>.lock`
+// while it runs, so processes compiling one program at once compile it once.
 //
 //===----------------------------------------------------------------------===//
 
@@ -42,6 +43,23 @@ public:
   /// Keeps `output` as the binary of `key`; a cache that cannot be written
   /// is skipped with a warning (the compile itself succeeded).
   void store(llvm::StringRef key, llvm::StringRef output) const;
+
+  /// Held while this process compiles `key`: another tdx-compile of the
+  /// same program (N SPMD processes compiling at once) waits for it, then
+  /// finds the binary in the cache instead of compiling it again. Released
+  /// (and its file removed) when destroyed; a cache whose directory cannot
+  /// be written locks nothing.
+  class Lock {
+  public:
+    Lock(const CompileCache &cache, llvm::StringRef key);
+    ~Lock();
+    Lock(const Lock &) = delete;
+    Lock &operator=(const Lock &) = delete;
+
+  private:
+    std::string path;
+    int fd = -1;
+  };
 
 private:
   std::string entry(llvm::StringRef key) const;

@@ -28,6 +28,8 @@
 #include "llvm/Support/SourceMgr.h"
 #include "llvm/Support/ToolOutputFile.h"
 
+#include <optional>
+
 #include "CompileCache.h"
 #include "CompileConfig.inc"
 
@@ -258,13 +260,24 @@ int main(int argc, char **argv) {
     if (text)
       key = cache.key((*text)->getBuffer(), command);
   }
-  if (!key.empty() && cache.fetch(key, output)) {
+  auto fromCache = [&]() {
+    if (key.empty() || !cache.fetch(key, output))
+      return false;
     if (verbose)
       errs() << "tdx-compile: " << output << " from the cache (" << key << ")\n";
     if (!emitSource)
       sys::fs::remove(source);
+    return true;
+  };
+  if (fromCache())
     return 0;
-  }
+  // Another process compiling the same program: wait for it, then take its
+  // binary.
+  std::optional<tdx::CompileCache::Lock> lock;
+  if (!key.empty())
+    lock.emplace(cache, key);
+  if (fromCache())
+    return 0;
   std::string error;
   int rc = run(args, error);
   if (!emitSource)
