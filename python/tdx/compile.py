@@ -8,6 +8,8 @@ import subprocess
 import tempfile
 import warnings
 
+import torch
+
 from . import _C, safetensors
 from .checkpoint import latest as latest_checkpoint, step_of as checkpoint_step
 from .errors import InputError, TdxError, TdxWarning
@@ -26,8 +28,11 @@ class Executable:
     """A model binary for one mesh; runs under mpirun, one rank per device
     (CPU processes, or GPUs for target="cuda")."""
 
-    def __init__(self, path, world_size, target="cpu", memory_plan=None):
+    def __init__(self, path, world_size, target="cpu", memory_plan=None, hyperparameters=None):
         self.path = path
+        # A training step's hyperparameter inputs: name -> default (the
+        # traced value), the step's last inputs in this order.
+        self.hyperparameters = dict(hyperparameters or {})
         self.world_size = world_size
         self.target = target
         # Per rank, from the compiler: {"working": the most bytes of the
@@ -151,9 +156,31 @@ class Executable:
             got = safetensors.load(out)
         return tuple(got[f"output:{i}"] for i in range(len(got)))
 
+    def _with_hyperparameters(self, batches, given):
+        """Each batch with the step's hyperparameter inputs appended: a value
+        given for every step (a number) or per step (a list), else the
+        traced one."""
+        unknown = sorted(set(given) - set(self.hyperparameters))
+        if unknown:
+            accepted = ", ".join(self.hyperparameters) or "none (trace_train_step(..., "\
+                "hyperparameters=(...)) makes some)"
+            raise InputError(f"train: {', '.join(unknown)} is not a hyperparameter of this "
+                             f"step; it takes {accepted}")
+        per_step = {}
+        for name, default in self.hyperparameters.items():
+            value = given.get(name, default)
+            values = list(value) if isinstance(value, (list, tuple)) else [value] * len(batches)
+            if len(values) != len(batches):
+                raise InputError(f"train: {name} has {len(values)} values for {len(batches)} "
+                                 f"batches; give one per batch, or one number for all")
+            per_step[name] = values
+        return [tuple(batch) + tuple(torch.tensor(float(per_step[n][k]), dtype=torch.float64)
+                                     for n in self.hyperparameters)
+                for k, batch in enumerate(batches)]
+
     def train(self, batches, *, nprocs=None, params=None, seed=0, verbose=False, timeout=600,
               checkpoint=None, save_every=None, keep=2, resume=False, store=None, publish=None,
-              publish_every=None, threads=None, profile=False, overlap=True):
+              publish_every=None, threads=None, profile=False, overlap=True, **hyperparameters):
         """Runs a training step's program (``tdx.trace_train_step``) once per
         batch; returns ``(losses, state)``: the loss of every step run (a
         list of floats) and the final global state by name, parameters as in
@@ -177,7 +204,12 @@ class Executable:
 
         ``publish="KEY"`` commits the parameters (no optimizer state) as the
         next version of KEY in the tensor store ``store`` every
-        ``publish_every`` steps and after the last."""
+        ``publish_every`` steps and after the last.
+
+        A step traced with ``hyperparameters=("lr", ...)`` takes each by
+        keyword: one number for every step or a list with one per batch
+        (``lr=[sched.get_last_lr()[0] ...]``); one not given is its traced
+        value. The binary is the same for every value."""
         batches = [tuple(b) if isinstance(b, (tuple, list)) else (b,) for b in batches]
         if not batches:
             raise ValueError("train needs at least one batch")
@@ -185,6 +217,7 @@ class Executable:
             raise ValueError("save_every and resume need checkpoint=<directory>")
         if resume and params is not None:
             raise ValueError("resume=True reads the state from the checkpoint; drop params")
+        batches = self._with_hyperparameters(batches, hyperparameters)
         for k, batch in enumerate(batches):
             self._check_inputs(batch, f"batch {k}")
         with tempfile.TemporaryDirectory() as tmp:
@@ -287,4 +320,5 @@ def compile(prog, target="cpu", output=None, cuda_arch="sm_90", keep_source=Fals
     plan = re.search(r"working memory of a step (\d+) bytes, arena (\d+) bytes for (\d+) tensors",
                      done.stdout)
     memory_plan = plan and dict(zip(("working", "arena", "tensors"), map(int, plan.groups())))
-    return Executable(os.path.abspath(binary), prog.world_size, target, memory_plan)
+    return Executable(os.path.abspath(binary), prog.world_size, target, memory_plan,
+                      getattr(prog, "hyperparameters", {}))

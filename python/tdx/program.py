@@ -24,6 +24,9 @@ class Program:
     def __init__(self, mlir):
         # Parsed once; passes and placements edit the parsed module.
         self._module = _C.Module.parse(mlir)
+        # A training step's hyperparameter inputs (the last inputs, in
+        # order): name -> traced value (tdx.trace_train_step).
+        self.hyperparameters = {}
 
     @property
     def mlir(self):
@@ -36,6 +39,7 @@ class Program:
         """An independent copy of the program."""
         prog = Program.__new__(Program)
         prog._module = self._module.clone()
+        prog.hyperparameters = dict(getattr(self, "hyperparameters", {}))
         return prog
 
     def __repr__(self):

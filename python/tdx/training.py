@@ -85,7 +85,95 @@ def _clip_grad_norm(params, max_norm):
         p.grad = p.grad * coef
 
 
-def trace_train_step(model, optimizer, loss_fn, *batch, max_grad_norm=None):
+def _hyperparameter_names(optimizer, hyperparameters):
+    """The names of the optimizer hyperparameters made step inputs, checked:
+    numbers every param group has, with one group."""
+    if isinstance(hyperparameters, str):
+        hyperparameters = (hyperparameters,)
+    names = list(hyperparameters)
+    if not names:
+        return names
+    if len(optimizer.param_groups) != 1:
+        raise CaptureError(
+            f"trace_train_step: hyperparameters={tuple(names)} needs one param group, the "
+            f"optimizer has {len(optimizer.param_groups)}; give every group the same values, "
+            f"or trace without hyperparameters")
+    group = optimizer.param_groups[0]
+    known = sorted(k for k, v in group.items()
+                   if isinstance(v, (int, float)) and not isinstance(v, bool))
+    for name in names:
+        if name not in known:
+            raise CaptureError(f"trace_train_step: {name!r} is not a number of the optimizer's "
+                               f"param group; its hyperparameters are {', '.join(known)}")
+    if len(set(names)) != len(names):
+        raise CaptureError(f"trace_train_step: hyperparameters {tuple(names)} names one twice")
+    return names
+
+
+_CONSTANT = r"^(\s*)(%[\w.]+) = (tdx\.full (\S+)|arith\.constant dense<(\S+)>) : " \
+            r"tensor<(f16|bf16|f32|f64)>$"
+
+
+def _with_hyperparameters(texts, names, values, probes):
+    """The step's text with every constant that depends on a hyperparameter
+    computed from a new f64 input of the step instead. `texts[0]` was traced
+    at `values`; `texts[1 + 2 i]` and `texts[2 + 2 i]` with hyperparameter i
+    at `probes[i][0]` and `probes[i][1]`. A constant must be affine in one
+    hyperparameter (torch's optimizers are: lr scales the update, and
+    AdamW's decay is 1 - lr * weight_decay, affine in each with the other
+    fixed); the second probe checks it."""
+    import re
+    lines = [t.split("\n") for t in texts]
+    if any(len(l) != len(lines[0]) for l in lines):
+        raise CaptureError("trace_train_step: the step records other ops when a hyperparameter "
+                           "changes (it decides something by its value); trace without "
+                           "hyperparameters")
+    out, args = [], [f"%tdx_{n}: tensor<f64>" for n in names]
+    for k, line in enumerate(lines[0]):
+        changed = [i for i in range(len(names))
+                   if lines[1 + 2 * i][k] != line or lines[2 + 2 * i][k] != line]
+        if not changed:
+            out.append(line)
+            continue
+        m = re.match(_CONSTANT, line)
+        if len(changed) > 1 or not m:
+            which = " and ".join(names[i] for i in changed)
+            raise CaptureError(f"trace_train_step: {line.strip()!r} depends on {which} in a way "
+                               f"tdx cannot make an input (a splat constant affine in one "
+                               f"hyperparameter); trace with fewer hyperparameters")
+        i = changed[0]
+        probed = [re.match(_CONSTANT, lines[j][k]) for j in (0, 1 + 2 * i, 2 + 2 * i)]
+        if not all(probed):
+            raise CaptureError(f"trace_train_step: {line.strip()!r} changes with {names[i]} "
+                               f"into something other than a constant; trace without it")
+        c0, c1, c2 = (float(q.group(4) if q.group(4) is not None else q.group(5))
+                      for q in probed)
+        (x1, x2), x0 = probes[i], values[i]
+        slope = (c1 - c0) / (x1 - x0)
+        offset = c0 - slope * x0
+        if abs(offset + slope * x2 - c2) > 1e-6 * max(1.0, abs(c2)):
+            raise CaptureError(f"trace_train_step: {line.strip()!r} is not affine in "
+                               f"{names[i]}; tdx cannot make it an input")
+        indent, result, type_ = m.group(1), m.group(2), m.group(6)
+        t = f"%tdx_{names[i]}_{k}"
+        f64 = "tensor<f64>"
+        out += [f"{indent}{t}_b = tdx.full {slope:.17e} : {f64}",
+                f"{indent}{t}_m = tdx.mul %tdx_{names[i]}, {t}_b : ({f64}, {f64}) -> {f64}",
+                f"{indent}{t}_a = tdx.full {offset:.17e} : {f64}"]
+        if type_ == "f64":
+            out.append(f"{indent}{result} = tdx.add {t}_m, {t}_a : ({f64}, {f64}) -> {f64}")
+        else:
+            out += [f"{indent}{t}_s = tdx.add {t}_m, {t}_a : ({f64}, {f64}) -> {f64}",
+                    f"{indent}{result} = tdx.cast {t}_s : {f64} to tensor<{type_}>"]
+    text = "\n".join(out)
+    head = re.search(r"func\.func @train_step\(([^)]*)\)", text)
+    params = head.group(1)
+    text = text[:head.start(1)] + ", ".join(([params] if params else []) + args) + \
+        text[head.end(1):]
+    return text
+
+
+def trace_train_step(model, optimizer, loss_fn, *batch, max_grad_norm=None, hyperparameters=()):
     """Records one training step of a deferred-init ``model`` into
     ``func.func @train_step(batch...) -> loss``: ``loss_fn(model, *batch)``
     (a scalar), its gradients by libtorch's autograd on fake tensors (eager's
@@ -99,7 +187,17 @@ def trace_train_step(model, optimizer, loss_fn, *batch, max_grad_norm=None):
     gradients by their global 2-norm before the update, as
     ``torch.nn.utils.clip_grad_norm_(model.parameters(), max_grad_norm)``
     does between ``backward()`` and ``step()``. The batch's values are never
-    read, only shapes and dtypes."""
+    read, only shapes and dtypes.
+
+    ``hyperparameters`` names optimizer hyperparameters (``"lr"``,
+    ``"weight_decay"``, ...) that become inputs of the step, after the
+    batch: 0-D float64 tensors, in the order named, so a learning-rate
+    schedule drives the compiled step without compiling it again
+    (``exe.train(batches, lr=[...])``). ``prog.hyperparameters`` maps each
+    name to its traced value, the default. The step is recorded at the
+    traced values and once per hyperparameter at two other values; every
+    constant that changes must be affine in one hyperparameter (torch's SGD,
+    Adam and AdamW are), and becomes computed from its input."""
     from .deferred import _python_guards
     if not isinstance(optimizer, torch.optim.Optimizer):
         raise TypeError(f"trace_train_step takes a torch.optim optimizer, got "
@@ -109,6 +207,7 @@ def trace_train_step(model, optimizer, loss_fn, *batch, max_grad_norm=None):
         raise ValueError(f"max_grad_norm must be a positive number, got {max_grad_norm!r}")
     if not callable(loss_fn):
         raise TypeError("loss_fn must be callable as loss_fn(model, *batch) -> scalar loss")
+    names_hp = _hyperparameter_names(optimizer, hyperparameters)
     entries, recording = _checked_entries(model, "trace_train_step")
     names = {id(t): name for name, t, _, tied in entries if not tied}
     keys = _optimizer_state(optimizer)
@@ -137,30 +236,55 @@ def trace_train_step(model, optimizer, loss_fn, *batch, max_grad_norm=None):
             entries.append((f"optimizer.{names[id(p)]}.{key}", t, True, ""))
 
     inputs = _fake_inputs(batch, "batch element", "trace_train_step")
-    log = _C.Trace()
-    before = len(recording)
-    try:
-        with _python_guards(fake_cuda=True), _C.TraceMode(log):
-            loss = loss_fn(model, *inputs)
-            if not isinstance(loss, torch.Tensor) or loss.dim() != 0:
-                raise CaptureError("loss_fn must return a scalar (0-D) tensor")
-            trained = [p for p in params if p.requires_grad]
-            grads = torch.autograd.grad(loss, trained, allow_unused=True)
-            with torch.no_grad():
-                for p, g in zip(trained, grads):
-                    p.grad = g
-                if max_grad_norm is not None:
-                    _clip_grad_norm(trained, max_grad_norm)
-                _step(optimizer)
-                for p in trained:
-                    p.grad = None
-            loss = loss.detach()
-    finally:
-        # The optimizer goes back to fresh: its state lives in the program.
+    fresh = {p: dict(state) for p, state in optimizer.state.items()}
+    group = optimizer.param_groups[0] if names_hp else {}
+    traced = [group[n] for n in names_hp]
+
+    def record():
+        log = _C.Trace()
+        before = len(recording)
         optimizer.state.clear()
-    if len(recording) != before:
-        raise CaptureError("the step changed the module's deferred state outside the trace")
-    prog = Program(recording.to_mlir(entries, log, inputs, [loss], function="train_step",
-                                     write_state=True))
+        optimizer.state.update({p: dict(state) for p, state in fresh.items()})
+        try:
+            with _python_guards(fake_cuda=True), _C.TraceMode(log):
+                loss = loss_fn(model, *inputs)
+                if not isinstance(loss, torch.Tensor) or loss.dim() != 0:
+                    raise CaptureError("loss_fn must return a scalar (0-D) tensor")
+                trained = [p for p in params if p.requires_grad]
+                grads = torch.autograd.grad(loss, trained, allow_unused=True)
+                with torch.no_grad():
+                    for p, g in zip(trained, grads):
+                        p.grad = g
+                    if max_grad_norm is not None:
+                        _clip_grad_norm(trained, max_grad_norm)
+                    _step(optimizer)
+                    for p in trained:
+                        p.grad = None
+                loss = loss.detach()
+        finally:
+            # The optimizer goes back to fresh: its state lives in the program.
+            optimizer.state.clear()
+        if len(recording) != before:
+            raise CaptureError("the step changed the module's deferred state outside the trace")
+        return recording.to_mlir(entries, log, inputs, [loss], function="train_step",
+                                 write_state=True), log
+
+    text, log = record()
+    if names_hp:
+        texts, probes = [text], []
+        try:
+            for name, value in zip(names_hp, traced):
+                probe = (2 * value, 3 * value) if value else (1.0, 2.0)
+                probes.append(probe)
+                for x in probe:
+                    group[name] = x
+                    texts.append(record()[0])
+                group[name] = value
+        finally:
+            for name, value in zip(names_hp, traced):
+                group[name] = value
+        text = _with_hyperparameters(texts, names_hp, traced, probes)
+    prog = Program(text)
     prog.forward_op_names = log.op_names()
+    prog.hyperparameters = dict(zip(names_hp, traced))
     return prog

@@ -850,3 +850,63 @@ def test_a_run_given_all_its_state_runs_no_init_program():
     with pytest.warns(tdx.TdxWarning, match="has no '0.bias'; it starts as its init program"):
         exe.train(data[:1], params=partial, verbose=True)
     assert re.search(r"rank 0: 5 of 8 state entries made by their init programs", exe.last_log)
+
+
+@pytest.mark.parametrize("opt", ["momentum", "adamw"])
+@pytest.mark.parametrize("mesh", ["1", "dp2"])
+def test_a_learning_rate_schedule_drives_the_compiled_step(opt, mesh):
+    # lr is an input of the step (hyperparameters=("lr",)): eager's loop with
+    # a cosine schedule that changes lr every step, and the compiled step
+    # given the same lrs, compiled once for every schedule.
+    data = batches("mlp")
+    torch.manual_seed(0)
+    deferred = tdx.deferred_init(mlp)
+    optimizer = OPTIMIZERS[opt](deferred.parameters())
+    lr0 = optimizer.param_groups[0]["lr"]
+    prog = tdx.trace_train_step(deferred, optimizer, mlp_loss, *data[0], hyperparameters=("lr",))
+    assert prog.hyperparameters == {"lr": lr0}
+    assert prog._module.num_arguments("train_step") == 3
+    shape, axes, dp = MESHES[mesh]
+    if dp:
+        tdx.parallelize(prog, tdx.init_device_mesh("cpu", shape, axes), {}, data_parallel=dp)
+    exe = tdx.compile(prog)
+    lr_input = exe.signature()["inputs"][-1]
+    assert (lr_input["shape"], lr_input["dtype"]) == ([], "F64")
+
+    torch.manual_seed(0)
+    eager = mlp()
+    eager_opt = OPTIMIZERS[opt](eager.parameters())
+    schedule = torch.optim.lr_scheduler.CosineAnnealingLR(eager_opt, T_max=len(data))
+    lrs, want = [], []
+    for batch in data:
+        lrs.append(schedule.get_last_lr()[0])
+        eager_opt.zero_grad()
+        loss = mlp_loss(eager, *batch)
+        loss.backward()
+        eager_opt.step()
+        schedule.step()
+        want.append(loss.item())
+    assert len(set(lrs)) == len(lrs)
+    torch.manual_seed(0)
+    start = {k: v.detach() for k, v in full_state(mlp()).items()}
+    losses, state = exe.train(data, params=start, lr=lrs)
+    assert_matches_eager(losses, want, state, eager)
+    # The same binary at the traced lr (the default) is eager's constant-lr loop.
+    eager_const, _, want_const = eager_run("mlp", opt, data)
+    assert max(abs(a - b) / abs(b) for a, b in zip(want, want_const)) > 1e-3  # lr matters
+    losses, state = exe.train(data, params=start)
+    assert_matches_eager(losses, want_const, state, eager_const)
+
+
+def test_hyperparameter_misuse_is_named():
+    data = batches("mlp")
+    torch.manual_seed(0)
+    deferred = tdx.deferred_init(mlp)
+    optimizer = OPTIMIZERS["sgd"](deferred.parameters())
+    with pytest.raises(tdx.CaptureError, match="'lrr' is not a number of the optimizer's param "
+                                               "group; its hyperparameters are .*lr"):
+        tdx.trace_train_step(deferred, optimizer, mlp_loss, *data[0], hyperparameters=("lrr",))
+    _, exe = compiled("mlp", "sgd", "1")
+    with pytest.raises(tdx.InputError, match="lr is not a hyperparameter of this step; it takes "
+                                             "none"):
+        exe.train(data, lr=0.1)
