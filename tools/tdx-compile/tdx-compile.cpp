@@ -153,8 +153,10 @@ int main(int argc, char **argv) {
       "Unless the program is already partitioned, runs the pipeline tdx-opt registers:\n"
       "--tdx-place (canonicalize, tdx-propagate-sharding; skipped when values carry\n"
       "placements already) then --tdx-spmd (tdx-insert-collectives, tdx-fold-mesh,\n"
-      "tdx-partition, tdx-prefetch-all-gathers, tdx-hoist-collectives, tdx-schedule-waits).\n"
-      "Emits C++ (as tdx-translate --tdx-to-cpp) or CUDA (--tdx-to-cuda) and compiles it\n"
+      "tdx-partition, tdx-prefetch-all-gathers, tdx-hoist-collectives, tdx-schedule-waits),\n"
+      "then --tdx-backend (tdx-fuse-elementwise, tdx-async-collectives, tdx-plan-memory,\n"
+      "tdx-split-parts), whose decisions the emitters print. Emits C++ (as tdx-translate\n"
+      "--tdx-to-cpp) or CUDA (--tdx-to-cuda) and compiles it\n"
       "against that runtime, or copies the binary from the compile cache when the same\n"
       "source was compiled before. Run the result with\n"
       "  mpirun -np N ./model --inputs in.safetensors --outputs out.safetensors\n");
