@@ -44,7 +44,7 @@ static ShardingRule sameShapeRule(Operation *op, ArrayRef<int64_t> replicatedDim
 
 // The elementwise table (tdx/Runtime/ElementwiseOps.def) and the other
 // broadcasting ops.
-#define TDX_UNARY(Name, fn, aten, isLinear)                                      \
+#define TDX_UNARY(Name, fn, aten, isLinear, ...)                                      \
   ShardingRule Name##Op::getShardingRule() {                                     \
     ShardingRule rule = ShardingRule::broadcast(*this);                                  \
     rule.linear = isLinear;                                                    \
@@ -56,7 +56,7 @@ template <typename Op>
 constexpr bool isAdditive() {
   return std::is_same_v<Op, AddOp> || std::is_same_v<Op, SubOp>;
 }
-#define TDX_BINARY(Name, fn, aten)                                               \
+#define TDX_BINARY(Name, fn, aten, ...)                                               \
   ShardingRule Name##Op::getShardingRule() {                                     \
     ShardingRule rule = ShardingRule::broadcast(*this);                          \
     rule.linear = isAdditive<Name##Op>();                                        \

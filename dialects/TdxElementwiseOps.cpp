@@ -27,37 +27,3 @@ LogicalResult CastOp::verify() {
                             "'tdx.reshape' for the shape)";
   return success();
 }
-
-
-//===----------------------------------------------------------------------===//
-// The elementwise table and ODS agree (tdx/Runtime/ElementwiseOps.def)
-//===----------------------------------------------------------------------===//
-
-namespace {
-// Every row names an op built on Tdx_UnaryOp / Tdx_BinaryOp ...
-#define TDX_UNARY(Name, fn, aten, linear)                                                  \
-  static_assert(Name##Op::hasTrait<OpTrait::TdxTableElementwise>(),                        \
-                "tdx." #Name " is in ElementwiseOps.def but its ODS def is not a "         \
-                "Tdx_UnaryOp");
-#define TDX_BINARY(Name, fn, aten)                                                         \
-  static_assert(Name##Op::hasTrait<OpTrait::TdxTableElementwise>(),                        \
-                "tdx." #Name " is in ElementwiseOps.def but its ODS def is not a "         \
-                "Tdx_BinaryOp");
-#include "tdx/Runtime/ElementwiseOps.def"
-
-// ... and every such op has a row.
-constexpr int kRows = 0
-#define TDX_UNARY(Name, fn, aten, linear) +1
-#define TDX_BINARY(Name, fn, aten) +1
-#include "tdx/Runtime/ElementwiseOps.def"
-    ;
-template <typename... Ops> constexpr int countTableOps() {
-  return (0 + ... + (Ops::template hasTrait<OpTrait::TdxTableElementwise>() ? 1 : 0));
-}
-static_assert(countTableOps<
-#define GET_OP_LIST
-#include "tdx/Dialect/TdxOps.cpp.inc"
-                  >() == kRows,
-              "an op built on Tdx_UnaryOp / Tdx_BinaryOp (dialects/TdxElementwiseOps.td) has "
-              "no row in include/tdx/Runtime/ElementwiseOps.def: add one");
-} // namespace

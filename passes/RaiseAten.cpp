@@ -34,8 +34,8 @@ namespace {
 const llvm::StringMap<RaiseFn> &table() {
   static const llvm::StringMap<RaiseFn> rows = [] {
     llvm::StringMap<RaiseFn> t;
-#define TDX_UNARY(Name, fn, aten, linear) t[aten] = &raiseUnary<Name##Op>;
-#define TDX_BINARY(Name, fn, aten) t[aten] = &raiseBinary<Name##Op>;
+#define TDX_UNARY(Name, fn, aten, linear, ...) t[aten] = &raiseUnary<Name##Op>;
+#define TDX_BINARY(Name, fn, aten, ...) t[aten] = &raiseBinary<Name##Op>;
 #include "tdx/Runtime/ElementwiseOps.def"
     t["aten::gelu"] = &raiseGelu;
     t["aten::clamp"] = &raiseClamp;

@@ -444,8 +444,8 @@ Value raiseEmbedding(Call &c) {
 }
 
 // The rows the table names by instance.
-#define TDX_UNARY(Name, fn, aten, linear) template Value raiseUnary<Name##Op>(Call &);
-#define TDX_BINARY(Name, fn, aten) template Value raiseBinary<Name##Op>(Call &);
+#define TDX_UNARY(Name, fn, aten, linear, ...) template Value raiseUnary<Name##Op>(Call &);
+#define TDX_BINARY(Name, fn, aten, ...) template Value raiseBinary<Name##Op>(Call &);
 #include "tdx/Runtime/ElementwiseOps.def"
 template Value raiseAddc<MulOp>(Call &);
 template Value raiseAddc<DivOp>(Call &);

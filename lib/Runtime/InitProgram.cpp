@@ -98,10 +98,10 @@ double InitProgram::at(int n, const int64_t *index) const {
   switch (node.kind) {
   case Cast:
     return roundTo(node.dtype, at(node.a, index));
-#define TDX_UNARY(Name, fn, aten, linear)                                                    \
+#define TDX_UNARY(Name, fn, aten, linear, ...)                                                    \
   case Name:                                                                                 \
     return roundTo(node.dtype, ::tdx::kern::fn(at(node.a, index)));
-#define TDX_BINARY(Name, fn, aten)                                                           \
+#define TDX_BINARY(Name, fn, aten, ...)                                                           \
   case Name:                                                                                 \
     return roundTo(node.dtype, ::tdx::kern::fn(operand(node.a), operand(node.b)));
 #include "tdx/Runtime/ElementwiseOps.def"
@@ -119,10 +119,10 @@ const char *InitProgram::kindName(Kind kind) {
     return #k;
     TDX_INIT_KINDS(TDX_KIND)
 #undef TDX_KIND
-#define TDX_UNARY(Name, fn, aten, linear)                                                    \
+#define TDX_UNARY(Name, fn, aten, linear, ...)                                                    \
   case Name:                                                                                 \
     return #Name;
-#define TDX_BINARY(Name, fn, aten)                                                           \
+#define TDX_BINARY(Name, fn, aten, ...)                                                           \
   case Name:                                                                                 \
     return #Name;
 #include "tdx/Runtime/ElementwiseOps.def"

@@ -130,8 +130,8 @@ void mlir::tdx::emitKernelBody(const FusedKernel &k, llvm::raw_ostream &os) {
         power ? *power :
         llvm::TypeSwitch<Operation *, std::string>(op)
 // The elementwise table: ::tdx::kern::<fn>(operands).
-#define TDX_UNARY(Name, fn, aten, linear) .Case([&](Name##Op) { return call(#fn); })
-#define TDX_BINARY(Name, fn, aten) .Case([&](Name##Op) { return call(#fn, 2); })
+#define TDX_UNARY(Name, fn, aten, linear, ...) .Case([&](Name##Op) { return call(#fn); })
+#define TDX_BINARY(Name, fn, aten, ...) .Case([&](Name##Op) { return call(#fn, 2); })
 #include "tdx/Runtime/ElementwiseOps.def"
             .Case([&](CmpOp o) {
               static const char *ops[] = {"==", "!=", "<", "<=", ">", ">="};

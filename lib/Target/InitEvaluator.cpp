@@ -151,8 +151,8 @@ public:
             })
             .Case([&](CastOp) { return unary(InitProgram::Cast); })
             .Case([&](ReshapeOp) { return unary(InitProgram::Reshape); })
-#define TDX_UNARY(Name, fn, aten, linear) .Case([&](Name##Op) { return unary(InitProgram::Name); })
-#define TDX_BINARY(Name, fn, aten) .Case([&](Name##Op) { return binary(InitProgram::Name); })
+#define TDX_UNARY(Name, fn, aten, linear, ...) .Case([&](Name##Op) { return unary(InitProgram::Name); })
+#define TDX_BINARY(Name, fn, aten, ...) .Case([&](Name##Op) { return binary(InitProgram::Name); })
 #include "tdx/Runtime/ElementwiseOps.def"
             .Default([&](Operation *other) {
               return other->emitOpError()

@@ -34,8 +34,8 @@ struct InitProgram {
 #define TDX_KIND(k) k,
     TDX_INIT_KINDS(TDX_KIND)
 #undef TDX_KIND
-#define TDX_UNARY(Name, fn, aten, linear) Name,
-#define TDX_BINARY(Name, fn, aten) Name,
+#define TDX_UNARY(Name, fn, aten, linear, ...) Name,
+#define TDX_BINARY(Name, fn, aten, ...) Name,
 #include "tdx/Runtime/ElementwiseOps.def"
   };
   /// The enumerator's name ("Full", "Exp"): emitted sources spell nodes so.
