@@ -14,6 +14,10 @@ from . import _C, safetensors
 from .checkpoint import latest as latest_checkpoint, step_of as checkpoint_step
 from .errors import InputError, TdxError, TdxWarning
 
+# torch dtypes by the safetensors name a binary's --signature gives
+# (include/tdx/Runtime/DTypes.def).
+_TORCH_DTYPES = {stored: dtype for _, dtype, _, stored in _C.dtypes()}
+
 
 def _tool(name):
     here = os.path.dirname(os.path.abspath(__file__))
@@ -59,9 +63,8 @@ class Executable:
     def _check_inputs(self, inputs, what):
         """Raises InputError unless `inputs` are what the program takes: as
         many, each a tensor of the traced shape and dtype."""
-        torch_dtype = {stored: dtype for _, dtype, _, stored in _C.dtypes()}
         want = self.signature()["inputs"]
-        describe = lambda spec: f"{torch_dtype[spec['dtype']]} of shape {tuple(spec['shape'])}"
+        describe = lambda spec: f"{_TORCH_DTYPES[spec['dtype']]} of shape {tuple(spec['shape'])}"
         if len(inputs) != len(want):
             raise InputError(
                 f"{what} has {len(inputs)} input(s) but the program takes {len(want)}: "
@@ -71,7 +74,7 @@ class Executable:
             if not hasattr(x, "shape") or not hasattr(x, "dtype"):
                 raise InputError(f"{what}: input {i} is a {type(x).__name__}; the program takes "
                                  f"a tensor, {expected}")
-            if tuple(x.shape) != tuple(spec["shape"]) or x.dtype != torch_dtype[spec["dtype"]]:
+            if tuple(x.shape) != tuple(spec["shape"]) or x.dtype != _TORCH_DTYPES[spec["dtype"]]:
                 raise InputError(f"{what}: input {i} is {x.dtype} of shape {tuple(x.shape)}; the "
                                  f"program was traced for {expected} (trace it again for other "
                                  f"shapes or dtypes)")
