@@ -12,6 +12,8 @@
 include "TdxOpBase.td"
 
 def Tdx_ConvOp : Tdx_InferredOp<"conv"> {
+  let runtimeCall = "T::convolution($input, $weight, $bias, $stride, $padding, $dilation, false, {0}, $groups)";
+  let torchReference = "(F.conv1d if $input.dim() == 3 else F.conv2d)($input, $weight, $bias, $stride, $padding, $dilation, $groups)";
   let summary = "1-D and 2-D convolution (aten::convolution, not transposed)";
   let description = [{
     `input` is `[N, C, L]` or `[N, C, H, W]`, `weight` `[O, C / groups, k...]`,
@@ -65,6 +67,8 @@ class Tdx_PoolOp<string mnemonic, bit isMax> : Tdx_InferredOp<mnemonic> {
 }
 
 def Tdx_MaxPoolOp : Tdx_PoolOp<"max_pool", 1> {
+  let runtimeCall = "T::max_pool2d($input, $kernel, $stride, $padding, $dilation, $ceil_mode)";
+  let torchReference = "F.max_pool2d($input, $kernel, $stride, $padding, $dilation, ceil_mode=$ceil_mode)";
   let summary = "2-D max pooling (aten::max_pool2d)";
   let description = [{
     `input` is `[N, C, H, W]`; each output element is the maximum of its
@@ -79,6 +83,8 @@ def Tdx_MaxPoolOp : Tdx_PoolOp<"max_pool", 1> {
 }
 
 def Tdx_AvgPoolOp : Tdx_PoolOp<"avg_pool", 0> {
+  let runtimeCall = "T::avg_pool2d($input, $kernel, $stride, $padding, $ceil_mode, $count_include_pad)";
+  let torchReference = "F.avg_pool2d($input, $kernel, $stride, $padding, ceil_mode=$ceil_mode, count_include_pad=$count_include_pad)";
   let summary = "2-D average pooling (aten::avg_pool2d)";
   let description = [{
     `input` is `[N, C, H, W]`; each output element is the mean of its window,

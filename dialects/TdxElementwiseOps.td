@@ -19,6 +19,7 @@ def Tdx_TableElementwise : NativeOpTrait<"TdxTableElementwise">;
 
 class Tdx_BinaryOp<string mnemonic, string aten, Type operandType = Tdx_Tensor>
     : Tdx_InferredOp<mnemonic, [Tdx_TableElementwise]> {
+  let torchReference = "aten." # aten # "($lhs, $rhs)";
   let summary = "elementwise " # aten # " with broadcasting";
   let description = [{
     `aten::}] # aten # [{`: elementwise over the broadcast shape of the
@@ -45,6 +46,7 @@ class Tdx_BinaryOp<string mnemonic, string aten, Type operandType = Tdx_Tensor>
 
 
 def Tdx_CmpOp : Tdx_InferredOp<"cmp"> {
+  let torchReference = "getattr(torch, $predicate)($lhs, $rhs)";
   let summary = "elementwise comparison with broadcasting (aten eq/ne/lt/le/gt/ge)";
   let description = [{
     ```mlir
@@ -59,6 +61,7 @@ def Tdx_CmpOp : Tdx_InferredOp<"cmp"> {
 }
 
 def Tdx_WhereOp : Tdx_InferredOp<"where"> {
+  let torchReference = "torch.where($condition, $lhs, $rhs)";
   let summary = "select by a boolean condition with broadcasting (aten::where.self)";
   let description = [{
     ```mlir
@@ -76,6 +79,7 @@ class Tdx_UnaryOp<string mnemonic, string aten, Type operandType,
                   list<Trait> traits = []>
     : Tdx_Op<mnemonic, !listconcat(traits, [Pure, SameOperandsAndResultType,
                                             Tdx_HasShardingRule, Tdx_TableElementwise])> {
+  let torchReference = "aten." # aten # "($input)";
   let summary = "elementwise " # aten;
   let description = [{
     `aten::}] # aten # [{`, elementwise; the result has the operand's type.
@@ -95,6 +99,7 @@ include "TdxElementwiseTable.td"
 
 def Tdx_GeluOp : Tdx_Op<"gelu", [Pure, SameOperandsAndResultType,
                                  Tdx_HasShardingRule]> {
+  let torchReference = "F.gelu($input, approximate=$approximate)";
   let summary = "elementwise gelu";
   let results = (outs Tdx_FloatTensor:$result);
   let arguments = (ins Tdx_FloatTensor:$input,
@@ -112,6 +117,7 @@ def Tdx_GeluOp : Tdx_Op<"gelu", [Pure, SameOperandsAndResultType,
 }
 
 def Tdx_CastOp : Tdx_Op<"cast", [Pure, Tdx_HasShardingRule]> {
+  let torchReference = "$input.to($dtype)";
   let summary = "dtype conversion (Tensor.to(dtype), aten::_to_copy)";
   let description = [{
     Converts the element type; the shape must not change.

@@ -50,6 +50,8 @@ def Tdx_FullOp : Tdx_Op<"full", [Pure, Tdx_HasPartitionRule]> {
 }
 
 def Tdx_ArangeOp : Tdx_Op<"arange", [Pure, Tdx_HasShardingRule]> {
+  let runtimeCall = "T::arange($start, $end, $step, $dtype)";
+  let torchReference = "torch.arange($start, $end, $step, dtype=$dtype)";
   let summary = "evenly spaced values in [start, end) (torch.arange)";
   let description = [{
     The result is 1-D with `ceil((end - start) / step)` elements, exactly as

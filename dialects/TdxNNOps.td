@@ -6,6 +6,8 @@
 include "TdxOpBase.td"
 
 def Tdx_MatmulOp : Tdx_InferredOp<"matmul"> {
+  let runtimeCall = "T::matmul($lhs, $rhs)";
+  let torchReference = "torch.matmul($lhs, $rhs)";
   let summary = "torch.matmul: 1-D, 2-D and batched with broadcast batch dims";
   let description = [{
     Follows `torch.matmul`: 1-D operands are promoted to a matrix (and the
@@ -26,6 +28,8 @@ def Tdx_MatmulOp : Tdx_InferredOp<"matmul"> {
 }
 
 def Tdx_LinearOp : Tdx_InferredOp<"linear"> {
+  let runtimeCall = "T::linear($input, $weight, $bias)";
+  let torchReference = "F.linear($input, $weight, $bias)";
   let summary = "torch.nn.functional.linear: x @ W^T + b";
   let description = [{
     `input` is `[..., in]`, `weight` is `[out, in]` (or `[in]`), the optional
@@ -73,14 +77,23 @@ class Tdx_ReduceOp<string mnemonic, string aten, Type operandType>
   }];
 }
 
-def Tdx_SumOp : Tdx_ReduceOp<"sum", "sum.dim_IntList",
-    Tdx_NumericTensor>;
-def Tdx_MeanOp : Tdx_ReduceOp<"mean", "mean.dim", Tdx_FloatTensor>;
-def Tdx_MaxOp : Tdx_ReduceOp<"max", "amax",
-    Tdx_NumericTensor>;
+def Tdx_SumOp : Tdx_ReduceOp<"sum", "sum.dim_IntList", Tdx_NumericTensor> {
+  let runtimeCall = "T::sum($input[, $dims, $keepdim])";
+  let torchReference = "torch.sum($input, $dims or list(range($input.dim())), keepdim=$keepdim)";
+}
+def Tdx_MeanOp : Tdx_ReduceOp<"mean", "mean.dim", Tdx_FloatTensor> {
+  let runtimeCall = "T::mean($input[, $dims, $keepdim])";
+  let torchReference = "torch.mean($input, $dims or list(range($input.dim())), keepdim=$keepdim)";
+}
+def Tdx_MaxOp : Tdx_ReduceOp<"max", "amax", Tdx_NumericTensor> {
+  let runtimeCall = "T::amax($input[, $dims, $keepdim])";
+  let torchReference = "torch.amax($input, $dims or list(range($input.dim())), keepdim=$keepdim)";
+}
 
 class Tdx_SoftmaxBase<string mnemonic, string aten>
     : Tdx_Op<mnemonic, [Pure, SameOperandsAndResultType, Tdx_HasShardingRule]> {
+  let runtimeCall = "T::" # mnemonic # "($input, $dim)";
+  let torchReference = "torch." # mnemonic # "($input, $dim)";
   let summary = aten # " along one dim";
   let description = [{
     `aten::}] # aten # [{(input, dim)`; `dim` may be negative.
@@ -99,6 +112,8 @@ def Tdx_SoftmaxOp : Tdx_SoftmaxBase<"softmax", "_softmax">;
 def Tdx_LogSoftmaxOp : Tdx_SoftmaxBase<"log_softmax", "_log_softmax">;
 
 def Tdx_LayerNormOp : Tdx_InferredOp<"layer_norm", [AttrSizedOperandSegments]> {
+  let runtimeCall = "T::layer_norm($input, $normalized_shape, $weight, $bias, $eps)";
+  let torchReference = "F.layer_norm($input, $normalized_shape, $weight, $bias, $eps)";
   let summary = "torch.nn.functional.layer_norm over the trailing dims";
   let description = [{
     Normalizes over the trailing `normalized_shape` dims; `weight` and `bias`,
@@ -121,6 +136,8 @@ def Tdx_LayerNormOp : Tdx_InferredOp<"layer_norm", [AttrSizedOperandSegments]> {
 }
 
 def Tdx_RmsNormOp : Tdx_InferredOp<"rms_norm"> {
+  let runtimeCall = "rms_norm($input, $normalized_shape, $weight, $eps)";
+  let torchReference = "$input * torch.rsqrt($input.pow(2).mean(list(range(-len($normalized_shape), 0)), keepdim=True) + $eps) * (1 if $weight is None else $weight)";
   let summary = "RMSNorm (LLaMA) over the trailing dims";
   let description = [{
     `x * rsqrt(mean(x^2 over normalized_shape) + eps) * weight`.
@@ -140,6 +157,8 @@ def Tdx_RmsNormOp : Tdx_InferredOp<"rms_norm"> {
 }
 
 def Tdx_EmbeddingOp : Tdx_InferredOp<"embedding", [], /*ownPartition=*/1> {
+  let runtimeCall = "T::embedding($weight, $indices)";
+  let torchReference = "F.embedding($indices, $weight)";
   let summary = "torch.nn.functional.embedding: rows of weight by index";
   let description = [{
     `weight` is `[num_embeddings, dim]`, `indices` an integer tensor of any
@@ -159,6 +178,8 @@ def Tdx_EmbeddingOp : Tdx_InferredOp<"embedding", [], /*ownPartition=*/1> {
 }
 
 def Tdx_CrossEntropyOp : Tdx_InferredOp<"cross_entropy", [], /*ownPartition=*/1> {
+  let runtimeCall = "T::cross_entropy_loss($input, $target, {}, $reduction, $ignore_index, $label_smoothing)";
+  let torchReference = "F.cross_entropy($input, $target, reduction=$reduction, ignore_index=$ignore_index, label_smoothing=$label_smoothing)";
   let hasVerifier = 1;
   let summary = "torch.nn.functional.cross_entropy on logits";
   let description = [{

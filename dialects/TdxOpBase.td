@@ -11,8 +11,28 @@ include "mlir/Interfaces/SideEffectInterfaces.td"
 include "mlir/Interfaces/InferTypeOpInterface.td"
 include "mlir/Interfaces/ControlFlowInterfaces.td"
 
+/// A tdx op. Besides ODS's own fields, an op declares here, once, what the
+/// rest of the compiler reads from generated tables
+/// (dialects/gen_op_registry.py writes them; docs/ir.md explains the form):
 class Tdx_Op<string mnemonic, list<Trait> traits = []>
-    : Op<Tdx_Dialect, mnemonic, traits>;
+    : Op<Tdx_Dialect, mnemonic, traits> {
+  /// How both backends run the op: an expression in the runtimes' tensor
+  /// API (`T::` is ATen on CPU and tdx::cu on CUDA). `$name` is the
+  /// operand or attribute of that name, `$dtype` the result's element
+  /// type; `[...]` is printed only when its optional operands and
+  /// attributes are present. An async collective's call is started (its
+  /// result is a handle). Empty: the emitter prints the op itself
+  /// (structure, fused kernels, ops whose call depends on the mesh).
+  string runtimeCall = "";
+  /// The op in PyTorch eager, the reference executor's oracle: a Python
+  /// expression over `torch`, `F` (torch.nn.functional) and `aten`
+  /// (torch.ops.aten), with `$name` and `$dtype` as above. Every op with a
+  /// sharding rule has one, except state access, tdx.aten (its schema is
+  /// its reference) and ops filling a global shape (the executor makes
+  /// this rank's box); the generator fails the build naming an op
+  /// without.
+  string torchReference = "";
+}
 
 /// The op has a factor mapping for sharding propagation (ShardingRules.cpp).
 def Tdx_HasShardingRule

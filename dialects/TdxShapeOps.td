@@ -11,6 +11,8 @@
 include "TdxOpBase.td"
 
 def Tdx_ReshapeOp : Tdx_InferredOp<"reshape", [], /*ownPartition=*/1> {
+  let runtimeCall = "$input.reshape($shape)";
+  let torchReference = "$input.reshape($shape)";
   let summary = "Tensor.reshape / view with at most one -1";
   let description = [{
     `shape` may hold one `-1`, which is inferred from the element count. The
@@ -27,6 +29,8 @@ def Tdx_ReshapeOp : Tdx_InferredOp<"reshape", [], /*ownPartition=*/1> {
 }
 
 def Tdx_TransposeOp : Tdx_InferredOp<"transpose"> {
+  let runtimeCall = "$input.transpose($dim0, $dim1)";
+  let torchReference = "$input.transpose($dim0, $dim1)";
   let summary = "swap two dims (Tensor.transpose)";
   let description = [{
     ```mlir
@@ -41,6 +45,8 @@ def Tdx_TransposeOp : Tdx_InferredOp<"transpose"> {
 }
 
 def Tdx_PermuteOp : Tdx_InferredOp<"permute"> {
+  let runtimeCall = "$input.permute($permutation)";
+  let torchReference = "$input.permute($permutation)";
   let summary = "reorder dims (Tensor.permute)";
   let description = [{
     Result dim `i` is input dim `permutation[i]`.
@@ -56,6 +62,8 @@ def Tdx_PermuteOp : Tdx_InferredOp<"permute"> {
 }
 
 def Tdx_SliceOp : Tdx_InferredOp<"slice"> {
+  let runtimeCall = "$input.slice($dim, $start, $end, $step)";
+  let torchReference = "aten.slice.Tensor($input, $dim, $start, $end, $step)";
   let summary = "a strided slice along one dim (aten::slice.Tensor)";
   let description = [{
     `x[..., start:end:step, ...]` on dim `dim`, with Python semantics for
@@ -76,6 +84,8 @@ def Tdx_SliceOp : Tdx_InferredOp<"slice"> {
 }
 
 def Tdx_ConcatOp : Tdx_InferredOp<"concat"> {
+  let runtimeCall = "concat($inputs, $dim)";
+  let torchReference = "torch.cat($inputs, $dim)";
   let summary = "torch.cat along one dim";
   let description = [{
     ```mlir
@@ -89,6 +99,8 @@ def Tdx_ConcatOp : Tdx_InferredOp<"concat"> {
 }
 
 def Tdx_ExpandOp : Tdx_InferredOp<"expand", [], /*ownPartition=*/1> {
+  let runtimeCall = "$input.expand($sizes)";
+  let torchReference = "$input.expand($sizes)";
   let summary = "broadcast to a larger shape (Tensor.expand)";
   let description = [{
     `sizes` has at least the input's rank; `-1` keeps a dim; a dim of size 1

@@ -85,6 +85,7 @@ def Tdx_AllGatherOp : Tdx_CollectiveOp<"all_gather", "all_gather",
 def Tdx_AllReduceOp : Tdx_CollectiveOp<"all_reduce", "all_reduce",
     (ins Tdx_ReduceKind:$reduce), "`reduce` `=` $reduce",
     [Tdx_AsyncCollective, Tdx_Reducing]> {
+  let runtimeCall = "ctx.startAllReduce($input, $mesh_axes, $reduce)";
   let description = [{
     ```mlir
     %s = tdx.all_reduce %x on @mesh axes = ["tp"] reduce = sum : tensor<8x16xf32> -> tensor<8x16xf32>
@@ -95,6 +96,7 @@ def Tdx_AllReduceOp : Tdx_CollectiveOp<"all_reduce", "all_reduce",
 def Tdx_ReduceScatterOp : Tdx_CollectiveOp<"reduce_scatter", "reduce_scatter",
     (ins Tdx_ReduceKind:$reduce, I64Attr:$scatter_dim),
     "`reduce` `=` $reduce `dim` `=` $scatter_dim", [Tdx_AsyncCollective, Tdx_Reducing]> {
+  let runtimeCall = "ctx.startReduceScatter($input, $mesh_axes, $reduce, $scatter_dim)";
   let description = [{
     Reduces across the group and leaves each rank its `torch.chunk` piece of
     `scatter_dim`. When the dim does not divide evenly the result dim is `?`.
@@ -108,6 +110,7 @@ def Tdx_ReduceScatterOp : Tdx_CollectiveOp<"reduce_scatter", "reduce_scatter",
 def Tdx_AllToAllOp : Tdx_CollectiveOp<"all_to_all", "all_to_all",
     (ins I64Attr:$split_dim, I64Attr:$concat_dim),
     "`split` `=` $split_dim `concat` `=` $concat_dim"> {
+  let runtimeCall = "ctx.allToAll($input, $mesh_axes, $split_dim, $concat_dim)";
   let description = [{
     Splits `split_dim` into group-size chunks, sends chunk `j` to rank `j`,
     and concatenates what it receives along `concat_dim`: `Shard(concat_dim)`
@@ -134,6 +137,7 @@ def Tdx_BroadcastOp : Tdx_CollectiveOp<"broadcast", "broadcast",
 
 def Tdx_MeshCoordOp : Tdx_Op<"mesh_coord", [Pure,
     DeclareOpInterfaceMethods<SymbolUserOpInterface>]> {
+  let runtimeCall = "T::scalar_tensor(ctx.coord($axis), T::kLong)";
   let summary = "this rank's coordinate on one mesh axis (local view)";
   let description = [{
     A 0-D i64 tensor holding the calling rank's coordinate along `axis`;
@@ -149,6 +153,7 @@ def Tdx_MeshCoordOp : Tdx_Op<"mesh_coord", [Pure,
 }
 
 def Tdx_ChunkOp : Tdx_Op<"chunk", [Pure]> {
+  let runtimeCall = "Context::chunk($input, $chunks, $index.item<int64_t>(), $dim)";
   let summary = "the index-th torch.chunk of a dim (local view)";
   let description = [{
     Splits `dim` into `chunks` pieces as `torch.chunk` does (piece size

@@ -23,6 +23,7 @@
 #include "mlir/Parser/Parser.h"
 #include "mlir/Pass/PassManager.h"
 #include "mlir/Transforms/Passes.h"
+#include "llvm/ADT/TypeSwitch.h"
 #include "llvm/Support/FormatVariadic.h"
 #include "llvm/Support/JSON.h"
 
@@ -488,6 +489,68 @@ llvm::json::Value attrToJson(Attribute a, bool atenArgs = false) {
   return text;
 }
 
+/// An operand or attribute of a registered op's torch reference as JSON
+/// (`arg` in tdx/Dialect/TdxOpRegistry.inc): operands are {"operand":
+/// name}, enums their names, absent optionals null.
+struct ReferenceArg {
+  const DenseMap<Value, std::string> &names;
+  llvm::json::Value operator()(Value v) const {
+    if (!v)
+      return nullptr;
+    return llvm::json::Object{{"operand", names.lookup(v)}};
+  }
+  llvm::json::Value operator()(OperandRange vs) const {
+    llvm::json::Array out;
+    for (Value v : vs)
+      out.push_back((*this)(v));
+    return out;
+  }
+  llvm::json::Value operator()(ArrayRef<int64_t> xs) const {
+    return llvm::json::Array(llvm::to_vector(xs));
+  }
+  template <typename X> llvm::json::Value operator()(const std::optional<X> &x) const {
+    return x ? (*this)(*x) : llvm::json::Value(nullptr);
+  }
+  llvm::json::Value operator()(bool b) const { return b; }
+  template <typename I, std::enable_if_t<std::is_integral_v<I>, int> = 0>
+  llvm::json::Value operator()(I i) const {
+    return static_cast<int64_t>(i); // I64Attr getters return uint64_t
+  }
+  template <typename E, std::enable_if_t<std::is_enum_v<E>, int> = 0>
+  llvm::json::Value operator()(E kind) const {
+    return ::mlir::tdx::stringifyEnum(kind).str();
+  }
+  llvm::json::Value operator()(const APFloat &f) const {
+    double v = f.convertToDouble();
+    if (!std::isfinite(v)) // as attrToJson writes them
+      return std::isnan(v) ? "nan" : (v > 0 ? "inf" : "-inf");
+    return v;
+  }
+  llvm::json::Value operator()(StringRef s) const { return s.str(); }
+  llvm::json::Value operator()(ArrayAttr a) const { return attrToJson(a); }
+};
+
+/// A registered op's torch reference ("reference": the text, "args": its
+/// operands and attributes by name), for the reference executor.
+void addReference(Operation *op, const DenseMap<Value, std::string> &names,
+                  llvm::json::Object &entry) {
+  ReferenceArg arg{names};
+  auto dtypeOf = [](Value v) {
+    std::string text;
+    llvm::raw_string_ostream os(text);
+    cast<RankedTensorType>(v.getType()).getElementType().print(os);
+    return text;
+  };
+#define TDX_TORCH_REFERENCE(Op, text, ...)                                                    \
+  .Case([&](Op o) {                                                                          \
+    entry["reference"] = text;                                                               \
+    entry["args"] = llvm::json::Object{__VA_ARGS__};                                         \
+  })
+  llvm::TypeSwitch<Operation *>(op)
+#include "tdx/Dialect/TdxOpRegistry.inc"
+      .Default([](Operation *) {});
+}
+
 } // namespace
 
 std::string Module::functionToJson(const std::string &function) const {
@@ -525,6 +588,7 @@ std::string Module::functionToJson(const std::string &function) const {
     o["results"] = std::move(results);
     o["types"] = std::move(types);
     o["attrs"] = std::move(attrs);
+    addReference(&op, names, o);
     ops.push_back(std::move(o));
   }
   std::string out;

@@ -116,6 +116,49 @@ FailureOr<std::string> Emitter::atenArgument(AtenOp o, NamedAttribute kv) {
                          << (cuda ? "" : ", f64 arrays and tensor lists");
 }
 
+namespace {
+
+/// The C++ text of an operand or attribute in a generated runtime call
+/// (`arg` in tdx/Dialect/TdxOpRegistry.inc), by the type of its ODS getter.
+struct CallArg {
+  Emitter &e;
+  std::string operator()(Value v) const { return v ? e.name(v) : std::string("{}"); }
+  std::string operator()(OperandRange vs) const {
+    std::string xs = "{";
+    for (auto [i, v] : llvm::enumerate(vs))
+      xs += (i ? ", " : "") + e.name(v);
+    return xs + "}";
+  }
+  std::string operator()(ArrayRef<int64_t> xs) const { return list(xs); }
+  /// Optional lists are reduction dims: typed, as `{-1}` alone is
+  /// ambiguous with ATen's named-dim overloads.
+  std::string operator()(std::optional<ArrayRef<int64_t>> xs) const {
+    return "std::vector<int64_t>" + (xs ? list(*xs) : std::string("{}"));
+  }
+  std::string operator()(bool b) const { return b ? "true" : "false"; }
+  template <typename I, std::enable_if_t<std::is_integral_v<I>, int> = 0>
+  std::string operator()(I i) const {
+    // I64Attr getters return uint64_t: a negative dim reads back signed.
+    return std::to_string(static_cast<int64_t>(i));
+  }
+  template <typename E, std::enable_if_t<std::is_enum_v<E>, int> = 0>
+  std::string operator()(E kind) const {
+    return std::to_string(static_cast<int>(kind));
+  }
+  std::string operator()(const APFloat &f) const { return number(f.convertToDouble()); }
+  std::string operator()(ArrayAttr axes) const { return strings(axes); }
+  std::string operator()(StringRef s) const { return quoted(s); }
+};
+
+/// Whether a `[...]` group of a runtime call is printed: its optional
+/// operands and attributes are present (and a list is not empty).
+template <typename X> bool has(const X &) { return true; }
+template <typename X> bool has(const std::optional<X> &x) { return x.has_value(); }
+bool has(const std::optional<ArrayRef<int64_t>> &xs) { return xs && !xs->empty(); }
+[[maybe_unused]] bool has(Value v) { return static_cast<bool>(v); }
+
+} // namespace
+
 LogicalResult Emitter::emitOp(Operation *op) {
   auto in = [&](size_t i) { return name(op->getOperand(i)); };
   auto assign = [&](const std::string &expr) {
@@ -131,6 +174,14 @@ LogicalResult Emitter::emitOp(Operation *op) {
     inFlight.push_back({op->getResult(0), handle});
     return success();
   };
+  // A generated runtime call: an async collective's is started.
+  auto call = [&](Operation *o, const std::string &expr) {
+    return isAsyncCollective(o) ? start(expr) : assign(expr);
+  };
+  CallArg arg{*this};
+  auto dtypeOf = [&](Value v) {
+    return dtype(cast<RankedTensorType>(v.getType()).getElementType());
+  };
   auto type = [&]() { return cast<RankedTensorType>(op->getResult(0).getType()); };
   auto opts = [&]() { return dtype(type().getElementType()); };
   // A filled tensor split unevenly: this rank's box of its global shape.
@@ -141,7 +192,10 @@ LogicalResult Emitter::emitOp(Operation *op) {
     return "ctx.localShape(" + list(*global) + ", parseLayout(\"" +
            layoutText(valueSharding(o.getResult()), meshRank) + "\"))";
   };
+#define TDX_RUNTIME_CALL(Op, expr) .Case([&](Op o) { return call(o, expr); })
   return llvm::TypeSwitch<Operation *, LogicalResult>(op)
+  // The ops whose ODS def gives their runtimeCall.
+#include "tdx/Dialect/TdxOpRegistry.inc"
       .Case([&](ParamRefOp o) {
         return assign("s.at(\"" + o.getStateName().str() + "\")");
       })
@@ -158,11 +212,6 @@ LogicalResult Emitter::emitOp(Operation *op) {
         return assign("ctx.init(tdx::rt::atCall(" + programVar(*program) +
                       ", call), parseLayout(\"" + layoutText(valueSharding(o->getResult(0)), meshRank) +
                       "\"))");
-      })
-      .Case([&](ArangeOp o) {
-        return assign("T::arange(" + number(o.getStart().convertToDouble()) + ", " +
-                      number(o.getEnd().convertToDouble()) + ", " +
-                      number(o.getStep().convertToDouble()) + ", " + opts() + ")");
       })
       .Case([&](arith::ConstantOp o) -> LogicalResult {
         auto dense = dyn_cast<DenseElementsAttr>(o.getValue());
@@ -181,90 +230,7 @@ LogicalResult Emitter::emitOp(Operation *op) {
         return assign("constant(std::vector<double>" + values + ", " + list(type().getShape()) +
                       ", " + dtype(type().getElementType()) + ")");
       })
-      .Case([&](ReshapeOp o) { return assign(in(0) + ".reshape(" + list(o.getShape()) + ")"); })
-      .Case([&](TransposeOp o) {
-        return assign(in(0) + ".transpose(" + std::to_string(static_cast<int64_t>(o.getDim0())) +
-                      ", " + std::to_string(static_cast<int64_t>(o.getDim1())) + ")");
-      })
-      .Case([&](PermuteOp o) { return assign(in(0) + ".permute(" + list(o.getPermutation()) + ")"); })
-      .Case([&](SliceOp o) {
-        return assign(in(0) + ".slice(" + std::to_string(static_cast<int64_t>(o.getDim())) + ", " +
-                      std::to_string(static_cast<int64_t>(o.getStart())) + ", " +
-                      std::to_string(static_cast<int64_t>(o.getEnd())) + ", " +
-                      std::to_string(static_cast<int64_t>(o.getStep())) + ")");
-      })
-      .Case([&](ConcatOp o) {
-        std::string xs = "{";
-        for (auto [i, v] : llvm::enumerate(o.getInputs()))
-          xs += (i ? ", " : "") + name(v);
-        return assign("concat(" + xs + "}, " + std::to_string(static_cast<int64_t>(o.getDim())) + ")");
-      })
-      .Case([&](ExpandOp o) { return assign(in(0) + ".expand(" + list(o.getSizes()) + ")"); })
-      .Case([&](MatmulOp) { return assign("T::matmul(" + in(0) + ", " + in(1) + ")"); })
-      .Case([&](LinearOp o) {
-        return assign("T::linear(" + in(0) + ", " + in(1) + ", " +
-                      (o.getBias() ? name(o.getBias()) : std::string("{}")) + ")");
-      })
-      .Case([&](ConvOp o) {
-        int64_t spatial = o.getStride().size();
-        return assign("T::convolution(" + in(0) + ", " + in(1) + ", " +
-                      (o.getBias() ? name(o.getBias()) : std::string("{}")) + ", " +
-                      list(o.getStride()) + ", " + list(o.getPadding()) + ", " +
-                      list(o.getDilation()) + ", false, " +
-                      list(SmallVector<int64_t>(spatial, 0)) + ", " +
-                      std::to_string(o.getGroups()) + ")");
-      })
-      .Case([&](MaxPoolOp o) {
-        return assign("T::max_pool2d(" + in(0) + ", " + list(o.getKernel()) + ", " +
-                      list(o.getStride()) + ", " + list(o.getPadding()) + ", " +
-                      list(o.getDilation()) + ", " + (o.getCeilMode() ? "true" : "false") + ")");
-      })
-      .Case([&](AvgPoolOp o) {
-        return assign("T::avg_pool2d(" + in(0) + ", " + list(o.getKernel()) + ", " +
-                      list(o.getStride()) + ", " + list(o.getPadding()) + ", " +
-                      (o.getCeilMode() ? "true" : "false") + ", " +
-                      (o.getCountIncludePad() ? "true" : "false") + ")");
-      })
-      .Case([&](SumOp o) { return emitReduce(op, "T::sum", o.getDims(), o.getKeepdim()); })
-      .Case([&](MeanOp o) { return emitReduce(op, "T::mean", o.getDims(), o.getKeepdim()); })
-      .Case([&](MaxOp o) { return emitReduce(op, "T::amax", o.getDims(), o.getKeepdim()); })
-      .Case([&](SoftmaxOp o) {
-        return assign("T::softmax(" + in(0) + ", " + std::to_string(static_cast<int64_t>(o.getDim())) + ")");
-      })
-      .Case([&](LogSoftmaxOp o) {
-        return assign("T::log_softmax(" + in(0) + ", " +
-                      std::to_string(static_cast<int64_t>(o.getDim())) + ")");
-      })
-      .Case([&](LayerNormOp o) {
-        return assign("T::layer_norm(" + in(0) + ", " + list(o.getNormalizedShape()) + ", " +
-                      (o.getWeight() ? name(o.getWeight()) : std::string("{}")) + ", " +
-                      (o.getBias() ? name(o.getBias()) : std::string("{}")) + ", " +
-                      number(o.getEps().convertToDouble()) + ")");
-      })
-      .Case([&](RmsNormOp o) {
-        return assign("rms_norm(" + in(0) + ", " + list(o.getNormalizedShape()) + ", " +
-                      (o.getWeight() ? name(o.getWeight()) : std::string("{}")) + ", " +
-                      number(o.getEps().convertToDouble()) + ")");
-      })
-      .Case([&](EmbeddingOp) { return assign("T::embedding(" + in(0) + ", " + in(1) + ")"); })
-      .Case([&](CrossEntropyOp o) {
-        return assign("T::cross_entropy_loss(" + in(0) + ", " + in(1) + ", {}, " +
-                      std::to_string(static_cast<int>(o.getReduction())) + ", " +
-                      std::to_string(static_cast<int64_t>(o.getIgnoreIndex())) + ", " +
-                      number(o.getLabelSmoothing().convertToDouble()) + ")");
-      })
-      .Case([&](MeshCoordOp o) {
-        return assign("T::scalar_tensor(ctx.coord(\"" + o.getAxis().str() + "\"), T::kLong)");
-      })
-      .Case([&](ChunkOp o) {
-        return assign("Context::chunk(" + in(0) + ", " + std::to_string(static_cast<int64_t>(o.getChunks())) +
-                      ", " + in(1) + ".item<int64_t>(), " +
-                      std::to_string(static_cast<int64_t>(o.getDim())) + ")");
-      })
-      .Case([&](AllReduceOp o) {
-        return start("ctx.startAllReduce(" + in(0) + ", " + strings(o.getMeshAxes()) + ", " +
-                     std::to_string(static_cast<int>(o.getReduce())) + ")");
-      })
+
       .Case([&](AllGatherOp o) {
         // The gathered size, when the program knows it, spares the runtime
         // exchanging the pieces' sizes.
@@ -273,16 +239,6 @@ LogicalResult Emitter::emitOp(Operation *op) {
         int64_t total = type.isDynamicDim(dim) ? -1 : type.getDimSize(dim);
         return start("ctx.startAllGather(" + in(0) + ", " + strings(o.getMeshAxes()) + ", " +
                      std::to_string(dim) + ", " + std::to_string(total) + ")");
-      })
-      .Case([&](ReduceScatterOp o) {
-        return start("ctx.startReduceScatter(" + in(0) + ", " + strings(o.getMeshAxes()) + ", " +
-                     std::to_string(static_cast<int>(o.getReduce())) + ", " +
-                     std::to_string(static_cast<int64_t>(o.getScatterDim())) + ")");
-      })
-      .Case([&](AllToAllOp o) {
-        return assign("ctx.allToAll(" + in(0) + ", " + strings(o.getMeshAxes()) + ", " +
-                      std::to_string(static_cast<int64_t>(o.getSplitDim())) + ", " +
-                      std::to_string(static_cast<int64_t>(o.getConcatDim())) + ")");
       })
       .Case([&](AtenOp o) -> LogicalResult {
         if (backend == Backend::CUDA && !hasCudaAten(o.getSchema()))
@@ -344,18 +300,6 @@ LogicalResult Emitter::emitOp(Operation *op) {
                << "has no C++ lowering yet; the CPU backend supports the first-class tdx "
                   "ops and the collectives";
       });
-}
-
-LogicalResult Emitter::emitReduce(Operation *op, StringRef fn,
-                                  std::optional<ArrayRef<int64_t>> dims, bool keep) {
-  std::string x = name(op->getOperand(0));
-  std::string e;
-  if (!dims || dims->empty())
-    e = (fn + "(" + x + ")").str();
-  else
-    e = (fn + "(" + x + ", std::vector<int64_t>" + list(*dims) + ", " + (keep ? "true" : "false") + ")").str();
-  os << "  " << decl(op->getResult(0)) << " = " << e << ";\n";
-  return success();
 }
 
 } // namespace mlir::tdx::cpp

@@ -153,8 +153,6 @@ public:
   /// The kernel each tdx.fused runs (kernels of one text share one).
   DenseMap<Operation *, FusedKernel> kernels;
   FailureOr<std::string> atenArgument(AtenOp o, NamedAttribute kv);
-  LogicalResult emitReduce(Operation *op, StringRef fn, std::optional<ArrayRef<int64_t>> dims,
-                           bool keep);
   LogicalResult emitInit(Operation *decl, StringRef name, RankedTensorType type,
                          ShardingAttr sharding);
   /// Writes `program` with the init programs; returns its variable's name.

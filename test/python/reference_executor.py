@@ -21,26 +21,18 @@ import tdx
 # The dialect's element types and enums, as ODS and DTypes.def define them.
 DTYPES = {ir: dtype for ir, dtype, *_ in tdx._C.dtypes()}
 ENUMS = dict(tdx._C.dialect_enums())
-CMP = {i: getattr(torch, name) for i, name in enumerate(ENUMS["CmpPredicate"])}
 REDUCE = dict(enumerate(ENUMS["ReduceKind"]))
 
 
-def elementwise_table():
-    """tdx op -> torch function, from the one elementwise table
-    (include/tdx/Runtime/ElementwiseOps.def): each row's kernel function
-    is named like torch's."""
-    path = os.path.join(os.path.dirname(__file__), "..", "..", "include", "tdx", "Runtime",
-                        "ElementwiseOps.def")
-    table = {}
-    for line in open(path):
-        m = re.match(r"TDX_(?:UNARY|BINARY)\((\w+), (\w+),", line)
-        if m:
-            op = re.sub(r"(?<!^)(?=[A-Z])", "_", m.group(1)).lower()
-            table[op] = getattr(torch, m.group(2), None) or getattr(F, m.group(2))
-    return table
+def reference(text):
+    """An op's torchReference (its ODS def, dialects/TdxOpBase.td) as code
+    over its arguments by name, `A`."""
+    if text not in _REFERENCES:
+        _REFERENCES[text] = compile(re.sub(r"\$(\w+)", r'A["\1"]', text), text, "eval")
+    return _REFERENCES[text]
 
 
-ELEMENTWISE = elementwise_table()
+_REFERENCES = {}
 
 
 def parse_placements(text):
@@ -130,7 +122,8 @@ class Executor:
                 continue
             for c in self.coords:
                 vals = [env[c][v] for v in op["operands"]]
-                out = self._compute(name, a, vals, op["types"], c)
+                out = (self._reference(op, env[c]) if "reference" in op else
+                       self._compute(name, a, vals, op["types"], c))
                 for r, v in zip(op["results"], out if isinstance(out, tuple) else (out,)):
                     env[c][r] = v
         outputs = []
@@ -200,6 +193,19 @@ class Executor:
             return stacked.mean(0)
         return stacked.amax(0) if kind == "max" else stacked.amin(0)
 
+    @staticmethod
+    def _reference(op, values):
+        """A registered op: its torch reference on its arguments by name."""
+        def bind(v):
+            if isinstance(v, dict) and "operand" in v:
+                return values[v["operand"]]
+            return [bind(e) for e in v] if isinstance(v, list) else v
+        args = {k: bind(v) for k, v in op["args"].items()}
+        if "dtype" in args:
+            args["dtype"] = DTYPES[args["dtype"]]
+        return eval(reference(op["reference"]),
+                    {"torch": torch, "F": F, "aten": torch.ops.aten, "A": args})
+
     def _compute(self, name, a, x, types, coords):
         t0 = types[0] if types else None
         shape = tuple(-1 if d is None else d for d in t0["shape"]) if t0 else None
@@ -228,73 +234,6 @@ class Executor:
             return torch.full(shape, num(a["value"]), dtype=dtype)
         if op == "empty":
             return torch.zeros(shape, dtype=dtype)
-        if op == "arange":
-            return torch.arange(a["start"], a["end"], a["step"], dtype=dtype)
-        if op == "reshape":
-            return x[0].reshape(a["shape"])
-        if op == "transpose":
-            return x[0].transpose(a["dim0"], a["dim1"])
-        if op == "permute":
-            return x[0].permute(a["permutation"])
-        if op == "slice":
-            idx = [slice(None)] * x[0].dim()
-            idx[a["dim"]] = slice(a["start"], a["end"], a.get("step", 1))
-            return x[0][tuple(idx)]
-        if op == "concat":
-            return torch.cat(x, dim=a["dim"])
-        if op == "expand":
-            return x[0].expand(a["sizes"])
-        if op == "cmp":
-            return CMP[a["predicate"]](x[0], x[1])
-        if op == "where":
-            return torch.where(x[0], x[1], x[2])
-        if op in ELEMENTWISE:
-            return ELEMENTWISE[op](*x)
-        if op == "gelu":
-            return F.gelu(x[0], approximate=ENUMS["GeluApproximation"][a.get("approximate", 0)])
-        if op == "cast":
-            return x[0].to(dtype)
-        if op == "matmul":
-            return torch.matmul(x[0], x[1])
-        if op == "conv":
-            conv = F.conv1d if x[0].dim() == 3 else F.conv2d
-            return conv(x[0], x[1], x[2] if len(x) > 2 else None, a["stride"], a["padding"],
-                        a["dilation"], a["groups"])
-        if op == "max_pool":
-            return F.max_pool2d(x[0], a["kernel"], a["stride"], a["padding"], a["dilation"],
-                                ceil_mode="ceil_mode" in a)
-        if op == "avg_pool":
-            return F.avg_pool2d(x[0], a["kernel"], a["stride"], a["padding"],
-                                ceil_mode="ceil_mode" in a,
-                                count_include_pad="count_include_pad" in a)
-        if op == "linear":
-            return F.linear(x[0], x[1], x[2] if len(x) > 2 else None)
-        if op in ("sum", "mean", "max"):
-            dims = a.get("dims") or list(range(x[0].dim()))
-            keep = bool(a.get("keepdim"))
-            if op == "sum":
-                return torch.sum(x[0], dims, keepdim=keep)
-            if op == "mean":
-                return torch.mean(x[0], dims, keepdim=keep)
-            return torch.amax(x[0], dims, keepdim=keep)
-        if op == "softmax":
-            return torch.softmax(x[0], a["dim"])
-        if op == "log_softmax":
-            return torch.log_softmax(x[0], a["dim"])
-        if op == "layer_norm":
-            w = x[1] if len(x) > 1 else None
-            b = x[2] if len(x) > 2 else None
-            return F.layer_norm(x[0], a["normalized_shape"], w, b, a["eps"])
-        if op == "rms_norm":
-            dims = list(range(-len(a["normalized_shape"]), 0))
-            y = x[0] * torch.rsqrt(x[0].pow(2).mean(dims, keepdim=True) + a["eps"])
-            return y * x[1] if len(x) > 1 else y
-        if op == "embedding":
-            return F.embedding(x[1], x[0])
-        if op == "cross_entropy":
-            return F.cross_entropy(x[0], x[1], reduction=["none", "mean", "sum"][a.get("reduction", 1)],
-                                   ignore_index=a.get("ignore_index", -100),
-                                   label_smoothing=a.get("label_smoothing", 0.0))
         if op == "aten":
             ns, rest = a["schema"].split("::")
             opname, _, overload = rest.partition(".")
