@@ -3,6 +3,18 @@ from a tdx binary's profile (the dicts their `tdx_profile` functions
 return)."""
 
 import argparse
+import os
+import sys
+
+def setup():
+    """What a benchmark does before it imports torch: one BLAS thread
+    everywhere (OpenBLAS sizes its pool when torch loads it, and
+    torch.set_num_threads does not reach it; otherwise an in-process eager
+    baseline would multiply on both cores and the ranks on one), and
+    examples/ (the bench GPT's code) on the path."""
+    os.environ.update(OMP_NUM_THREADS="1", OPENBLAS_NUM_THREADS="1")
+    sys.path.insert(0, os.path.join(os.path.dirname(__file__), "..", "examples"))
+
 
 # The bench GPT (examples/gpt_2x2.py's model at this size and batch), which
 # bench/runtime and bench/training run and test_emission_golden records.

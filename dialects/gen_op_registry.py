@@ -23,6 +23,8 @@ import json
 import re
 import sys
 
+from gen_common import write_if_changed
+
 NAME = re.compile(r"\$(\w+)")
 
 
@@ -110,13 +112,7 @@ def main(records, out):
             "#ifdef TDX_RUNTIME_CALL\n" + "\n".join(calls) + "\n#undef TDX_RUNTIME_CALL\n#endif\n\n"
             "#ifdef TDX_TORCH_REFERENCE\n" + "\n".join(refs) +
             "\n#undef TDX_TORCH_REFERENCE\n#endif\n")
-    try:
-        if open(out).read() == text:
-            return  # unchanged: nothing downstream rebuilds
-    except FileNotFoundError:
-        pass
-    with open(out, "w") as f:
-        f.write(text)
+    write_if_changed(out, text)
 
 
 if __name__ == "__main__":

@@ -30,15 +30,15 @@ import re
 import sys
 import time
 
-os.environ.update(OMP_NUM_THREADS="1", OPENBLAS_NUM_THREADS="1")
+sys.path.insert(0, os.path.join(os.path.dirname(__file__), ".."))
+import common  # noqa: E402
 
+common.setup()  # before torch loads
 import torch  # noqa: E402
 import torch.distributed as dist  # noqa: E402
 import torch.multiprocessing as mp  # noqa: E402
 import torch.nn.functional as F  # noqa: E402
 
-sys.path.insert(0, os.path.join(os.path.dirname(__file__), "..", "..", "examples"))
-sys.path.insert(0, os.path.join(os.path.dirname(__file__), ".."))
 import tdx  # noqa: E402
 from common import BATCH, GPT_CONFIG as CONFIG, SEQ, arguments, profile_columns  # noqa: E402
 from gpt_2x2 import GPT, MEGATRON_PLAN  # noqa: E402

@@ -168,9 +168,29 @@ std::vector<Tensor> softmaxBackward(const std::vector<Tensor> &tensors, const Ar
   return {dx.transpose(dim, last).contiguous()};
 }
 
-int64_t normalizedSize(const Args &args, const char *op, std::vector<int64_t> &shape) {
-  shape = intsArg(args, "normalized_shape", op);
-  return product(shape, 0, shape.size());
+/// What native_layer_norm and its backward read alike: the input (tensor
+/// `input`), weight and bias when given (after `leading` tensors), the
+/// normalized shape, its size and the number of rows.
+struct LayerNormArgs {
+  bool hasW, hasB;
+  std::vector<int64_t> normalized;
+  Tensor x, w, b;
+  int64_t n, rows;
+};
+
+LayerNormArgs layerNormArgs(const std::vector<Tensor> &tensors, const Args &args, size_t input,
+                            size_t leading, const char *op) {
+  LayerNormArgs a{given(args, "weight"), given(args, "bias"),
+                  intsArg(args, "normalized_shape", op), {}, {}, {}, 0, 0};
+  expectTensors(tensors, leading + a.hasW + a.hasB, op);
+  a.x = tensors[input].contiguous();
+  if (a.hasW)
+    a.w = tensors[leading].contiguous();
+  if (a.hasB)
+    a.b = tensors[leading + a.hasW].contiguous();
+  a.n = product(a.normalized, 0, a.normalized.size());
+  a.rows = a.n ? a.x.numel() / a.n : 0;
+  return a;
 }
 
 } // namespace
@@ -190,25 +210,19 @@ std::vector<Tensor> tdx::cu::aten::logSoftmaxBackwardData(const std::vector<Tens
 std::vector<Tensor> tdx::cu::aten::nativeLayerNorm(const std::vector<Tensor> &tensors,
                                                    const Args &args) {
   const char *op = "native_layer_norm";
-  bool hasW = given(args, "weight"), hasB = given(args, "bias");
-  expectTensors(tensors, 1 + hasW + hasB, op);
-  std::vector<int64_t> normalized;
-  int64_t n = normalizedSize(args, op, normalized);
+  const LayerNormArgs a = layerNormArgs(tensors, args, 0, 1, op);
+  const Tensor &x = a.x;
   double eps = doubleArg(args, "eps", op);
-  Tensor x = tensors[0].contiguous();
-  Tensor w = hasW ? tensors[1].contiguous() : Tensor();
-  Tensor b = hasB ? tensors[1 + hasW].contiguous() : Tensor();
   std::vector<int64_t> stats = x.sizes();
-  for (size_t i = stats.size() - normalized.size(); i < stats.size(); ++i)
+  for (size_t i = stats.size() - a.normalized.size(); i < stats.size(); ++i)
     stats[i] = 1;
   Tensor y = Tensor::empty(x.sizes(), x.dtype());
   Tensor mean = Tensor::empty(stats, x.dtype()), rstd = Tensor::empty(stats, x.dtype());
-  int64_t rows = n ? x.numel() / n : 0;
   floatTypes(x.dtype(), op, [&](auto tag) {
     using T = decltype(tag);
-    layerNormStatsKernel<T><<<rowBlocks(rows), kRowThreads, kRowShared>>>(
-        ptr<T>(x), ptr<T>(w), ptr<T>(b), out<T>(y), out<T>(mean), out<T>(rstd), rows, n,
-        eps);
+    layerNormStatsKernel<T><<<rowBlocks(a.rows), kRowThreads, kRowShared>>>(
+        ptr<T>(x), ptr<T>(a.w), ptr<T>(a.b), out<T>(y), out<T>(mean), out<T>(rstd), a.rows,
+        a.n, eps);
   });
   checkLaunch(op);
   return {y, mean, rstd};
@@ -220,27 +234,24 @@ std::vector<Tensor> tdx::cu::aten::nativeLayerNorm(const std::vector<Tensor> &te
 std::vector<Tensor> tdx::cu::aten::nativeLayerNormBackward(const std::vector<Tensor> &tensors,
                                                            const Args &args) {
   const char *op = "native_layer_norm_backward";
-  bool hasW = given(args, "weight"), hasB = given(args, "bias");
-  expectTensors(tensors, 4 + hasW + hasB, op);
-  std::vector<int64_t> normalized;
-  int64_t n = normalizedSize(args, op, normalized);
+  const LayerNormArgs a = layerNormArgs(tensors, args, 1, 4, op);
+  const Tensor &x = a.x;
+  const int64_t rows = a.rows, n = a.n;
   const std::vector<bool> &mask = maskArg(args, op, 3);
-  Tensor dy = tensors[0].contiguous(), x = tensors[1].contiguous();
+  Tensor dy = tensors[0].contiguous();
   Tensor mean = tensors[2].contiguous(), rstd = tensors[3].contiguous();
-  Tensor w = hasW ? tensors[4].contiguous() : Tensor();
-  int64_t rows = n ? x.numel() / n : 0;
   Tensor dx, dw, db;
   if (mask[0])
     dx = Tensor::empty(x.sizes(), x.dtype());
-  if (mask[1] && hasW)
-    dw = Tensor::empty(normalized, x.dtype());
-  if (mask[2] && hasB)
-    db = Tensor::empty(normalized, x.dtype());
+  if (mask[1] && a.hasW)
+    dw = Tensor::empty(a.normalized, x.dtype());
+  if (mask[2] && a.hasB)
+    db = Tensor::empty(a.normalized, x.dtype());
   floatTypes(x.dtype(), op, [&](auto tag) {
     using T = decltype(tag);
     if (dx.defined())
       layerNormBackwardKernel<T><<<rowBlocks(rows), kRowThreads, kRowShared>>>(
-          ptr<T>(dy), ptr<T>(x), ptr<T>(mean), ptr<T>(rstd), ptr<T>(w), out<T>(dx), rows, n);
+          ptr<T>(dy), ptr<T>(x), ptr<T>(mean), ptr<T>(rstd), ptr<T>(a.w), out<T>(dx), rows, n);
     if (dw.defined() || db.defined())
       layerNormParamGradKernel<T><<<blocksFor(n), 256>>>(ptr<T>(dy), ptr<T>(x), ptr<T>(mean),
                                                          ptr<T>(rstd), rows, n, out<T>(dw),
