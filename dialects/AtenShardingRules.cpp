@@ -11,8 +11,8 @@
 //
 //===----------------------------------------------------------------------===//
 
-#include "tdx/Dialect/ShardingRule.h"
-#include "tdx/Dialect/TdxOps.h"
+#include "tdx/IR/ShardingRule.h"
+#include "tdx/IR/TdxOps.h"
 
 #include "llvm/ADT/StringMap.h"
 

@@ -1,6 +1,6 @@
 //===- LocalTypes.cpp - per-rank shapes of sharded tensors ----------------===//
 
-#include "tdx/Dialect/LocalTypes.h"
+#include "tdx/IR/LocalTypes.h"
 
 using namespace mlir;
 using namespace mlir::tdx;

@@ -13,7 +13,7 @@
 //
 //===----------------------------------------------------------------------===//
 
-#include "tdx/Dialect/TdxOps.h"
+#include "tdx/IR/TdxOps.h"
 
 using namespace mlir;
 using namespace mlir::tdx;

@@ -1,12 +1,12 @@
 //===- ShardingRule.cpp - factor mappings: common code --------------------===//
 
-#include "tdx/Dialect/ShardingRule.h"
-#include "tdx/Dialect/TdxOps.h"
+#include "tdx/IR/ShardingRule.h"
+#include "tdx/IR/TdxOps.h"
 
 using namespace mlir;
 using namespace mlir::tdx;
 
-#include "tdx/Dialect/TdxInterfaces.cpp.inc"
+#include "tdx/IR/TdxInterfaces.cpp.inc"
 
 int64_t ShardingRule::dimOfFactor(const TensorFactors &factors, int64_t factor) {
   for (auto [d, fs] : llvm::enumerate(factors))

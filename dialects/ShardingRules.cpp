@@ -5,8 +5,8 @@
 //
 //===----------------------------------------------------------------------===//
 
-#include "tdx/Dialect/ShardingRule.h"
-#include "tdx/Dialect/TdxOps.h"
+#include "tdx/IR/ShardingRule.h"
+#include "tdx/IR/TdxOps.h"
 
 using namespace mlir;
 using namespace mlir::tdx;

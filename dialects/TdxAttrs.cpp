@@ -1,6 +1,6 @@
 //===- TdxAttrs.cpp - placements and shardings ----------------------------===//
 
-#include "tdx/Dialect/TdxOps.h"
+#include "tdx/IR/TdxOps.h"
 
 #include "mlir/IR/DialectImplementation.h"
 #include "llvm/ADT/STLExtras.h"

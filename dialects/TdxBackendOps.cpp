@@ -6,7 +6,7 @@
 //
 //===----------------------------------------------------------------------===//
 
-#include "tdx/Dialect/TdxOps.h"
+#include "tdx/IR/TdxOps.h"
 #include "tdx/Runtime/Rows.h"
 
 #include "mlir/Dialect/Arith/IR/Arith.h"

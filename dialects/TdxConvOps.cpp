@@ -1,6 +1,6 @@
 //===- TdxConvOps.cpp - convolution and pooling shapes --------------------===//
 
-#include "tdx/Dialect/TdxOps.h"
+#include "tdx/IR/TdxOps.h"
 #include "tdx/Runtime/Conv.h"
 
 using namespace mlir;

@@ -1,7 +1,7 @@
 //===- TdxDialect.cpp - dialect registration and generated definitions ----===//
 
-#include "tdx/Dialect/TdxDialect.h"
-#include "tdx/Dialect/TdxOps.h"
+#include "tdx/IR/TdxDialect.h"
+#include "tdx/IR/TdxOps.h"
 
 #include "mlir/IR/Builders.h"
 #include "mlir/IR/DialectImplementation.h"
@@ -10,30 +10,30 @@
 using namespace mlir;
 using namespace mlir::tdx;
 
-#include "tdx/Dialect/TdxDialect.cpp.inc"
-#include "tdx/Dialect/TdxEnums.cpp.inc"
+#include "tdx/IR/TdxDialect.cpp.inc"
+#include "tdx/IR/TdxEnums.cpp.inc"
 
 #define GET_ATTRDEF_CLASSES
-#include "tdx/Dialect/TdxAttrs.cpp.inc"
+#include "tdx/IR/TdxAttrs.cpp.inc"
 
 #define GET_TYPEDEF_CLASSES
-#include "tdx/Dialect/TdxTypes.cpp.inc"
+#include "tdx/IR/TdxTypes.cpp.inc"
 
 #define GET_OP_CLASSES
-#include "tdx/Dialect/TdxOps.cpp.inc"
+#include "tdx/IR/TdxOps.cpp.inc"
 
 void TdxDialect::initialize() {
   addTypes<
 #define GET_TYPEDEF_LIST
-#include "tdx/Dialect/TdxTypes.cpp.inc"
+#include "tdx/IR/TdxTypes.cpp.inc"
       >();
   addAttributes<
 #define GET_ATTRDEF_LIST
-#include "tdx/Dialect/TdxAttrs.cpp.inc"
+#include "tdx/IR/TdxAttrs.cpp.inc"
       >();
   addOperations<
 #define GET_OP_LIST
-#include "tdx/Dialect/TdxOps.cpp.inc"
+#include "tdx/IR/TdxOps.cpp.inc"
       >();
 }
 

@@ -1,6 +1,6 @@
 //===- TdxElementwiseOps.cpp - compare, where, cast, unary ----------------===//
 
-#include "tdx/Dialect/TdxOps.h"
+#include "tdx/IR/TdxOps.h"
 
 using namespace mlir;
 using namespace mlir::tdx;

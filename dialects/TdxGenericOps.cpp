@@ -1,6 +1,6 @@
 //===- TdxGenericOps.cpp - any other aten op ------------------------------===//
 
-#include "tdx/Dialect/TdxOps.h"
+#include "tdx/IR/TdxOps.h"
 
 #include "llvm/ADT/DenseSet.h"
 

@@ -1,6 +1,6 @@
 //===- TdxInitOps.cpp - tensor creation and random init -------------------===//
 
-#include "tdx/Dialect/TdxOps.h"
+#include "tdx/IR/TdxOps.h"
 
 #include <cmath>
 

@@ -1,6 +1,6 @@
 //===- TdxNNOps.cpp - matmul, norms, embedding, losses --------------------===//
 
-#include "tdx/Dialect/TdxOps.h"
+#include "tdx/IR/TdxOps.h"
 
 #include "mlir/Dialect/Traits.h"
 #include "mlir/IR/PatternMatch.h"

@@ -1,6 +1,6 @@
 //===- TdxShapeOps.cpp - reshape, transpose, permute, slice, concat, expand ===//
 
-#include "tdx/Dialect/TdxOps.h"
+#include "tdx/IR/TdxOps.h"
 
 #include "llvm/ADT/SmallSet.h"
 #include "llvm/Support/MathExtras.h"

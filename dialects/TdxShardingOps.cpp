@@ -1,6 +1,6 @@
 //===- TdxShardingOps.cpp - annotations, redistribute, collectives --------===//
 
-#include "tdx/Dialect/TdxOps.h"
+#include "tdx/IR/TdxOps.h"
 
 #include "llvm/ADT/StringSet.h"
 

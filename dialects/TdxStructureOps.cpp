@@ -1,7 +1,7 @@
 //===- TdxStructureOps.cpp - meshes, parameters, buffers ------------------===//
 
-#include "tdx/Dialect/LocalTypes.h"
-#include "tdx/Dialect/TdxOps.h"
+#include "tdx/IR/LocalTypes.h"
+#include "tdx/IR/TdxOps.h"
 
 #include "llvm/ADT/StringSet.h"
 

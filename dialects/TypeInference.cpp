@@ -1,6 +1,6 @@
 //===- TypeInference.cpp - PyTorch shape rules shared by tdx ops ----------===//
 
-#include "tdx/Dialect/TypeInference.h"
+#include "tdx/IR/TypeInference.h"
 
 #include "mlir/Dialect/Traits.h"
 #include "mlir/IR/Diagnostics.h"

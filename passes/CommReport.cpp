@@ -1,7 +1,7 @@
 //===- CommReport.cpp - the collectives of one forward step ---------------===//
 
-#include "tdx/Dialect/TdxOps.h"
-#include "tdx/Passes/Passes.h"
+#include "tdx/IR/TdxOps.h"
+#include "tdx/Transforms/Passes.h"
 #include "tdx/Sharding/Layout.h"
 
 #include "mlir/Support/FileUtilities.h"
@@ -10,7 +10,7 @@
 
 namespace mlir::tdx {
 #define GEN_PASS_DEF_COMMREPORT
-#include "tdx/Passes/Passes.h.inc"
+#include "tdx/Transforms/Passes.h.inc"
 } // namespace mlir::tdx
 
 using namespace mlir;

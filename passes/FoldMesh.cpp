@@ -20,9 +20,9 @@
 //
 //===----------------------------------------------------------------------===//
 
-#include "tdx/Dialect/LocalTypes.h"
-#include "tdx/Dialect/TdxOps.h"
-#include "tdx/Passes/Passes.h"
+#include "tdx/IR/LocalTypes.h"
+#include "tdx/IR/TdxOps.h"
+#include "tdx/Transforms/Passes.h"
 #include "tdx/Sharding/Layout.h"
 
 #include "mlir/Dialect/Func/IR/FuncOps.h"
@@ -33,7 +33,7 @@
 
 namespace mlir::tdx {
 #define GEN_PASS_DEF_FOLDMESH
-#include "tdx/Passes/Passes.h.inc"
+#include "tdx/Transforms/Passes.h.inc"
 } // namespace mlir::tdx
 
 using namespace mlir;

@@ -1,14 +1,14 @@
 //===- HoistCollectives.cpp - reductions started where their input is made ===//
 
-#include "tdx/Dialect/TdxOps.h"
-#include "tdx/Passes/Passes.h"
+#include "tdx/IR/TdxOps.h"
+#include "tdx/Transforms/Passes.h"
 
 #include "mlir/Dialect/Func/IR/FuncOps.h"
 #include "llvm/ADT/STLExtras.h"
 
 namespace mlir::tdx {
 #define GEN_PASS_DEF_HOISTCOLLECTIVES
-#include "tdx/Passes/Passes.h.inc"
+#include "tdx/Transforms/Passes.h.inc"
 } // namespace mlir::tdx
 
 using namespace mlir;

@@ -1,14 +1,14 @@
 //===- InsertCollectives.cpp - layout changes as single-collective steps --===//
 
-#include "tdx/Dialect/TdxOps.h"
-#include "tdx/Passes/Passes.h"
+#include "tdx/IR/TdxOps.h"
+#include "tdx/Transforms/Passes.h"
 #include "tdx/Sharding/Layout.h"
 
 #include "mlir/IR/Builders.h"
 
 namespace mlir::tdx {
 #define GEN_PASS_DEF_INSERTCOLLECTIVES
-#include "tdx/Passes/Passes.h.inc"
+#include "tdx/Transforms/Passes.h.inc"
 } // namespace mlir::tdx
 
 using namespace mlir;

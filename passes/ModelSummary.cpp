@@ -1,7 +1,7 @@
 //===- ModelSummary.cpp - print parameters, buffers and op counts ---------===//
 
-#include "tdx/Dialect/TdxOps.h"
-#include "tdx/Passes/Passes.h"
+#include "tdx/IR/TdxOps.h"
+#include "tdx/Transforms/Passes.h"
 
 #include "mlir/Support/FileUtilities.h"
 #include "llvm/ADT/MapVector.h"
@@ -10,7 +10,7 @@
 
 namespace mlir::tdx {
 #define GEN_PASS_DEF_MODELSUMMARY
-#include "tdx/Passes/Passes.h.inc"
+#include "tdx/Transforms/Passes.h.inc"
 } // namespace mlir::tdx
 
 using namespace mlir;

@@ -6,8 +6,8 @@
 //
 //===----------------------------------------------------------------------===//
 
-#include "tdx/Passes/Passes.h"
-#include "tdx/Dialect/TdxDialect.h"
+#include "tdx/Transforms/Passes.h"
+#include "tdx/IR/TdxDialect.h"
 
 #include "mlir/Dialect/Func/IR/FuncOps.h"
 

@@ -1,7 +1,7 @@
 //===- PlanMemory.cpp - arena offsets and state writes into the IR --------===//
 
-#include "tdx/Dialect/TdxOps.h"
-#include "tdx/Passes/Passes.h"
+#include "tdx/IR/TdxOps.h"
+#include "tdx/Transforms/Passes.h"
 #include "tdx/Target/Lifetimes.h"
 
 #include "mlir/Dialect/Func/IR/FuncOps.h"
@@ -9,7 +9,7 @@
 
 namespace mlir::tdx {
 #define GEN_PASS_DEF_PLANMEMORY
-#include "tdx/Passes/Passes.h.inc"
+#include "tdx/Transforms/Passes.h.inc"
 } // namespace mlir::tdx
 
 using namespace mlir;

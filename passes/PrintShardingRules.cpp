@@ -1,11 +1,11 @@
 //===- PrintShardingRules.cpp - report every op's factor mapping ----------===//
 
-#include "tdx/Dialect/TdxOps.h"
-#include "tdx/Passes/Passes.h"
+#include "tdx/IR/TdxOps.h"
+#include "tdx/Transforms/Passes.h"
 
 namespace mlir::tdx {
 #define GEN_PASS_DEF_PRINTSHARDINGRULES
-#include "tdx/Passes/Passes.h.inc"
+#include "tdx/Transforms/Passes.h.inc"
 } // namespace mlir::tdx
 
 using namespace mlir;

@@ -6,14 +6,14 @@
 //
 //===----------------------------------------------------------------------===//
 
-#include "tdx/Dialect/TdxOps.h"
-#include "tdx/Passes/Passes.h"
+#include "tdx/IR/TdxOps.h"
+#include "tdx/Transforms/Passes.h"
 #include "tdx/Sharding/Layout.h"
 #include "tdx/Sharding/Propagation.h"
 
 namespace mlir::tdx {
 #define GEN_PASS_DEF_PROPAGATESHARDING
-#include "tdx/Passes/Passes.h.inc"
+#include "tdx/Transforms/Passes.h.inc"
 } // namespace mlir::tdx
 
 using namespace mlir;

@@ -9,15 +9,15 @@
 //===----------------------------------------------------------------------===//
 
 #include "RaiseAtenCall.h"
-#include "tdx/Dialect/TdxOps.h"
-#include "tdx/Passes/Passes.h"
+#include "tdx/IR/TdxOps.h"
+#include "tdx/Transforms/Passes.h"
 
 #include "mlir/IR/Builders.h"
 #include "llvm/ADT/StringMap.h"
 
 namespace mlir::tdx {
 #define GEN_PASS_DEF_RAISEATEN
-#include "tdx/Passes/Passes.h.inc"
+#include "tdx/Transforms/Passes.h.inc"
 } // namespace mlir::tdx
 
 using namespace mlir;

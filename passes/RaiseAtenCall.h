@@ -12,7 +12,7 @@
 #ifndef TDX_PASSES_RAISEATENCALL_H
 #define TDX_PASSES_RAISEATENCALL_H
 
-#include "tdx/Dialect/TdxOps.h"
+#include "tdx/IR/TdxOps.h"
 
 #include "mlir/IR/Builders.h"
 

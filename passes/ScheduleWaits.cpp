@@ -1,7 +1,7 @@
 //===- ScheduleWaits.cpp - work after the last start, in the order it waits ===//
 
-#include "tdx/Dialect/TdxOps.h"
-#include "tdx/Passes/Passes.h"
+#include "tdx/IR/TdxOps.h"
+#include "tdx/Transforms/Passes.h"
 
 #include "mlir/Dialect/Func/IR/FuncOps.h"
 #include "mlir/IR/SymbolTable.h"
@@ -12,7 +12,7 @@
 
 namespace mlir::tdx {
 #define GEN_PASS_DEF_SCHEDULEWAITS
-#include "tdx/Passes/Passes.h.inc"
+#include "tdx/Transforms/Passes.h.inc"
 } // namespace mlir::tdx
 
 using namespace mlir;

@@ -12,7 +12,7 @@
 
 #include "CaptureInternal.h"
 
-#include "tdx/Dialect/TdxOps.h"
+#include "tdx/IR/TdxOps.h"
 
 #include "mlir/IR/Builders.h"
 

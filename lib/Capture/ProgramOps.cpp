@@ -7,8 +7,8 @@
 
 #include "CaptureInternal.h"
 
-#include "tdx/Dialect/TdxOps.h"
-#include "tdx/Passes/Passes.h"
+#include "tdx/IR/TdxOps.h"
+#include "tdx/Transforms/Passes.h"
 
 #include "mlir/Dialect/Arith/IR/Arith.h"
 #include "mlir/Dialect/Func/IR/FuncOps.h"
@@ -490,7 +490,7 @@ llvm::json::Value attrToJson(Attribute a, bool atenArgs = false) {
 }
 
 /// An operand or attribute of a registered op's torch reference as JSON
-/// (`arg` in tdx/Dialect/TdxOpRegistry.inc): operands are {"operand":
+/// (`arg` in tdx/IR/TdxOpRegistry.inc): operands are {"operand":
 /// name}, enums their names, absent optionals null.
 struct ReferenceArg {
   const DenseMap<Value, std::string> &names;
@@ -547,7 +547,7 @@ void addReference(Operation *op, const DenseMap<Value, std::string> &names,
     entry["args"] = llvm::json::Object{__VA_ARGS__};                                         \
   })
   llvm::TypeSwitch<Operation *>(op)
-#include "tdx/Dialect/TdxOpRegistry.inc"
+#include "tdx/IR/TdxOpRegistry.inc"
       .Default([](Operation *) {});
 }
 

@@ -11,7 +11,7 @@
 #ifndef TDX_LIB_SHARDING_FUNCTIONPROPAGATION_H
 #define TDX_LIB_SHARDING_FUNCTIONPROPAGATION_H
 
-#include "tdx/Dialect/TdxOps.h"
+#include "tdx/IR/TdxOps.h"
 #include "tdx/Sharding/Layout.h"
 
 #include "mlir/IR/Builders.h"

@@ -7,7 +7,7 @@
 
 #include "Emitter.h"
 #include "tdx/Target/Cpp.h"
-#include "tdx/Dialect/TdxOps.h"
+#include "tdx/IR/TdxOps.h"
 #include "tdx/Target/Fusion.h"
 #include "tdx/Sharding/Layout.h"
 #include "tdx/Target/InitEvaluator.h"

@@ -119,7 +119,7 @@ FailureOr<std::string> Emitter::atenArgument(AtenOp o, NamedAttribute kv) {
 namespace {
 
 /// The C++ text of an operand or attribute in a generated runtime call
-/// (`arg` in tdx/Dialect/TdxOpRegistry.inc), by the type of its ODS getter.
+/// (`arg` in tdx/IR/TdxOpRegistry.inc), by the type of its ODS getter.
 struct CallArg {
   Emitter &e;
   std::string operator()(Value v) const { return v ? e.name(v) : std::string("{}"); }
@@ -195,7 +195,7 @@ LogicalResult Emitter::emitOp(Operation *op) {
 #define TDX_RUNTIME_CALL(Op, expr) .Case([&](Op o) { return call(o, expr); })
   return llvm::TypeSwitch<Operation *, LogicalResult>(op)
   // The ops whose ODS def gives their runtimeCall.
-#include "tdx/Dialect/TdxOpRegistry.inc"
+#include "tdx/IR/TdxOpRegistry.inc"
       .Case([&](ParamRefOp o) {
         return assign("s.at(\"" + o.getStateName().str() + "\")");
       })

@@ -17,7 +17,7 @@
 #ifndef TDX_LIB_TARGET_EMITTER_H
 #define TDX_LIB_TARGET_EMITTER_H
 
-#include "tdx/Dialect/TdxOps.h"
+#include "tdx/IR/TdxOps.h"
 #include "tdx/Runtime/InitProgram.h"
 #include "tdx/Target/Cpp.h"
 #include "tdx/Target/Fusion.h"

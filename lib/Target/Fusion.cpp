@@ -1,7 +1,7 @@
 //===- Fusion.cpp - elementwise kernels shared by the tdx backends --------===//
 
 #include "tdx/Target/Fusion.h"
-#include "tdx/Dialect/TdxOps.h"
+#include "tdx/IR/TdxOps.h"
 
 #include "llvm/ADT/TypeSwitch.h"
 #include "llvm/Support/FormatVariadic.h"

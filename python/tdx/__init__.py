@@ -25,6 +25,7 @@ from .deferred import (
 )
 from .program import Program, capture, trace
 from .compile import Executable, compile
+from .runner import Runner
 from .training import trace_train_step
 from .memory import working_memory
 from . import checkpoint, store
@@ -51,6 +52,7 @@ __all__ = [
     "trace_train_step",
     "working_memory",
     "Executable",
+    "Runner",
     "compile",
     "ColwiseParallel",
     "DeviceMesh",

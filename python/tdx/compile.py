@@ -32,8 +32,12 @@ class Executable:
     """A model binary for one mesh; runs under mpirun, one rank per device
     (CPU processes, or GPUs for target="cuda")."""
 
-    def __init__(self, path, world_size, target="cpu", memory_plan=None, hyperparameters=None):
+    def __init__(self, path, world_size, target="cpu", memory_plan=None, hyperparameters=None,
+                 entry="forward"):
         self.path = path
+        # The program's function: "forward", or "train_step" for a step
+        # traced by tdx.trace_train_step (a runner's method of that name).
+        self.entry = entry
         # A training step's hyperparameter inputs: name -> default (the
         # traced value), the step's last inputs in this order.
         self.hyperparameters = dict(hyperparameters or {})
@@ -79,7 +83,8 @@ class Executable:
                                  f"program was traced for {expected} (trace it again for other "
                                  f"shapes or dtypes)")
 
-    def _launch(self, nprocs, args, timeout):
+    def _mpirun(self, nprocs, args, session):
+        """The mpirun command line and environment of a run on `nprocs`."""
         nprocs = self.world_size if nprocs is None else nprocs
         if nprocs != self.world_size:
             raise TdxError(f"the program runs on {self.world_size} process(es) (its mesh's devices, "
@@ -89,9 +94,41 @@ class Executable:
                self.path] + args
         # A session directory of its own (unless the caller chose one): two
         # mpiruns starting at once race to create Open MPI's shared one.
+        env = dict(os.environ)
+        env.setdefault("OMPI_MCA_orte_tmpdir_base", session)
+        return cmd, env
+
+    def _start(self, nprocs, args, workdir, stderr_path):
+        """Starts the ranks in the background (a runner's); their output
+        goes to files in `workdir`."""
+        session = os.path.join(workdir, "mpi")
+        os.makedirs(session)
+        cmd, env = self._mpirun(nprocs, args, session)
+        with open(os.path.join(workdir, "stdout"), "w") as out, open(stderr_path, "w") as err:
+            return subprocess.Popen(cmd, stdin=subprocess.DEVNULL, stdout=out, stderr=err,
+                                    env=env)
+
+    def start(self, params=None, seed=0, nprocs=None, threads=None, *, store=None,
+              timeout=600):
+        """Starts the program's ranks once and returns a :class:`tdx.Runner`
+        that holds their state between calls: ``runner.train_step(x, y,
+        lr=...)`` from your own loop, ``runner.state_dict()``,
+        ``runner.save(dir)``, ``runner.close()`` (or a ``with`` block).
+
+        `params` is as for :meth:`run` (a state dict, a file, a directory, a
+        tdx checkpoint to resume from, or ``"store:KEY"``); without it the
+        ranks make their state from the init programs with `seed`. A call
+        that does not answer in `timeout` seconds ends the ranks."""
+        from .runner import Runner
+        if self.target != "cpu":
+            raise TdxError("exe.start() runs CPU binaries for now; run a CUDA binary with "
+                           "exe.run or exe.train")
+        return Runner(self, params=params, seed=seed, nprocs=nprocs, threads=threads,
+                      store=store, timeout=timeout)
+
+    def _launch(self, nprocs, args, timeout):
         with tempfile.TemporaryDirectory(prefix="tdx-mpi-") as session:
-            env = dict(os.environ)
-            env.setdefault("OMPI_MCA_orte_tmpdir_base", session)
+            cmd, env = self._mpirun(nprocs, args, session)
             try:
                 done = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout,
                                       env=env)
@@ -159,7 +196,7 @@ class Executable:
             got = safetensors.load(out)
         return tuple(got[f"output:{i}"] for i in range(len(got)))
 
-    def _with_hyperparameters(self, batches, given):
+    def _with_hyperparameters(self, batches, given, what="train"):
         """Each batch with the step's hyperparameter inputs appended: a value
         given for every step (a number) or per step (a list), else the
         traced one."""
@@ -167,14 +204,25 @@ class Executable:
         if unknown:
             accepted = ", ".join(self.hyperparameters) or "none (trace_train_step(..., "\
                 "hyperparameters=(...)) makes some)"
-            raise InputError(f"train: {', '.join(unknown)} is not a hyperparameter of this "
+            raise InputError(f"{what}: {', '.join(unknown)} is not a hyperparameter of this "
                              f"step; it takes {accepted}")
+        if self.hyperparameters:
+            # The batch's own inputs, counted without the keywords.
+            want = self.signature()["inputs"][:-len(self.hyperparameters)]
+            for k, batch in enumerate(batches):
+                if len(batch) != len(want):
+                    where = what if len(batches) == 1 else f"{what}: batch {k}"
+                    raise InputError(
+                        f"{where} has {len(batch)} input(s) but the step takes {len(want)} "
+                        f"(and {', '.join(self.hyperparameters)} by keyword): "
+                        + ", ".join(f"input {i}: {_TORCH_DTYPES[w['dtype']]} of shape "
+                                    f"{tuple(w['shape'])}" for i, w in enumerate(want)))
         per_step = {}
         for name, default in self.hyperparameters.items():
             value = given.get(name, default)
             values = list(value) if isinstance(value, (list, tuple)) else [value] * len(batches)
             if len(values) != len(batches):
-                raise InputError(f"train: {name} has {len(values)} values for {len(batches)} "
+                raise InputError(f"{what}: {name} has {len(values)} values for {len(batches)} "
                                  f"batches; give one per batch, or one number for all")
             per_step[name] = values
         return [tuple(batch) + tuple(torch.tensor(float(per_step[n][k]), dtype=torch.float64)
@@ -323,5 +371,6 @@ def compile(prog, target="cpu", output=None, cuda_arch="sm_90", keep_source=Fals
     plan = re.search(r"working memory of a step (\d+) bytes, arena (\d+) bytes for (\d+) tensors",
                      done.stdout)
     memory_plan = plan and dict(zip(("working", "arena", "tensors"), map(int, plan.groups())))
+    entry = "train_step" if re.search(r"func\.func @train_step\(", text) else "forward"
     return Executable(os.path.abspath(binary), prog.world_size, target, memory_plan,
-                      getattr(prog, "hyperparameters", {}))
+                      getattr(prog, "hyperparameters", {}), entry)

@@ -5,8 +5,8 @@
 //
 //===----------------------------------------------------------------------===//
 
-#include "tdx/Dialect/TdxDialect.h"
-#include "tdx/Passes/Passes.h"
+#include "tdx/IR/TdxDialect.h"
+#include "tdx/Transforms/Passes.h"
 
 #include "mlir/Dialect/Arith/IR/Arith.h"
 #include "mlir/Dialect/Func/IR/FuncOps.h"

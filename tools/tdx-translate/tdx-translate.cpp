@@ -7,8 +7,8 @@
 //
 //===----------------------------------------------------------------------===//
 
-#include "tdx/Dialect/TdxDialect.h"
-#include "tdx/Passes/Passes.h"
+#include "tdx/IR/TdxDialect.h"
+#include "tdx/Transforms/Passes.h"
 #include "tdx/Target/Cpp.h"
 
 #include "mlir/Dialect/Arith/IR/Arith.h"

@@ -35,6 +35,9 @@ struct Options {
   /// --signature: print the program's mesh, state, inputs and outputs as
   /// JSON (signatureJson) and exit, without MPI.
   bool signature = false;
+  /// --serve DIR: after init, run the controller's requests from DIR
+  /// (tdx's runner, python/tdx/runner.py) until it closes.
+  std::string serve;
 };
 
 /// Parses a model binary's command line into `options`. Returns -1 to go on,

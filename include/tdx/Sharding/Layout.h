@@ -12,8 +12,8 @@
 #ifndef TDX_SHARDING_LAYOUT_H
 #define TDX_SHARDING_LAYOUT_H
 
-#include "tdx/Dialect/LocalTypes.h"
-#include "tdx/Dialect/TdxOps.h"
+#include "tdx/IR/LocalTypes.h"
+#include "tdx/IR/TdxOps.h"
 
 namespace mlir::tdx {
 

@@ -9,7 +9,7 @@
 #ifndef TDX_SHARDING_PROPAGATION_H
 #define TDX_SHARDING_PROPAGATION_H
 
-#include "tdx/Dialect/TdxOps.h"
+#include "tdx/IR/TdxOps.h"
 #include "tdx/Sharding/Layout.h"
 
 namespace mlir::tdx {

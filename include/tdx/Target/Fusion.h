@@ -12,7 +12,7 @@
 #ifndef TDX_TARGET_FUSION_H
 #define TDX_TARGET_FUSION_H
 
-#include "tdx/Dialect/TdxOps.h"
+#include "tdx/IR/TdxOps.h"
 
 #include "mlir/IR/BuiltinTypes.h"
 #include "llvm/ADT/DenseMap.h"

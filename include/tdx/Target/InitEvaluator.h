@@ -11,7 +11,7 @@
 #ifndef TDX_TARGET_INITEVALUATOR_H
 #define TDX_TARGET_INITEVALUATOR_H
 
-#include "tdx/Dialect/TdxOps.h"
+#include "tdx/IR/TdxOps.h"
 #include "tdx/Runtime/InitProgram.h"
 
 #include <cstdint>

@@ -10,7 +10,7 @@
 #ifndef TDX_TARGET_LIFETIMES_H
 #define TDX_TARGET_LIFETIMES_H
 
-#include "tdx/Dialect/TdxOps.h"
+#include "tdx/IR/TdxOps.h"
 
 #include "llvm/ADT/DenseMap.h"
 #include "llvm/ADT/DenseSet.h"

@@ -7,7 +7,13 @@
 
 #include <ATen/Parallel.h>
 
+#include <signal.h>
+#include <unistd.h>
+
 #include <algorithm>
+#include <cerrno>
+#include <csignal>
+#include <thread>
 #include <chrono>
 #include <cstdio>
 #include <fstream>
@@ -87,6 +93,68 @@ struct StepMemory {
                 static_cast<long long>(c.unasked));
     std::fflush(stdout);
   }
+};
+
+/// The controller's side of --serve DIR (python/tdx/runner.py): request k
+/// is the file DIR/k.cmd, an op and its arguments one per line; every rank
+/// reads it and runs it, and rank 0 answers in DIR/k.reply ("ok" and what
+/// the op returns) once every rank is done. The state stays resident
+/// between requests. An idle rank polls for the next request, and ends
+/// with an error once the controller's process (DIR/controller.pid) is
+/// gone, so a killed notebook never leaves ranks behind.
+class Requests {
+public:
+  explicit Requests(std::string dir) : dir_(std::move(dir)) {
+    std::ifstream pid(dir_ + "/controller.pid");
+    pid >> controller_;
+  }
+
+  /// The next request's lines (waits for it).
+  std::vector<std::string> next() {
+    ++k_;
+    std::string path = dir_ + "/" + std::to_string(k_) + ".cmd";
+    auto checked = std::chrono::steady_clock::now();
+    for (int backoff = 1;; backoff = std::min(backoff * 2, 1000)) {
+      std::ifstream in(path);
+      if (in) {
+        std::vector<std::string> lines;
+        for (std::string line; std::getline(in, line);)
+          lines.push_back(line);
+        if (!lines.empty())
+          return lines;
+      }
+      auto now = std::chrono::steady_clock::now();
+      if (controller_ > 0 && now - checked > std::chrono::milliseconds(500)) {
+        checked = now;
+        if (::kill(controller_, 0) != 0 && errno == ESRCH)
+          throw std::runtime_error("the controller (pid " + std::to_string(controller_) +
+                                   ") is gone; the runner's ranks end with it");
+      }
+      std::this_thread::sleep_for(std::chrono::microseconds(backoff));
+    }
+  }
+
+  std::string file(const char *suffix) const {
+    return dir_ + "/" + std::to_string(k_) + suffix;
+  }
+
+  /// Rank 0's answer to the current request (written whole, then renamed).
+  void reply(const std::string &text) const {
+    std::string tmp = file(".reply.tmp");
+    {
+      std::ofstream out(tmp);
+      out << text;
+    }
+    if (std::rename(tmp.c_str(), file(".reply").c_str()) != 0)
+      throw std::runtime_error("cannot write " + file(".reply"));
+  }
+
+  int64_t count() const { return k_; }
+
+private:
+  std::string dir_;
+  pid_t controller_ = 0;
+  int64_t k_ = 0;
 };
 
 } // namespace
@@ -228,6 +296,64 @@ int tdx::rt::runMain(int argc, char **argv, const Program &program) {
     };
     if (!o.dumpParams.empty())
       saveState(o.dumpParams);
+    if (!o.serve.empty()) {
+      // A runner: calls, state and checkpoints on request (Requests).
+      Requests requests(o.serve);
+      StepMemory memory;
+      int64_t steps = 0;
+      for (;;) {
+        std::vector<std::string> r = requests.next();
+        const std::string &op = r[0];
+        auto arg = [&](size_t i) -> const std::string & {
+          if (i >= r.size())
+            throw std::runtime_error("runner request " + std::to_string(requests.count()) +
+                                     " (" + op + ") lacks argument " + std::to_string(i));
+          return r[i];
+        };
+        std::string answer = "ok\n";
+        if (op == "call") {
+          TensorStore in(arg(1));
+          std::vector<at::Tensor> local;
+          for (size_t i = 0; i < program.inputs.size(); ++i) {
+            const Program::Value &v = program.inputs[i];
+            local.push_back(readLocal(ctx, in, "input:" + std::to_string(i), "input", v.shape,
+                                      v.dtype, parseLayout(v.layout)));
+          }
+          std::vector<at::Tensor> out = memory.step(program, ctx, state, local);
+          ++steps;
+          std::map<std::string, at::Tensor> saved;
+          for (size_t i = 0; i < out.size(); ++i) {
+            at::Tensor g = ctx.gather(out[i], program.outputs[i].shape,
+                                      parseLayout(program.outputs[i].layout));
+            if (rank == 0)
+              saved["output:" + std::to_string(i)] = TensorMemory::unpooled(g);
+          }
+          if (rank == 0)
+            save(requests.file(".out.safetensors"), saved);
+        } else if (op == "state") {
+          saveState(arg(1));
+        } else if (op == "load") {
+          TensorStore in(arg(1));
+          for (const Program::Param &p : program.params)
+            if (in.find(p.name))
+              state[p.name] = readLocal(ctx, in, p.name, "parameter", p.shape, p.dtype,
+                                        parseLayout(p.layout));
+        } else if (op == "save") {
+          checkpoint(arg(1), firstStep + steps, true, std::stoi(arg(2)));
+        } else if (op == "publish") {
+          checkpoint(storeKeyPath(arg(1), arg(2)), -1, false, 2);
+        } else if (op != "close" && op != "ready") {
+          throw std::runtime_error("unknown runner request '" + op + "'");
+        }
+        ctx.barrier();
+        if (rank == 0)
+          requests.reply(answer);
+        if (op == "close")
+          break;
+      }
+      ctx.finish();
+      return 0;
+    }
     if (o.batches.empty())
       saveStep(0, true);
     if (!o.batches.empty()) {

@@ -61,6 +61,11 @@ int tdx::cu::runMain(int argc, char **argv, const Program &program) {
     std::cout << tdx::rt::signatureJson(program, tdx::rt::dtypeName) << "\n";
     return 0;
   }
+  if (!o.serve.empty()) {
+    std::cerr << "tdx: --serve (the Python runner) is not built into CUDA binaries yet; run "
+                 "a CUDA binary with --inputs or --batches (Executable.run / train)\n";
+    return 2;
+  }
   try {
     Context ctx(program.meshShape, program.axes, o.seed, o.verbose);
     const int rank = ctx.rank();

@@ -12,7 +12,7 @@
 #include "mlir/IR/Builders.h"
 #include "mlir/IR/BuiltinTypes.h"
 #include "mlir/IR/Operation.h"
-#include "tdx/Dialect/TdxDialect.h"
+#include "tdx/IR/TdxDialect.h"
 #include "llvm/ADT/SmallVector.h"
 
 namespace mlir::tdx {
@@ -118,6 +118,6 @@ Operation *lookupStateOwner(Operation *from, FlatSymbolRefAttr name,
                             SymbolTableCollection *symbols);
 } // namespace mlir::tdx::detail
 
-#include "tdx/Dialect/TdxInterfaces.h.inc"
+#include "tdx/IR/TdxInterfaces.h.inc"
 
 #endif // TDX_DIALECT_SHARDINGRULE_H

@@ -10,9 +10,9 @@
 #include "mlir/Interfaces/ControlFlowInterfaces.h"
 #include "mlir/Interfaces/InferTypeOpInterface.h"
 #include "mlir/Interfaces/SideEffectInterfaces.h"
-#include "tdx/Dialect/ShardingRule.h"
-#include "tdx/Dialect/TdxDialect.h"
-#include "tdx/Dialect/TypeInference.h"
+#include "tdx/IR/ShardingRule.h"
+#include "tdx/IR/TdxDialect.h"
+#include "tdx/IR/TypeInference.h"
 
 namespace mlir::OpTrait {
 /// An op of the elementwise table (tdx/Runtime/ElementwiseOps.def).
@@ -42,7 +42,7 @@ inline bool isAsyncReduction(Operation *op) {
 } // namespace mlir::tdx
 
 #define GET_OP_CLASSES
-#include "tdx/Dialect/TdxOps.h.inc"
+#include "tdx/IR/TdxOps.h.inc"
 
 namespace mlir::tdx {
 /// The scalar a splat constant holds, if `v` is one (casts of splat

@@ -13,10 +13,10 @@ class OpPassManager;
 namespace mlir::tdx {
 
 #define GEN_PASS_DECL
-#include "tdx/Passes/Passes.h.inc"
+#include "tdx/Transforms/Passes.h.inc"
 
 #define GEN_PASS_REGISTRATION
-#include "tdx/Passes/Passes.h.inc"
+#include "tdx/Transforms/Passes.h.inc"
 
 /// The sharding pipeline, registered once as `tdx-place` and `tdx-spmd`:
 /// canonicalize + tdx-propagate-sharding, then tdx-insert-collectives +

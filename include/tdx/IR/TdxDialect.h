@@ -8,13 +8,13 @@
 #include "mlir/IR/Dialect.h"
 #include "mlir/IR/SymbolTable.h"
 
-#include "tdx/Dialect/TdxDialect.h.inc"
-#include "tdx/Dialect/TdxEnums.h.inc"
+#include "tdx/IR/TdxDialect.h.inc"
+#include "tdx/IR/TdxEnums.h.inc"
 
 #define GET_ATTRDEF_CLASSES
-#include "tdx/Dialect/TdxAttrs.h.inc"
+#include "tdx/IR/TdxAttrs.h.inc"
 
 #define GET_TYPEDEF_CLASSES
-#include "tdx/Dialect/TdxTypes.h.inc"
+#include "tdx/IR/TdxTypes.h.inc"
 
 #endif // TDX_DIALECT_TDXDIALECT_H

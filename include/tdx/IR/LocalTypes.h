@@ -9,7 +9,7 @@
 #ifndef TDX_DIALECT_LOCALTYPES_H
 #define TDX_DIALECT_LOCALTYPES_H
 
-#include "tdx/Dialect/TdxDialect.h"
+#include "tdx/IR/TdxDialect.h"
 
 namespace mlir::tdx {
 

@@ -1,0 +1,170 @@
+"""tdx's runner (Executable.start): the ranks keep the state between calls,
+and the user's own Python loop drives the steps, against eager's loop."""
+
+import os
+import signal
+import subprocess
+import sys
+import textwrap
+import time
+
+import pytest
+import torch
+
+import tdx
+from test_training import (OPTIMIZERS, assert_matches_eager, batches, full_state, mlp,
+                           mlp_loss, rel)
+
+MESHES = {"1": None, "dp2": ((2,), ("dp",))}
+
+
+def compiled_step(mesh, opt="momentum"):
+    """The MLP's training step with lr a runtime input, as the schedule test
+    of test_training.py compiles it (the compile cache serves it again)."""
+    data = batches("mlp")
+    torch.manual_seed(0)
+    deferred = tdx.deferred_init(mlp)
+    optimizer = OPTIMIZERS[opt](deferred.parameters())
+    prog = tdx.trace_train_step(deferred, optimizer, mlp_loss, *data[0], hyperparameters=("lr",))
+    if MESHES[mesh]:
+        shape, axes = MESHES[mesh]
+        tdx.parallelize(prog, tdx.init_device_mesh("cpu", shape, axes), {}, data_parallel="dp")
+    return tdx.compile(prog)
+
+
+def start_state():
+    torch.manual_seed(0)
+    return {k: v.detach().clone() for k, v in full_state(mlp()).items()}
+
+
+@pytest.mark.parametrize("mesh", ["1", "dp2"])
+def test_a_python_loop_with_a_scheduler_drives_the_runner(mesh, tmp_path):
+    # Eager's loop: a cosine schedule that changes lr every step.
+    data = batches("mlp")
+    torch.manual_seed(0)
+    eager = mlp()
+    eager_opt = OPTIMIZERS["momentum"](eager.parameters())
+    schedule = torch.optim.lr_scheduler.CosineAnnealingLR(eager_opt, T_max=len(data))
+    lrs, want = [], []
+    for x, y in data:
+        lrs.append(schedule.get_last_lr())
+        eager_opt.zero_grad()
+        loss = mlp_loss(eager, x, y)
+        loss.backward()
+        eager_opt.step()
+        schedule.step()
+        want.append(loss.item())
+    assert len({lr[0] for lr in lrs}) == len(lrs)
+
+    exe = compiled_step(mesh)
+    assert exe.entry == "train_step"
+    half = len(data) // 2
+    losses = []
+    with exe.start(params=start_state()) as runner:
+        # The same loop, one call per step, lr from the scheduler's list.
+        for (x, y), lr in zip(data[:half], lrs[:half]):
+            loss = runner.train_step(x, y, lr=lr)
+            assert loss.shape == () and loss.dtype == torch.float32
+            losses.append(loss.item())
+        assert runner.steps == half
+        runner.save(tmp_path / "ckpt")
+        mid = runner.state_dict()
+    assert {n for n in mid if not n.startswith("optimizer.")} == set(full_state(eager))
+    assert any(n.startswith("optimizer.") for n in mid)
+
+    # Resumed from the checkpoint (parameters and momentum) in a new runner.
+    with exe.start(params=tmp_path / "ckpt") as runner:
+        assert rel(runner.state_dict()["0.weight"], mid["0.weight"]) == 0
+        for (x, y), lr in zip(data[half:], lrs[half:]):
+            losses.append(runner(x, y, lr=lr[0]).item())
+        final = runner.state_dict()
+    assert_matches_eager(losses, want, final, eager)
+
+    # load_state_dict: the mid-run state given to a fresh runner continues
+    # the same way.
+    with exe.start() as runner:
+        runner.load_state_dict(mid)
+        again = [runner.train_step(x, y, lr=lr).item()
+                 for (x, y), lr in zip(data[half:], lrs[half:])]
+    assert again == losses[half:]
+
+
+def test_runner_misuse_is_named():
+    exe = compiled_step("1")
+    x, y = batches("mlp")[0]
+    with pytest.raises(tdx.TdxError, match="the program runs on 1 process.*but nprocs=2"):
+        exe.start(nprocs=2)
+    runner = exe.start(params=start_state())
+    with pytest.raises(tdx.InputError, match=r"train_step: input 0 is torch.float32 of shape "
+                                             r"\(3, 8\); the program was traced for "
+                                             r"torch.float32 of shape \(16, 8\)"):
+        runner.train_step(x[:3], y)
+    with pytest.raises(tdx.InputError, match=r"train_step has 1 input\(s\) but the step takes 2 "
+                                             r"\(and lr by keyword\): input 0: torch.float32 "
+                                             r"of shape \(16, 8\), input 1: torch.int64"):
+        runner.train_step(x)
+    with pytest.raises(tdx.InputError, match="train_step: momentum is not a hyperparameter of "
+                                             "this step; it takes lr"):
+        runner.train_step(x, y, momentum=0.5)
+    with pytest.raises(tdx.InputError, match="train_step: lr has 2 values for 1 batches"):
+        runner.train_step(x, y, lr=[0.1, 0.2])
+    with pytest.raises(tdx.InputError, match="load_state_dict: bogus is not state of this "
+                                             "program"):
+        runner.load_state_dict({"bogus": torch.zeros(1)})
+    with pytest.raises(tdx.InputError, match=r"load_state_dict: 0.bias, 2.bias, 2.weight are missing "
+                                             r"\(pass strict=False to keep the current values\)"):
+        runner.load_state_dict({"0.weight": torch.zeros(32, 8)})
+    with pytest.raises(tdx.InputError, match=r"load_state_dict: 0.weight has shape \(8, 32\); "
+                                             r"the program's is \(32, 8\)"):
+        runner.load_state_dict({"0.weight": torch.zeros(8, 32)}, strict=False)
+    # Misuse refused before it reaches the ranks leaves the runner working.
+    assert runner.train_step(x, y).shape == ()
+    runner.close()
+    runner.close()  # idempotent
+    with pytest.raises(tdx.TdxError, match="train_step: the runner is closed; start another "
+                                           "with exe.start"):
+        runner.train_step(x, y)
+    with pytest.raises(tdx.TdxError, match="state_dict: the runner is closed"):
+        runner.state_dict()
+
+
+def test_a_rank_that_fails_mid_call_ends_the_runner_with_its_message():
+    exe = compiled_step("dp2")
+    runner = exe.start()
+    # A request whose input file is gone (what a crashed writer would
+    # leave): every rank fails reading it and the runner ends, naming it.
+    with pytest.raises(tdx.TdxError, match=r"(?s)ranks ended during call.*rank \d: .*"
+                                           r"/nonexistent/in.safetensors"):
+        runner._request("call", "/nonexistent/in.safetensors")
+    with pytest.raises(tdx.TdxError, match="the runner is closed"):
+        runner.state_dict()
+
+
+def test_the_ranks_end_when_the_controller_dies(tmp_path):
+    # A notebook killed mid-session leaves no rank behind: the ranks see the
+    # controller's process gone and end.
+    exe = compiled_step("1")
+    exe.save(tmp_path / "model")
+    script = textwrap.dedent(f"""
+        import sys, time
+        import tdx
+        runner = tdx.Executable.load({str(tmp_path / "model")!r}, 1).start()
+        print(runner._proc.pid, flush=True)
+        time.sleep(600)
+    """)
+    child = subprocess.Popen([sys.executable, "-c", script], stdout=subprocess.PIPE, text=True)
+    mpirun = int(child.stdout.readline())
+    child.send_signal(signal.SIGKILL)
+    child.wait()
+
+    def alive(pid):
+        try:
+            with open(f"/proc/{pid}/stat") as f:
+                return f.read().split(")")[1].split()[0] != "Z"
+        except FileNotFoundError:
+            return False
+
+    deadline = time.monotonic() + 30
+    while alive(mpirun) and time.monotonic() < deadline:
+        time.sleep(0.1)
+    assert not alive(mpirun), "the runner's mpirun outlived its controller by 30 s"
