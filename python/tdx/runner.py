@@ -2,6 +2,7 @@
 driven step by step from the user's own Python loop (`Executable.start`)."""
 
 import os
+import select
 import shutil
 import subprocess
 import tempfile
@@ -39,6 +40,14 @@ class Runner:
         self._dir = tempfile.mkdtemp(prefix="tdx-runner-", dir=shm)
         with open(os.path.join(self._dir, "controller.pid"), "w") as f:
             f.write(str(os.getpid()))
+        # One pipe per rank for the requests, one for rank 0's answers;
+        # held open for reading and writing, so that neither end blocks on
+        # opening or ever reads as closed.
+        self._pipes = []
+        for path in [f"rank{r}.fifo" for r in range(exe.world_size)] + ["reply.fifo"]:
+            os.mkfifo(os.path.join(self._dir, path))
+            self._pipes.append(os.open(os.path.join(self._dir, path), os.O_RDWR))
+        self._replies = b""
         args = ["--serve", self._dir, "--seed", str(seed)]
         args += exe._params_args(params, self._dir) + exe._store_args(store)
         args += exe._threads_args(threads)
@@ -62,8 +71,7 @@ class Runner:
             got = safetensors.load(out_path)
             os.remove(out_path)
         finally:
-            if os.path.exists(path):
-                os.remove(path)
+            _discard(path)
         self.steps += 1
         outputs = tuple(got[f"output:{i}"] for i in range(len(got)))
         return outputs[0] if len(outputs) == 1 else outputs
@@ -78,7 +86,7 @@ class Runner:
         try:
             return safetensors.load(path)
         finally:
-            os.remove(path)
+            _discard(path)
 
     def load_state_dict(self, state_dict, strict=True):
         """Replaces the ranks' state with `state_dict`'s global tensors (each
@@ -108,7 +116,7 @@ class Runner:
         try:
             self._request("load", path)
         finally:
-            os.remove(path)
+            _discard(path)
 
     def save(self, checkpoint, keep=2):
         """A sharded, crash-safe checkpoint of the whole state (optimizer
@@ -134,11 +142,11 @@ class Runner:
             self._request("close")
             self._proc.wait(timeout=60)
         finally:
-            self._closed = True
             if self._proc.poll() is None:
                 self._proc.kill()
                 self._proc.wait()
-            shutil.rmtree(self._dir, ignore_errors=True)
+            if not self._closed:
+                self._end()
 
     def __enter__(self):
         return self
@@ -150,11 +158,15 @@ class Runner:
         proc = getattr(self, "_proc", None)
         if proc is not None and proc.poll() is None:
             proc.kill()
+        for fd in getattr(self, "_pipes", []):
+            os.close(fd)
         if getattr(self, "_dir", None):
             shutil.rmtree(self._dir, ignore_errors=True)
 
-    # The requests (the binary's --serve DIR): request k is DIR/k.cmd, its
-    # answer DIR/k.reply, written by rank 0 once every rank is done.
+    # The requests (the binary's --serve DIR, lib/Runtime/cpu/Driver.cpp):
+    # request k is a line "op<TAB>args..." on every rank's pipe, answered by
+    # a line on reply.fifo once every rank is done; its tensors are the
+    # files k.in.safetensors and k.out.safetensors.
 
     def _file(self, k, suffix):
         return os.path.join(self._dir, f"{k}{suffix}")
@@ -164,34 +176,49 @@ class Runner:
             raise TdxError(f"{what}: the runner is closed; start another with exe.start()")
 
     def _request(self, op, *args):
+        if any("\t" in a or "\n" in a for a in args):
+            raise ValueError(f"{op}: a path with a tab or newline cannot be sent to the ranks")
         self._k += 1
-        cmd, reply = self._file(self._k, ".cmd"), self._file(self._k, ".reply")
-        with open(cmd + ".tmp", "w") as f:
-            f.write("\n".join((op,) + args) + "\n")
-        os.rename(cmd + ".tmp", cmd)
+        line = ("\t".join((op,) + args) + "\n").encode()
+        for fd in self._pipes[:-1]:
+            os.write(fd, line)
         deadline = time.monotonic() + self._timeout
-        pause = 20e-6
-        while not os.path.exists(reply):
+        reply = self._pipes[-1]
+        while b"\n" not in self._replies:
+            ready, _, _ = select.select([reply], [], [], 0.5)
+            if ready:
+                self._replies += os.read(reply, 4096)
+                continue
             if self._proc.poll() is not None:
                 self._died(op)
             if time.monotonic() > deadline:
                 self._proc.kill()
                 self._proc.wait()
-                self._closed = True
+                self._end()
                 raise TdxError(f"the runner's {op} did not finish in {self._timeout} s; its "
                                f"ranks were ended")
-            time.sleep(pause)
-            pause = min(2 * pause, 1e-3)
-        with open(reply) as f:
-            answer = f.read()
-        os.remove(reply)
-        os.remove(cmd)
-        return answer
+        answer, self._replies = self._replies.split(b"\n", 1)
+        return answer.decode()
+
+    def _end(self):
+        self._closed = True
+        for fd in self._pipes:
+            os.close(fd)
+        self._pipes = []
+        shutil.rmtree(self._dir, ignore_errors=True)
 
     def _died(self, op):
-        self._closed = True
         with open(self._stderr_path) as f:
             log = f.read().strip()
         code = self._proc.returncode
-        shutil.rmtree(self._dir, ignore_errors=True)
+        self._end()
         raise TdxError(f"the runner's ranks ended during {op} (exit {code}):\n{log}")
+
+
+def _discard(path):
+    """Removes a request's file, if the runner has not already (an ended
+    runner's directory is gone)."""
+    try:
+        os.remove(path)
+    except FileNotFoundError:
+        pass

@@ -7,13 +7,14 @@
 
 #include <ATen/Parallel.h>
 
+#include <fcntl.h>
+#include <poll.h>
 #include <signal.h>
 #include <unistd.h>
 
 #include <algorithm>
 #include <cerrno>
-#include <csignal>
-#include <thread>
+#include <cstring>
 #include <chrono>
 #include <cstdio>
 #include <fstream>
@@ -95,42 +96,57 @@ struct StepMemory {
   }
 };
 
-/// The controller's side of --serve DIR (python/tdx/runner.py): request k
-/// is the file DIR/k.cmd, an op and its arguments one per line; every rank
-/// reads it and runs it, and rank 0 answers in DIR/k.reply ("ok" and what
-/// the op returns) once every rank is done. The state stays resident
-/// between requests. An idle rank polls for the next request, and ends
-/// with an error once the controller's process (DIR/controller.pid) is
-/// gone, so a killed notebook never leaves ranks behind.
+/// The ranks' side of --serve DIR (the controller is python/tdx/runner.py).
+/// Request k reaches rank r as one line on the pipe DIR/rank<r>.fifo, an op
+/// and its arguments separated by tabs; every rank runs it, and rank 0
+/// answers "ok" on DIR/reply.fifo once every rank is done. Its tensors are
+/// files DIR/k.in.safetensors and DIR/k.out.safetensors. Waiting ranks
+/// block on their pipe (no CPU), and end with an error once the
+/// controller's process (DIR/controller.pid) is gone, so a killed notebook
+/// leaves no rank behind.
 class Requests {
 public:
-  explicit Requests(std::string dir) : dir_(std::move(dir)) {
+  Requests(std::string dir, int rank) : dir_(std::move(dir)) {
     std::ifstream pid(dir_ + "/controller.pid");
     pid >> controller_;
+    std::string pipe = dir_ + "/rank" + std::to_string(rank) + ".fifo";
+    // Read and write: the pipe never reads as closed between requests.
+    fd_ = ::open(pipe.c_str(), O_RDWR);
+    if (fd_ < 0)
+      throw std::runtime_error("--serve: cannot open " + pipe + " (the runner makes it): " +
+                               std::strerror(errno));
   }
+  ~Requests() { ::close(fd_); }
 
-  /// The next request's lines (waits for it).
+  /// The next request's fields (waits for it).
   std::vector<std::string> next() {
     ++k_;
-    std::string path = dir_ + "/" + std::to_string(k_) + ".cmd";
-    auto checked = std::chrono::steady_clock::now();
-    for (int backoff = 1;; backoff = std::min(backoff * 2, 1000)) {
-      std::ifstream in(path);
-      if (in) {
-        std::vector<std::string> lines;
-        for (std::string line; std::getline(in, line);)
-          lines.push_back(line);
-        if (!lines.empty())
-          return lines;
-      }
-      auto now = std::chrono::steady_clock::now();
-      if (controller_ > 0 && now - checked > std::chrono::milliseconds(500)) {
-        checked = now;
-        if (::kill(controller_, 0) != 0 && errno == ESRCH)
+    size_t end;
+    while ((end = buffer_.find('\n')) == std::string::npos) {
+      pollfd p{fd_, POLLIN, 0};
+      int ready = ::poll(&p, 1, 500);
+      if (ready < 0 && errno != EINTR)
+        throw std::runtime_error(std::string("--serve: poll: ") + std::strerror(errno));
+      if (ready <= 0) {
+        if (controller_ > 0 && ::kill(controller_, 0) != 0 && errno == ESRCH)
           throw std::runtime_error("the controller (pid " + std::to_string(controller_) +
                                    ") is gone; the runner's ranks end with it");
+        continue;
       }
-      std::this_thread::sleep_for(std::chrono::microseconds(backoff));
+      char chunk[4096];
+      ssize_t n = ::read(fd_, chunk, sizeof chunk);
+      if (n > 0)
+        buffer_.append(chunk, n);
+    }
+    std::string line = buffer_.substr(0, end);
+    buffer_.erase(0, end + 1);
+    std::vector<std::string> fields;
+    for (size_t at = 0;;) {
+      size_t tab = line.find('\t', at);
+      fields.push_back(line.substr(at, tab == std::string::npos ? tab : tab - at));
+      if (tab == std::string::npos)
+        return fields;
+      at = tab + 1;
     }
   }
 
@@ -138,21 +154,25 @@ public:
     return dir_ + "/" + std::to_string(k_) + suffix;
   }
 
-  /// Rank 0's answer to the current request (written whole, then renamed).
+  /// Rank 0's answer to the current request.
   void reply(const std::string &text) const {
-    std::string tmp = file(".reply.tmp");
-    {
-      std::ofstream out(tmp);
-      out << text;
-    }
-    if (std::rename(tmp.c_str(), file(".reply").c_str()) != 0)
-      throw std::runtime_error("cannot write " + file(".reply"));
+    std::string pipe = dir_ + "/reply.fifo";
+    int fd = ::open(pipe.c_str(), O_WRONLY | O_NONBLOCK);
+    std::string line = text + "\n";
+    bool sent = fd >= 0 && ::write(fd, line.data(), line.size()) ==
+                               static_cast<ssize_t>(line.size());
+    if (fd >= 0)
+      ::close(fd);
+    if (!sent)
+      throw std::runtime_error("--serve: cannot answer on " + pipe + ": " +
+                               std::strerror(errno));
   }
 
   int64_t count() const { return k_; }
 
 private:
-  std::string dir_;
+  std::string dir_, buffer_;
+  int fd_ = -1;
   pid_t controller_ = 0;
   int64_t k_ = 0;
 };
@@ -298,7 +318,7 @@ int tdx::rt::runMain(int argc, char **argv, const Program &program) {
       saveState(o.dumpParams);
     if (!o.serve.empty()) {
       // A runner: calls, state and checkpoints on request (Requests).
-      Requests requests(o.serve);
+      Requests requests(o.serve, rank);
       StepMemory memory;
       int64_t steps = 0;
       for (;;) {
@@ -310,7 +330,7 @@ int tdx::rt::runMain(int argc, char **argv, const Program &program) {
                                      " (" + op + ") lacks argument " + std::to_string(i));
           return r[i];
         };
-        std::string answer = "ok\n";
+        std::string answer = "ok";
         if (op == "call") {
           TensorStore in(arg(1));
           std::vector<at::Tensor> local;
