@@ -9,7 +9,7 @@ PACKAGES=(
   # PyTorch 1.13 for Python and C++, with a fast BLAS
   python3-torch libtorch-dev libopenblas0-pthread python3-torchvision
   # Python bindings and tests
-  pybind11-dev python3-pybind11 python3-dev python3-pytest python3-pytest-xdist
+  pybind11-dev python3-pybind11 python3-dev python3-pytest python3-pytest-xdist python3-tqdm
   # MPI runtime for the multi-rank backends
   libopenmpi-dev openmpi-bin libsleef-dev
   # build tools

@@ -11,10 +11,10 @@
 # pytest-models (real models, training steps, the e2e op suite, the docs'
 # examples, the GPU check's bundle). Model binaries are compiled once per
 # content into the compile cache, $TDX_CACHE_DIR (default
-# build/test/compile-cache; remove it for a cold run). pytest-models runs
-# in $TDX_TEST_JOBS processes (default 2, pytest-xdist, a file per process:
-# most of its time is g++ compiling one model at a time). Long cases marked
-# slow run with TDX_SLOW=1.
+# build/test/compile-cache; remove it for a cold run). Both pytest tiers
+# run in $TDX_TEST_JOBS processes (default 2, pytest-xdist, tests handed
+# out one by one; most of pytest-models' time is g++ compiling one model at
+# a time). Long cases marked slow run with TDX_SLOW=1.
 set -uo pipefail
 root="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 build="${TDX_BUILD_DIR:-$root/build}"
@@ -55,10 +55,13 @@ pytest_tier() {  # pytest_tier NAME [pytest options] FILES...
     timeout 3600 /usr/bin/python3 -m pytest -q -p no:cacheprovider \
       --junitxml="$build/test/pytest-$name.xml" "$@")
 }
-timed pytest-quick pytest_tier quick "${quick[@]}"
+# Tests go to the processes one by one (--dist load): the compile cache's
+# lock has two processes that need one program compile it once, and whole
+# files per process left one process with most of the work.
+parallel=()
+[ "$jobs" -gt 1 ] && parallel=(-n "$jobs" --dist load)
+timed pytest-quick pytest_tier quick "${parallel[@]}" "${quick[@]}"
 if [ "$tier" = all ]; then
-  parallel=()
-  [ "$jobs" -gt 1 ] && parallel=(-n "$jobs" --dist loadfile)
   timed pytest-models pytest_tier models "${parallel[@]}" "${models[@]}"
 fi
 

@@ -33,8 +33,12 @@ class Executable:
     (CPU processes, or GPUs for target="cuda")."""
 
     def __init__(self, path, world_size, target="cpu", memory_plan=None, hyperparameters=None,
-                 entry="forward"):
+                 entry="forward", accumulation_steps=1):
         self.path = path
+        # A step with gradient accumulation (trace_train_step's
+        # accumulation_steps=k) takes its batch inputs as k micro-batches
+        # concatenated along dim 0; the program's inputs stack them.
+        self.accumulation_steps = accumulation_steps
         # The program's function: "forward", or "train_step" for a step
         # traced by tdx.trace_train_step (a runner's method of that name).
         self.entry = entry
@@ -65,9 +69,20 @@ class Executable:
         return self._signature
 
     def _check_inputs(self, inputs, what):
-        """Raises InputError unless `inputs` are what the program takes: as
-        many, each a tensor of the traced shape and dtype."""
-        want = self.signature()["inputs"]
+        """`inputs` as the program takes them; raises InputError unless they
+        are what it was traced for: as many, each a tensor of the traced
+        shape and dtype. A step with gradient accumulation takes each batch
+        input as its micro-batches concatenated, and gets them stacked."""
+        k = self.accumulation_steps
+        data = len(self.signature()["inputs"]) - len(self.hyperparameters)
+
+        def unstacked(i, spec):
+            shape = spec["shape"]
+            if k > 1 and i < data:
+                shape = [shape[0] * shape[1]] + shape[2:]
+            return dict(spec, shape=shape)
+
+        want = [unstacked(i, spec) for i, spec in enumerate(self.signature()["inputs"])]
         describe = lambda spec: f"{_TORCH_DTYPES[spec['dtype']]} of shape {tuple(spec['shape'])}"
         if len(inputs) != len(want):
             raise InputError(
@@ -82,6 +97,10 @@ class Executable:
                 raise InputError(f"{what}: input {i} is {x.dtype} of shape {tuple(x.shape)}; the "
                                  f"program was traced for {expected} (trace it again for other "
                                  f"shapes or dtypes)")
+        if k == 1:
+            return tuple(inputs)
+        return tuple(x.reshape(k, x.shape[0] // k, *x.shape[1:]) if i < data else x
+                     for i, x in enumerate(inputs))
 
     def _mpirun(self, nprocs, args, session):
         """The mpirun command line and environment of a run on `nprocs`."""
@@ -109,7 +128,7 @@ class Executable:
                                     env=env)
 
     def start(self, params=None, seed=0, nprocs=None, threads=None, *, store=None,
-              timeout=600):
+              timeout=600, progress=False):
         """Starts the program's ranks once and returns a :class:`tdx.Runner`
         that holds their state between calls: ``runner.train_step(x, y,
         lr=...)`` from your own loop, ``runner.state_dict()``,
@@ -118,13 +137,15 @@ class Executable:
         `params` is as for :meth:`run` (a state dict, a file, a directory, a
         tdx checkpoint to resume from, or ``"store:KEY"``); without it the
         ranks make their state from the init programs with `seed`. A call
-        that does not answer in `timeout` seconds ends the ranks."""
+        that does not answer in `timeout` seconds ends the ranks.
+        ``progress=True`` shows a progress bar (step, loss, steps/s) when
+        stderr is a terminal."""
         from .runner import Runner
         if self.target != "cpu":
             raise TdxError("exe.start() runs CPU binaries for now; run a CUDA binary with "
                            "exe.run or exe.train")
         return Runner(self, params=params, seed=seed, nprocs=nprocs, threads=threads,
-                      store=store, timeout=timeout)
+                      store=store, timeout=timeout, progress=progress)
 
     def _launch(self, nprocs, args, timeout):
         with tempfile.TemporaryDirectory(prefix="tdx-mpi-") as session:
@@ -184,7 +205,7 @@ class Executable:
         ATen threads of each rank (default: the binary's, see its --help).
         ``overlap=False`` waits for every all_reduce and reduce_scatter where
         it starts (``--no-overlap``: what overlap hides, measured)."""
-        self._check_inputs(inputs, "run")
+        inputs = self._check_inputs(inputs, "run")
         with tempfile.TemporaryDirectory() as tmp:
             inp, out = os.path.join(tmp, "in.safetensors"), os.path.join(tmp, "out.safetensors")
             safetensors.save({f"input:{i}": x for i, x in enumerate(inputs)}, inp)
@@ -269,8 +290,7 @@ class Executable:
         if resume and params is not None:
             raise ValueError("resume=True reads the state from the checkpoint; drop params")
         batches = self._with_hyperparameters(batches, hyperparameters)
-        for k, batch in enumerate(batches):
-            self._check_inputs(batch, f"batch {k}")
+        batches = [self._check_inputs(batch, f"batch {k}") for k, batch in enumerate(batches)]
         with tempfile.TemporaryDirectory() as tmp:
             inp = os.path.join(tmp, "batches.safetensors")
             out = os.path.join(tmp, "out.safetensors")
@@ -373,4 +393,5 @@ def compile(prog, target="cpu", output=None, cuda_arch="sm_90", keep_source=Fals
     memory_plan = plan and dict(zip(("working", "arena", "tensors"), map(int, plan.groups())))
     entry = "train_step" if re.search(r"func\.func @train_step\(", text) else "forward"
     return Executable(os.path.abspath(binary), prog.world_size, target, memory_plan,
-                      getattr(prog, "hyperparameters", {}), entry)
+                      getattr(prog, "hyperparameters", {}), entry,
+                      getattr(prog, "accumulation_steps", 1))

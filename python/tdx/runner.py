@@ -5,6 +5,7 @@ import os
 import select
 import shutil
 import subprocess
+import sys
 import tempfile
 import time
 
@@ -25,13 +26,17 @@ class Runner:
 
     This is the single-controller runner: the calling process is the
     controller and ``nprocs`` worker ranks (mpirun) run the program.
-    Requests and tensors go through files in shared memory (``/dev/shm``).
+    Requests go through a pipe per rank and tensors through files in
+    shared memory (``/dev/shm``). With ``progress=True`` (and a terminal
+    on stderr) a tqdm bar shows the step, the loss, the hyperparameters
+    given and steps/s.
     The ranks end when :meth:`close` is called, when a ``with`` block
     ends, or when this process dies."""
 
     def __init__(self, exe, *, params=None, seed=0, nprocs=None, threads=None, store=None,
-                 timeout=600):
+                 timeout=600, progress=False):
         self._exe = exe
+        self._bar = None
         self._timeout = timeout
         self._k = 0
         self._closed = True
@@ -54,15 +59,20 @@ class Runner:
         self._stderr_path = os.path.join(self._dir, "stderr")
         self._proc = exe._start(nprocs, args, self._dir, self._stderr_path)
         self._closed = False
-        # The ranks have made or read their state once this is answered.
-        self._request("ready")
+        # The ranks have made or read their state once this is answered,
+        # with the step they start from (a runner's checkpoint's, or 0).
+        self.steps = int(self._request("ready").split("\t")[1])
         setattr(self, exe.entry, self.__call__)
+        if progress and sys.stderr.isatty():
+            from tqdm import tqdm
+            self._bar = tqdm(desc=exe.entry, unit="step", initial=self.steps, dynamic_ncols=True,
+                             leave=True)
 
     def __call__(self, *inputs, **hyperparameters):
         name = f"{self._exe.entry}"
         self._check_open(name)
         batch = self._exe._with_hyperparameters([tuple(inputs)], hyperparameters, name)[0]
-        self._exe._check_inputs(batch, name)
+        batch = self._exe._check_inputs(batch, name)
         path = self._file(self._k + 1, ".in.safetensors")
         safetensors.save({f"input:{i}": x for i, x in enumerate(batch)}, path)
         try:
@@ -74,6 +84,15 @@ class Runner:
             _discard(path)
         self.steps += 1
         outputs = tuple(got[f"output:{i}"] for i in range(len(got)))
+        if self._bar is not None:
+            # The step, its loss (the first output, when a number) and the
+            # hyperparameters given; tqdm adds steps/s.
+            shown = {k: f"{float(v[0] if isinstance(v, (list, tuple)) else v):.3g}"
+                     for k, v in hyperparameters.items()}
+            if outputs and outputs[0].numel() == 1:
+                shown = {"loss": f"{outputs[0].item():.4f}", **shown}
+            self._bar.set_postfix(shown, refresh=False)
+            self._bar.update(1)
         return outputs[0] if len(outputs) == 1 else outputs
 
     def state_dict(self):
@@ -122,8 +141,9 @@ class Runner:
         """A sharded, crash-safe checkpoint of the whole state (optimizer
         included) under the directory `checkpoint`, as step ``self.steps``:
         every rank writes its own shards (tdx.checkpoint's format), and
-        ``exe.start(params=checkpoint)`` resumes from it on any layout.
-        Keeps the newest `keep` steps (0: all)."""
+        ``exe.start(params=checkpoint)`` resumes from it on any layout, its
+        steps counted on from the saved one and its random ops drawing on
+        from the saved stream. Keeps the newest `keep` steps (0: all)."""
         self._check_open("save")
         self._request("save", os.fspath(checkpoint), str(int(keep)))
 
@@ -136,6 +156,9 @@ class Runner:
 
     def close(self):
         """Ends the ranks. Idempotent."""
+        if self._bar is not None:
+            self._bar.close()
+            self._bar = None
         if self._closed:
             return
         try:

@@ -230,18 +230,24 @@ def _place_batch(prog, mesh, axis):
     cost model picks, and a user's own placement wins. 0-D inputs and
     inputs of another leading size (a temperature, a broadcast row, a
     weight given as an input) are left to propagation, which replicates
-    them unless splitting is cheaper. Inputs the user placed are kept."""
+    them unless splitting is cheaper. Inputs the user placed are kept.
+
+    A step with gradient accumulation takes its micro-batches stacked,
+    (k, B, ...): dim 1 is split, so that each rank takes its part of every
+    micro-batch, as DDP's ranks do in eager's accumulation loop."""
     entry = prog._module.entry()
     if prog._module.num_arguments(entry) < 0:
         raise CaptureError("data parallelism places the step's inputs; trace the model first "
                            "(tdx.trace or tdx.trace_train_step)")
+    k = getattr(prog, "accumulation_steps", 1)
+    dim = 1 if k > 1 else 0
     shapes = prog._module.argument_shapes(entry)
-    batch = next((shape[0] for shape, _ in shapes if shape), None)
+    batch = next((shape[dim] for shape, _ in shapes if len(shape) > dim), None)
     for i, (shape, placed) in enumerate(shapes):
-        if placed or not shape or shape[0] != batch:
+        if placed or len(shape) <= dim or shape[dim] != batch or (k > 1 and shape[0] != k):
             continue
         placements = [Replicate()] * mesh.ndim
-        placements[axis] = Shard(0)
+        placements[axis] = Shard(dim)
         _annotate(prog, f"input:{i}", mesh, placements, priority=0)
 
 

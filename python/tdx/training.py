@@ -173,7 +173,8 @@ def _with_hyperparameters(texts, names, values, probes):
     return text
 
 
-def trace_train_step(model, optimizer, loss_fn, *batch, max_grad_norm=None, hyperparameters=()):
+def trace_train_step(model, optimizer, loss_fn, *batch, max_grad_norm=None, hyperparameters=(),
+                     accumulation_steps=1):
     """Records one training step of a deferred-init ``model`` into
     ``func.func @train_step(batch...) -> loss``: ``loss_fn(model, *batch)``
     (a scalar), its gradients by libtorch's autograd on fake tensors (eager's
@@ -197,7 +198,15 @@ def trace_train_step(model, optimizer, loss_fn, *batch, max_grad_norm=None, hype
     name to its traced value, the default. The step is recorded at the
     traced values and once per hyperparameter at two other values; every
     constant that changes must be affine in one hyperparameter (torch's SGD,
-    Adam and AdamW are), and becomes computed from its input."""
+    Adam and AdamW are), and becomes computed from its input.
+
+    ``accumulation_steps=k`` accumulates the gradients of k micro-batches
+    before the update, as eager's loop of k ``(loss / k).backward()`` calls
+    does: each batch element is k micro-batches concatenated along dim 0,
+    the step returns the mean of their losses, and a data-parallel step
+    reduces its gradients once per step. The program's inputs are the
+    micro-batches stacked, ``(k, B, ...)`` (``exe.train`` and the runner
+    take the concatenated ``(k * B, ...)`` and stack them)."""
     from .deferred import _python_guards
     if not isinstance(optimizer, torch.optim.Optimizer):
         raise TypeError(f"trace_train_step takes a torch.optim optimizer, got "
@@ -207,6 +216,18 @@ def trace_train_step(model, optimizer, loss_fn, *batch, max_grad_norm=None, hype
         raise ValueError(f"max_grad_norm must be a positive number, got {max_grad_norm!r}")
     if not callable(loss_fn):
         raise TypeError("loss_fn must be callable as loss_fn(model, *batch) -> scalar loss")
+    if not (isinstance(accumulation_steps, int) and accumulation_steps >= 1):
+        raise ValueError(f"accumulation_steps must be a positive int, got {accumulation_steps!r}")
+    k = accumulation_steps
+    if k > 1:
+        for i, x in enumerate(batch):
+            if not isinstance(x, torch.Tensor) or x.dim() == 0 or x.shape[0] % k:
+                shape = tuple(x.shape) if isinstance(x, torch.Tensor) else type(x).__name__
+                raise CaptureError(f"trace_train_step: accumulation_steps={k} splits every batch "
+                                   f"element along dim 0 into {k} micro-batches, but batch "
+                                   f"element {i} is {shape}; give a batch of k micro-batches "
+                                   f"concatenated")
+        batch = tuple(x.reshape(k, x.shape[0] // k, *x.shape[1:]) for x in batch)
     names_hp = _hyperparameter_names(optimizer, hyperparameters)
     entries, recording = _checked_entries(model, "trace_train_step")
     names = {id(t): name for name, t, _, tied in entries if not tied}
@@ -247,11 +268,8 @@ def trace_train_step(model, optimizer, loss_fn, *batch, max_grad_norm=None, hype
         optimizer.state.update({p: dict(state) for p, state in fresh.items()})
         try:
             with _python_guards(fake_cuda=True), _C.TraceMode(log):
-                loss = loss_fn(model, *inputs)
-                if not isinstance(loss, torch.Tensor) or loss.dim() != 0:
-                    raise CaptureError("loss_fn must return a scalar (0-D) tensor")
                 trained = [p for p in params if p.requires_grad]
-                grads = torch.autograd.grad(loss, trained, allow_unused=True)
+                loss, grads = _accumulated(model, loss_fn, inputs, trained, k)
                 with torch.no_grad():
                     for p, g in zip(trained, grads):
                         p.grad = g
@@ -287,4 +305,24 @@ def trace_train_step(model, optimizer, loss_fn, *batch, max_grad_norm=None, hype
     prog = Program(text)
     prog.forward_op_names = log.op_names()
     prog.hyperparameters = dict(zip(names_hp, traced))
+    prog.accumulation_steps = k
     return prog
+
+
+def _accumulated(model, loss_fn, inputs, trained, k):
+    """The step's loss and the gradients of `trained`: of loss_fn on the
+    whole batch, or (k > 1) eager's accumulation over the k micro-batches
+    stacked in dim 0 of each input: grad of loss_i / k summed in order, and
+    the mean of the losses."""
+    total, grads = None, None
+    for i in range(k):
+        micro = [x.narrow(0, i, 1).reshape(x.shape[1:]) for x in inputs] if k > 1 else inputs
+        loss = loss_fn(model, *micro)
+        if not isinstance(loss, torch.Tensor) or loss.dim() != 0:
+            raise CaptureError("loss_fn must return a scalar (0-D) tensor")
+        step = torch.autograd.grad(loss / k if k > 1 else loss, trained, allow_unused=True)
+        with torch.no_grad():
+            grads = step if grads is None else tuple(
+                b if a is None else a if b is None else a + b for a, b in zip(grads, step))
+            total = loss.detach() if total is None else total + loss.detach()
+    return (total / k if k > 1 else total), grads

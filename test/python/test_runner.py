@@ -74,6 +74,7 @@ def test_a_python_loop_with_a_scheduler_drives_the_runner(mesh, tmp_path):
 
     # Resumed from the checkpoint (parameters and momentum) in a new runner.
     with exe.start(params=tmp_path / "ckpt") as runner:
+        assert runner.steps == half  # counted on from the checkpoint's step
         assert rel(runner.state_dict()["0.weight"], mid["0.weight"]) == 0
         for (x, y), lr in zip(data[half:], lrs[half:]):
             losses.append(runner(x, y, lr=lr[0]).item())
@@ -168,3 +169,43 @@ def test_the_ranks_end_when_the_controller_dies(tmp_path):
     while alive(mpirun) and time.monotonic() < deadline:
         time.sleep(0.1)
     assert not alive(mpirun), "the runner's mpirun outlived its controller by 30 s"
+
+
+def test_progress_shows_on_a_terminal_and_stays_quiet_elsewhere(tmp_path):
+    import pty
+    exe = compiled_step("1")
+    exe.save(tmp_path / "model")
+    here = os.path.dirname(os.path.abspath(__file__))
+    script = textwrap.dedent(f"""
+        import sys
+        sys.path.insert(0, {here!r})
+        import torch, tdx
+        from test_training import batches
+        exe = tdx.Executable.load({str(tmp_path / "model")!r}, 1)
+        with exe.start(progress=True) as runner:
+            for x, y in batches("mlp")[:3]:
+                runner(x, y, torch.tensor(0.05, dtype=torch.float64))
+    """)
+    # On a terminal: a tqdm bar with the step count and the loss.
+    leader, follower = pty.openpty()
+    child = subprocess.Popen([sys.executable, "-c", script], stderr=follower,
+                             stdout=subprocess.DEVNULL)
+    os.close(follower)
+    shown = b""
+    while True:
+        try:
+            chunk = os.read(leader, 4096)
+        except OSError:
+            break
+        if not chunk:
+            break
+        shown += chunk
+    assert child.wait(timeout=120) == 0, shown.decode(errors="replace")
+    os.close(leader)
+    text = shown.decode(errors="replace")
+    assert "forward: " in text and "3step" in text.replace(" ", "") and "loss=" in text, text
+    # Not a terminal: nothing.
+    done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True,
+                          timeout=120)
+    assert done.returncode == 0, done.stderr
+    assert "loss=" not in done.stderr and "step/s" not in done.stderr

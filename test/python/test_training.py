@@ -910,3 +910,64 @@ def test_hyperparameter_misuse_is_named():
     with pytest.raises(tdx.InputError, match="lr is not a hyperparameter of this step; it takes "
                                              "none"):
         exe.train(data, lr=0.1)
+
+
+@pytest.mark.parametrize("mesh", ["1", "dp2"])
+def test_gradient_accumulation_is_eagers_loop_of_micro_batches(mesh):
+    # accumulation_steps=2: each batch of 16 is 2 micro-batches of 8; eager
+    # runs (loss / 2).backward() on each, then steps. The step returns the
+    # mean of the two losses. Data parallel splits every micro-batch, as
+    # DDP's ranks would, and reduces each gradient once per step.
+    k, data = 2, batches("mlp")
+    torch.manual_seed(0)
+    deferred = tdx.deferred_init(mlp)
+    prog = tdx.trace_train_step(deferred, OPTIMIZERS["momentum"](deferred.parameters()),
+                                mlp_loss, *data[0], accumulation_steps=k)
+    assert prog._module.argument_shapes("train_step")[0][0] == [2, 8, 8]
+    shape, axes, dp = MESHES[mesh]
+    if dp:
+        tdx.parallelize(prog, tdx.init_device_mesh("cpu", shape, axes), {}, data_parallel=dp)
+        grads = sorted(p.numel() * 4 for p in mlp().parameters())
+        # Each gradient once, and each micro-batch's loss sum and count.
+        assert sorted(r["bytes"] for r in prog.comm_report()) == sorted(grads + [4] * 2 * k)
+    exe = tdx.compile(prog)
+
+    torch.manual_seed(0)
+    eager = mlp()
+    opt = OPTIMIZERS["momentum"](eager.parameters())
+    want = []
+    for x, y in data:
+        opt.zero_grad()
+        total = 0.0
+        for i in range(k):
+            micro = slice(i * 8, (i + 1) * 8)
+            loss = mlp_loss(eager, x[micro], y[micro])
+            (loss / k).backward()
+            total += loss.item()
+        opt.step()
+        want.append(total / k)
+    torch.manual_seed(0)
+    start = {n: v.detach() for n, v in full_state(mlp()).items()}
+    losses, state = exe.train(data, params=start)
+    assert_matches_eager(losses, want, state, eager)
+    # The runner takes the same concatenated batches.
+    with exe.start(params=start) as runner:
+        assert runner.train_step(*data[0]).item() == losses[0]
+        with pytest.raises(tdx.InputError, match=r"input 0 is torch.float32 of shape \(8, 8\); "
+                                                 r"the program was traced for torch.float32 "
+                                                 r"of shape \(16, 8\)"):
+            runner.train_step(data[0][0][:8], data[0][1])
+
+
+def test_accumulation_needs_whole_micro_batches():
+    torch.manual_seed(0)
+    deferred = tdx.deferred_init(mlp)
+    x, y = batches("mlp")[0]
+    with pytest.raises(tdx.CaptureError, match=r"accumulation_steps=3 splits every batch "
+                                               r"element along dim 0 into 3 micro-batches, but "
+                                               r"batch element 0 is \(16, 8\)"):
+        tdx.trace_train_step(deferred, OPTIMIZERS["sgd"](deferred.parameters()), mlp_loss, x, y,
+                             accumulation_steps=3)
+    with pytest.raises(ValueError, match="accumulation_steps must be a positive int, got 0"):
+        tdx.trace_train_step(deferred, OPTIMIZERS["sgd"](deferred.parameters()), mlp_loss, x, y,
+                             accumulation_steps=0)

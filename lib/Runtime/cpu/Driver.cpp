@@ -20,6 +20,7 @@
 #include <fstream>
 #include <iostream>
 #include <memory>
+#include <optional>
 #include <sstream>
 #include <stdexcept>
 
@@ -320,7 +321,23 @@ int tdx::rt::runMain(int argc, char **argv, const Program &program) {
       // A runner: calls, state and checkpoints on request (Requests).
       Requests requests(o.serve, rank);
       StepMemory memory;
+      // Started from a checkpoint a runner saved: its steps go on from the
+      // saved step, and its random ops from the saved stream.
       int64_t steps = 0;
+      if (store) {
+        const auto &meta = store->metadata();
+        auto number = [&](const char *key) -> std::optional<uint64_t> {
+          auto it = meta.find(key);
+          if (it == meta.end() || it->second.empty() ||
+              it->second.find_first_not_of("0123456789") != std::string::npos)
+            return std::nullopt;
+          return std::stoull(it->second);
+        };
+        if (auto step = number("step"))
+          steps = static_cast<int64_t>(*step);
+        if (auto saved = number("calls"))
+          ctx.setCalls(*saved);
+      }
       for (;;) {
         std::vector<std::string> r = requests.next();
         const std::string &op = r[0];
@@ -330,7 +347,7 @@ int tdx::rt::runMain(int argc, char **argv, const Program &program) {
                                      " (" + op + ") lacks argument " + std::to_string(i));
           return r[i];
         };
-        std::string answer = "ok";
+        std::string answer = op == "ready" ? "ok\t" + std::to_string(steps) : "ok";
         if (op == "call") {
           TensorStore in(arg(1));
           std::vector<at::Tensor> local;
@@ -359,7 +376,7 @@ int tdx::rt::runMain(int argc, char **argv, const Program &program) {
               state[p.name] = readLocal(ctx, in, p.name, "parameter", p.shape, p.dtype,
                                         parseLayout(p.layout));
         } else if (op == "save") {
-          checkpoint(arg(1), firstStep + steps, true, std::stoi(arg(2)));
+          checkpoint(arg(1), steps, true, std::stoi(arg(2)));
         } else if (op == "publish") {
           checkpoint(storeKeyPath(arg(1), arg(2)), -1, false, 2);
         } else if (op != "close" && op != "ready") {
