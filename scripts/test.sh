@@ -12,9 +12,9 @@
 # examples, the GPU check's bundle). Model binaries are compiled once per
 # content into the compile cache, $TDX_CACHE_DIR (default
 # build/test/compile-cache; remove it for a cold run). Both pytest tiers
-# run in $TDX_TEST_JOBS processes (default 2, pytest-xdist, tests handed
-# out one by one; most of pytest-models' time is g++ compiling one model at
-# a time). Long cases marked slow run with TDX_SLOW=1.
+# run in $TDX_TEST_JOBS processes (default 2, pytest-xdist; most of
+# pytest-models' time is g++ compiling one model at a time). Long cases
+# marked slow run with TDX_SLOW=1.
 set -uo pipefail
 root="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 build="${TDX_BUILD_DIR:-$root/build}"
@@ -29,10 +29,13 @@ export TDX_CACHE_DIR="${TDX_CACHE_DIR-$build/test/compile-cache}"
 # The files of the quick tier; every other test file is pytest-models.
 quick=(test_capture.py test_deferred_init.py test_sharding.py test_checkpoint.py
        test_split_inputs.py test_partition_numerics.py test_emission_golden.py)
-models=()
+# The models tier's files, the longest first (measured on this machine's
+# kind): its processes take whole files, so that the tests of one file share
+# what they compile, and the longest first share the work out evenly.
+models=(test_training.py test_real_models.py test_gpu_check.py test_runtime.py)
 for f in "$root"/test/python/test_*.py; do
   name="$(basename "$f")"
-  [[ " ${quick[*]} " == *" $name "* ]] || models+=("$name")
+  [[ " ${quick[*]} ${models[*]} " == *" $name "* ]] || models+=("$name")
 done
 
 rm -f "$build"/test/results.json "$build"/test/pytest-*.xml
@@ -55,14 +58,17 @@ pytest_tier() {  # pytest_tier NAME [pytest options] FILES...
     timeout 3600 /usr/bin/python3 -m pytest -q -p no:cacheprovider \
       --junitxml="$build/test/pytest-$name.xml" "$@")
 }
-# Tests go to the processes one by one (--dist load): the compile cache's
-# lock has two processes that need one program compile it once, and whole
-# files per process left one process with most of the work.
-parallel=()
-[ "$jobs" -gt 1 ] && parallel=(-n "$jobs" --dist load)
-timed pytest-quick pytest_tier quick "${parallel[@]}" "${quick[@]}"
+# The quick tier's tests go to the processes one by one (--dist load; two
+# processes that need one program compile it once, through the compile
+# cache's lock); the models tier's go a file at a time (--dist loadfile).
+quick_jobs=() models_jobs=()
+if [ "$jobs" -gt 1 ]; then
+  quick_jobs=(-n "$jobs" --dist load)
+  models_jobs=(-n "$jobs" --dist loadfile)
+fi
+timed pytest-quick pytest_tier quick "${quick_jobs[@]}" "${quick[@]}"
 if [ "$tier" = all ]; then
-  timed pytest-models pytest_tier models "${parallel[@]}" "${models[@]}"
+  timed pytest-models pytest_tier models "${models_jobs[@]}" "${models[@]}"
 fi
 
 for t in "${times[@]}"; do echo "tdx: tier $t"; done

@@ -588,6 +588,10 @@ std::string Module::functionToJson(const std::string &function) const {
     o["results"] = std::move(results);
     o["types"] = std::move(types);
     o["attrs"] = std::move(attrs);
+    // The trait that makes an op a collective (the executor runs those
+    // over the mesh's ranks, not through a reference).
+    if (op.hasTrait<OpTrait::TdxCollective>())
+      o["collective"] = true;
     addReference(&op, names, o);
     ops.push_back(std::move(o));
   }

@@ -116,8 +116,7 @@ class Executor:
             if "tdx.shardings" in a:
                 for r, s in zip(op["results"], a["tdx.shardings"]):
                     layouts[r] = parse_placements(s)
-            if name in ("tdx.all_gather", "tdx.all_reduce", "tdx.reduce_scatter",
-                        "tdx.all_to_all", "tdx.broadcast"):
+            if op.get("collective"):
                 self._collective(env, op)
                 continue
             for c in self.coords:
