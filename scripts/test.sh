@@ -58,12 +58,13 @@ pytest_tier() {  # pytest_tier NAME [pytest options] FILES...
     timeout 3600 /usr/bin/python3 -m pytest -q -p no:cacheprovider \
       --junitxml="$build/test/pytest-$name.xml" "$@")
 }
-# The quick tier's tests go to the processes one by one (--dist load; two
+# The quick tier's tests go to the processes one by one, those sharing a
+# module-scoped fixture together (--dist loadgroup, conftest.py; two
 # processes that need one program compile it once, through the compile
 # cache's lock); the models tier's go a file at a time (--dist loadfile).
 quick_jobs=() models_jobs=()
 if [ "$jobs" -gt 1 ]; then
-  quick_jobs=(-n "$jobs" --dist load)
+  quick_jobs=(-n "$jobs" --dist loadgroup)
   models_jobs=(-n "$jobs" --dist loadfile)
 fi
 timed pytest-quick pytest_tier quick "${quick_jobs[@]}" "${quick[@]}"

@@ -27,7 +27,17 @@ def pytest_configure(config):
 
 
 def pytest_collection_modifyitems(config, items):
-    """Cases marked slow run with TDX_SLOW=1 (the default run keeps CI short)."""
+    """Cases marked slow run with TDX_SLOW=1 (the default run keeps CI short).
+    Cases that share a module-scoped fixture (a set of checkpoints, a
+    bundle) go to one test process (pytest-xdist's --dist loadgroup), which
+    makes the fixture once."""
+    for item in items:
+        info = getattr(item, "_fixtureinfo", None)
+        for name in info.names_closure if info else ():
+            defs = info.name2fixturedefs.get(name) or ()
+            if any(d.scope == "module" for d in defs):
+                item.add_marker(pytest.mark.xdist_group(f"{item.module.__name__}.{name}"))
+                break
     if os.environ.get("TDX_SLOW") == "1":
         return
     skip = pytest.mark.skip(reason="slow: run with TDX_SLOW=1")

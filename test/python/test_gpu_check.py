@@ -81,6 +81,11 @@ def test_bundle_holds_programs_expectations_runtime_and_mpi(bundle):
     assert size < 60 * 2**20
 
 
+# slow: nvcc builds the bundle's whole CUDA runtime from its copied sources
+# (the CMake build compiles the same sources every build) and its programs,
+# about 100 s of both cores. It runs with TDX_SLOW=1, and whenever the GPU
+# check runs on a GPU machine (scripts/gpu-check.sh).
+@pytest.mark.slow
 @pytest.mark.skipif(not CUDA, reason="tdx was built without nvcc")
 def test_bundle_builds_with_nvcc_and_its_mpi_runs_relocated(bundle):
     done = subprocess.run(["bash", str(bundle / "run.sh"), "--compile-only"], capture_output=True,

@@ -12,8 +12,9 @@ import pytest
 import torch
 
 import tdx
-from test_training import (OPTIMIZERS, assert_matches_eager, batches, full_state, mlp,
-                           mlp_loss, rel)
+from test_sharding import GPT2_PLAN
+from test_training import (GPT2, OPTIMIZERS, assert_matches_eager, batches, full_state,
+                           lm_loss, mlp, mlp_loss, rel)
 
 MESHES = {"1": None, "dp2": ((2,), ("dp",))}
 
@@ -209,3 +210,41 @@ def test_progress_shows_on_a_terminal_and_stays_quiet_elsewhere(tmp_path):
                           timeout=120)
     assert done.returncode == 0, done.stderr
     assert "loss=" not in done.stderr and "step/s" not in done.stderr
+
+
+def test_a_gpt_trains_tensor_parallel_from_a_loop_with_a_schedule_and_accumulation():
+    # GPT-2 (the suite's model, written the usual way) on tp2 with the
+    # Megatron plan, SGD with momentum and weight decay, lr an input that a
+    # cosine schedule changes every step, and 2 micro-batches per step:
+    # driven call by call from a Python loop, against eager's loop.
+    k, data = 2, batches("gpt2")[:6]
+    torch.manual_seed(0)
+    deferred = tdx.deferred_init(GPT2)
+    prog = tdx.trace_train_step(deferred, OPTIMIZERS["momentum"](deferred.parameters()), lm_loss,
+                                *data[0], hyperparameters=("lr",), accumulation_steps=k)
+    tdx.parallelize(prog, tdx.init_device_mesh("cpu", (2,), ("tp",)), GPT2_PLAN)
+    exe = tdx.compile(prog)
+
+    torch.manual_seed(0)
+    start = {n: v.detach().clone() for n, v in full_state(GPT2()).items()}
+    torch.manual_seed(0)
+    eager = GPT2()
+    opt = OPTIMIZERS["momentum"](eager.parameters())
+    schedule = torch.optim.lr_scheduler.CosineAnnealingLR(opt, T_max=len(data))
+    rows = data[0][0].shape[0] // k
+    got, want = [], []
+    with exe.start(params=start) as runner:
+        for x, y in data:
+            got.append(runner.train_step(x, y, lr=schedule.get_last_lr()).item())
+            opt.zero_grad()
+            total = 0.0
+            for i in range(k):
+                micro = slice(i * rows, (i + 1) * rows)
+                loss = lm_loss(eager, x[micro], y[micro])
+                (loss / k).backward()
+                total += loss.item()
+            opt.step()
+            schedule.step()
+            want.append(total / k)
+        state = runner.state_dict()
+    assert_matches_eager(got, want, state, eager)
