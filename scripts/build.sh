@@ -13,4 +13,8 @@ fi
 if [ ! -f "$build/build.ninja" ]; then
   cmake -G Ninja -S "$root" -B "$build" -DCMAKE_BUILD_TYPE=Release
 fi
+# ccache (CMakeLists.txt launches the compilers through it) reads paths
+# under the checkout as relative: another clone of the same sources, as CI
+# makes, hits the cache too.
+export CCACHE_BASEDIR="${CCACHE_BASEDIR:-$root}"
 ninja -C "$build" -j "$jobs" "$@"
