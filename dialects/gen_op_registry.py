@@ -57,8 +57,7 @@ def runtime_call(op, text, args):
             if len(stack) == 1:
                 raise ValueError(f"has a ']' without its '[' in {text!r}")
             group = stack.pop()
-            names = [p for p in group if p.startswith("arg(") or p.startswith("dtypeOf(")]
-            cond = " && ".join(f"has({p[4:-1]})" for p in names if p.startswith("arg(")) or "true"
+            cond = " && ".join(f"has({p[4:-1]})" for p in group if p.startswith("arg(")) or "true"
             stack[-1].append(f"({cond} ? std::string() + {' + '.join(group)} : std::string())")
         else:
             stack[-1].append(value(op, tok[1:], args))

@@ -426,6 +426,13 @@ llvm::json::Value typeToJson(Type type) {
   return llvm::json::Object{{"shape", std::move(shape)}, {"dtype", dtype}};
 }
 
+/// A float as JSON, which has no infinities: "inf", "-inf", "nan".
+llvm::json::Value floatToJson(double v) {
+  if (!std::isfinite(v))
+    return std::isnan(v) ? "nan" : (v > 0 ? "inf" : "-inf");
+  return v;
+}
+
 /// An attribute as JSON. In a tdx.aten op's args `unit` is None (null) and
 /// an `index` integer is an operand reference {"operand": n}.
 llvm::json::Value attrToJson(Attribute a, bool atenArgs = false) {
@@ -436,12 +443,8 @@ llvm::json::Value attrToJson(Attribute a, bool atenArgs = false) {
   if (auto i = dyn_cast<IntegerAttr>(a))
     return i.getType().isInteger(1) ? llvm::json::Value(i.getValue().getBoolValue())
                                     : llvm::json::Value(i.getValue().getSExtValue());
-  if (auto f = dyn_cast<FloatAttr>(a)) {
-    double v = f.getValueAsDouble();
-    if (!std::isfinite(v)) // JSON has no infinities: "inf", "-inf", "nan"
-      return std::isnan(v) ? "nan" : (v > 0 ? "inf" : "-inf");
-    return v;
-  }
+  if (auto f = dyn_cast<FloatAttr>(a))
+    return floatToJson(f.getValueAsDouble());
   if (auto b = dyn_cast<BoolAttr>(a))
     return b.getValue();
   if (auto s = dyn_cast<StringAttr>(a))
@@ -469,13 +472,8 @@ llvm::json::Value attrToJson(Attribute a, bool atenArgs = false) {
   if (auto dense = dyn_cast<DenseElementsAttr>(a)) {
     llvm::json::Array out;
     if (isa<FloatType>(dense.getElementType()))
-      for (APFloat v : dense.getValues<APFloat>()) {
-        double d = v.convertToDouble();
-        if (std::isfinite(d))
-          out.push_back(d);
-        else
-          out.push_back(std::isnan(d) ? "nan" : (d > 0 ? "inf" : "-inf"));
-      }
+      for (APFloat v : dense.getValues<APFloat>())
+        out.push_back(floatToJson(v.convertToDouble()));
     else
       for (APInt v : dense.getValues<APInt>())
         out.push_back(v.getSExtValue());
@@ -521,10 +519,7 @@ struct ReferenceArg {
     return ::mlir::tdx::stringifyEnum(kind).str();
   }
   llvm::json::Value operator()(const APFloat &f) const {
-    double v = f.convertToDouble();
-    if (!std::isfinite(v)) // as attrToJson writes them
-      return std::isnan(v) ? "nan" : (v > 0 ? "inf" : "-inf");
-    return v;
+    return floatToJson(f.convertToDouble());
   }
   llvm::json::Value operator()(StringRef s) const { return s.str(); }
   llvm::json::Value operator()(ArrayAttr a) const { return attrToJson(a); }

@@ -183,7 +183,6 @@ LogicalResult Emitter::emitOp(Operation *op) {
     return dtype(cast<RankedTensorType>(v.getType()).getElementType());
   };
   auto type = [&]() { return cast<RankedTensorType>(op->getResult(0).getType()); };
-  auto opts = [&]() { return dtype(type().getElementType()); };
   // A filled tensor split unevenly: this rank's box of its global shape.
   auto createdShape = [&](auto o) {
     std::optional<ArrayRef<int64_t>> global = o.getGlobalShape();
@@ -201,9 +200,11 @@ LogicalResult Emitter::emitOp(Operation *op) {
       })
       .Case([&](FullOp o) {
         return assign("T::full(" + createdShape(o) + ", " +
-                      number(o.getValue().convertToDouble()) + ", " + opts() + ")");
+                      number(o.getValue().convertToDouble()) + ", " + dtypeOf(o.getResult()) + ")");
       })
-      .Case([&](EmptyOp o) { return assign("T::zeros(" + createdShape(o) + ", " + opts() + ")"); })
+      .Case([&](EmptyOp o) {
+        return assign("T::zeros(" + createdShape(o) + ", " + dtypeOf(o.getResult()) + ")");
+      })
       .Case<UniformOp, NormalOp, TruncNormalOp, BernoulliOp>([&](Operation *o) -> LogicalResult {
         // This rank's box of the global draw of this call (`call`).
         FailureOr<::tdx::rt::InitProgram> program = buildValueProgram(o->getResult(0));
@@ -228,7 +229,7 @@ LogicalResult Emitter::emitOp(Operation *op) {
             values += (i++ ? ", " : "") + std::to_string(v.getSExtValue()) + ".0";
         values += "}";
         return assign("constant(std::vector<double>" + values + ", " + list(type().getShape()) +
-                      ", " + dtype(type().getElementType()) + ")");
+                      ", " + dtypeOf(o.getResult()) + ")");
       })
 
       .Case([&](AllGatherOp o) {

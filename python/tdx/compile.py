@@ -19,6 +19,11 @@ from .errors import InputError, TdxError, TdxWarning
 _TORCH_DTYPES = {stored: dtype for _, dtype, _, stored in _C.dtypes()}
 
 
+def _describe(spec):
+    """An input of a --signature, as the errors name it."""
+    return f"{_TORCH_DTYPES[spec['dtype']]} of shape {tuple(spec['shape'])}"
+
+
 def _tool(name):
     here = os.path.dirname(os.path.abspath(__file__))
     built = os.path.join(here, "..", "..", "bin", name)
@@ -68,28 +73,31 @@ class Executable:
             self._signature = json.loads(done.stdout)
         return self._signature
 
+    def _given_inputs(self):
+        """The program's inputs as a caller gives them (its --signature's,
+        a step with gradient accumulation's batch inputs with their k
+        micro-batches concatenated), and how many are batch inputs (the
+        hyperparameters come after them)."""
+        specs = self.signature()["inputs"]
+        data = len(specs) - len(self.hyperparameters)
+        if self.accumulation_steps > 1:
+            specs = [dict(s, shape=[s["shape"][0] * s["shape"][1]] + s["shape"][2:])
+                     if i < data else s for i, s in enumerate(specs)]
+        return specs, data
+
     def _check_inputs(self, inputs, what):
         """`inputs` as the program takes them; raises InputError unless they
         are what it was traced for: as many, each a tensor of the traced
         shape and dtype. A step with gradient accumulation takes each batch
         input as its micro-batches concatenated, and gets them stacked."""
         k = self.accumulation_steps
-        data = len(self.signature()["inputs"]) - len(self.hyperparameters)
-
-        def unstacked(i, spec):
-            shape = spec["shape"]
-            if k > 1 and i < data:
-                shape = [shape[0] * shape[1]] + shape[2:]
-            return dict(spec, shape=shape)
-
-        want = [unstacked(i, spec) for i, spec in enumerate(self.signature()["inputs"])]
-        describe = lambda spec: f"{_TORCH_DTYPES[spec['dtype']]} of shape {tuple(spec['shape'])}"
+        want, data = self._given_inputs()
         if len(inputs) != len(want):
             raise InputError(
                 f"{what} has {len(inputs)} input(s) but the program takes {len(want)}: "
-                + ", ".join(f"input {i}: {describe(w)}" for i, w in enumerate(want)))
+                + ", ".join(f"input {i}: {_describe(w)}" for i, w in enumerate(want)))
         for i, (x, spec) in enumerate(zip(inputs, want)):
-            expected = describe(spec)
+            expected = _describe(spec)
             if not hasattr(x, "shape") or not hasattr(x, "dtype"):
                 raise InputError(f"{what}: input {i} is a {type(x).__name__}; the program takes "
                                  f"a tensor, {expected}")
@@ -229,15 +237,15 @@ class Executable:
                              f"step; it takes {accepted}")
         if self.hyperparameters:
             # The batch's own inputs, counted without the keywords.
-            want = self.signature()["inputs"][:-len(self.hyperparameters)]
+            specs, data = self._given_inputs()
             for k, batch in enumerate(batches):
-                if len(batch) != len(want):
+                if len(batch) != data:
                     where = what if len(batches) == 1 else f"{what}: batch {k}"
                     raise InputError(
-                        f"{where} has {len(batch)} input(s) but the step takes {len(want)} "
+                        f"{where} has {len(batch)} input(s) but the step takes {data} "
                         f"(and {', '.join(self.hyperparameters)} by keyword): "
-                        + ", ".join(f"input {i}: {_TORCH_DTYPES[w['dtype']]} of shape "
-                                    f"{tuple(w['shape'])}" for i, w in enumerate(want)))
+                        + ", ".join(f"input {i}: {_describe(w)}"
+                                    for i, w in enumerate(specs[:data])))
         per_step = {}
         for name, default in self.hyperparameters.items():
             value = given.get(name, default)
@@ -391,7 +399,6 @@ def compile(prog, target="cpu", output=None, cuda_arch="sm_90", keep_source=Fals
     plan = re.search(r"working memory of a step (\d+) bytes, arena (\d+) bytes for (\d+) tensors",
                      done.stdout)
     memory_plan = plan and dict(zip(("working", "arena", "tensors"), map(int, plan.groups())))
-    entry = "train_step" if re.search(r"func\.func @train_step\(", text) else "forward"
     return Executable(os.path.abspath(binary), prog.world_size, target, memory_plan,
-                      getattr(prog, "hyperparameters", {}), entry,
+                      getattr(prog, "hyperparameters", {}), prog._module.entry(),
                       getattr(prog, "accumulation_steps", 1))

@@ -69,7 +69,7 @@ class Runner:
                              leave=True)
 
     def __call__(self, *inputs, **hyperparameters):
-        name = f"{self._exe.entry}"
+        name = self._exe.entry
         self._check_open(name)
         batch = self._exe._with_hyperparameters([tuple(inputs)], hyperparameters, name)[0]
         batch = self._exe._check_inputs(batch, name)
@@ -181,10 +181,8 @@ class Runner:
         proc = getattr(self, "_proc", None)
         if proc is not None and proc.poll() is None:
             proc.kill()
-        for fd in getattr(self, "_pipes", []):
-            os.close(fd)
-        if getattr(self, "_dir", None):
-            shutil.rmtree(self._dir, ignore_errors=True)
+        if hasattr(self, "_pipes"):
+            self._end()
 
     # The requests (the binary's --serve DIR, lib/Runtime/cpu/Driver.cpp):
     # request k is a line "op<TAB>args..." on every rank's pipe, answered by

@@ -10,7 +10,6 @@ compiled binaries over MPI/NCCL), so it is written for clarity, not speed.
 import itertools
 import json
 import math
-import os
 import re
 
 import torch
@@ -120,9 +119,11 @@ class Executor:
                 self._collective(env, op)
                 continue
             for c in self.coords:
-                vals = [env[c][v] for v in op["operands"]]
-                out = (self._reference(op, env[c]) if "reference" in op else
-                       self._compute(name, a, vals, op["types"], c))
+                if "reference" in op:
+                    out = self._reference(op, env[c])
+                else:
+                    vals = [env[c][v] for v in op["operands"]]
+                    out = self._compute(name, a, vals, op["types"], c)
                 for r, v in zip(op["results"], out if isinstance(out, tuple) else (out,)):
                     env[c][r] = v
         outputs = []

@@ -207,26 +207,38 @@ int tdx::rt::runMain(int argc, char **argv, const Program &program) {
     uint64_t calls = 0;
     if (!source.empty())
       store = std::make_unique<TensorStore>(source);
-    if (!o.resume.empty()) {
+    // A number of the checkpoint's metadata (its step, seed, call count):
+    // absent is nullopt; present and not a number, a corrupt checkpoint.
+    auto stored = [&](const char *key) -> std::optional<uint64_t> {
       const auto &meta = store->metadata();
-      auto number = [&](const char *key) -> uint64_t {
-        auto it = meta.find(key);
-        if (it == meta.end())
-          throw std::runtime_error(o.resume + " is not a checkpoint a training run saved "
-                                   "(--save DIR); start it with --params instead");
-        if (it->second.empty() ||
-            it->second.find_first_not_of("0123456789") != std::string::npos)
-          throw std::runtime_error("the checkpoint " + store->path() + " is corrupt: its '" +
-                                   key + "' is '" + it->second + "', not a number");
-        return std::stoull(it->second);
+      auto it = meta.find(key);
+      if (it == meta.end())
+        return std::nullopt;
+      if (it->second.empty() || it->second.find_first_not_of("0123456789") != std::string::npos)
+        throw std::runtime_error("the checkpoint " + store->path() + " is corrupt: its '" + key +
+                                 "' is '" + it->second + "', not a number");
+      return std::stoull(it->second);
+    };
+    if (!o.resume.empty()) {
+      auto number = [&](const char *key) {
+        if (std::optional<uint64_t> value = stored(key))
+          return *value;
+        throw std::runtime_error(o.resume + " is not a checkpoint a training run saved "
+                                 "(--save DIR); start it with --params instead");
       };
       uint64_t seed = number("seed");
       if (o.seedGiven && seed != o.seed)
         throw std::runtime_error("the checkpoint " + store->path() + " was saved with --seed " +
-                                 meta.at("seed") + "; resume without --seed or with that seed");
+                                 store->metadata().at("seed") +
+                                 "; resume without --seed or with that seed");
       o.seed = seed;
       firstStep = static_cast<int64_t>(number("step"));
       calls = number("calls");
+    } else if (!o.serve.empty() && store) {
+      // A runner started from a checkpoint a runner saved goes on from its
+      // step and random stream.
+      firstStep = static_cast<int64_t>(stored("step").value_or(0));
+      calls = stored("calls").value_or(0);
     }
     Context ctx(program.meshShape, program.axes, o.seed, o.verbose);
     const int rank = ctx.rank();
@@ -321,23 +333,7 @@ int tdx::rt::runMain(int argc, char **argv, const Program &program) {
       // A runner: calls, state and checkpoints on request (Requests).
       Requests requests(o.serve, rank);
       StepMemory memory;
-      // Started from a checkpoint a runner saved: its steps go on from the
-      // saved step, and its random ops from the saved stream.
-      int64_t steps = 0;
-      if (store) {
-        const auto &meta = store->metadata();
-        auto number = [&](const char *key) -> std::optional<uint64_t> {
-          auto it = meta.find(key);
-          if (it == meta.end() || it->second.empty() ||
-              it->second.find_first_not_of("0123456789") != std::string::npos)
-            return std::nullopt;
-          return std::stoull(it->second);
-        };
-        if (auto step = number("step"))
-          steps = static_cast<int64_t>(*step);
-        if (auto saved = number("calls"))
-          ctx.setCalls(*saved);
-      }
+      int64_t steps = firstStep;
       for (;;) {
         std::vector<std::string> r = requests.next();
         const std::string &op = r[0];
