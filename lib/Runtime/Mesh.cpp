@@ -138,11 +138,15 @@ int64_t Mesh::sumOverWorld(int64_t value) {
   return total;
 }
 
-void Mesh::reportSteps(bool verbose, double initMs, double stepMs, int64_t steps) {
+void Mesh::reportSteps(bool verbose, double initMs, double stepMs, int64_t steps,
+                       double firstMs) {
   long long total = sumOverWorld(bytesCommunicated());
   if (verbose && rank_ == 0) {
-    std::printf("tdx: %d ranks: init %.3f ms, step %.3f ms, %lld bytes communicated\n", world_,
+    std::printf("tdx: %d ranks: init %.3f ms, step %.3f ms, %lld bytes communicated", world_,
                 initMs, stepMs / steps, total / steps);
+    if (firstMs >= 0)
+      std::printf(" (first step %.3f ms, a warm-up, not in the mean)", firstMs);
+    std::printf("\n");
     std::fflush(stdout);
   }
 }

@@ -2,7 +2,8 @@
 tdx package needed): compares a program's outputs with the expected ones and
 times PyTorch eager on the same model and weights.
 
-    python3 check.py compare PROGRAM_DIR OUT.safetensors [--state STATE.safetensors [--state-tolerance T]]
+    python3 check.py compare PROGRAM_DIR OUT.safetensors [--state STATE.safetensors
+                             [--state-tolerance T] [--gpu-eager MODEL]]
     python3 check.py eager PROGRAM_DIR MODEL --steps N [--train]   # prints "eager_ms <ms>"
 """
 
@@ -37,37 +38,64 @@ def load(path):
     return out
 
 
-def compare(folder, output, tolerance, state=None, state_tolerance=1e-4):
+def distance(have, want):
+    """Relative error of `have` against each expected tensor of `want`, by
+    group ("output", "state"), with the worst tensor of each; None where a
+    tensor is missing or has another shape (printed)."""
+    errors = {"output": (0.0, ""), "state": (0.0, "")}
+    for key, w in want.items():
+        is_state = key.startswith("state:")
+        h = have.get(key)
+        if h is None:
+            print(f"  {key}: missing from the run's files")
+            return None
+        h, w = h.double().cpu(), w.double().cpu()
+        if h.shape != w.shape:
+            print(f"  {key}: shape {tuple(h.shape)} but expected {tuple(w.shape)}")
+            return None
+        rel = ((h - w).norm() / w.norm()).item() if w.norm() else (h - w).norm().item()
+        rel = rel if rel == rel else float("inf")
+        group = "state" if is_state else "output"
+        if rel >= errors[group][0]:
+            errors[group] = (rel, key)
+    return errors
+
+
+def compare(folder, output, tolerance, state=None, state_tolerance=1e-4, gpu_eager=None):
     """Every expected tensor next to the run's: "output:0" of a forward,
     "k:output:0" (step k's loss) and "state:NAME" (a parameter after the
     last step, within `state_tolerance`: rounding grows over steps) of
-    training."""
-    got = load(output)
-    final = load(state) if state else {}
-    worst = 0.0
+    training. With `gpu_eager` (a training program's model), PyTorch eager
+    also trains on this GPU: the run is compared with it too, and the final
+    state's tolerance is at least twice eager's own distance between this GPU
+    and the CPU (AdamW's update divides by the root of the squared gradients,
+    which lifts rounding in small gradients to the size of the step)."""
+    have = load(output)
+    have.update({f"state:{k}": v for k, v in (load(state) if state else {}).items()})
+    refs = {}
     for kind in ("eager", "cpu"):
         path = os.path.join(folder, f"expected.{kind}.safetensors")
-        if not os.path.exists(path):
-            continue
-        errors = {"output": 0.0, "state": 0.0}
-        for key, want in load(path).items():
-            is_state = key.startswith("state:")
-            have = final.get(key[len("state:"):]) if is_state else got.get(key)
-            if have is None:
-                print(f"  {key}: missing from the run's files")
-                return 1
-            have, want = have.double(), want.double()
-            if have.shape != want.shape:
-                print(f"  {key}: shape {tuple(have.shape)} but {kind} has {tuple(want.shape)}")
-                return 1
-            rel = ((have - want).norm() / want.norm()).item() if want.norm() else \
-                (have - want).norm().item()
-            rel = rel if rel == rel else float("inf")
-            group = "state" if is_state else "output"
-            errors[group] = max(errors[group], rel)
-            worst = max(worst, rel / state_tolerance if is_state else rel / tolerance)
-        print(f"  relative error vs {kind}: outputs {errors['output']:.2e}" +
-              (f", final state {errors['state']:.2e}" if final else ""))
+        if os.path.exists(path):
+            refs[kind] = load(path)
+    if gpu_eager:
+        refs["eager on this GPU"] = eager_steps(folder, gpu_eager)
+        floor = distance(refs["eager on this GPU"], refs["eager"])
+        if floor is None:
+            return 1
+        print(f"  eager on this GPU vs eager on the CPU: outputs {floor['output'][0]:.2e}, "
+              f"final state {floor['state'][0]:.2e} ({floor['state'][1]})")
+        if 2 * floor["state"][0] > state_tolerance:
+            state_tolerance = 2 * floor["state"][0]
+            print(f"  final state tolerance: {state_tolerance:.2e} (twice eager's own)")
+    worst = 0.0
+    for kind, want in refs.items():
+        errors = distance(have, want)
+        if errors is None:
+            return 1
+        (out, out_key), (st, st_key) = errors["output"], errors["state"]
+        print(f"  relative error vs {kind}: outputs {out:.2e}" + (f" ({out_key})" if out else "") +
+              (f", final state {st:.2e} ({st_key})" if state else ""))
+        worst = max(worst, out / tolerance, st / state_tolerance)
     return 0 if worst < 1 else 1
 
 
@@ -85,19 +113,24 @@ def build(name):
 
 def loaded(folder, name):
     """Model `name` on the GPU with the program's parameters and buffers."""
+    # Tensors the model makes in forward (torch.arange(t), say) on the GPU too.
+    torch.set_default_device("cuda")
     model = build(name)
+    # Every name: buffers, non-persistent ones too, and tied weights under
+    # each of their names (named_parameters lists a tied one once).
     tensors = dict(model.named_parameters())
     tensors.update(model.named_buffers())
+    tensors.update(model.state_dict(keep_vars=True))
     with torch.no_grad():
         for key, value in load(os.path.join(folder, "params.safetensors")).items():
             tensors[key].copy_(value)
     return model.cuda()
 
 
-def eager_train(folder, name, steps):
-    """Eager training steps on the program's batches (repeated), with its optimizer."""
+def training(folder, name):
+    """The model on the GPU in training mode, its program's optimizer
+    (torch.optim's class and arguments), one step, and the program's batches."""
     model = loaded(folder, name).train()
-    # The program's optimizer (torch.optim's class and arguments).
     with open(os.path.join(folder, "optimizer.json")) as f:
         name, kwargs = json.load(f)
     optimizer = getattr(torch.optim, name)(model.parameters(), foreach=False, **kwargs)
@@ -112,7 +145,25 @@ def eager_train(folder, name, steps):
                                                  targets.reshape(-1))
         loss.backward()
         optimizer.step()
+        return loss.detach()
 
+    return model, step, batches
+
+
+def eager_steps(folder, name):
+    """Eager's losses and final parameters after one step per batch, in
+    float32 on this GPU (no TF32), as the expected files name them."""
+    torch.backends.cuda.matmul.allow_tf32 = False
+    torch.backends.cudnn.allow_tf32 = False
+    model, step, batches = training(folder, name)
+    out = {f"{k}:output:0": step(*b) for k, b in enumerate(batches)}
+    out.update({f"state:{k}": v.detach() for k, v in model.named_parameters()})
+    return out
+
+
+def eager_train(folder, name, steps):
+    """Times eager training steps on the program's batches (repeated)."""
+    model, step, batches = training(folder, name)
     step(*batches[0])
     torch.cuda.synchronize()
     start = time.perf_counter()
@@ -147,6 +198,8 @@ def main():
     c.add_argument("--state", help="a training run's --save-state file")
     c.add_argument("--state-tolerance", type=float, default=1e-4,
                    help="relative error allowed in the final state (default 1e-4)")
+    c.add_argument("--gpu-eager", metavar="MODEL",
+                   help="a training program's model: also train eager on this GPU and compare")
     e = sub.add_parser("eager")
     e.add_argument("folder")
     e.add_argument("model")
@@ -155,7 +208,7 @@ def main():
     args = parser.parse_args()
     if args.cmd == "compare":
         return compare(args.folder, args.output, args.tolerance, args.state,
-                       args.state_tolerance)
+                       args.state_tolerance, args.gpu_eager)
     if args.train:
         return eager_train(args.folder, args.model, args.steps)
     return eager(args.folder, args.model, args.steps)

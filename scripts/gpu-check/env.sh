@@ -11,4 +11,6 @@ export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
 # One machine: shared memory between ranks, no network transports.
 export OMPI_MCA_btl=self,vader OMPI_MCA_pml=ob1 OMPI_MCA_osc=^ucx
 export OMPI_MCA_mca_base_component_show_load_errors=0
+# The bundle carries no zlib for PMIx: say nothing about it.
+export PMIX_MCA_pcompress_base_silence_warning=1
 MPI_INCLUDE="$MPI_LIB/openmpi/include"

@@ -95,14 +95,14 @@ while read -r name model ranks tol kind steps; do
   # steps on its batches and saves the final state.
   if [[ $kind == train ]]; then
     RUN=(--batches "$dir/batches.safetensors" --steps "$steps" --save-state "$BUILD/$name.state.safetensors")
-    COMPARE=(--state "$BUILD/$name.state.safetensors"); EAGER=(--train)
+    COMPARE=(--state "$BUILD/$name.state.safetensors" --gpu-eager "$model"); EAGER=(--train)
   else
     RUN=(--inputs "$dir/in.safetensors" --steps "$STEPS"); COMPARE=(); EAGER=()
   fi
   if ! mpirun -np "$ranks" --oversubscribe --bind-to none "$BUILD/$name" \
        --params "$dir/params.safetensors" "${RUN[@]}" --outputs "$out" \
        --verbose < /dev/null > "$log" 2>&1; then
-    if [[ $ranks -gt 1 ]] && grep -qi "duplicate GPU\|same device\|ncclInvalidUsage" "$log"; then
+    if [[ $ranks -gt 1 ]] && grep -qi "duplicate GPU\|same device\|invalid usage" "$log"; then
       echo "gpu-check: $name: skipped (NCCL refuses $ranks ranks on one GPU)"; continue
     fi
     echo "gpu-check: $name: FAILED to run:"

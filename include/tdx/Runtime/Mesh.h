@@ -87,7 +87,9 @@ public:
   void barrier();
   /// With `verbose`, rank 0 prints the init time, the mean step time and the
   /// bytes all ranks sent per step. Every rank calls it: it sums over them.
-  void reportSteps(bool verbose, double initMs, double stepMs, int64_t steps);
+  /// `firstMs` >= 0: a warm-up step's time, printed but not in the mean.
+  void reportSteps(bool verbose, double initMs, double stepMs, int64_t steps,
+                   double firstMs = -1);
   /// Waits for every rank, then ends MPI: a model binary's last step.
   void finish();
 
@@ -101,6 +103,7 @@ public:
   /// Bytes this rank sent through collectives so far.
   int64_t bytesCommunicated() const { return bytes_; }
   void addBytes(int64_t n) { bytes_ += n; }
+  void resetBytes() { bytes_ = 0; }
 
 protected:
   std::vector<int64_t> meshShape_;

@@ -6,11 +6,13 @@
 // own, ordered against the compute stream by events. Communicators are
 // nonblocking: every wait polls the collective's event and NCCL's async
 // error against the collective timeout, and aborts the communicators
-// instead of hanging on a lost rank.
+// instead of hanging on a lost rank. Ranks that share a GPU use MPI through
+// host memory instead (HostCollectives.cu).
 //
 //===----------------------------------------------------------------------===//
 
 #include "tdx/Runtime/InitKernels.h"
+#include "tdx/Runtime/Safetensors.h"
 #include "tdx/Runtime/cuda/Runtime.h"
 
 #include <mpi.h>
@@ -18,6 +20,8 @@
 
 #include <algorithm>
 #include <chrono>
+#include <cstdlib>
+#include <cstring>
 #include <memory>
 #include <stdexcept>
 #include <thread>
@@ -83,6 +87,28 @@ Context::Context(std::vector<int64_t> meshShape, std::vector<std::string> axes, 
     throw std::runtime_error("tdx: no CUDA device is visible to rank " + std::to_string(rank()) +
                              "; run the CPU build of this model (tdx-compile --target cpu)");
   checkCuda(cudaSetDevice(rank() % devices), "cudaSetDevice");
+  // NCCL, unless two ranks share a device (it refuses them) or
+  // TDX_CUDA_COLLECTIVES says otherwise.
+  const char *asked = std::getenv("TDX_CUDA_COLLECTIVES");
+  std::string choice = asked ? asked : "auto";
+  if (choice != "auto" && choice != "nccl" && choice != "mpi")
+    throw std::runtime_error("tdx: TDX_CUDA_COLLECTIVES is '" + choice +
+                             "'; use nccl, mpi (through host memory) or auto");
+  cudaDeviceProp prop;
+  checkCuda(cudaGetDeviceProperties(&prop, rank() % devices), "cudaGetDeviceProperties");
+  std::vector<char> uuids(16 * static_cast<size_t>(worldSize()));
+  MPI_Request request;
+  tdx::rt::checkMpi(MPI_Iallgather(prop.uuid.bytes, 16, MPI_BYTE, uuids.data(), 16, MPI_BYTE,
+                                   MPI_COMM_WORLD, &request),
+                    "exchange of device ids");
+  complete(&request, "exchange of device ids", {});
+  bool shared = false;
+  for (int r = 0; r < worldSize(); ++r)
+    shared |= r != rank() && !std::memcmp(uuids.data() + 16 * r, prop.uuid.bytes, 16);
+  staged_ = choice == "mpi" || (choice == "auto" && shared);
+  if (verbose_ && staged_ && rank() == 0)
+    std::fprintf(stderr, "tdx: collectives by MPI through host memory (%s)\n",
+                 shared ? "ranks share a GPU, which NCCL refuses" : "TDX_CUDA_COLLECTIVES=mpi");
 }
 
 Context::~Context() {
@@ -95,8 +121,7 @@ Context::~Context() {
   }
 }
 
-void *Context::comm(const std::vector<std::string> &axes, Group &g) {
-  g = group(axes);
+void *Context::comm(const std::vector<std::string> &axes, const Group &g) {
   auto it = nccl_.find(axes);
   if (it != nccl_.end())
     return it->second;
@@ -189,16 +214,23 @@ Tensor Context::allReduce(const Tensor &x, const std::vector<std::string> &axes,
 
 int64_t Context::startAllReduce(const Tensor &x, const std::vector<std::string> &axes,
                                 int64_t reduce) {
-  Group g;
-  auto c = static_cast<ncclComm_t>(comm(axes, g));
+  Group g = group(axes);
   auto f = std::make_unique<InFlight>();
   f->in = x.contiguous();
-  f->out = Tensor::empty(x.sizes(), x.dtype());
   f->axes = axes;
   f->what = "all_reduce";
   f->size = g.size;
   f->index = g.index;
   addBytes(f->in.nbytes());
+  if (staged_) {
+    f->out = hostAllReduce(f->in, g, reduce, axes);
+    checkCuda(cudaEventCreateWithFlags(&f->done, cudaEventDisableTiming), "cudaEventCreate");
+    checkCuda(cudaEventRecord(f->done, nullptr), "cudaEventRecord");
+    inFlight_.push_back(std::move(f));
+    return static_cast<int64_t>(inFlight_.size()) - 1;
+  }
+  auto c = static_cast<ncclComm_t>(comm(axes, g));
+  f->out = Tensor::empty(x.sizes(), x.dtype());
   auto stream = static_cast<cudaStream_t>(beginCollective());
   checkNccl(ncclAllReduce(f->in.data(), f->out.data(), static_cast<size_t>(f->in.numel()),
                           ncclType(x.dtype()), ncclOp(reduce), c, stream),
@@ -234,8 +266,7 @@ Tensor Context::wait(int64_t handle) {
 }
 
 Tensor Context::allGather(const Tensor &x, const std::vector<std::string> &axes, int64_t dim) {
-  Group g;
-  auto c = static_cast<ncclComm_t>(comm(axes, g));
+  Group g = group(axes);
   const int size = g.size, index = g.index;
   dim = x.wrap(dim);
   Tensor front = x.transpose(0, dim).contiguous();
@@ -257,8 +288,18 @@ Tensor Context::allGather(const Tensor &x, const std::vector<std::string> &axes,
   for (int64_t s : sizes)
     total += s;
   shape[0] = total;
-  Tensor gathered = Tensor::empty(shape, x.dtype());
   addBytes(front.nbytes());
+  if (staged_) {
+    std::vector<Tensor> received;
+    for (int r = 0; r < size; ++r) {
+      shape[0] = sizes[r];
+      received.push_back(Tensor::empty(shape, x.dtype()));
+    }
+    hostExchange(std::vector<Tensor>(size, front), received, g, "all_gather", axes);
+    return tdx::cu::concat(received, 0).transpose(0, dim).contiguous();
+  }
+  Tensor gathered = Tensor::empty(shape, x.dtype());
+  auto c = static_cast<ncclComm_t>(comm(axes, g));
   int64_t item = tdx::rt::dtypeSize(x.dtype()), at = 0;
   auto stream = static_cast<cudaStream_t>(beginCollective());
   checkNccl(ncclGroupStart(), "group start");
@@ -308,8 +349,7 @@ Tensor Context::reduceScatter(const Tensor &x, const std::vector<std::string> &a
 
 Tensor Context::allToAll(const Tensor &x, const std::vector<std::string> &axes, int64_t split,
                          int64_t concat) {
-  Group g;
-  auto c = static_cast<ncclComm_t>(comm(axes, g));
+  Group g = group(axes);
   const int size = g.size, index = g.index;
   split = x.wrap(split);
   // Everyone's shape, to know the pieces received.
@@ -330,6 +370,11 @@ Tensor Context::allToAll(const Tensor &x, const std::vector<std::string> &axes, 
     received.push_back(Tensor::empty(s, x.dtype()));
     addBytes(send.back().nbytes());
   }
+  if (staged_) {
+    hostExchange(send, received, g, "all_to_all", axes);
+    return tdx::cu::concat(received, concat);
+  }
+  auto c = static_cast<ncclComm_t>(comm(axes, g));
   auto stream = static_cast<cudaStream_t>(beginCollective());
   checkNccl(ncclGroupStart(), "group start");
   for (int r = 0; r < size; ++r) {

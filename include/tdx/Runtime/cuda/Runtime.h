@@ -175,7 +175,9 @@ public:
   uint64_t seed() const { return seed_; }
   bool verbose() const { return verbose_; }
 
-  // NCCL collectives over the ranks that differ only on `axes`.
+  // Collectives over the ranks that differ only on `axes`: NCCL, or MPI
+  // through host memory where ranks share a GPU (NCCL refuses two ranks on
+  // one device) or TDX_CUDA_COLLECTIVES=mpi asks for it.
   Tensor allReduce(const Tensor &x, const std::vector<std::string> &axes, int64_t reduce);
   Tensor allGather(const Tensor &x, const std::vector<std::string> &axes, int64_t dim);
   Tensor reduceScatter(const Tensor &x, const std::vector<std::string> &axes, int64_t reduce,
@@ -226,8 +228,16 @@ private:
   /// the deadline.
   void endCollective(const char *what, const std::vector<std::string> &axes);
   std::map<std::vector<std::string>, void *> nccl_; // axes -> ncclComm_t
-  /// The NCCL communicator (made on first use) of `axes`' group, and the group.
-  void *comm(const std::vector<std::string> &axes, Group &group);
+  /// The NCCL communicator (made on first use) of `axes`' group `g`.
+  void *comm(const std::vector<std::string> &axes, const Group &g);
+  /// Collectives by MPI through host memory (HostCollectives.cu), decided
+  /// once for all ranks when the context is made.
+  bool staged_ = false;
+  Tensor hostAllReduce(const Tensor &x, const Group &g, int64_t reduce,
+                       const std::vector<std::string> &axes);
+  /// `pieces[r]` goes to group rank r, `received[r]` (allocated) comes from it.
+  void hostExchange(const std::vector<Tensor> &pieces, const std::vector<Tensor> &received,
+                    const Group &g, const char *what, const std::vector<std::string> &axes);
 };
 
 using Program = rt::BasicProgram<Context, Tensor, DType>;
