@@ -215,7 +215,10 @@ LogicalResult mlir::tdx::emitCpp(ModuleOp module, llvm::raw_ostream &os, Backend
           "#include <cmath>\n#include <stdexcept>\n\n"
           "namespace T = at;\nusing namespace tdx::rt;\n\n";
   os << kernels << "\n" << e.initText << "\n" << body << "\n";
-  os << "int main(int argc, char **argv) {\n  Program p;\n";
+  // describe(): the program for the runtime. main() runs it as a binary;
+  // tdx_program() hands it to the runtime's in-process library
+  // (lib/Runtime/cpu/Library.cpp) when the source is built as a shared object.
+  os << "static Program describe() {\n  Program p;\n";
   if (mesh) {
     os << "  p.meshShape = " << list(mesh.getShape()) << ";\n";
     os << "  p.axes = " << strings(mesh.getAxes()) << ";\n";
@@ -239,7 +242,10 @@ LogicalResult mlir::tdx::emitCpp(ModuleOp module, llvm::raw_ostream &os, Backend
         placedTensors += llvm::count_if(offsets.asArrayRef(), [](int64_t o) { return o >= 0; });
     *memoryPlan = {plannedStepBytes, arenaBytes, placedTensors};
   }
-  os << "  p.init = init;\n  p.forward = forward;\n  return runMain(argc, argv, p);\n}\n";
+  os << "  p.init = init;\n  p.forward = forward;\n  return p;\n}\n\n"
+        "int main(int argc, char **argv) { return runMain(argc, argv, describe()); }\n\n"
+        "extern \"C\" const void *tdx_program() {\n"
+        "  static const Program program = describe();\n  return &program;\n}\n";
   return success();
 }
 

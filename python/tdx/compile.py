@@ -85,13 +85,16 @@ class Executable:
                      if i < data else s for i, s in enumerate(specs)]
         return specs, data
 
-    def _check_inputs(self, inputs, what):
+    def _check_inputs(self, inputs, what, shapes=None):
         """`inputs` as the program takes them; raises InputError unless they
         are what it was traced for: as many, each a tensor of the traced
-        shape and dtype. A step with gradient accumulation takes each batch
-        input as its micro-batches concatenated, and gets them stacked."""
+        shape (or of `shapes`, a rank's boxes) and dtype. A step with
+        gradient accumulation takes each batch input as its micro-batches
+        concatenated, and gets them stacked."""
         k = self.accumulation_steps
         want, data = self._given_inputs()
+        if shapes is not None:
+            want = [dict(w, shape=list(s)) for w, s in zip(want, shapes)]
         if len(inputs) != len(want):
             raise InputError(
                 f"{what} has {len(inputs)} input(s) but the program takes {len(want)}: "
@@ -136,7 +139,7 @@ class Executable:
                                     env=env)
 
     def start(self, params=None, seed=0, nprocs=None, threads=None, *, store=None,
-              timeout=600, progress=False):
+              timeout=600, progress=False, local=False):
         """Starts the program's ranks once and returns a :class:`tdx.Runner`
         that holds their state between calls: ``runner.train_step(x, y,
         lr=...)`` from your own loop, ``runner.state_dict()``,
@@ -147,13 +150,36 @@ class Executable:
         ranks make their state from the init programs with `seed`. A call
         that does not answer in `timeout` seconds ends the ranks.
         ``progress=True`` shows a progress bar (step, loss, steps/s) when
-        stderr is a terminal."""
+        stderr is a terminal.
+
+        In a script run under mpirun (``mpirun -np N python3 train.py`` or
+        ``python3 -m tdx.run -n N train.py``) every process is one rank:
+        ``start()`` loads the program into the process (:meth:`library`)
+        and binds to the MPI world, whose size must be the program's. Each
+        rank then passes the global batch and takes its box, or, with
+        ``local=True``, passes its own box (DistributedSampler style)."""
         from .runner import Runner
         if self.target != "cpu":
             raise TdxError("exe.start() runs CPU binaries for now; run a CUDA binary with "
                            "exe.run or exe.train")
         return Runner(self, params=params, seed=seed, nprocs=nprocs, threads=threads,
-                      store=store, timeout=timeout, progress=progress)
+                      store=store, timeout=timeout, progress=progress, local=local)
+
+    def library(self):
+        """The program as a shared object (``tdx-compile --shared``), which
+        an SPMD runner loads into its process: built on first use next to
+        the binary, through the compile cache (N ranks asking at once
+        compile it once)."""
+        path = self.path + ".so"
+        if os.path.exists(path):
+            return path
+        source = getattr(self, "_source", None)
+        if not source or not os.path.exists(source):
+            raise TdxError(f"{self.path} has no program source to build its shared object "
+                           f"from; compile the program with tdx.compile in this script")
+        done = _run_compile(source, path, ["--shared"])
+        self.library_from_cache = "from the compile cache" in done.stdout
+        return path
 
     def _launch(self, nprocs, args, timeout):
         with tempfile.TemporaryDirectory(prefix="tdx-mpi-") as session:
@@ -388,17 +414,28 @@ def compile(prog, target="cpu", output=None, cuda_arch="sm_90", keep_source=Fals
     with open(src, "w") as f:
         f.write(text)
     binary = output or os.path.join(out_dir, "model")
-    cmd = [_tool("tdx-compile"), src, "-o", binary, "--target", target, "--memory-report"]
+    extra = ["--target", target, "--memory-report"]
     if target == "cuda":
-        cmd.append(f"--cuda-arch={cuda_arch}")
+        extra.append(f"--cuda-arch={cuda_arch}")
     if keep_source:
-        cmd.append("--emit-source")
-    done = subprocess.run(cmd, capture_output=True, text=True)
-    if done.returncode != 0:
-        raise TdxError(f"tdx-compile failed:\n{done.stderr.strip()}")
+        extra.append("--emit-source")
+    done = _run_compile(src, binary, extra)
     plan = re.search(r"working memory of a step (\d+) bytes, arena (\d+) bytes for (\d+) tensors",
                      done.stdout)
     memory_plan = plan and dict(zip(("working", "arena", "tensors"), map(int, plan.groups())))
-    return Executable(os.path.abspath(binary), prog.world_size, target, memory_plan,
-                      getattr(prog, "hyperparameters", {}), prog._module.entry(),
-                      getattr(prog, "accumulation_steps", 1))
+    exe = Executable(os.path.abspath(binary), prog.world_size, target, memory_plan,
+                     getattr(prog, "hyperparameters", {}), prog._module.entry(),
+                     getattr(prog, "accumulation_steps", 1))
+    exe._source = src
+    # Whether the compile cache served the binary (tdx-compile says so).
+    exe.from_cache = "from the compile cache" in done.stdout
+    return exe
+
+
+def _run_compile(source, output, extra):
+    """tdx-compile `source` to `output`; raises TdxError with its message."""
+    cmd = [_tool("tdx-compile"), source, "-o", output] + list(extra)
+    done = subprocess.run(cmd, capture_output=True, text=True)
+    if done.returncode != 0:
+        raise TdxError(f"tdx-compile failed:\n{done.stderr.strip()}")
+    return done

@@ -1,6 +1,8 @@
 """tdx's runner: a compiled program whose ranks hold its state between calls,
 driven step by step from the user's own Python loop (`Executable.start`)."""
 
+import ctypes
+import ctypes.util
 import os
 import select
 import shutil
@@ -9,81 +11,78 @@ import sys
 import tempfile
 import time
 
+import torch
+
 from . import safetensors
 from .errors import InputError, TdxError
+from .compile import _TORCH_DTYPES
 
 
 class Runner:
-    """The ranks of a model binary started once (``exe.start()``), holding its
-    parameters, buffers, optimizer state and random-stream counters between
-    calls.
+    """The ranks of a compiled program started once (``exe.start()``),
+    holding its parameters, buffers, optimizer state and random-stream
+    counters between calls.
 
     The program's function is a method of the same name,
     ``runner.train_step(x, y, lr=...)`` for a training step or
     ``runner.forward(x)``; ``runner(...)`` calls it too. It takes global
-    tensors (each rank reads its box) and returns the gathered global
-    outputs: one tensor, or a tuple when the program has several.
+    tensors (each rank takes its box; with ``local=True``, each rank's own
+    box) and returns the gathered global outputs: one tensor, or a tuple
+    when the program has several.
 
-    This is the single-controller runner: the calling process is the
-    controller and ``nprocs`` worker ranks (mpirun) run the program.
-    Requests go through a pipe per rank and tensors through files in
-    shared memory (``/dev/shm``). With ``progress=True`` (and a terminal
-    on stderr) a tqdm bar shows the step, the loss, the hyperparameters
-    given and steps/s.
-    The ranks end when :meth:`close` is called, when a ``with`` block
-    ends, or when this process dies."""
+    Two controllers:
+
+    - **single controller** (a plain ``python3`` process, a notebook): the
+      calling process is the controller and ``nprocs`` worker ranks
+      (mpirun) run the program. Requests go through a pipe per rank and
+      tensors through files in shared memory (``/dev/shm``).
+    - **SPMD** (the script runs under ``mpirun -np N python3 train.py`` or
+      ``python3 -m tdx.run -n N train.py``): every process is a rank. The
+      program is built as a shared object and loaded into each process;
+      inputs are read from the caller's tensors without a copy where the
+      layout allows, and every rank gets the outputs.
+
+    With ``progress=True`` (and a terminal on stderr; rank 0 under SPMD) a
+    tqdm bar shows the step, the loss, the hyperparameters given and
+    steps/s. The ranks end when :meth:`close` is called, when a ``with``
+    block ends, or when this process dies."""
 
     def __init__(self, exe, *, params=None, seed=0, nprocs=None, threads=None, store=None,
-                 timeout=600, progress=False):
+                 timeout=600, progress=False, local=False):
         self._exe = exe
         self._bar = None
-        self._timeout = timeout
-        self._k = 0
-        self._closed = True
-        self.steps = 0
-        shm = "/dev/shm" if os.access("/dev/shm", os.W_OK) else None
-        self._dir = tempfile.mkdtemp(prefix="tdx-runner-", dir=shm)
-        with open(os.path.join(self._dir, "controller.pid"), "w") as f:
-            f.write(str(os.getpid()))
-        # One pipe per rank for the requests, one for rank 0's answers;
-        # held open for reading and writing, so that neither end blocks on
-        # opening or ever reads as closed.
-        self._pipes = []
-        for path in [f"rank{r}.fifo" for r in range(exe.world_size)] + ["reply.fifo"]:
-            os.mkfifo(os.path.join(self._dir, path))
-            self._pipes.append(os.open(os.path.join(self._dir, path), os.O_RDWR))
-        self._replies = b""
-        args = ["--serve", self._dir, "--seed", str(seed)]
-        args += exe._params_args(params, self._dir) + exe._store_args(store)
-        args += exe._threads_args(threads)
-        self._stderr_path = os.path.join(self._dir, "stderr")
-        self._proc = exe._start(nprocs, args, self._dir, self._stderr_path)
-        self._closed = False
-        # The ranks have made or read their state once this is answered,
-        # with the step they start from (a runner's checkpoint's, or 0).
-        self.steps = int(self._request("ready").split("\t")[1])
+        self._t = None
+        self._local = bool(local)
+        spmd = nprocs is None and "OMPI_COMM_WORLD_SIZE" in os.environ
+        if local and not spmd:
+            raise TdxError("local=True needs an SPMD script (mpirun -np N python3 script.py): "
+                           "each rank passes its own part of the batch; a single controller "
+                           "passes the global batch")
+        make = _InProcess if spmd else _Workers
+        self._t = make(exe, params=params, seed=seed, nprocs=nprocs, threads=threads,
+                       store=store, timeout=timeout)
+        self.steps = self._t.steps
         setattr(self, exe.entry, self.__call__)
-        if progress and sys.stderr.isatty():
+        if progress and sys.stderr.isatty() and self._t.rank == 0:
             from tqdm import tqdm
             self._bar = tqdm(desc=exe.entry, unit="step", initial=self.steps, dynamic_ncols=True,
                              leave=True)
+
+    @property
+    def spmd(self):
+        """Whether this process is one rank of an SPMD script."""
+        return isinstance(self._t, _InProcess)
 
     def __call__(self, *inputs, **hyperparameters):
         name = self._exe.entry
         self._check_open(name)
         batch = self._exe._with_hyperparameters([tuple(inputs)], hyperparameters, name)[0]
-        batch = self._exe._check_inputs(batch, name)
-        path = self._file(self._k + 1, ".in.safetensors")
-        safetensors.save({f"input:{i}": x for i, x in enumerate(batch)}, path)
-        try:
-            self._request("call", path)
-            out_path = self._file(self._k, ".out.safetensors")
-            got = safetensors.load(out_path)
-            os.remove(out_path)
-        finally:
-            _discard(path)
+        if self._local:
+            batch = self._exe._check_inputs(batch, name, shapes=self._t.local_shapes())
+        else:
+            batch = self._exe._check_inputs(batch, name)
+        outputs = self._t.call(batch, self._local)
         self.steps += 1
-        outputs = tuple(got[f"output:{i}"] for i in range(len(got)))
         if self._bar is not None:
             # The step, its loss (the first output, when a number) and the
             # hyperparameters given; tqdm adds steps/s.
@@ -98,20 +97,15 @@ class Runner:
     def state_dict(self):
         """The global state by name, gathered: parameters and buffers as in
         ``model.state_dict()``, optimizer state as ``optimizer.<param>.<key>``
-        (the names of ``exe.train``'s state)."""
+        (the names of ``exe.train``'s state). Under SPMD every rank gets it."""
         self._check_open("state_dict")
-        path = os.path.join(self._dir, "state.safetensors")
-        self._request("state", path)
-        try:
-            return safetensors.load(path)
-        finally:
-            _discard(path)
+        return self._t.state()
 
     def load_state_dict(self, state_dict, strict=True):
         """Replaces the ranks' state with `state_dict`'s global tensors (each
         rank reads its shard). With ``strict=True`` every parameter and
         buffer of the program must be given; optimizer state that is not
-        given is kept."""
+        given is kept. Under SPMD every rank passes the same dict."""
         self._check_open("load_state_dict")
         want = {p["name"]: p for p in self._exe.signature()["params"]}
         unknown = sorted(set(state_dict) - set(want))
@@ -130,12 +124,7 @@ class Runner:
             if tuple(t.shape) != shape:
                 raise InputError(f"load_state_dict: {name} has shape {tuple(t.shape)}; the "
                                  f"program's is {shape}")
-        path = os.path.join(self._dir, "load.safetensors")
-        safetensors.save(dict(state_dict), path)
-        try:
-            self._request("load", path)
-        finally:
-            _discard(path)
+        self._t.load(dict(state_dict))
 
     def save(self, checkpoint, keep=2):
         """A sharded, crash-safe checkpoint of the whole state (optimizer
@@ -145,21 +134,106 @@ class Runner:
         steps counted on from the saved one and its random ops drawing on
         from the saved stream. Keeps the newest `keep` steps (0: all)."""
         self._check_open("save")
-        self._request("save", os.fspath(checkpoint), str(int(keep)))
+        self._t.save(os.fspath(checkpoint), int(keep))
 
     def publish(self, store, key):
         """Commits the parameters and buffers (no optimizer state) as the
         next version of `key` in the tensor store `store` (a path or
         :class:`tdx.store.Store`)."""
         self._check_open("publish")
-        self._request("publish", os.fspath(getattr(store, "path", store)), key)
+        self._t.publish(os.fspath(getattr(store, "path", store)), key)
 
     def close(self):
-        """Ends the ranks. Idempotent."""
+        """Ends the ranks (under SPMD: this rank's session; every rank
+        closes). Idempotent."""
         if self._bar is not None:
             self._bar.close()
             self._bar = None
-        if self._closed:
+        if self._t is not None:
+            self._t.close()
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        self.close()
+
+    def _check_open(self, what):
+        if self._t is None or self._t.closed:
+            raise TdxError(f"{what}: the runner is closed; start another with exe.start()")
+
+
+class _Workers:
+    """The single controller's ranks: the binary's --serve DIR
+    (lib/Runtime/cpu/Driver.cpp). Request k is a line "op<TAB>args..." on
+    every rank's pipe, answered by a line on reply.fifo once every rank is
+    done; its tensors are the files k.in.safetensors and k.out.safetensors."""
+
+    rank = 0
+
+    def __init__(self, exe, *, params, seed, nprocs, threads, store, timeout):
+        self._timeout = timeout
+        self._k = 0
+        self.closed = True
+        self.steps = 0
+        shm = "/dev/shm" if os.access("/dev/shm", os.W_OK) else None
+        self._dir = tempfile.mkdtemp(prefix="tdx-runner-", dir=shm)
+        with open(os.path.join(self._dir, "controller.pid"), "w") as f:
+            f.write(str(os.getpid()))
+        # One pipe per rank for the requests, one for rank 0's answers;
+        # held open for reading and writing, so that neither end blocks on
+        # opening or ever reads as closed.
+        self._pipes = []
+        for path in [f"rank{r}.fifo" for r in range(exe.world_size)] + ["reply.fifo"]:
+            os.mkfifo(os.path.join(self._dir, path))
+            self._pipes.append(os.open(os.path.join(self._dir, path), os.O_RDWR))
+        self._replies = b""
+        args = ["--serve", self._dir, "--seed", str(seed)]
+        args += exe._params_args(params, self._dir) + exe._store_args(store)
+        args += exe._threads_args(threads)
+        self._stderr_path = os.path.join(self._dir, "stderr")
+        self._proc = exe._start(nprocs, args, self._dir, self._stderr_path)
+        self.closed = False
+        # The ranks have made or read their state once this is answered,
+        # with the step they start from (a runner's checkpoint's, or 0).
+        self.steps = int(self._request("ready").split("\t")[1])
+
+    def call(self, batch, local=False):
+        path = self._file(self._k + 1, ".in.safetensors")
+        safetensors.save({f"input:{i}": x for i, x in enumerate(batch)}, path)
+        try:
+            self._request("call", path)
+            out_path = self._file(self._k, ".out.safetensors")
+            got = safetensors.load(out_path)
+            os.remove(out_path)
+        finally:
+            _discard(path)
+        return tuple(got[f"output:{i}"] for i in range(len(got)))
+
+    def state(self):
+        path = os.path.join(self._dir, "state.safetensors")
+        self._request("state", path)
+        try:
+            return safetensors.load(path)
+        finally:
+            _discard(path)
+
+    def load(self, state_dict):
+        path = os.path.join(self._dir, "load.safetensors")
+        safetensors.save(state_dict, path)
+        try:
+            self._request("load", path)
+        finally:
+            _discard(path)
+
+    def save(self, checkpoint, keep):
+        self._request("save", checkpoint, str(keep))
+
+    def publish(self, store, key):
+        self._request("publish", store, key)
+
+    def close(self):
+        if self.closed:
             return
         try:
             self._request("close")
@@ -168,14 +242,8 @@ class Runner:
             if self._proc.poll() is None:
                 self._proc.kill()
                 self._proc.wait()
-            if not self._closed:
+            if not self.closed:
                 self._end()
-
-    def __enter__(self):
-        return self
-
-    def __exit__(self, *exc):
-        self.close()
 
     def __del__(self):
         proc = getattr(self, "_proc", None)
@@ -184,17 +252,8 @@ class Runner:
         if hasattr(self, "_pipes"):
             self._end()
 
-    # The requests (the binary's --serve DIR, lib/Runtime/cpu/Driver.cpp):
-    # request k is a line "op<TAB>args..." on every rank's pipe, answered by
-    # a line on reply.fifo once every rank is done; its tensors are the
-    # files k.in.safetensors and k.out.safetensors.
-
     def _file(self, k, suffix):
         return os.path.join(self._dir, f"{k}{suffix}")
-
-    def _check_open(self, what):
-        if self._closed:
-            raise TdxError(f"{what}: the runner is closed; start another with exe.start()")
 
     def _request(self, op, *args):
         if any("\t" in a or "\n" in a for a in args):
@@ -222,7 +281,7 @@ class Runner:
         return answer.decode()
 
     def _end(self):
-        self._closed = True
+        self.closed = True
         for fd in self._pipes:
             os.close(fd)
         self._pipes = []
@@ -234,6 +293,137 @@ class Runner:
         code = self._proc.returncode
         self._end()
         raise TdxError(f"the runner's ranks ended during {op} (exit {code}):\n{log}")
+
+
+class _InProcess:
+    """This process as one rank of an SPMD script: the program's shared
+    object (tdx-compile --shared) loaded here, driven through its C ABI
+    (lib/Runtime/cpu/Library.cpp). A failure inside a step ends every rank
+    with that rank's message (mpirun reports it), as the binary's ranks do."""
+
+    def __init__(self, exe, *, params, seed, nprocs, threads, store, timeout):
+        self.closed = True
+        world = int(os.environ["OMPI_COMM_WORLD_SIZE"])
+        if world != exe.world_size:
+            raise TdxError(f"this script runs on {world} process(es) (mpirun -np {world}) but "
+                           f"the program is for {exe.world_size}; run it with mpirun -np "
+                           f"{exe.world_size} (or python3 -m tdx.run -n {exe.world_size})")
+        self._exe = exe
+        self._lib = _load(exe.library())
+        self.rank = int(os.environ.get("OMPI_COMM_WORLD_RANK", "0"))
+        shm = "/dev/shm" if os.access("/dev/shm", os.W_OK) else tempfile.gettempdir()
+        # A state dict given is written by each rank to a file of its own.
+        self._own = tempfile.mkdtemp(prefix="tdx-rank-", dir=shm)
+        args = ["tdx", "--seed", str(seed), "--collective-timeout", str(timeout)]
+        args += exe._params_args(params, self._own) + exe._store_args(store)
+        args += exe._threads_args(threads)
+        argv = (ctypes.c_char_p * len(args))(*[a.encode() for a in args])
+        self._h = self._lib.tdx_open(len(args), argv)
+        if not self._h:
+            raise TdxError(f"the runner could not start: {self._lib.tdx_error().decode()}")
+        self.closed = False
+        name = ctypes.create_string_buffer(4096)
+        self._check(self._lib.tdx_shared_dir(self._h, shm.encode(), name, len(name)), "start")
+        self._dir = name.value.decode()
+        self.steps = int(self._lib.tdx_steps(self._h))
+        sig = exe.signature()
+        self._outputs = [(tuple(o["shape"]), _TORCH_DTYPES[o["dtype"]]) for o in sig["outputs"]]
+        self._inputs = sig["inputs"]
+
+    def local_shapes(self):
+        """Each input's box on this rank, as the caller gives it (a step
+        with gradient accumulation's micro-batches concatenated)."""
+        shapes = []
+        data = len(self._inputs) - len(self._exe.hyperparameters)
+        for i, spec in enumerate(self._inputs):
+            n = len(spec["shape"])
+            offset, size = (ctypes.c_int64 * n)(), (ctypes.c_int64 * n)()
+            self._lib.tdx_input_box(self._h, i, offset, size)
+            size = list(size)
+            if self._exe.accumulation_steps > 1 and i < data:
+                size = [size[0] * size[1]] + size[2:]
+            shapes.append(size)
+        return shapes
+
+    def call(self, batch, local=False):
+        keep = [x.contiguous() for x in batch]
+        pointers = (ctypes.c_void_p * len(keep))(*[x.data_ptr() for x in keep])
+        self._check(self._lib.tdx_call(self._h, pointers, int(local)), "call")
+        out = []
+        for i, (shape, dtype) in enumerate(self._outputs):
+            t = torch.empty(shape, dtype=dtype)
+            self._lib.tdx_output(self._h, i, ctypes.c_void_p(t.data_ptr()))
+            out.append(t)
+        return tuple(out)
+
+    def state(self):
+        path = os.path.join(self._dir, "state.safetensors")
+        self._check(self._lib.tdx_write_state(self._h, path.encode()), "state_dict")
+        self._check(self._lib.tdx_barrier(self._h), "state_dict")
+        got = safetensors.load(path)
+        self._check(self._lib.tdx_barrier(self._h), "state_dict")
+        if self.rank == 0:
+            _discard(path)
+        return got
+
+    def load(self, state_dict):
+        path = os.path.join(self._own, "load.safetensors")
+        safetensors.save(state_dict, path)
+        try:
+            self._check(self._lib.tdx_load(self._h, path.encode()), "load_state_dict")
+        finally:
+            _discard(path)
+
+    def save(self, checkpoint, keep):
+        self._check(self._lib.tdx_save(self._h, checkpoint.encode(), keep), "save")
+
+    def publish(self, store, key):
+        self._check(self._lib.tdx_publish(self._h, store.encode(), key.encode()), "publish")
+
+    def close(self):
+        if self.closed:
+            return
+        self.closed = True
+        self._lib.tdx_close(self._h)
+        self._h = None
+        shutil.rmtree(self._own, ignore_errors=True)
+        if self.rank == 0:
+            shutil.rmtree(self._dir, ignore_errors=True)
+
+    def _check(self, rc, what):
+        if rc != 0:
+            raise TdxError(f"{what}: {self._lib.tdx_error().decode()}")
+
+
+_LIBRARIES = {}
+
+
+def _load(path):
+    """The program's shared object, loaded once per process, with Open MPI
+    loaded globally first (its components look up its symbols)."""
+    if path not in _LIBRARIES:
+        if not _LIBRARIES:
+            ctypes.CDLL(ctypes.util.find_library("mpi") or "libmpi.so.40", mode=os.RTLD_GLOBAL)
+        lib = ctypes.CDLL(path)
+        lib.tdx_open.restype = ctypes.c_void_p
+        lib.tdx_open.argtypes = [ctypes.c_int, ctypes.POINTER(ctypes.c_char_p)]
+        lib.tdx_error.restype = ctypes.c_char_p
+        lib.tdx_steps.restype = ctypes.c_longlong
+        handle = ctypes.c_void_p
+        lib.tdx_steps.argtypes = [handle]
+        lib.tdx_input_box.argtypes = [handle, ctypes.c_int, ctypes.POINTER(ctypes.c_int64),
+                                      ctypes.POINTER(ctypes.c_int64)]
+        lib.tdx_call.argtypes = [handle, ctypes.POINTER(ctypes.c_void_p), ctypes.c_int]
+        lib.tdx_output.argtypes = [handle, ctypes.c_int, ctypes.c_void_p]
+        lib.tdx_write_state.argtypes = [handle, ctypes.c_char_p]
+        lib.tdx_load.argtypes = [handle, ctypes.c_char_p]
+        lib.tdx_save.argtypes = [handle, ctypes.c_char_p, ctypes.c_int]
+        lib.tdx_publish.argtypes = [handle, ctypes.c_char_p, ctypes.c_char_p]
+        lib.tdx_barrier.argtypes = [handle]
+        lib.tdx_shared_dir.argtypes = [handle, ctypes.c_char_p, ctypes.c_char_p, ctypes.c_int]
+        lib.tdx_close.argtypes = [handle]
+        _LIBRARIES[path] = lib
+    return _LIBRARIES[path]
 
 
 def _discard(path):

@@ -41,11 +41,13 @@ func.func @forward(%x: tensor<3x4xf32>) -> tensor<3x4xf32> {
 // CHECK: [[R:v[0-9]+]] = ctx.wait([[C]]);
 // CHECK: [[T:r[0-9]+]] = callAten("aten::triu", {[[R]]}, {{[{][{]}}"diagonal", c10::IValue(int64_t(1))}});
 // CHECK: return {
-// CHECK-LABEL: int main(
+// CHECK-LABEL: static Program describe(
 // CHECK: p.meshShape = {2};
 // CHECK: p.axes = {"tp"};
 // CHECK: p.params.push_back({"fc", {8, 4}, T::kFloat, "[Shard(0)]"});
 // CHECK: p.inputs.push_back({{[{][{]}}3, 4}, T::kFloat, "[Replicate]"});
 // CHECK: p.outputs.push_back({{[{][{]}}3, 4}, T::kFloat, "[Replicate]"});
-// CHECK: return runMain(argc, argv, p);
+// CHECK: return p;
+// CHECK: int main(int argc, char **argv) { return runMain(argc, argv, describe()); }
+// CHECK: extern "C" const void *tdx_program()
 

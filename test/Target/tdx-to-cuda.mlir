@@ -52,8 +52,10 @@ func.func @forward(%x: tensor<3x4xf32>) -> tensor<3x4xf32> {
 // CHECK:      T::Tensor [[H:v[0-9]+]] = T::linear(
 // CHECK:      = elementwise({3, 4}, {[[H]], {{v[0-9]+}}}, {T::kFloat}, k0_launch);
 // CHECK:      T::linear(
-// CHECK-LABEL: int main(
+// CHECK-LABEL: static Program describe(
 // CHECK:      p.params.push_back({"fc", {8, 4}, T::kFloat, "[Shard(0)]"});
 // The row-parallel result stays a partial sum; gathering it sums.
 // CHECK:      p.outputs.push_back({{[{][{]}}3, 4}, T::kFloat, "[Partial(sum)]"});
-// CHECK:      return runMain(argc, argv, p);
+// CHECK:      return p;
+// CHECK:      int main(int argc, char **argv) { return runMain(argc, argv, describe()); }
+// CHECK:      extern "C" const void *tdx_program()

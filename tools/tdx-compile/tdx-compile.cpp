@@ -1,6 +1,6 @@
 //===- tdx-compile.cpp - tdx programs to model binaries -------------------===//
 //
-//   tdx-compile model.mlir -o model [--target cpu|cuda] [--cuda-arch sm_90] [--emit-source]
+//   tdx-compile model.mlir -o model [--target cpu|cuda] [--cuda-arch sm_90] [--emit-source] [--shared]
 //   tdx-compile --build-pch DIR
 //
 // Runs whatever of the pipeline has not run yet (tdx-place unless values
@@ -54,6 +54,12 @@ static cl::opt<bool> memoryReport(
     cl::desc("print the step's memory plan per rank: its working memory (the most bytes of "
              "the step's tensors alive at once) and the arena its tensors are placed in"),
     cl::cat(options));
+static cl::opt<bool> shared(
+    "shared",
+    cl::desc("write a shared object instead of a binary (--target cpu): the in-process "
+             "library SPMD Python scripts load (tdx_open, tdx_call, ...: "
+             "lib/Runtime/cpu/Library.cpp)"),
+    cl::cat(options));
 static cl::opt<bool> verbose("v", cl::desc("print the compiler command"), cl::cat(options));
 static cl::opt<std::string> cacheDir(
     "cache-dir",
@@ -72,7 +78,8 @@ static cl::opt<std::string> buildPch(
 static SmallVector<std::string> cpuCompileCommand() {
   // GCC's points-to analysis is superlinear in the size of the one step
   // function (a training step's: 20 of 55 s); the kernels do not need it.
-  SmallVector<std::string> args = {kCompiler, "-std=c++17", "-O2", "-fno-tree-pta",
+  // -fPIC: one precompiled header serves binaries and shared objects.
+  SmallVector<std::string> args = {kCompiler, "-std=c++17", "-O2", "-fPIC", "-fno-tree-pta",
                                    "-ffp-contract=off"};
   // Emitted kernels run on ATen's vector lanes; use the widest ATen's
   // headers offer that this machine runs (the binary is built where it runs).
@@ -172,6 +179,11 @@ int main(int argc, char **argv) {
     return 2;
   }
   bool cuda = target == "cuda";
+  if (cuda && shared) {
+    errs() << "tdx-compile: --shared builds CPU programs only (the in-process runner is CPU's); "
+              "drop --shared or use --target cpu\n";
+    return 2;
+  }
   if (cuda && !*kCudaCompiler) {
     errs() << "tdx-compile: this tdx was built without nvcc, so --target cuda cannot compile; "
               "install the CUDA toolkit (nvcc, cuBLAS, NCCL) and rebuild tdx, or use --target "
@@ -246,6 +258,9 @@ int main(int argc, char **argv) {
     if (sys::fs::exists(pch + ".gch"))
       args.append({"-include", pch});
     args.append({"-o", output, source});
+    // The library's C ABI lives in the runtime archive: pull it in.
+    if (shared)
+      args.append({"-shared", "-Wl,-u,tdx_open"});
     for (const char *lib : kLibraries)
       args.push_back(lib);
     args.push_back("-Wl,-rpath,/usr/lib/x86_64-linux-gnu");
@@ -265,8 +280,7 @@ int main(int argc, char **argv) {
   auto fromCache = [&]() {
     if (key.empty() || !cache.fetch(key, output))
       return false;
-    if (verbose)
-      errs() << "tdx-compile: " << output << " from the cache (" << key << ")\n";
+    outs() << "tdx-compile: " << output << " from the compile cache (" << key << ")\n";
     if (!emitSource)
       sys::fs::remove(source);
     return true;

@@ -4,6 +4,7 @@
 #include "tdx/Runtime/Checkpoint.h"
 #include "tdx/Runtime/Options.h"
 #include "tdx/Runtime/Safetensors.h"
+#include "tdx/Runtime/Session.h"
 
 #include <ATen/Parallel.h>
 
@@ -26,76 +27,7 @@
 
 using namespace tdx::rt;
 
-/// OpenBLAS's thread count, when the BLAS ATen loaded is OpenBLAS.
-extern "C" void openblas_set_num_threads(int) __attribute__((weak));
-
 namespace {
-
-/// This rank's part of the stored global tensor `name`, read alone from the
-/// file (never the global tensor), converted to `dtype`.
-at::Tensor readLocal(const Context &ctx, const TensorStore &store, const std::string &name,
-                     const std::string &what, const std::vector<int64_t> &shape,
-                     at::ScalarType dtype, const Layout &layout) {
-  const StoredTensor &t = store.expect(name, what, shape);
-  std::vector<int64_t> offset, size;
-  ctx.box(shape, layout, offset, size);
-  at::Tensor local = at::empty(size, at::TensorOptions().dtype(scalarTypeOf(t.dtype)));
-  store.readBox(name, offset, size, local.data_ptr());
-  return local.to(dtype);
-}
-
-void save(const std::string &path, const std::map<std::string, at::Tensor> &tensors) {
-  std::vector<at::Tensor> keep;
-  std::vector<TensorToWrite> out;
-  for (const auto &[name, t] : tensors) {
-    keep.push_back(t.contiguous());
-    out.push_back({name, dtypeOf(t.scalar_type()), keep.back().sizes().vec(),
-                   keep.back().data_ptr()});
-  }
-  writeSafetensors(path, out);
-}
-
-} // namespace
-
-namespace {
-
-/// What a rank's steps take from the step memory pool (TensorMemory): the
-/// most working memory one step held (its peak over what was live when it
-/// began) and the tensor allocations that reached the system in the steps
-/// after the first, which the pool makes none for a static program.
-struct StepMemory {
-  int64_t steps = 0, working = 0, laterAllocations = 0;
-
-  std::vector<at::Tensor> step(const Program &program, Context &ctx, State &state,
-                               const std::vector<at::Tensor> &inputs) {
-    int64_t base = TensorMemory::current(), allocations = TensorMemory::systemAllocations();
-    TensorMemory::resetPeak();
-    std::vector<at::Tensor> out = program.forward(ctx, state, inputs);
-    working = std::max(working, TensorMemory::peak() - base);
-    if (steps++ > 0)
-      laterAllocations += TensorMemory::systemAllocations() - allocations;
-    return out;
-  }
-
-  void report(int rank, const Program &program) const {
-    std::printf("tdx: rank %d: working memory of a step %lld bytes (planned %lld: the step's "
-                "tensors by their lifetimes), %lld tensor allocations reached the system in the "
-                "%lld steps after the first (pool %lld bytes)\n",
-                rank, static_cast<long long>(working),
-                static_cast<long long>(program.plannedStepBytes),
-                static_cast<long long>(laterAllocations),
-                static_cast<long long>(std::max<int64_t>(0, steps - 1)),
-                static_cast<long long>(TensorMemory::pooled()));
-    Arena::Counts c = Arena::get().counts();
-    std::printf("tdx: rank %d: arena %lld bytes: in %lld steps, %lld planned tensors placed, "
-                "%lld refused (their slot was still held), %lld not asked for (ATen made no "
-                "new tensor)\n",
-                rank, static_cast<long long>(program.arenaBytes), static_cast<long long>(steps),
-                static_cast<long long>(c.taken), static_cast<long long>(c.busy),
-                static_cast<long long>(c.unasked));
-    std::fflush(stdout);
-  }
-};
 
 /// The ranks' side of --serve DIR (the controller is python/tdx/runner.py).
 /// Request k reaches rank r as one line on the pipe DIR/rank<r>.fifo, an op
@@ -190,150 +122,16 @@ int tdx::rt::runMain(int argc, char **argv, const Program &program) {
     return 0;
   }
   try {
-    if (int threads = threadsPerRank(o)) {
-      at::set_num_threads(threads);
-      // Debian's torch calls BLAS through OpenBLAS, whose own thread pool
-      // at::set_num_threads does not reach.
-      if (openblas_set_num_threads)
-        openblas_set_num_threads(threads);
-    }
-    TensorMemory::install();
-    TensorMemory::reserveArena(program.arenaBytes);
-    // A resumed run takes its state, step, seed and random stream from the
-    // checkpoint.
-    std::string source = o.resume.empty() ? paramsPath(o) : o.resume;
-    std::unique_ptr<TensorStore> store;
-    int64_t firstStep = 0;
-    uint64_t calls = 0;
-    if (!source.empty())
-      store = std::make_unique<TensorStore>(source);
-    // A number of the checkpoint's metadata (its step, seed, call count):
-    // absent is nullopt; present and not a number, a corrupt checkpoint.
-    auto stored = [&](const char *key) -> std::optional<uint64_t> {
-      const auto &meta = store->metadata();
-      auto it = meta.find(key);
-      if (it == meta.end())
-        return std::nullopt;
-      if (it->second.empty() || it->second.find_first_not_of("0123456789") != std::string::npos)
-        throw std::runtime_error("the checkpoint " + store->path() + " is corrupt: its '" + key +
-                                 "' is '" + it->second + "', not a number");
-      return std::stoull(it->second);
-    };
-    if (!o.resume.empty()) {
-      auto number = [&](const char *key) {
-        if (std::optional<uint64_t> value = stored(key))
-          return *value;
-        throw std::runtime_error(o.resume + " is not a checkpoint a training run saved "
-                                 "(--save DIR); start it with --params instead");
-      };
-      uint64_t seed = number("seed");
-      if (o.seedGiven && seed != o.seed)
-        throw std::runtime_error("the checkpoint " + store->path() + " was saved with --seed " +
-                                 store->metadata().at("seed") +
-                                 "; resume without --seed or with that seed");
-      o.seed = seed;
-      firstStep = static_cast<int64_t>(number("step"));
-      calls = number("calls");
-    } else if (!o.serve.empty() && store) {
-      // A runner started from a checkpoint a runner saved goes on from its
-      // step and random stream.
-      firstStep = static_cast<int64_t>(stored("step").value_or(0));
-      calls = stored("calls").value_or(0);
-    }
-    Context ctx(program.meshShape, program.axes, o.seed, o.verbose);
+    Session session(program, o, /*ownsProcess=*/true);
+    Context &ctx = session.ctx();
+    State &state = session.state();
     const int rank = ctx.rank();
-    ctx.setCollectiveTimeout(o.timeout);
-    ctx.setOverlap(o.overlap);
-    ctx.setCalls(calls);
-    long rssBefore = peakRssKiB();
-    auto t0 = std::chrono::steady_clock::now();
-    State state;
-    if (store) {
-      // What the file has is read; what it lacks (a model's state dict has
-      // no optimizer state) is made by its init program below. A resumed
-      // run needs all of it.
-      std::vector<std::string> names;
-      for (const Program::Param &p : program.params)
-        names.push_back(p.name);
-      std::vector<bool> inStore = givenState(*store, names, !o.resume.empty(), rank == 0);
-      for (size_t i = 0; i < names.size(); ++i)
-        if (inStore[i]) {
-          const Program::Param &p = program.params[i];
-          state[p.name] =
-              readLocal(ctx, *store, p.name, "parameter", p.shape, p.dtype, parseLayout(p.layout));
-        }
-    }
-    const size_t given = state.size();
-    program.init(ctx, state);
-    auto t1 = std::chrono::steady_clock::now();
-    if (o.verbose) {
-      // Growth of this rank's peak resident memory while making its shards.
-      int64_t local = 0;
-      for (const auto &[name, t] : state)
-        local += t.nbytes();
-      std::printf("tdx: rank %d: init %.3f ms, local parameters %.1f MiB, peak RSS grew %.1f "
-                  "MiB, %d threads\n",
-                  rank, std::chrono::duration<double, std::milli>(t1 - t0).count(),
-                  local / 1048576.0, (peakRssKiB() - rssBefore) / 1024.0,
-                  at::get_num_threads());
-      std::printf("tdx: rank %d: %zu of %zu state entries made by their init programs\n", rank,
-                  state.size() - given, program.params.size());
-      if (store)
-        std::printf("tdx: rank %d: read %llu bytes of %s for %lld bytes of state\n", rank,
-                    static_cast<unsigned long long>(store->bytesRead()), store->path().c_str(),
-                    static_cast<long long>(local));
-      std::fflush(stdout);
-    }
-    auto saveState = [&](const std::string &path) {
-      std::map<std::string, at::Tensor> all;
-      for (const Program::Param &p : program.params) {
-        at::Tensor g = ctx.gather(state.at(p.name), p.shape, parseLayout(p.layout));
-        if (rank == 0)
-          all[p.name] = g;
-      }
-      if (rank == 0)
-        save(path, all);
-    };
-    // --save and --publish: every rank writes its own shards; rank 0
-    // commits. A published version holds no optimizer state.
-    double saveMs = 0;
-    auto checkpoint = [&](const std::string &root, int64_t step, bool optimizer, int keep) {
-      auto s0 = std::chrono::steady_clock::now();
-      std::vector<at::Tensor> kept;
-      std::vector<LocalTensor> local;
-      for (const Program::Param &p : program.params) {
-        if (!optimizer && isOptimizerState(p.name))
-          continue;
-        kept.push_back(state.at(p.name).contiguous());
-        local.push_back({p.name, dtypeOf(kept.back().scalar_type()), p.shape,
-                         parseLayout(p.layout), kept.back().data_ptr()});
-      }
-      std::string dir = saveCheckpoint(ctx, root, step, local,
-                                       {{"seed", std::to_string(o.seed)},
-                                        {"calls", std::to_string(ctx.calls())}},
-                                       keep);
-      double ms = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - s0)
-                      .count();
-      saveMs += ms;
-      if (o.verbose && rank == 0) {
-        std::printf("tdx: saved %s in %.3f ms\n", dir.c_str(), ms);
-        std::fflush(stdout);
-      }
-    };
-    std::string published = o.publish.empty() ? "" : storeKeyPath(o.store, o.publish);
-    auto saveStep = [&](int64_t step, bool last) {
-      if (!o.save.empty() && ((o.saveEvery > 0 && step % o.saveEvery == 0) || last))
-        checkpoint(o.save, step, true, o.saveKeep);
-      if (!published.empty() && ((o.publishEvery > 0 && step % o.publishEvery == 0) || last))
-        checkpoint(published, -1, false, 2);
-    };
+    const int64_t firstStep = session.firstStep();
     if (!o.dumpParams.empty())
-      saveState(o.dumpParams);
+      session.writeState(o.dumpParams);
     if (!o.serve.empty()) {
       // A runner: calls, state and checkpoints on request (Requests).
       Requests requests(o.serve, rank);
-      StepMemory memory;
-      int64_t steps = firstStep;
       for (;;) {
         std::vector<std::string> r = requests.next();
         const std::string &op = r[0];
@@ -343,7 +141,7 @@ int tdx::rt::runMain(int argc, char **argv, const Program &program) {
                                      " (" + op + ") lacks argument " + std::to_string(i));
           return r[i];
         };
-        std::string answer = op == "ready" ? "ok\t" + std::to_string(steps) : "ok";
+        std::string answer = op == "ready" ? "ok\t" + std::to_string(session.steps()) : "ok";
         if (op == "call") {
           TensorStore in(arg(1));
           std::vector<at::Tensor> local;
@@ -352,29 +150,23 @@ int tdx::rt::runMain(int argc, char **argv, const Program &program) {
             local.push_back(readLocal(ctx, in, "input:" + std::to_string(i), "input", v.shape,
                                       v.dtype, parseLayout(v.layout)));
           }
-          std::vector<at::Tensor> out = memory.step(program, ctx, state, local);
-          ++steps;
+          std::vector<at::Tensor> out = session.call(local);
           std::map<std::string, at::Tensor> saved;
           for (size_t i = 0; i < out.size(); ++i) {
-            at::Tensor g = ctx.gather(out[i], program.outputs[i].shape,
-                                      parseLayout(program.outputs[i].layout));
+            at::Tensor g = session.gatherOutput(out[i], i);
             if (rank == 0)
               saved["output:" + std::to_string(i)] = TensorMemory::unpooled(g);
           }
           if (rank == 0)
             save(requests.file(".out.safetensors"), saved);
         } else if (op == "state") {
-          saveState(arg(1));
+          session.writeState(arg(1));
         } else if (op == "load") {
-          TensorStore in(arg(1));
-          for (const Program::Param &p : program.params)
-            if (in.find(p.name))
-              state[p.name] = readLocal(ctx, in, p.name, "parameter", p.shape, p.dtype,
-                                        parseLayout(p.layout));
+          session.load(arg(1));
         } else if (op == "save") {
-          checkpoint(arg(1), steps, true, std::stoi(arg(2)));
+          session.checkpoint(arg(1), session.steps(), true, std::stoi(arg(2)));
         } else if (op == "publish") {
-          checkpoint(storeKeyPath(arg(1), arg(2)), -1, false, 2);
+          session.checkpoint(storeKeyPath(arg(1), arg(2)), -1, false, 2);
         } else if (op != "close" && op != "ready") {
           throw std::runtime_error("unknown runner request '" + op + "'");
         }
@@ -388,12 +180,12 @@ int tdx::rt::runMain(int argc, char **argv, const Program &program) {
       return 0;
     }
     if (o.batches.empty())
-      saveStep(0, true);
+      session.saveStep(0, true);
     if (!o.batches.empty()) {
       // Training: step k reads batch k and updates the state in place.
       TensorStore in(o.batches);
       std::map<std::string, at::Tensor> saved;
-      StepMemory memory;
+      StepMemory &memory = session.memory();
       int64_t peakStep = 0;
       if (o.profile)
         Profile::enable();
@@ -406,20 +198,19 @@ int tdx::rt::runMain(int argc, char **argv, const Program &program) {
                                     "batch input", v.shape, v.dtype, parseLayout(v.layout)));
         }
         TensorMemory::resetPeak();
-        std::vector<at::Tensor> out = memory.step(program, ctx, state, local);
+        std::vector<at::Tensor> out = session.call(local);
         peakStep = std::max(peakStep, TensorMemory::peak());
         for (size_t i = 0; i < out.size(); ++i) {
-          at::Tensor g = ctx.gather(out[i], program.outputs[i].shape,
-                                    parseLayout(program.outputs[i].layout));
+          at::Tensor g = session.gatherOutput(out[i], i);
           if (rank == 0)
             saved[std::to_string(step) + ":output:" + std::to_string(i)] =
                 TensorMemory::unpooled(g);
         }
-        saveStep(step + 1, step + 1 == o.steps);
+        session.saveStep(step + 1, step + 1 == o.steps);
       }
       auto t3 = std::chrono::steady_clock::now();
       if (o.profile && rank == 0)
-        Profile::totals().print(std::chrono::duration<double>(t3 - t2).count() - saveMs * 1e-3,
+        Profile::totals().print(std::chrono::duration<double>(t3 - t2).count() - session.saveMs() * 1e-3,
                                 std::max<int64_t>(1, o.steps - firstStep));
       if (o.verbose) {
         // State stays; a step's working memory (activations, gradients,
@@ -437,9 +228,10 @@ int tdx::rt::runMain(int argc, char **argv, const Program &program) {
       if (rank == 0 && !o.outputs.empty())
         save(o.outputs, saved);
       if (!o.saveState.empty())
-        saveState(o.saveState);
-      ctx.reportSteps(o.verbose, std::chrono::duration<double, std::milli>(t1 - t0).count(),
-                      std::chrono::duration<double, std::milli>(t3 - t2).count() - saveMs,
+        session.writeState(o.saveState);
+      ctx.reportSteps(o.verbose, session.initMs(),
+                      std::chrono::duration<double, std::milli>(t3 - t2).count() -
+                          session.saveMs(),
                       std::max<int64_t>(1, o.steps - firstStep));
     } else if (!o.saveState.empty()) {
       throw std::runtime_error("--save-state writes the state after training steps; give "
@@ -457,10 +249,10 @@ int tdx::rt::runMain(int argc, char **argv, const Program &program) {
         Profile::enable();
       auto t2 = std::chrono::steady_clock::now();
       std::vector<at::Tensor> out;
-      StepMemory memory;
+      StepMemory &memory = session.memory();
       for (int64_t step = 0; step < o.steps; ++step) {
         out.clear();
-        out = memory.step(program, ctx, state, local);
+        out = session.call(local);
       }
       auto t3 = std::chrono::steady_clock::now();
       if (o.profile && rank == 0)
@@ -469,14 +261,13 @@ int tdx::rt::runMain(int argc, char **argv, const Program &program) {
         memory.report(rank, program);
       std::map<std::string, at::Tensor> saved;
       for (size_t i = 0; i < out.size(); ++i) {
-        at::Tensor g = ctx.gather(out[i], program.outputs[i].shape,
-                                  parseLayout(program.outputs[i].layout));
+        at::Tensor g = session.gatherOutput(out[i], i);
         if (rank == 0)
           saved["output:" + std::to_string(i)] = g;
       }
       if (rank == 0 && !o.outputs.empty())
         save(o.outputs, saved);
-      ctx.reportSteps(o.verbose, std::chrono::duration<double, std::milli>(t1 - t0).count(),
+      ctx.reportSteps(o.verbose, session.initMs(),
                       std::chrono::duration<double, std::milli>(t3 - t2).count(), o.steps);
     }
     ctx.finish();

@@ -1,0 +1,231 @@
+//===- Session.cpp - a rank's CPU program with its state resident ---------===//
+
+#include "tdx/Runtime/Session.h"
+#include "tdx/Runtime/Checkpoint.h"
+
+#include <ATen/Parallel.h>
+
+#include <algorithm>
+#include <chrono>
+#include <cstdio>
+#include <optional>
+#include <stdexcept>
+
+using namespace tdx::rt;
+
+/// OpenBLAS's thread count, when the BLAS ATen loaded is OpenBLAS.
+extern "C" void openblas_set_num_threads(int) __attribute__((weak));
+
+at::Tensor tdx::rt::readLocal(const Context &ctx, const TensorStore &store,
+                              const std::string &name, const std::string &what,
+                              const std::vector<int64_t> &shape, at::ScalarType dtype,
+                              const Layout &layout) {
+  const StoredTensor &t = store.expect(name, what, shape);
+  std::vector<int64_t> offset, size;
+  ctx.box(shape, layout, offset, size);
+  at::Tensor local = at::empty(size, at::TensorOptions().dtype(scalarTypeOf(t.dtype)));
+  store.readBox(name, offset, size, local.data_ptr());
+  return local.to(dtype);
+}
+
+void tdx::rt::save(const std::string &path, const std::map<std::string, at::Tensor> &tensors) {
+  std::vector<at::Tensor> keep;
+  std::vector<TensorToWrite> out;
+  for (const auto &[name, t] : tensors) {
+    keep.push_back(t.contiguous());
+    out.push_back({name, dtypeOf(t.scalar_type()), keep.back().sizes().vec(),
+                   keep.back().data_ptr()});
+  }
+  writeSafetensors(path, out);
+}
+
+std::vector<at::Tensor> StepMemory::step(const Program &program, Context &ctx,
+                                         Program::State &state,
+                                         const std::vector<at::Tensor> &inputs) {
+  int64_t base = TensorMemory::current(), allocations = TensorMemory::systemAllocations();
+  TensorMemory::resetPeak();
+  std::vector<at::Tensor> out = program.forward(ctx, state, inputs);
+  working = std::max(working, TensorMemory::peak() - base);
+  if (steps++ > 0)
+    laterAllocations += TensorMemory::systemAllocations() - allocations;
+  return out;
+}
+
+void StepMemory::report(int rank, const Program &program) const {
+  std::printf("tdx: rank %d: working memory of a step %lld bytes (planned %lld: the step's "
+              "tensors by their lifetimes), %lld tensor allocations reached the system in the "
+              "%lld steps after the first (pool %lld bytes)\n",
+              rank, static_cast<long long>(working),
+              static_cast<long long>(program.plannedStepBytes),
+              static_cast<long long>(laterAllocations),
+              static_cast<long long>(std::max<int64_t>(0, steps - 1)),
+              static_cast<long long>(TensorMemory::pooled()));
+  Arena::Counts c = Arena::get().counts();
+  std::printf("tdx: rank %d: arena %lld bytes: in %lld steps, %lld planned tensors placed, "
+              "%lld refused (their slot was still held), %lld not asked for (ATen made no "
+              "new tensor)\n",
+              rank, static_cast<long long>(program.arenaBytes), static_cast<long long>(steps),
+              static_cast<long long>(c.taken), static_cast<long long>(c.busy),
+              static_cast<long long>(c.unasked));
+  std::fflush(stdout);
+}
+
+Session::Session(const Program &program, Options &o, bool ownsProcess)
+    : program_(program), o_(o) {
+  if (int threads = threadsPerRank(o)) {
+    at::set_num_threads(threads);
+    // Debian's torch calls BLAS through OpenBLAS, whose own thread pool
+    // at::set_num_threads does not reach.
+    if (openblas_set_num_threads)
+      openblas_set_num_threads(threads);
+  }
+  if (ownsProcess) {
+    TensorMemory::install();
+    TensorMemory::reserveArena(program.arenaBytes);
+  }
+  // A resumed run takes its state, step, seed and random stream from the
+  // checkpoint.
+  std::string source = o.resume.empty() ? paramsPath(o) : o.resume;
+  uint64_t calls = 0;
+  if (!source.empty())
+    store_ = std::make_unique<TensorStore>(source);
+  // A number of the checkpoint's metadata (its step, seed, call count):
+  // absent is nullopt; present and not a number, a corrupt checkpoint.
+  auto stored = [&](const char *key) -> std::optional<uint64_t> {
+    const auto &meta = store_->metadata();
+    auto it = meta.find(key);
+    if (it == meta.end())
+      return std::nullopt;
+    if (it->second.empty() || it->second.find_first_not_of("0123456789") != std::string::npos)
+      throw std::runtime_error("the checkpoint " + store_->path() + " is corrupt: its '" + key +
+                               "' is '" + it->second + "', not a number");
+    return std::stoull(it->second);
+  };
+  if (!o.resume.empty()) {
+    auto number = [&](const char *key) {
+      if (std::optional<uint64_t> value = stored(key))
+        return *value;
+      throw std::runtime_error(o.resume + " is not a checkpoint a training run saved "
+                               "(--save DIR); start it with --params instead");
+    };
+    uint64_t seed = number("seed");
+    if (o.seedGiven && seed != o.seed)
+      throw std::runtime_error("the checkpoint " + store_->path() + " was saved with --seed " +
+                               store_->metadata().at("seed") +
+                               "; resume without --seed or with that seed");
+    o.seed = seed;
+    firstStep_ = static_cast<int64_t>(number("step"));
+    calls = number("calls");
+  } else if (store_ && (!o.serve.empty() || !ownsProcess)) {
+    // A runner (--serve, or in-process) started from a checkpoint a runner
+    // saved goes on from its step and random stream.
+    firstStep_ = static_cast<int64_t>(stored("step").value_or(0));
+    calls = stored("calls").value_or(0);
+  }
+  steps_ = firstStep_;
+  ctx_ = std::make_unique<Context>(program.meshShape, program.axes, o.seed, o.verbose);
+  Context &ctx = *ctx_;
+  const int rank = ctx.rank();
+  ctx.setCollectiveTimeout(o.timeout);
+  ctx.setOverlap(o.overlap);
+  ctx.setCalls(calls);
+  long rssBefore = peakRssKiB();
+  auto t0 = std::chrono::steady_clock::now();
+  if (store_) {
+    // What the file has is read; what it lacks (a model's state dict has
+    // no optimizer state) is made by its init program below. A resumed
+    // run needs all of it.
+    std::vector<std::string> names;
+    for (const Program::Param &p : program.params)
+      names.push_back(p.name);
+    std::vector<bool> inStore = givenState(*store_, names, !o.resume.empty(), rank == 0);
+    for (size_t i = 0; i < names.size(); ++i)
+      if (inStore[i]) {
+        const Program::Param &p = program.params[i];
+        state_[p.name] =
+            readLocal(ctx, *store_, p.name, "parameter", p.shape, p.dtype, parseLayout(p.layout));
+      }
+  }
+  const size_t given = state_.size();
+  program.init(ctx, state_);
+  auto t1 = std::chrono::steady_clock::now();
+  initMs_ = std::chrono::duration<double, std::milli>(t1 - t0).count();
+  if (o.verbose) {
+    // Growth of this rank's peak resident memory while making its shards.
+    int64_t local = 0;
+    for (const auto &[name, t] : state_)
+      local += t.nbytes();
+    std::printf("tdx: rank %d: init %.3f ms, local parameters %.1f MiB, peak RSS grew %.1f "
+                "MiB, %d threads\n",
+                rank, initMs_, local / 1048576.0, (peakRssKiB() - rssBefore) / 1024.0,
+                at::get_num_threads());
+    std::printf("tdx: rank %d: %zu of %zu state entries made by their init programs\n", rank,
+                state_.size() - given, program.params.size());
+    if (store_)
+      std::printf("tdx: rank %d: read %llu bytes of %s for %lld bytes of state\n", rank,
+                  static_cast<unsigned long long>(store_->bytesRead()), store_->path().c_str(),
+                  static_cast<long long>(local));
+    std::fflush(stdout);
+  }
+}
+
+std::vector<at::Tensor> Session::call(const std::vector<at::Tensor> &local) {
+  std::vector<at::Tensor> out = memory_.step(program_, *ctx_, state_, local);
+  ++steps_;
+  return out;
+}
+
+at::Tensor Session::gatherOutput(const at::Tensor &local, size_t i) {
+  return ctx_->gather(local, program_.outputs[i].shape, parseLayout(program_.outputs[i].layout));
+}
+
+void Session::writeState(const std::string &path) {
+  std::map<std::string, at::Tensor> all;
+  for (const Program::Param &p : program_.params) {
+    at::Tensor g = ctx_->gather(state_.at(p.name), p.shape, parseLayout(p.layout));
+    if (ctx_->rank() == 0)
+      all[p.name] = g;
+  }
+  if (ctx_->rank() == 0)
+    save(path, all);
+}
+
+void Session::load(const std::string &path) {
+  TensorStore in(path);
+  for (const Program::Param &p : program_.params)
+    if (in.find(p.name))
+      state_[p.name] =
+          readLocal(*ctx_, in, p.name, "parameter", p.shape, p.dtype, parseLayout(p.layout));
+}
+
+void Session::checkpoint(const std::string &root, int64_t step, bool optimizer, int keep) {
+  // Every rank writes its own shards; rank 0 commits. A published version
+  // holds no optimizer state.
+  auto s0 = std::chrono::steady_clock::now();
+  std::vector<at::Tensor> kept;
+  std::vector<LocalTensor> local;
+  for (const Program::Param &p : program_.params) {
+    if (!optimizer && isOptimizerState(p.name))
+      continue;
+    kept.push_back(state_.at(p.name).contiguous());
+    local.push_back({p.name, dtypeOf(kept.back().scalar_type()), p.shape, parseLayout(p.layout),
+                     kept.back().data_ptr()});
+  }
+  std::string dir = saveCheckpoint(
+      *ctx_, root, step, local,
+      {{"seed", std::to_string(o_.seed)}, {"calls", std::to_string(ctx_->calls())}}, keep);
+  double ms =
+      std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - s0).count();
+  saveMs_ += ms;
+  if (o_.verbose && ctx_->rank() == 0) {
+    std::printf("tdx: saved %s in %.3f ms\n", dir.c_str(), ms);
+    std::fflush(stdout);
+  }
+}
+
+void Session::saveStep(int64_t step, bool last) {
+  if (!o_.save.empty() && ((o_.saveEvery > 0 && step % o_.saveEvery == 0) || last))
+    checkpoint(o_.save, step, true, o_.saveKeep);
+  if (!o_.publish.empty() && ((o_.publishEvery > 0 && step % o_.publishEvery == 0) || last))
+    checkpoint(storeKeyPath(o_.store, o_.publish), -1, false, 2);
+}

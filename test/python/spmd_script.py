@@ -1,0 +1,64 @@
+"""An SPMD training script, as a user writes one: every rank runs it under
+``mpirun -np N python3 spmd_script.py ...`` (or ``python3 -m tdx.run``),
+compiles the step, starts a runner bound to the MPI world and drives it
+from its own loop with a cosine schedule. test_spmd.py runs it and checks
+rank 0's losses and final state against eager's loop.
+
+    spmd_script.py MODEL MESH OUT [--local]
+
+MODEL: mlp (SGD with momentum) or gpt2 (tp2 Megatron plan, 2 micro-batches
+per step); MESH: 1, dp2 or tp2; --local: each rank passes its own rows."""
+
+import json
+import os
+import sys
+
+import torch
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import tdx  # noqa: E402
+from test_sharding import GPT2_PLAN  # noqa: E402
+from test_training import GPT2, OPTIMIZERS, batches, full_state, lm_loss, mlp, mlp_loss  # noqa: E402
+
+model, mesh, out = sys.argv[1:4]
+local = "--local" in sys.argv
+rank = int(os.environ.get("OMPI_COMM_WORLD_RANK", "0"))
+build, loss_fn = {"mlp": (mlp, mlp_loss), "gpt2": (GPT2, lm_loss)}[model]
+k = 2 if model == "gpt2" else 1
+data = batches(model)[:6]
+
+torch.manual_seed(0)
+deferred = tdx.deferred_init(build)
+prog = tdx.trace_train_step(deferred, OPTIMIZERS["momentum"](deferred.parameters()), loss_fn,
+                            *data[0], hyperparameters=("lr",), accumulation_steps=k)
+if mesh != "1":
+    axis = mesh[:2]
+    dmesh = tdx.init_device_mesh("cpu", (2,), (axis,))
+    if axis == "dp":
+        tdx.parallelize(prog, dmesh, {}, data_parallel="dp")
+    else:
+        tdx.parallelize(prog, dmesh, GPT2_PLAN)
+exe = tdx.compile(prog)
+
+torch.manual_seed(0)
+start = {n: v.detach().clone() for n, v in full_state(build()).items()}
+# The schedule, as a user's loop has it: a torch scheduler on its optimizer.
+sched_opt = torch.optim.SGD([torch.zeros(1, requires_grad=True)], lr=0.05)
+schedule = torch.optim.lr_scheduler.CosineAnnealingLR(sched_opt, T_max=len(data))
+losses, lrs = [], []
+with exe.start(params=start, local=local) as runner:
+    assert runner.spmd
+    for x, y in data:
+        if local:  # this rank's rows: a DistributedSampler's share
+            rows = x.shape[0] // 2
+            x, y = x[rank * rows:(rank + 1) * rows], y[rank * rows:(rank + 1) * rows]
+        lrs.append(schedule.get_last_lr()[0])
+        losses.append(runner.train_step(x, y, lr=schedule.get_last_lr()).item())
+        sched_opt.step()
+        schedule.step()
+    state = runner.state_dict()
+    steps = runner.steps
+if rank == 0:
+    torch.save({"losses": losses, "lrs": lrs, "state": state, "steps": steps}, out)
+print(json.dumps({"rank": rank, "from_cache": exe.from_cache,
+                  "library_from_cache": exe.library_from_cache}), flush=True)

@@ -1,0 +1,125 @@
+"""SPMD runners: a training script run under mpirun (or ``python3 -m
+tdx.run``), every process one rank with the program loaded in-process
+(tdx-compile --shared, lib/Runtime/cpu/Library.cpp), against eager's loop."""
+
+import json
+import os
+import subprocess
+import sys
+import textwrap
+
+import pytest
+import torch
+
+import tdx
+from test_training import GPT2, OPTIMIZERS, assert_matches_eager, batches, lm_loss, mlp, mlp_loss
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+SCRIPT = os.path.join(HERE, "spmd_script.py")
+
+
+def spmd(nprocs, *args, env=None, timeout=600):
+    """`python3 -m tdx.run -n nprocs ...`: its exit code, output and the
+    JSON lines the ranks printed."""
+    done = subprocess.run([sys.executable, "-m", "tdx.run", "-n", str(nprocs), *args],
+                          capture_output=True, text=True, timeout=timeout,
+                          env=dict(os.environ, **(env or {})))
+    lines = [json.loads(line) for line in done.stdout.splitlines() if line.startswith("{")]
+    return done, lines
+
+
+def eager_loop(model, lrs):
+    """Eager's loop with the schedule's lr per step (gpt2: 2 micro-batches
+    per step, each loss / 2 backward)."""
+    build, loss_fn = {"mlp": (mlp, mlp_loss), "gpt2": (GPT2, lm_loss)}[model]
+    k = 2 if model == "gpt2" else 1
+    torch.manual_seed(0)
+    eager = build()
+    opt = OPTIMIZERS["momentum"](eager.parameters())
+    want = []
+    for (x, y), lr in zip(batches(model)[:6], lrs):
+        for group in opt.param_groups:
+            group["lr"] = lr
+        opt.zero_grad()
+        rows, total = x.shape[0] // k, 0.0
+        for i in range(k):
+            loss = loss_fn(eager, x[i * rows:(i + 1) * rows], y[i * rows:(i + 1) * rows])
+            (loss / k).backward()
+            total += loss.item()
+        opt.step()
+        want.append(total / k)
+    return want, eager
+
+
+@pytest.mark.parametrize("model,mesh,local", [
+    ("mlp", "1", False), ("mlp", "dp2", False), ("mlp", "dp2", True), ("gpt2", "tp2", False)])
+def test_an_spmd_script_trains_like_eager(model, mesh, local, tmp_path):
+    out = tmp_path / "result.pt"
+    nprocs = 1 if mesh == "1" else 2
+    done, ranks = spmd(nprocs, SCRIPT, model, mesh, str(out), *(["--local"] if local else []))
+    assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
+    assert len(ranks) == nprocs
+    got = torch.load(out)
+    assert got["steps"] == 6
+    # The schedule changed lr every step.
+    assert len(set(got["lrs"])) == len(got["lrs"])
+    want, eager = eager_loop(model, got["lrs"])
+    assert_matches_eager(got["losses"], want, got["state"], eager)
+
+
+def test_n_spmd_processes_compile_once(tmp_path):
+    # Both ranks compile the same program at once: the compile cache's lock
+    # lets one compile (the binary, then the shared object) while the other
+    # waits and copies; a second run of the script compiles nothing.
+    env = {"TDX_CACHE_DIR": str(tmp_path / "cache")}
+    args = (SCRIPT, "mlp", "dp2", str(tmp_path / "result.pt"))
+    done, ranks = spmd(2, *args, env=env)
+    assert done.returncode == 0, done.stderr[-3000:]
+    assert sorted(r["from_cache"] for r in ranks) == [False, True]
+    assert sorted(r["library_from_cache"] for r in ranks) == [False, True]
+    done, ranks = spmd(2, *args, env=env)
+    assert done.returncode == 0, done.stderr[-3000:]
+    assert all(r["from_cache"] and r["library_from_cache"] for r in ranks), ranks
+
+
+def test_spmd_misuse_is_named(tmp_path):
+    script = tmp_path / "misuse.py"
+    script.write_text(textwrap.dedent(f"""
+        import os, sys
+        sys.path.insert(0, {HERE!r})
+        import torch, tdx
+        from test_runner import compiled_step
+        from test_training import batches
+        which = sys.argv[1]
+        x, y = batches("mlp")[0]
+        try:
+            if which == "world":  # a 1-rank program under mpirun -np 2
+                compiled_step("1").start()
+            else:  # local=True: each rank's box is 8 rows of 16
+                with compiled_step("dp2").start(local=True) as runner:
+                    runner.train_step(x, y, lr=0.1)
+        except tdx.TdxError as e:
+            print("ERROR", type(e).__name__, e, flush=True)
+    """))
+    done, _ = spmd(2, str(script), "world")
+    assert done.returncode == 0, done.stderr[-3000:]
+    assert done.stdout.count("ERROR TdxError this script runs on 2 process(es) (mpirun -np 2) "
+                             "but the program is for 1; run it with mpirun -np 1") == 2, done.stdout
+    done, _ = spmd(2, str(script), "local")
+    assert done.returncode == 0, done.stderr[-3000:]
+    assert done.stdout.count("ERROR InputError train_step: input 0 is torch.float32 of shape "
+                             "(16, 8); the program was traced for torch.float32 of shape "
+                             "(8, 8)") == 2, done.stdout
+    # local=True outside mpirun: a single controller passes the global batch.
+    from test_runner import compiled_step
+    with pytest.raises(tdx.TdxError, match="local=True needs an SPMD script"):
+        compiled_step("dp2").start(local=True)
+
+
+def test_tdx_run_says_what_it_needs():
+    done = subprocess.run([sys.executable, "-m", "tdx.run", "-n", "2", "/nonexistent.py"],
+                          capture_output=True, text=True, timeout=60)
+    assert done.returncode == 2 and "no such script: /nonexistent.py" in done.stderr
+    done = subprocess.run([sys.executable, "-m", "tdx.run", "--help"], capture_output=True,
+                          text=True, timeout=60)
+    assert done.returncode == 0 and "each one rank" in done.stdout
