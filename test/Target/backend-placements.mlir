@@ -4,7 +4,7 @@
 // body's (the where placed Partial(sum), which the runtime adds up), a
 // started collective's result the collective's (a reduce_scatter's
 // Shard(0), which the runtime concatenates).
-// CHECK-LABEL: int main(
+// CHECK-LABEL: static Program describe(
 // CHECK:       p.outputs.push_back({{[{][{]}}4}, T::kFloat, "[Partial(sum)]"});
 // CHECK-NEXT:  p.outputs.push_back({{[{][{]}}4}, T::kFloat, "[Shard(0)]"});
 module attributes {tdx.partitioned} {

@@ -62,6 +62,6 @@ module attributes {tdx.partitioned} {
 // the step's own; the sum, the last kernel's result (both returned) and the
 // new w (written) outlive the step and are not in the arena. Slots are
 // whole 64-byte lines: 128 + 128 + 64 + 64.
-// CHECK-LABEL: int main(
+// CHECK-LABEL: static Program describe(
 // CHECK:       p.plannedStepBytes = 388;
 // CHECK-NEXT:  p.arenaBytes = 384;
