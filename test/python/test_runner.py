@@ -137,7 +137,7 @@ def test_a_rank_that_fails_mid_call_ends_the_runner_with_its_message():
     # leave): every rank fails reading it and the runner ends, naming it.
     with pytest.raises(tdx.TdxError, match=r"(?s)ranks ended during call.*rank \d: .*"
                                            r"/nonexistent/in.safetensors"):
-        runner._request("call", "/nonexistent/in.safetensors")
+        runner._t._request("call", "/nonexistent/in.safetensors")
     with pytest.raises(tdx.TdxError, match="the runner is closed"):
         runner.state_dict()
 
@@ -151,7 +151,7 @@ def test_the_ranks_end_when_the_controller_dies(tmp_path):
         import sys, time
         import tdx
         runner = tdx.Executable.load({str(tmp_path / "model")!r}, 1).start()
-        print(runner._proc.pid, flush=True)
+        print(runner._t._proc.pid, flush=True)
         time.sleep(600)
     """)
     child = subprocess.Popen([sys.executable, "-c", script], stdout=subprocess.PIPE, text=True)
