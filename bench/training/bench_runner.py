@@ -8,20 +8,26 @@ learning rate a runtime input (a cosine schedule changes it every step):
   - the tdx binary's own loop (exe.train over every batch at once: no
     Python between steps), 1 rank and dp2;
   - the runner, one runner.train_step(x, y, lr=...) call per step from
-    Python, 1 rank and dp2.
+    Python, 1 rank and dp2: the single controller (workers under mpirun,
+    requests through pipes) and SPMD (the script under python3 -m tdx.run,
+    the program in-process).
 
 A step time is the mean of --steps steps after one warm-up step, best of
 --rounds rounds. The runner's overhead per call is its step time less the
 binary's own loop's: what a call costs to send the batch and learning rate
 to the ranks (through /dev/shm and a pipe per rank) and bring the loss
-back; the round trip is the least a call costs. Every process uses
+back; the round trip is the least a call costs (single controller: a
+request every rank answers with nothing to run; SPMD: a barrier through
+the library's C ABI). Every process uses
 one ATen thread; the losses of every tdx configuration are checked against
 eager's.
 
     . build/env.sh && /usr/bin/python3 bench/training/bench_runner.py [--steps 10]
 """
 
+import json
 import os
+import subprocess
 import sys
 import time
 
@@ -95,12 +101,50 @@ def runner_loop(exe, data, lrs, weights):
         # with nothing to run (the runner's own no-op), round trip.
         t0 = time.perf_counter()
         for _ in range(200):
-            runner._request("ready")
+            runner._t._request("ready")
         trip = (time.perf_counter() - t0) * 1e6 / 200
     return ms, losses, trip
 
 
+def spmd_worker(ranks, steps):
+    """One rank of the SPMD runner's loop (run by spmd_loop under tdx.run);
+    rank 0 prints its step time, losses and barrier round trip."""
+    data = batches(steps + 1)
+    lrs = schedule(len(data))
+    weights = {k: v.detach() for k, v in model().state_dict().items()}
+    exe = compile_step(ranks if ranks > 1 else None)
+    with exe.start(params=weights, threads=1) as runner:
+        ms, losses, _ = None, [], None
+        for k, ((x, y), lr) in enumerate(zip(data, lrs)):
+            if k == 1:
+                t0 = time.perf_counter()
+            losses.append(runner.train_step(x, y, lr=lr).item())
+        ms = (time.perf_counter() - t0) * 1e3 / (len(data) - 1)
+        lib, h = runner._t._lib, runner._t._h
+        t0 = time.perf_counter()
+        for _ in range(200):
+            lib.tdx_barrier(h)
+        trip = (time.perf_counter() - t0) * 1e6 / 200
+    if runner._t.rank == 0:
+        print(json.dumps({"ms": ms, "losses": losses, "trip": trip}), flush=True)
+
+
+def spmd_loop(exe, data, lrs, weights):
+    ranks = exe.world_size
+    done = subprocess.run([sys.executable, "-m", "tdx.run", "-n", str(ranks), __file__,
+                           "--spmd-worker", str(ranks), "--steps", str(len(data) - 1)],
+                          capture_output=True, text=True, timeout=1200)
+    if done.returncode != 0:
+        raise SystemExit(f"the SPMD runner failed:\n{done.stderr[-3000:]}")
+    got = json.loads([line for line in done.stdout.splitlines() if line.startswith("{")][-1])
+    return got["ms"], got["losses"], got["trip"]
+
+
 def main():
+    if "--spmd-worker" in sys.argv:
+        at = sys.argv.index("--spmd-worker")
+        steps = int(sys.argv[sys.argv.index("--steps") + 1])
+        return spmd_worker(int(sys.argv[at + 1]), steps)
     args = common.arguments(__doc__, steps=10, rounds=3)
     data = batches(args.steps + 1)
     lrs = schedule(len(data))
@@ -115,28 +159,31 @@ def main():
         port += 1
         keep("ddp", gloo("ddp", data, 2, port)[0])
         for ranks, exe in exes.items():
-            for name, loop in (("binary", binary_loop), ("runner", runner_loop)):
+            for name, loop in (("binary", binary_loop), ("runner", runner_loop),
+                               ("spmd", spmd_loop)):
                 ms, got, trip = loop(exe, data, lrs, weights)
                 if trip is not None:
-                    keep(("trip", ranks), trip)
+                    keep((name + " trip", ranks), trip)
                 worst = max(abs(a - b) / abs(b) for a, b in zip(got, want))
                 assert worst < 1e-4, f"{name} on {ranks} rank(s): loss off eager's by {worst:.2e}"
                 keep((name, ranks), ms)
     print(f"GPT {CONFIG}, batch {BATCH}x{SEQ}, AdamW with a cosine LR schedule, "
           f"{args.steps} steps x best of {args.rounds} rounds, 1 ATen thread per process")
     print("overhead/call: the runner's step time less the binary's own loop's; round trip: "
-          "a request every rank answers with nothing to run (the least a call costs)")
-    print(f"{'ranks':>5} | {'runner ms':>9} {'binary ms':>9} {'runner/binary':>13} "
+          "the least a call costs (workers: a no-op request; SPMD: a barrier)")
+    print(f"{'ranks':>5} {'runner':>7} | {'runner ms':>9} {'binary ms':>9} {'runner/binary':>13} "
           f"{'overhead/call':>13} {'round trip':>10} | {'peer':>11} {'peer ms':>8} "
           f"{'peer/runner':>11}")
     for ranks in exes:
-        runner, binary = best[("runner", ranks)], best[("binary", ranks)]
-        peer = "torch eager" if ranks == 1 else "DDP gloo 2"
-        peer_ms = best["eager" if ranks == 1 else "ddp"]
-        print(f"{ranks:>5} | {runner:>9.2f} {binary:>9.2f} {runner / binary:>13.3f} "
-              f"{(runner - binary) * 1e3:>10.0f} us {best[('trip', ranks)]:>7.0f} us | "
-              f"{peer:>11} {peer_ms:>8.2f} "
-              f"{peer_ms / runner:>11.2f}")
+        for name in ("runner", "spmd"):
+            runner, binary = best[(name, ranks)], best[("binary", ranks)]
+            peer = "torch eager" if ranks == 1 else "DDP gloo 2"
+            peer_ms = best["eager" if ranks == 1 else "ddp"]
+            kind = "workers" if name == "runner" else "SPMD"
+            print(f"{ranks:>5} {kind:>7} | {runner:>9.2f} {binary:>9.2f} {runner / binary:>13.3f} "
+                  f"{(runner - binary) * 1e3:>10.0f} us {best[(name + ' trip', ranks)]:>7.1f} us | "
+                  f"{peer:>11} {peer_ms:>8.2f} "
+                  f"{peer_ms / runner:>11.2f}")
 
 
 if __name__ == "__main__":

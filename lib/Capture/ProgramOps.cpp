@@ -197,15 +197,23 @@ void Module::annotate(const std::string &target, const std::string &meshName,
 
   SymbolTableCollection collection;
   llvm::StringRef t(target);
+  // "input:<i>" of the entry(), or "<function>:input:<i>" of another entry.
+  std::string function = entry();
+  if (size_t at = t.find(":input:"); at != llvm::StringRef::npos && !t.starts_with("input:")) {
+    function = t.take_front(at).str();
+    t = t.drop_front(at + 1);
+  }
   if (t.consume_front("input:")) {
     unsigned index;
-    auto fn = symbols.lookup<func::FuncOp>(entry());
+    auto fn = symbols.lookup<func::FuncOp>(function);
     if (!fn)
-      throw CaptureError("tdx: the program has no forward or train_step function; trace the "
-                         "model (tdx.trace, tdx.trace_train_step) to place its inputs");
+      throw CaptureError("tdx: the program has no function @" + function +
+                         "; trace the model (tdx.trace, tdx.trace_train_step, "
+                         "prog.add_entry) to place its inputs");
     if (t.getAsInteger(10, index) || index >= fn.getNumArguments())
-      throw CaptureError("tdx: '" + target + "' is not an input of " + entry() + ", which takes " +
-                         std::to_string(fn.getNumArguments()) + " input(s): input:0 ...");
+      throw CaptureError("tdx: '" + target + "' is not an input of " + function +
+                         ", which takes " + std::to_string(fn.getNumArguments()) +
+                         " input(s): input:0 ...");
     if (failed(sharding.verifyFor(fn, fn.getArgumentTypes()[index], collection,
                                   "sharding of " + target)))
       throw CaptureError("tdx: cannot place " + target + ":\n" + diags.text);
@@ -357,6 +365,65 @@ std::string Module::entry() const {
     if (impl->module->lookupSymbol<func::FuncOp>(name))
       return name;
   return "forward";
+}
+
+std::vector<std::string> Module::entries() const {
+  std::string main = entry();
+  std::vector<std::string> out;
+  if (impl->module->lookupSymbol<func::FuncOp>(main))
+    out.push_back(main);
+  for (auto fn : impl->module->getOps<func::FuncOp>())
+    if (fn.getSymName() != main)
+      out.push_back(fn.getSymName().str());
+  return out;
+}
+
+void Module::addEntry(const std::string &text, const std::string &name) {
+  ModuleOp module = *impl->module;
+  if (module->hasAttr(TdxDialect::kPartitionedAttrName) || isPlaced())
+    throw CaptureError("tdx: add_entry('" + name + "'): the program is placed already; add "
+                       "every entry before tdx.parallelize, which places them together");
+  if (module.lookupSymbol(name))
+    throw CaptureError("tdx: add_entry('" + name + "'): the program has a @" + name +
+                       " already; give the entry another name");
+  OwningOpRef<ModuleOp> other = parseSourceString<ModuleOp>(text, &impl->ctx);
+  if (!other)
+    throw CaptureError("tdx: add_entry('" + name + "'): the trace does not parse:\n" +
+                       impl->takeDiagnostics());
+  auto fn = other->lookupSymbol<func::FuncOp>(name);
+  if (!fn)
+    throw CaptureError("tdx: add_entry('" + name + "'): the trace has no @" + name);
+  std::string problem;
+  fn.walk([&](Operation *op) {
+    if (!problem.empty())
+      return;
+    if (auto assign = dyn_cast<AssignOp>(op)) {
+      problem = "writes " + assign.getName().str() +
+                "; an entry reads the state the main entry trains, and writes none (trace it "
+                "in eval mode, or under torch.no_grad)";
+      return;
+    }
+    auto ref = dyn_cast<ParamRefOp>(op);
+    if (!ref)
+      return;
+    Operation *mine = module.lookupSymbol(ref.getNameAttr());
+    Operation *theirs = other->lookupSymbol(ref.getNameAttr());
+    auto typeOf = [](Operation *decl) {
+      return decl ? decl->getAttrOfType<TypeAttr>("type") : TypeAttr();
+    };
+    if (!mine || !isa<ParameterOp, BufferOp>(mine))
+      problem = "reads " + ref.getName().str() + ", which the program has no state for";
+    else if (typeOf(mine) != typeOf(theirs))
+      problem = "reads " + ref.getName().str() + " as another type than the program declares";
+  });
+  if (!problem.empty())
+    throw CaptureError("tdx: add_entry('" + name + "'): the entry " + problem);
+  module.getBody()->push_back(fn->clone());
+  if (failed(verify(module))) {
+    module.lookupSymbol<func::FuncOp>(name)->erase();
+    throw CaptureError("tdx: add_entry('" + name + "'): the program does not verify with it:\n" +
+                       impl->takeDiagnostics());
+  }
 }
 
 int64_t Module::numArguments(const std::string &function) const {

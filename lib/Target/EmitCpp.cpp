@@ -85,28 +85,45 @@ LogicalResult mlir::tdx::emitCpp(ModuleOp module, llvm::raw_ostream &os, Backend
                               << meshes.size();
   // Without a mesh the program runs on one rank.
   MeshOp mesh = meshes.empty() ? MeshOp() : meshes.front();
-  auto fn = module.lookupSymbol<func::FuncOp>("forward");
+  // The main entry (@forward, else @train_step, else the only function) and
+  // the others (prog.add_entry), which read the state: entries[k-1].
+  SmallVector<func::FuncOp> fns(module.getOps<func::FuncOp>());
+  func::FuncOp fn = module.lookupSymbol<func::FuncOp>("forward");
+  if (!fn)
+    fn = module.lookupSymbol<func::FuncOp>("train_step");
   if (!fn) {
-    SmallVector<func::FuncOp> fns(module.getOps<func::FuncOp>());
     if (fns.size() != 1)
       return module.emitError() << backendName
-                                << " needs one entry function (named @forward when there are "
-                                   "several)";
+                                << " needs one entry function, or @forward or @train_step "
+                                   "among several";
     fn = fns.front();
   }
-  if (!fn.getBody().hasOneBlock())
-    return fn.emitError() << "has more than one block; " << backendName
-                          << " emits straight-line code";
-  auto stepBytes = fn->getAttrOfType<IntegerAttr>(TdxDialect::kStepBytesAttrName);
-  auto arenaAttr = fn->getAttrOfType<IntegerAttr>(TdxDialect::kArenaBytesAttrName);
-  if (!stepBytes || !arenaAttr)
-    return fn.emitError() << "has no memory plan; run `tdx-opt --tdx-backend` first "
-                             "(tdx-translate and tdx-compile run it for you)";
-  int64_t plannedStepBytes = stepBytes.getInt(), arenaBytes = arenaAttr.getInt();
+  SmallVector<func::FuncOp> functions = {fn};
+  for (func::FuncOp f : fns)
+    if (f != fn)
+      functions.push_back(f);
   int64_t meshRank = mesh ? mesh.getShape().size() : 0;
-  FailureOr<Signature> sig = signatureOf(fn, meshRank);
-  if (failed(sig))
-    return failure();
+  SmallVector<Signature> sigs;
+  int64_t plannedStepBytes = 0, arenaBytes = 0;
+  for (func::FuncOp f : functions) {
+    if (!f.getBody().hasOneBlock())
+      return f.emitError() << "has more than one block; " << backendName
+                           << " emits straight-line code";
+    auto stepBytes = f->getAttrOfType<IntegerAttr>(TdxDialect::kStepBytesAttrName);
+    auto arenaAttr = f->getAttrOfType<IntegerAttr>(TdxDialect::kArenaBytesAttrName);
+    if (!stepBytes || !arenaAttr)
+      return f.emitError() << "has no memory plan; run `tdx-opt --tdx-backend` first "
+                              "(tdx-translate and tdx-compile run it for you)";
+    // The main entry's plan is the step's; the entries take turns in one
+    // arena, as large as the largest asks.
+    if (f == fn)
+      plannedStepBytes = stepBytes.getInt();
+    arenaBytes = std::max<int64_t>(arenaBytes, arenaAttr.getInt());
+    FailureOr<Signature> sig = signatureOf(f, meshRank);
+    if (failed(sig))
+      return failure();
+    sigs.push_back(*sig);
+  }
 
   std::string body;
   llvm::raw_string_ostream bs(body);
@@ -131,75 +148,90 @@ LogicalResult mlir::tdx::emitCpp(ModuleOp module, llvm::raw_ostream &os, Backend
   }
   bs << "}\n\n";
 
-  // One function, or (a long step) the first of its parts: see endPart.
-  uint64_t forwardStart = bs.tell();
-  std::string header = "static std::vector<T::Tensor> forward(Context &ctx, State &s, "
-                       "const std::vector<T::Tensor> &in) {\n"
-                       // The call's index, which the random ops of the function draw with.
-                       "  const uint64_t call = ctx.nextCall();\n  (void)call;\n" +
-                       e.bindArguments(fn.getArguments());
-  bs << header;
-  Block &step = fn.getBody().front();
   // Kernels with one text share one function (an optimizer's update repeated
-  // per parameter compiles once); `kernels` holds each text once.
+  // per parameter compiles once), across entries too; `kernels` holds each
+  // text once.
   std::string kernels;
   llvm::raw_string_ostream ks(kernels);
   std::map<std::string, std::string> byText;
-  for (FusedOp op : step.getOps<FusedOp>()) {
-    std::string own = "k" + std::to_string(e.kernels.size());
-    FusedKernel k = fusedKernel(op, "TDX_KERNEL");
-    std::string text;
-    llvm::raw_string_ostream ts(text);
-    emitKernelBody(k, ts);
-    if (backend == Backend::CUDA)
-      emitKernelLaunch(k, ts);
-    else
-      emitKernelRow(k, ts);
-    auto [it, inserted] = byText.try_emplace(text, own);
-    k.name = it->second;
-    e.kernels[op] = std::move(k);
-    if (!inserted)
-      continue;
-    for (llvm::StringRef rest = text; !rest.empty();) {
-      auto [head, tail] = rest.split("TDX_KERNEL");
-      ks << head;
-      if (tail.size() != rest.size() - head.size())
-        ks << own;
-      rest = tail;
+  int64_t kernelCount = 0;
+  // One entry as the C++ function `cppName`: one function, or (a long step)
+  // parts and the function that calls them (see endPart).
+  auto emitFunction = [&](func::FuncOp f, Emitter &fe, const std::string &cppName) {
+    fe.function = cppName;
+    uint64_t start = bs.tell();
+    std::string header = "static std::vector<T::Tensor> " + cppName +
+                         "(Context &ctx, State &s, const std::vector<T::Tensor> &in) {\n"
+                         // The call's index, which the random ops of the function draw with.
+                         "  const uint64_t call = ctx.nextCall();\n  (void)call;\n" +
+                         fe.bindArguments(f.getArguments());
+    bs << header;
+    Block &step = f.getBody().front();
+    for (FusedOp op : step.getOps<FusedOp>()) {
+      std::string own = "k" + std::to_string(kernelCount);
+      FusedKernel k = fusedKernel(op, "TDX_KERNEL");
+      std::string text;
+      llvm::raw_string_ostream ts(text);
+      emitKernelBody(k, ts);
+      if (backend == Backend::CUDA)
+        emitKernelLaunch(k, ts);
+      else
+        emitKernelRow(k, ts);
+      auto [it, inserted] = byText.try_emplace(text, own);
+      k.name = it->second;
+      fe.kernels[op] = std::move(k);
+      if (!inserted)
+        continue;
+      ++kernelCount;
+      for (llvm::StringRef rest = text; !rest.empty();) {
+        auto [head, tail] = rest.split("TDX_KERNEL");
+        ks << head;
+        if (tail.size() != rest.size() - head.size())
+          ks << own;
+        rest = tail;
+      }
     }
-  }
-  Lifetimes lifetimes(step);
-  int64_t part = 0;
-  for (Operation &op : step) {
-    if (auto p = op.getAttrOfType<IntegerAttr>(TdxDialect::kPartAttrName);
-        p && p.getInt() > part && !isa<func::ReturnOp>(op)) {
-      part = p.getInt();
-      e.endPart(fn.getArguments());
+    Lifetimes lifetimes(step);
+    int64_t part = 0;
+    for (Operation &op : step) {
+      if (auto p = op.getAttrOfType<IntegerAttr>(TdxDialect::kPartAttrName);
+          p && p.getInt() > part && !isa<func::ReturnOp>(op)) {
+        part = p.getInt();
+        fe.endPart(f.getArguments());
+      }
+      fe.place(&op);
+      if (failed(fe.emitOp(&op)))
+        return failure();
+      fe.placed(&op);
+      fe.release(lifetimes.endingAt(&op));
+      // Collectives in flight move on after each op that computes.
+      if (!isa<WaitOp, AssignOp, func::ReturnOp>(op))
+        fe.progress();
     }
-    e.place(&op);
-    if (failed(e.emitOp(&op)))
+    bs << "}\n";
+    if (fe.parts) {
+      // The parts, then the step that calls them.
+      body.replace(start, header.size(), fe.partHeader(0, f.getArguments()));
+      bs << "\nstatic std::vector<T::Tensor> " << cppName
+         << "(Context &ctx, State &s, const std::vector<T::Tensor> &in) {\n"
+            "  const uint64_t call = ctx.nextCall();\n"
+            "  std::vector<T::Tensor> carry("
+         << fe.carrySize() << ");\n  std::vector<int64_t> handles(" << fe.handed << ");\n";
+      for (int i = 0; i < fe.parts; ++i)
+        bs << "  " << cppName << i << "(ctx, s, in, call, carry.data(), handles.data());\n";
+      bs << "  return " << cppName << fe.parts
+         << "(ctx, s, in, call, carry.data(), handles.data());\n}\n";
+    }
+    return success();
+  };
+  if (failed(emitFunction(fn, e, "forward")))
+    return failure();
+  for (size_t k = 1; k < functions.size(); ++k) {
+    Emitter other(meshRank, backend, bs);
+    bs << "\n";
+    if (failed(emitFunction(functions[k], other, "entry" + std::to_string(k))))
       return failure();
-    e.placed(&op);
-    e.release(lifetimes.endingAt(&op));
-    // Collectives in flight move on after each op that computes.
-    if (!isa<WaitOp, AssignOp, func::ReturnOp>(op))
-      e.progress();
   }
-  bs << "}\n";
-  if (e.parts) {
-    // The parts, then the step that calls them.
-    body.replace(forwardStart, header.size(), e.partHeader(0, fn.getArguments()));
-    bs << "\nstatic std::vector<T::Tensor> forward(Context &ctx, State &s, "
-          "const std::vector<T::Tensor> &in) {\n"
-          "  const uint64_t call = ctx.nextCall();\n"
-          "  std::vector<T::Tensor> carry("
-       << e.carrySize() << ");\n  std::vector<int64_t> handles(" << e.handed << ");\n";
-    for (int i = 0; i < e.parts; ++i)
-      bs << "  forward" << i << "(ctx, s, in, call, carry.data(), handles.data());\n";
-    bs << "  return forward" << e.parts
-       << "(ctx, s, in, call, carry.data(), handles.data());\n}\n";
-  }
-
 
   if (backend == Backend::CUDA)
     os << "// Generated by tdx-translate --tdx-to-cuda from a partitioned tdx program.\n"
@@ -226,18 +258,31 @@ LogicalResult mlir::tdx::emitCpp(ModuleOp module, llvm::raw_ostream &os, Backend
   for (auto &[name, type, layout] : params)
     os << "  p.params.push_back({\"" << name << "\", " << list(type.getShape()) << ", "
        << dtype(type.getElementType()) << ", \"" << layout << "\"});\n";
-  for (auto &[type, layout] : sig->inputs)
+  auto values = [&](ArrayRef<std::pair<RankedTensorType, std::string>> vs) {
+    std::string text = "{";
+    for (auto [i, v] : llvm::enumerate(vs)) {
+      auto &[type, layout] = v;
+      text += (i ? ", {" : "{") + list(type.getShape()) + ", " + dtype(type.getElementType()) +
+              ", \"" + layout + "\"}";
+    }
+    return text + "}";
+  };
+  for (auto &[type, layout] : sigs[0].inputs)
     os << "  p.inputs.push_back({" << list(type.getShape()) << ", " << dtype(type.getElementType())
        << ", \"" << layout << "\"});\n";
-  for (auto &[type, layout] : sig->outputs)
+  for (auto &[type, layout] : sigs[0].outputs)
     os << "  p.outputs.push_back({" << list(type.getShape()) << ", "
        << dtype(type.getElementType()) << ", \"" << layout << "\"});\n";
+  for (size_t k = 1; k < functions.size(); ++k)
+    os << "  p.entries.push_back({\"" << functions[k].getSymName() << "\", "
+       << values(sigs[k].inputs) << ", " << values(sigs[k].outputs) << ", entry" << k
+       << "});\n";
   // What --verbose compares the step's measured working memory with.
   os << "  p.plannedStepBytes = " << plannedStepBytes << ";\n";
   os << "  p.arenaBytes = " << arenaBytes << ";\n";
   if (memoryPlan) {
     int64_t placedTensors = 0;
-    for (Operation &op : step)
+    for (Operation &op : fn.getBody().front())
       if (auto offsets = op.getAttrOfType<DenseI64ArrayAttr>(TdxDialect::kArenaAttrName))
         placedTensors += llvm::count_if(offsets.asArrayRef(), [](int64_t o) { return o >= 0; });
     *memoryPlan = {plannedStepBytes, arenaBytes, placedTensors};

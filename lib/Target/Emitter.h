@@ -100,7 +100,7 @@ public:
   /// The start of a part's function, with the step's arguments bound to
   /// their names.
   std::string partHeader(int part, ArrayRef<BlockArgument> args) {
-    return "static std::vector<T::Tensor> forward" + std::to_string(part) +
+    return "static std::vector<T::Tensor> " + function + std::to_string(part) +
            "(Context &ctx, State &s, const std::vector<T::Tensor> &in, uint64_t call, "
            "T::Tensor *carry, int64_t *handles) {\n  (void)call;\n  (void)carry;\n"
            "  (void)handles;\n" +
@@ -137,6 +137,8 @@ public:
   size_t carrySize() const { return slots.size() + freeSlots.size(); }
   int parts = 0;
   size_t handed = 0;
+  /// The C++ name of the entry being emitted (its parts are name0, ...).
+  std::string function = "forward";
   /// Places the tensors the op emitted next allocates at their arena
   /// offsets (tdx.arena), and forgets those its op did not take.
   void place(Operation *op);

@@ -187,6 +187,8 @@ PYBIND11_MODULE(_C, m) {
              return out;
            })
       .def("entry", &Module::entry)
+      .def("entries", &Module::entries)
+      .def("add_entry", &Module::addEntry, py::arg("text"), py::arg("name"))
       .def("num_arguments", &Module::numArguments, py::arg("function"))
       .def("is_partitioned", &Module::isPartitioned)
       .def("is_placed", &Module::isPlaced)

@@ -85,19 +85,30 @@ class Executable:
                      if i < data else s for i, s in enumerate(specs)]
         return specs, data
 
-    def _check_inputs(self, inputs, what, shapes=None):
-        """`inputs` as the program takes them; raises InputError unless they
-        are what it was traced for: as many, each a tensor of the traced
-        shape (or of `shapes`, a rank's boxes) and dtype. A step with
-        gradient accumulation takes each batch input as its micro-batches
-        concatenated, and gets them stacked."""
-        k = self.accumulation_steps
-        want, data = self._given_inputs()
+    @property
+    def entries(self):
+        """The names of the program's other entries (``prog.add_entry``),
+        which a runner has as methods."""
+        return [e["name"] for e in self.signature().get("entries", [])]
+
+    def _check_inputs(self, inputs, what, shapes=None, entry=0):
+        """`inputs` as entry `entry` (0: the main one) takes them; raises
+        InputError unless they are what it was traced for: as many, each a
+        tensor of the traced shape (or of `shapes`, a rank's boxes) and
+        dtype. A step with gradient accumulation takes each batch input as
+        its micro-batches concatenated, and gets them stacked."""
+        if entry:
+            k, want = 1, self.signature()["entries"][entry - 1]["inputs"]
+            data = len(want)
+        else:
+            k = self.accumulation_steps
+            want, data = self._given_inputs()
         if shapes is not None:
             want = [dict(w, shape=list(s)) for w, s in zip(want, shapes)]
         if len(inputs) != len(want):
             raise InputError(
-                f"{what} has {len(inputs)} input(s) but the program takes {len(want)}: "
+                f"{what} has {len(inputs)} input(s) but {'the program' if not entry else what} "
+                f"takes {len(want)}: "
                 + ", ".join(f"input {i}: {_describe(w)}" for i, w in enumerate(want)))
         for i, (x, spec) in enumerate(zip(inputs, want)):
             expected = _describe(spec)

@@ -40,10 +40,55 @@ class Program:
         prog = Program.__new__(Program)
         prog._module = self._module.clone()
         prog.hyperparameters = dict(getattr(self, "hyperparameters", {}))
+        prog._model = getattr(self, "_model", None)
         return prog
 
     def __repr__(self):
         return f"tdx.Program({len(self.parameters())} parameters and buffers)"
+
+    @property
+    def entries(self):
+        """The program's functions: its main entry (``forward`` or
+        ``train_step``) first, then those :meth:`add_entry` added."""
+        return list(self._module.entries())
+
+    def add_entry(self, name, fn, *example_inputs):
+        """Traces ``fn(model, *example_inputs)`` under ``torch.no_grad()``
+        into this program as the function `name`, on the model the program
+        was traced from: it reads the same parameters and buffers (the state
+        the main entry trains) and writes none. Evaluation, logits or
+        generation then run on the current weights, on the same placements,
+        with no copy: ``runner.evaluate(x, y)``.
+
+        Add entries before :func:`tdx.parallelize`, which places them with
+        the main entry: the main entry decides the state's placements, and
+        the others read the state where it is (data parallelism splits their
+        batch too)."""
+        from .deferred import _python_guards
+        model = getattr(self, "_model", None)
+        if model is None:
+            raise CaptureError(f"add_entry('{name}'): the program does not know its model; "
+                               f"add entries to a program tdx.trace or tdx.trace_train_step "
+                               f"made in this process")
+        if not isinstance(name, str) or not name.isidentifier():
+            raise ValueError(f"add_entry: the entry's name must be a Python identifier (it "
+                             f"becomes a method of the runner), got {name!r}")
+        if not callable(fn):
+            raise TypeError(f"add_entry('{name}'): fn must be callable as fn(model, *inputs)")
+        entries, recording = _checked_entries(model, "add_entry")
+        inputs = _fake_inputs(example_inputs, "example input", "add_entry")
+        log = _C.Trace()
+        before = len(recording)
+        with torch.no_grad(), _python_guards(fake_cuda=True), _C.TraceMode(log):
+            out = fn(model, *inputs)
+        if len(recording) != before:
+            raise CaptureError(f"add_entry('{name}'): fn changed the model's state (a batch "
+                               f"norm in training mode updates its running statistics); an "
+                               f"entry only reads it: call model.eval() in fn")
+        outputs = _flatten(out, f"the outputs of {name}")
+        self._module.add_entry(recording.to_mlir(entries, log, inputs, outputs, function=name),
+                               name)
+        return self
 
     def save(self, path):
         """Writes the MLIR text to ``path``."""
@@ -211,4 +256,5 @@ def trace(module, *example_inputs):
     outputs = _flatten(out, "the forward's outputs")
     prog = Program(recording.to_mlir(entries, log, inputs, outputs))
     prog.forward_op_names = log.op_names()
+    prog._model = module
     return prog

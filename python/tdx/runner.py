@@ -3,6 +3,7 @@ driven step by step from the user's own Python loop (`Executable.start`)."""
 
 import ctypes
 import ctypes.util
+import functools
 import os
 import select
 import shutil
@@ -63,10 +64,22 @@ class Runner:
                        store=store, timeout=timeout)
         self.steps = self._t.steps
         setattr(self, exe.entry, self.__call__)
+        # The program's other entries (prog.add_entry): runner.evaluate(x, y).
+        for k, name in enumerate(exe.entries, start=1):
+            setattr(self, name, functools.partial(self._call_entry, k, name))
         if progress and sys.stderr.isatty() and self._t.rank == 0:
             from tqdm import tqdm
             self._bar = tqdm(desc=exe.entry, unit="step", initial=self.steps, dynamic_ncols=True,
                              leave=True)
+
+    def _call_entry(self, k, name, *inputs):
+        """Entry `k` of the program (prog.add_entry's `name`) on the current
+        state: its outputs, gathered; not a step."""
+        self._check_open(name)
+        shapes = self._t.local_shapes(k) if self._local else None
+        batch = self._exe._check_inputs(tuple(inputs), name, shapes=shapes, entry=k)
+        outputs = self._t.call(batch, self._local, k)
+        return outputs[0] if len(outputs) == 1 else outputs
 
     @property
     def spmd(self):
@@ -78,7 +91,7 @@ class Runner:
         self._check_open(name)
         batch = self._exe._with_hyperparameters([tuple(inputs)], hyperparameters, name)[0]
         if self._local:
-            batch = self._exe._check_inputs(batch, name, shapes=self._t.local_shapes())
+            batch = self._exe._check_inputs(batch, name, shapes=self._t.local_shapes(0))
         else:
             batch = self._exe._check_inputs(batch, name)
         outputs = self._t.call(batch, self._local)
@@ -198,11 +211,11 @@ class _Workers:
         # with the step they start from (a runner's checkpoint's, or 0).
         self.steps = int(self._request("ready").split("\t")[1])
 
-    def call(self, batch, local=False):
+    def call(self, batch, local=False, entry=0):
         path = self._file(self._k + 1, ".in.safetensors")
         safetensors.save({f"input:{i}": x for i, x in enumerate(batch)}, path)
         try:
-            self._request("call", path)
+            self._request("call", path, str(entry))
             out_path = self._file(self._k, ".out.safetensors")
             got = safetensors.load(out_path)
             os.remove(out_path)
@@ -327,30 +340,33 @@ class _InProcess:
         self._dir = name.value.decode()
         self.steps = int(self._lib.tdx_steps(self._h))
         sig = exe.signature()
-        self._outputs = [(tuple(o["shape"]), _TORCH_DTYPES[o["dtype"]]) for o in sig["outputs"]]
-        self._inputs = sig["inputs"]
+        # Each entry's inputs and outputs: 0 the main one.
+        self._inputs = [sig["inputs"]] + [e["inputs"] for e in sig.get("entries", [])]
+        self._outputs = [[(tuple(o["shape"]), _TORCH_DTYPES[o["dtype"]]) for o in outputs]
+                         for outputs in [sig["outputs"]] +
+                         [e["outputs"] for e in sig.get("entries", [])]]
 
-    def local_shapes(self):
+    def local_shapes(self, entry):
         """Each input's box on this rank, as the caller gives it (a step
         with gradient accumulation's micro-batches concatenated)."""
         shapes = []
-        data = len(self._inputs) - len(self._exe.hyperparameters)
-        for i, spec in enumerate(self._inputs):
+        data = len(self._inputs[0]) - len(self._exe.hyperparameters)
+        for i, spec in enumerate(self._inputs[entry]):
             n = len(spec["shape"])
             offset, size = (ctypes.c_int64 * n)(), (ctypes.c_int64 * n)()
-            self._lib.tdx_input_box(self._h, i, offset, size)
+            self._lib.tdx_input_box(self._h, entry, i, offset, size)
             size = list(size)
-            if self._exe.accumulation_steps > 1 and i < data:
+            if entry == 0 and self._exe.accumulation_steps > 1 and i < data:
                 size = [size[0] * size[1]] + size[2:]
             shapes.append(size)
         return shapes
 
-    def call(self, batch, local=False):
+    def call(self, batch, local=False, entry=0):
         keep = [x.contiguous() for x in batch]
         pointers = (ctypes.c_void_p * len(keep))(*[x.data_ptr() for x in keep])
-        self._check(self._lib.tdx_call(self._h, pointers, int(local)), "call")
+        self._check(self._lib.tdx_call(self._h, entry, pointers, int(local)), "call")
         out = []
-        for i, (shape, dtype) in enumerate(self._outputs):
+        for i, (shape, dtype) in enumerate(self._outputs[entry]):
             t = torch.empty(shape, dtype=dtype)
             self._lib.tdx_output(self._h, i, ctypes.c_void_p(t.data_ptr()))
             out.append(t)
@@ -411,9 +427,11 @@ def _load(path):
         lib.tdx_steps.restype = ctypes.c_longlong
         handle = ctypes.c_void_p
         lib.tdx_steps.argtypes = [handle]
-        lib.tdx_input_box.argtypes = [handle, ctypes.c_int, ctypes.POINTER(ctypes.c_int64),
+        lib.tdx_input_box.argtypes = [handle, ctypes.c_int, ctypes.c_int,
+                                      ctypes.POINTER(ctypes.c_int64),
                                       ctypes.POINTER(ctypes.c_int64)]
-        lib.tdx_call.argtypes = [handle, ctypes.POINTER(ctypes.c_void_p), ctypes.c_int]
+        lib.tdx_call.argtypes = [handle, ctypes.c_int, ctypes.POINTER(ctypes.c_void_p),
+                                 ctypes.c_int]
         lib.tdx_output.argtypes = [handle, ctypes.c_int, ctypes.c_void_p]
         lib.tdx_write_state.argtypes = [handle, ctypes.c_char_p]
         lib.tdx_load.argtypes = [handle, ctypes.c_char_p]

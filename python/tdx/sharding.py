@@ -239,16 +239,20 @@ def _place_batch(prog, mesh, axis):
     if prog._module.num_arguments(entry) < 0:
         raise CaptureError("data parallelism places the step's inputs; trace the model first "
                            "(tdx.trace or tdx.trace_train_step)")
-    k = getattr(prog, "accumulation_steps", 1)
-    dim = 1 if k > 1 else 0
-    shapes = prog._module.argument_shapes(entry)
-    batch = next((shape[dim] for shape, _ in shapes if len(shape) > dim), None)
-    for i, (shape, placed) in enumerate(shapes):
-        if placed or len(shape) <= dim or shape[dim] != batch or (k > 1 and shape[0] != k):
-            continue
-        placements = [Replicate()] * mesh.ndim
-        placements[axis] = Shard(dim)
-        _annotate(prog, f"input:{i}", mesh, placements, priority=0)
+    # Every entry's batch (prog.add_entry's too); only the main entry's
+    # inputs are stacked micro-batches.
+    for function in prog._module.entries():
+        k = getattr(prog, "accumulation_steps", 1) if function == entry else 1
+        dim = 1 if k > 1 else 0
+        shapes = prog._module.argument_shapes(function)
+        batch = next((shape[dim] for shape, _ in shapes if len(shape) > dim), None)
+        for i, (shape, placed) in enumerate(shapes):
+            if placed or len(shape) <= dim or shape[dim] != batch or (k > 1 and shape[0] != k):
+                continue
+            placements = [Replicate()] * mesh.ndim
+            placements[axis] = Shard(dim)
+            target = f"input:{i}" if function == entry else f"{function}:input:{i}"
+            _annotate(prog, target, mesh, placements, priority=0)
 
 
 # --- Parallel plans ----------------------------------------------------------

@@ -306,6 +306,7 @@ def trace_train_step(model, optimizer, loss_fn, *batch, max_grad_norm=None, hype
     prog.forward_op_names = log.op_names()
     prog.hyperparameters = dict(zip(names_hp, traced))
     prog.accumulation_steps = k
+    prog._model = model
     return prog
 
 

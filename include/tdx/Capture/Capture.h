@@ -230,8 +230,9 @@ public:
   void declareMesh(const std::string &meshName, const std::vector<int64_t> &shape,
                    const std::vector<std::string> &axes);
   /// Places `target` on a mesh (declared as by declareMesh): a parameter or
-  /// buffer's qualified name (a tied name places the value it shares) or
-  /// "input:<i>" for the i-th forward input. `placements` is DTensor-style
+  /// buffer's qualified name (a tied name places the value it shares),
+  /// "input:<i>" for the i-th input of the entry(), or "<function>:input:<i>"
+  /// for another entry's. `placements` is DTensor-style
   /// text: "[Shard(0), Replicate]". A `priority` >= 0 (inputs only) makes
   /// the placement a preference at that priority level
   /// (`tdx.sharding_priority`): propagation starts from it, and preferences
@@ -261,6 +262,14 @@ public:
   /// The function a model binary runs: @forward (tdx.trace) or @train_step
   /// (tdx.trace_train_step). Inputs ("input:<i>") are its arguments.
   std::string entry() const;
+  /// Every function: the entry() first, then the others in program order
+  /// (prog.add_entry's).
+  std::vector<std::string> entries() const;
+  /// Adds `func.func @<name>` of the module `text` (a trace of the same
+  /// model) to this program as another entry. It must read only state this
+  /// program declares (same name and type) and write none; `name` must be
+  /// new, and the program not yet placed.
+  void addEntry(const std::string &text, const std::string &name);
   /// The argument count of `func.func @<function>`, -1 when there is none.
   int64_t numArguments(const std::string &function) const;
   /// One per argument of `func.func @<function>`: its shape (empty for a

@@ -44,7 +44,26 @@ template <class Context, class Tensor, class ElementType> struct BasicProgram {
   /// Makes every parameter and buffer that `State` lacks by its init
   /// program (sharded: this rank's box); entries already there are kept.
   std::function<void(Context &, State &)> init;
-  std::function<std::vector<Tensor>(Context &, State &, const std::vector<Tensor> &)> forward;
+  using Function =
+      std::function<std::vector<Tensor>(Context &, State &, const std::vector<Tensor> &)>;
+  /// The main entry (a forward or a training step): `inputs` to `outputs`.
+  Function forward;
+  /// The program's other functions (prog.add_entry: evaluation, logits),
+  /// which read the state the main entry writes.
+  struct Entry {
+    std::string name;
+    std::vector<Value> inputs, outputs;
+    Function forward;
+  };
+  std::vector<Entry> entries;
+  /// Entry `k`'s inputs and outputs: 0 the main one, k > 0 entries[k - 1].
+  const std::vector<Value> &inputsOf(size_t k) const {
+    return k ? entries.at(k - 1).inputs : inputs;
+  }
+  const std::vector<Value> &outputsOf(size_t k) const {
+    return k ? entries.at(k - 1).outputs : outputs;
+  }
+  const Function &functionOf(size_t k) const { return k ? entries.at(k - 1).forward : forward; }
 };
 
 /// What `--signature` prints: the program's mesh and, for every parameter
@@ -75,11 +94,25 @@ std::string signatureJson(const P &program, DTypeName dtypeName) {
     outputs.push_back(json::Value(value(v)));
   for (const std::string &a : program.axes)
     axes.push_back(json::Value(a));
+  json::Array entries;
+  for (const auto &entry : program.entries) {
+    json::Array in, out;
+    for (const auto &v : entry.inputs)
+      in.push_back(json::Value(value(v)));
+    for (const auto &v : entry.outputs)
+      out.push_back(json::Value(value(v)));
+    json::Object o;
+    o["name"] = json::Value(entry.name);
+    o["inputs"] = json::Value(std::move(in));
+    o["outputs"] = json::Value(std::move(out));
+    entries.push_back(json::Value(std::move(o)));
+  }
   return json::print(json::Value(json::Object{{"mesh", ints(program.meshShape)},
                                               {"axes", json::Value(std::move(axes))},
                                               {"params", json::Value(std::move(params))},
                                               {"inputs", json::Value(std::move(inputs))},
-                                              {"outputs", json::Value(std::move(outputs))}}));
+                                              {"outputs", json::Value(std::move(outputs))},
+                                              {"entries", json::Value(std::move(entries))}}));
 }
 
 } // namespace tdx::rt

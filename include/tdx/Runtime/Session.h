@@ -62,10 +62,13 @@ public:
   double saveMs() const { return saveMs_; }
   StepMemory &memory() { return memory_; }
 
-  /// One call of the program on this rank's inputs: its local outputs.
-  std::vector<at::Tensor> call(const std::vector<at::Tensor> &local);
-  /// Output `i` as a global tensor on rank 0 (undefined elsewhere).
-  at::Tensor gatherOutput(const at::Tensor &local, size_t i);
+  /// One call of entry `entry` (0: the main one, k: program.entries[k-1])
+  /// on this rank's inputs: its local outputs. Only the main entry counts
+  /// as a step.
+  std::vector<at::Tensor> call(const std::vector<at::Tensor> &local, size_t entry = 0);
+  /// Output `i` of entry `entry` as a global tensor on rank 0 (undefined
+  /// elsewhere).
+  at::Tensor gatherOutput(const at::Tensor &local, size_t i, size_t entry = 0);
   /// Rank 0 writes the gathered global state.
   void writeState(const std::string &path);
   /// The state entries `path` holds replace this rank's.

@@ -143,17 +143,23 @@ int tdx::rt::runMain(int argc, char **argv, const Program &program) {
         };
         std::string answer = op == "ready" ? "ok\t" + std::to_string(session.steps()) : "ok";
         if (op == "call") {
+          // call PATH [ENTRY]: entry 0 is the main one.
+          size_t entry = r.size() > 2 ? std::stoul(arg(2)) : 0;
+          if (entry > program.entries.size())
+            throw std::runtime_error("runner request " + std::to_string(requests.count()) +
+                                     " calls entry " + arg(2) + ", which the program lacks");
           TensorStore in(arg(1));
           std::vector<at::Tensor> local;
-          for (size_t i = 0; i < program.inputs.size(); ++i) {
-            const Program::Value &v = program.inputs[i];
+          const std::vector<Program::Value> &inputs = program.inputsOf(entry);
+          for (size_t i = 0; i < inputs.size(); ++i) {
+            const Program::Value &v = inputs[i];
             local.push_back(readLocal(ctx, in, "input:" + std::to_string(i), "input", v.shape,
                                       v.dtype, parseLayout(v.layout)));
           }
-          std::vector<at::Tensor> out = session.call(local);
+          std::vector<at::Tensor> out = session.call(local, entry);
           std::map<std::string, at::Tensor> saved;
           for (size_t i = 0; i < out.size(); ++i) {
-            at::Tensor g = session.gatherOutput(out[i], i);
+            at::Tensor g = session.gatherOutput(out[i], i, entry);
             if (rank == 0)
               saved["output:" + std::to_string(i)] = TensorMemory::unpooled(g);
           }

@@ -98,27 +98,30 @@ int tdx_rank(void *h) { return static_cast<Handle *>(h)->session->ctx().rank(); 
 
 long long tdx_steps(void *h) { return static_cast<Handle *>(h)->session->steps(); }
 
-/// This rank's box of input `i`: its offset and size per dimension.
-void tdx_input_box(void *h, int i, int64_t *offset, int64_t *size) {
+/// This rank's box of input `i` of entry `entry` (0: the main one): its
+/// offset and size per dimension.
+void tdx_input_box(void *h, int entry, int i, int64_t *offset, int64_t *size) {
   Session &s = *static_cast<Handle *>(h)->session;
-  const Program::Value &v = s.program().inputs.at(i);
+  const Program::Value &v = s.program().inputsOf(entry).at(i);
   std::vector<int64_t> o, z;
   s.ctx().box(v.shape, parseLayout(v.layout), o, z);
   std::copy(o.begin(), o.end(), offset);
   std::copy(z.begin(), z.end(), size);
 }
 
-/// One call: `inputs[i]` points at the global input i (local: at this
-/// rank's box of it), dense, of the program's dtype. The outputs are kept
-/// for tdx_output.
-int tdx_call(void *handle, void *const *inputs, int local) {
+/// One call of entry `entry` (0: the main one, k: program.entries[k-1]):
+/// `inputs[i]` points at the global input i (local: at this rank's box of
+/// it), dense, of the program's dtype. The outputs are kept for tdx_output.
+int tdx_call(void *handle, int entry, void *const *inputs, int local) {
   auto *h = static_cast<Handle *>(handle);
   Session &s = *h->session;
   return collective([&] {
     const Program &program = s.program();
+    const std::vector<Program::Value> &inputs_ = program.inputsOf(entry);
+    const std::vector<Program::Value> &outputs = program.outputsOf(entry);
     std::vector<at::Tensor> in;
-    for (size_t i = 0; i < program.inputs.size(); ++i) {
-      const Program::Value &v = program.inputs[i];
+    for (size_t i = 0; i < inputs_.size(); ++i) {
+      const Program::Value &v = inputs_[i];
       std::vector<int64_t> offset, size;
       s.ctx().box(v.shape, parseLayout(v.layout), offset, size);
       if (local) {
@@ -133,12 +136,12 @@ int tdx_call(void *handle, void *const *inputs, int local) {
           t = t.narrow(static_cast<int64_t>(d), offset[d], size[d]);
       in.push_back(t.contiguous());
     }
-    std::vector<at::Tensor> out = s.call(in);
+    std::vector<at::Tensor> out = s.call(in, entry);
     h->outputs.clear();
     for (size_t i = 0; i < out.size(); ++i) {
-      at::Tensor g = s.gatherOutput(out[i], i);
+      at::Tensor g = s.gatherOutput(out[i], i, entry);
       if (s.ctx().rank() != 0)
-        g = at::empty(program.outputs[i].shape, at::TensorOptions().dtype(program.outputs[i].dtype));
+        g = at::empty(outputs[i].shape, at::TensorOptions().dtype(outputs[i].dtype));
       g = g.contiguous();
       checkMpi(MPI_Bcast(g.data_ptr(), static_cast<int>(g.nbytes()), MPI_BYTE, 0, MPI_COMM_WORLD),
                "broadcast of an output");

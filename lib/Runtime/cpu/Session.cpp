@@ -169,14 +169,19 @@ Session::Session(const Program &program, Options &o, bool ownsProcess)
   }
 }
 
-std::vector<at::Tensor> Session::call(const std::vector<at::Tensor> &local) {
+std::vector<at::Tensor> Session::call(const std::vector<at::Tensor> &local, size_t entry) {
+  if (entry > program_.entries.size())
+    throw std::runtime_error("the program has no entry " + std::to_string(entry));
+  if (entry)
+    return program_.functionOf(entry)(*ctx_, state_, local);
   std::vector<at::Tensor> out = memory_.step(program_, *ctx_, state_, local);
   ++steps_;
   return out;
 }
 
-at::Tensor Session::gatherOutput(const at::Tensor &local, size_t i) {
-  return ctx_->gather(local, program_.outputs[i].shape, parseLayout(program_.outputs[i].layout));
+at::Tensor Session::gatherOutput(const at::Tensor &local, size_t i, size_t entry) {
+  const Program::Value &v = program_.outputsOf(entry).at(i);
+  return ctx_->gather(local, v.shape, parseLayout(v.layout));
 }
 
 void Session::writeState(const std::string &path) {

@@ -21,11 +21,6 @@ using namespace tdx::cu;
 
 namespace {
 
-void checkCuda(cudaError_t e, const char *what) {
-  if (e != cudaSuccess)
-    throw std::runtime_error(std::string("tdx: ") + what + ": " + cudaGetErrorString(e));
-}
-
 MPI_Datatype mpiType(DType t) {
   switch (t) {
   case DType::F32: return MPI_FLOAT;
