@@ -380,9 +380,11 @@ std::vector<std::string> Module::entries() const {
 
 void Module::addEntry(const std::string &text, const std::string &name) {
   ModuleOp module = *impl->module;
-  if (module->hasAttr(TdxDialect::kPartitionedAttrName) || isPlaced())
+  if (module->hasAttr(TdxDialect::kPartitionedAttrName) || isPlaced() ||
+      !module.getOps<MeshOp>().empty())
     throw CaptureError("tdx: add_entry('" + name + "'): the program is placed already; add "
-                       "every entry before tdx.parallelize, which places them together");
+                       "every entry before tdx.parallelize (or prog.annotate), which places "
+                       "them together");
   if (module.lookupSymbol(name))
     throw CaptureError("tdx: add_entry('" + name + "'): the program has a @" + name +
                        " already; give the entry another name");

@@ -86,8 +86,9 @@ class Program:
                                f"norm in training mode updates its running statistics); an "
                                f"entry only reads it: call model.eval() in fn")
         outputs = _flatten(out, f"the outputs of {name}")
-        self._module.add_entry(recording.to_mlir(entries, log, inputs, outputs, function=name),
-                               name)
+        # Writes are recorded (write_state) so that one is refused, not dropped.
+        self._module.add_entry(recording.to_mlir(entries, log, inputs, outputs, function=name,
+                                                 write_state=True), name)
         return self
 
     def save(self, path):

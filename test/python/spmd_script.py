@@ -1,8 +1,9 @@
 """An SPMD training script, as a user writes one: every rank runs it under
 ``mpirun -np N python3 spmd_script.py ...`` (or ``python3 -m tdx.run``),
-compiles the step, starts a runner bound to the MPI world and drives it
-from its own loop with a cosine schedule. test_spmd.py runs it and checks
-rank 0's losses and final state against eager's loop.
+compiles the step with an evaluation entry, starts a runner bound to the
+MPI world and drives it from its own loop with a cosine schedule,
+evaluating after every step. test_spmd.py runs it and checks rank 0's
+losses, evaluations and final state against eager's loop.
 
     spmd_script.py MODEL MESH OUT [--local]
 
@@ -31,6 +32,9 @@ torch.manual_seed(0)
 deferred = tdx.deferred_init(build)
 prog = tdx.trace_train_step(deferred, OPTIMIZERS["momentum"](deferred.parameters()), loss_fn,
                             *data[0], hyperparameters=("lr",), accumulation_steps=k)
+# Evaluation on the current weights: the loss of the first micro-batch.
+rows = data[0][0].shape[0] // k
+prog.add_entry("evaluate", loss_fn, data[0][0][:rows], data[0][1][:rows])
 if mesh != "1":
     axis = mesh[:2]
     dmesh = tdx.init_device_mesh("cpu", (2,), (axis,))
@@ -45,7 +49,7 @@ start = {n: v.detach().clone() for n, v in full_state(build()).items()}
 # The schedule, as a user's loop has it: a torch scheduler on its optimizer.
 sched_opt = torch.optim.SGD([torch.zeros(1, requires_grad=True)], lr=0.05)
 schedule = torch.optim.lr_scheduler.CosineAnnealingLR(sched_opt, T_max=len(data))
-losses, lrs = [], []
+losses, lrs, evals = [], [], []
 with exe.start(params=start, local=local) as runner:
     assert runner.spmd
     for x, y in data:
@@ -54,11 +58,14 @@ with exe.start(params=start, local=local) as runner:
             x, y = x[rank * rows:(rank + 1) * rows], y[rank * rows:(rank + 1) * rows]
         lrs.append(schedule.get_last_lr()[0])
         losses.append(runner.train_step(x, y, lr=schedule.get_last_lr()).item())
+        if not local:
+            evals.append(runner.evaluate(x[:rows], y[:rows]).item())
         sched_opt.step()
         schedule.step()
     state = runner.state_dict()
     steps = runner.steps
 if rank == 0:
-    torch.save({"losses": losses, "lrs": lrs, "state": state, "steps": steps}, out)
+    torch.save({"losses": losses, "lrs": lrs, "evals": evals, "state": state, "steps": steps},
+               out)
 print(json.dumps({"rank": rank, "from_cache": exe.from_cache,
                   "library_from_cache": exe.library_from_cache}), flush=True)

@@ -13,8 +13,8 @@ import torch
 
 import tdx
 from test_sharding import GPT2_PLAN
-from test_training import (GPT2, OPTIMIZERS, assert_matches_eager, batches, full_state,
-                           lm_loss, mlp, mlp_loss, rel)
+from test_training import (GPT2, OPTIMIZERS, assert_losses_match, assert_matches_eager, batches,
+                           full_state, lm_loss, mlp, mlp_loss, rel)
 
 MESHES = {"1": None, "dp2": ((2,), ("dp",))}
 
@@ -216,12 +216,15 @@ def test_a_gpt_trains_tensor_parallel_from_a_loop_with_a_schedule_and_accumulati
     # GPT-2 (the suite's model, written the usual way) on tp2 with the
     # Megatron plan, SGD with momentum and weight decay, lr an input that a
     # cosine schedule changes every step, and 2 micro-batches per step:
-    # driven call by call from a Python loop, against eager's loop.
+    # driven call by call from a Python loop, with an evaluation entry run
+    # after every step on the weights it left, against eager's loop.
     k, data = 2, batches("gpt2")[:6]
     torch.manual_seed(0)
     deferred = tdx.deferred_init(GPT2)
     prog = tdx.trace_train_step(deferred, OPTIMIZERS["momentum"](deferred.parameters()), lm_loss,
                                 *data[0], hyperparameters=("lr",), accumulation_steps=k)
+    held_out = batches("gpt2")[6]
+    prog.add_entry("evaluate", lm_loss, *held_out)
     tdx.parallelize(prog, tdx.init_device_mesh("cpu", (2,), ("tp",)), GPT2_PLAN)
     exe = tdx.compile(prog)
 
@@ -232,10 +235,11 @@ def test_a_gpt_trains_tensor_parallel_from_a_loop_with_a_schedule_and_accumulati
     opt = OPTIMIZERS["momentum"](eager.parameters())
     schedule = torch.optim.lr_scheduler.CosineAnnealingLR(opt, T_max=len(data))
     rows = data[0][0].shape[0] // k
-    got, want = [], []
+    got, want, evals, eager_evals = [], [], [], []
     with exe.start(params=start) as runner:
         for x, y in data:
             got.append(runner.train_step(x, y, lr=schedule.get_last_lr()).item())
+            evals.append(runner.evaluate(*held_out).item())
             opt.zero_grad()
             total = 0.0
             for i in range(k):
@@ -246,5 +250,50 @@ def test_a_gpt_trains_tensor_parallel_from_a_loop_with_a_schedule_and_accumulati
             opt.step()
             schedule.step()
             want.append(total / k)
+            with torch.no_grad():
+                eager_evals.append(lm_loss(eager, *held_out).item())
         state = runner.state_dict()
+        assert runner.steps == len(data)  # evaluation is not a step
     assert_matches_eager(got, want, state, eager)
+    assert_losses_match(evals, eager_evals)
+
+
+def test_add_entry_misuse_is_named():
+    data = batches("mlp")
+    torch.manual_seed(0)
+    deferred = tdx.deferred_init(mlp)
+    prog = tdx.trace_train_step(deferred, OPTIMIZERS["momentum"](deferred.parameters()),
+                                mlp_loss, *data[0])
+    prog.add_entry("evaluate", mlp_loss, *data[0])
+    assert prog.entries == ["train_step", "evaluate"]
+    with pytest.raises(tdx.CaptureError, match="the program has a @evaluate already"):
+        prog.add_entry("evaluate", mlp_loss, *data[0])
+    with pytest.raises(ValueError, match="must be a Python identifier"):
+        prog.add_entry("eval loss", mlp_loss, *data[0])
+    with pytest.raises(tdx.CaptureError, match="does not know its model"):
+        tdx.Program(prog.mlir).add_entry("logits", lambda m, x: m(x), data[0][0])
+
+    def writes(m, x):  # an entry that writes the state
+        m[0].weight.add_(1.0)
+        return m(x)
+    with pytest.raises(tdx.CaptureError, match="the entry writes 0.weight; an entry reads the "
+                                               "state"):
+        prog.add_entry("bad", writes, data[0][0])
+    tdx.parallelize(prog, tdx.init_device_mesh("cpu", (2,), ("dp",)), {}, data_parallel="dp")
+    with pytest.raises(tdx.CaptureError, match="the program is placed already; add every entry "
+                                               "before tdx.parallelize"):
+        prog.add_entry("logits", lambda m, x: m(x), data[0][0])
+    # The evaluation's batch is split like the step's: no all_gather of it.
+    exe = tdx.compile(prog)
+    assert exe.entries == ["evaluate"]
+    x, y = data[1]
+    with exe.start() as runner:
+        with pytest.raises(tdx.InputError, match=r"evaluate: input 0 is torch.float32 of shape "
+                                                 r"\(3, 8\); the program was traced for"):
+            runner.evaluate(x[:3], y)
+        with pytest.raises(tdx.InputError, match=r"evaluate has 1 input\(s\) but evaluate "
+                                                 r"takes 2"):
+            runner.evaluate(x)
+        before = runner.state_dict()
+        runner.evaluate(x, y)
+        assert all(rel(runner.state_dict()[n], t) == 0 for n, t in before.items() if t.norm())

@@ -12,7 +12,8 @@ import pytest
 import torch
 
 import tdx
-from test_training import GPT2, OPTIMIZERS, assert_matches_eager, batches, lm_loss, mlp, mlp_loss
+from test_training import (GPT2, OPTIMIZERS, assert_losses_match, assert_matches_eager, batches,
+                           lm_loss, mlp, mlp_loss)
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 SCRIPT = os.path.join(HERE, "spmd_script.py")
@@ -30,13 +31,14 @@ def spmd(nprocs, *args, env=None, timeout=600):
 
 def eager_loop(model, lrs):
     """Eager's loop with the schedule's lr per step (gpt2: 2 micro-batches
-    per step, each loss / 2 backward)."""
+    per step, each loss / 2 backward), and after each step the loss of the
+    first micro-batch on the new weights (the script's evaluate)."""
     build, loss_fn = {"mlp": (mlp, mlp_loss), "gpt2": (GPT2, lm_loss)}[model]
     k = 2 if model == "gpt2" else 1
     torch.manual_seed(0)
     eager = build()
     opt = OPTIMIZERS["momentum"](eager.parameters())
-    want = []
+    want, evals = [], []
     for (x, y), lr in zip(batches(model)[:6], lrs):
         for group in opt.param_groups:
             group["lr"] = lr
@@ -48,7 +50,9 @@ def eager_loop(model, lrs):
             total += loss.item()
         opt.step()
         want.append(total / k)
-    return want, eager
+        with torch.no_grad():
+            evals.append(loss_fn(eager, x[:rows], y[:rows]).item())
+    return want, evals, eager
 
 
 @pytest.mark.parametrize("model,mesh,local", [
@@ -63,8 +67,10 @@ def test_an_spmd_script_trains_like_eager(model, mesh, local, tmp_path):
     assert got["steps"] == 6
     # The schedule changed lr every step.
     assert len(set(got["lrs"])) == len(got["lrs"])
-    want, eager = eager_loop(model, got["lrs"])
+    want, evals, eager = eager_loop(model, got["lrs"])
     assert_matches_eager(got["losses"], want, got["state"], eager)
+    if not local:  # evaluation after every step, on the weights it left
+        assert_losses_match(got["evals"], evals)
 
 
 def test_n_spmd_processes_compile_once(tmp_path):
