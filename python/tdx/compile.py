@@ -79,7 +79,7 @@ class Executable:
         micro-batches concatenated), and how many are batch inputs (the
         hyperparameters come after them)."""
         specs = self.signature()["inputs"]
-        data = len(specs) - len(self.hyperparameters)
+        data = len(specs) - self._hyperparameter_inputs()
         if self.accumulation_steps > 1:
             specs = [dict(s, shape=[s["shape"][0] * s["shape"][1]] + s["shape"][2:])
                      if i < data else s for i, s in enumerate(specs)]
@@ -262,10 +262,20 @@ class Executable:
             got = safetensors.load(out)
         return tuple(got[f"output:{i}"] for i in range(len(got)))
 
-    def _with_hyperparameters(self, batches, given, what="train"):
+    def _hyperparameter_inputs(self):
+        """How many inputs the hyperparameters take: one per name, or one per
+        name and param group when the optimizer has several."""
+        return sum(len(v) if isinstance(v, (list, tuple)) else 1
+                   for v in self.hyperparameters.values())
+
+    def _with_hyperparameters(self, batches, given, what="train", one_call=False):
         """Each batch with the step's hyperparameter inputs appended: a value
         given for every step (a number) or per step (a list), else the
-        traced one."""
+        traced one. A step traced with several param groups takes one value
+        per group: a number (every group) or a list of one per group; per
+        step in ``exe.train``, a list of those. ``one_call`` (a runner's
+        call): a list is the groups' values, as ``sched.get_last_lr()``
+        gives them."""
         unknown = sorted(set(given) - set(self.hyperparameters))
         if unknown:
             accepted = ", ".join(self.hyperparameters) or "none (trace_train_step(..., "\
@@ -285,14 +295,29 @@ class Executable:
                                     for i, w in enumerate(specs[:data])))
         per_step = {}
         for name, default in self.hyperparameters.items():
+            groups = len(default) if isinstance(default, (list, tuple)) else None
             value = given.get(name, default)
-            values = list(value) if isinstance(value, (list, tuple)) else [value] * len(batches)
+            if name not in given or (one_call and groups):
+                values = [value] * len(batches)
+            else:
+                values = list(value) if isinstance(value, (list, tuple)) else \
+                    [value] * len(batches)
             if len(values) != len(batches):
                 raise InputError(f"{what}: {name} has {len(values)} values for {len(batches)} "
                                  f"batches; give one per batch, or one number for all")
+            if groups:
+                for k, v in enumerate(values):
+                    v = list(v) if isinstance(v, (list, tuple)) else [v] * groups
+                    if len(v) != groups:
+                        raise InputError(f"{what}: {name} has {len(v)} values; the optimizer "
+                                         f"has {groups} param groups: give one number for all, "
+                                         f"or one per group")
+                    values[k] = v
+            else:
+                values = [[v] for v in values]
             per_step[name] = values
-        return [tuple(batch) + tuple(torch.tensor(float(per_step[n][k]), dtype=torch.float64)
-                                     for n in self.hyperparameters)
+        return [tuple(batch) + tuple(torch.tensor(float(v), dtype=torch.float64)
+                                     for n in self.hyperparameters for v in per_step[n][k])
                 for k, batch in enumerate(batches)]
 
     def train(self, batches, *, nprocs=None, params=None, seed=0, verbose=False, timeout=600,

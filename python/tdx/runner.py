@@ -89,7 +89,8 @@ class Runner:
     def __call__(self, *inputs, **hyperparameters):
         name = self._exe.entry
         self._check_open(name)
-        batch = self._exe._with_hyperparameters([tuple(inputs)], hyperparameters, name)[0]
+        batch = self._exe._with_hyperparameters([tuple(inputs)], hyperparameters, name,
+                                                one_call=True)[0]
         if self._local:
             batch = self._exe._check_inputs(batch, name, shapes=self._t.local_shapes(0))
         else:
@@ -350,7 +351,7 @@ class _InProcess:
         """Each input's box on this rank, as the caller gives it (a step
         with gradient accumulation's micro-batches concatenated)."""
         shapes = []
-        data = len(self._inputs[0]) - len(self._exe.hyperparameters)
+        data = len(self._inputs[0]) - self._exe._hyperparameter_inputs()
         for i, spec in enumerate(self._inputs[entry]):
             n = len(spec["shape"])
             offset, size = (ctypes.c_int64 * n)(), (ctypes.c_int64 * n)()

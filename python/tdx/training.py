@@ -87,24 +87,22 @@ def _clip_grad_norm(params, max_norm):
 
 def _hyperparameter_names(optimizer, hyperparameters):
     """The names of the optimizer hyperparameters made step inputs, checked:
-    numbers every param group has, with one group."""
+    numbers every param group has."""
     if isinstance(hyperparameters, str):
         hyperparameters = (hyperparameters,)
     names = list(hyperparameters)
     if not names:
         return names
-    if len(optimizer.param_groups) != 1:
-        raise CaptureError(
-            f"trace_train_step: hyperparameters={tuple(names)} needs one param group, the "
-            f"optimizer has {len(optimizer.param_groups)}; give every group the same values, "
-            f"or trace without hyperparameters")
-    group = optimizer.param_groups[0]
-    known = sorted(k for k, v in group.items()
-                   if isinstance(v, (int, float)) and not isinstance(v, bool))
-    for name in names:
-        if name not in known:
-            raise CaptureError(f"trace_train_step: {name!r} is not a number of the optimizer's "
-                               f"param group; its hyperparameters are {', '.join(known)}")
+    for g, group in enumerate(optimizer.param_groups):
+        known = sorted(k for k, v in group.items()
+                       if isinstance(v, (int, float)) and not isinstance(v, bool))
+        for name in names:
+            if name not in known:
+                which = "param group" if len(optimizer.param_groups) == 1 else \
+                    f"param group {g}"
+                raise CaptureError(f"trace_train_step: {name!r} is not a number of the "
+                                   f"optimizer's {which}; its hyperparameters are "
+                                   f"{', '.join(known)}")
     if len(set(names)) != len(names):
         raise CaptureError(f"trace_train_step: hyperparameters {tuple(names)} names one twice")
     return names
@@ -194,8 +192,11 @@ def trace_train_step(model, optimizer, loss_fn, *batch, max_grad_norm=None, hype
     ``"weight_decay"``, ...) that become inputs of the step, after the
     batch: 0-D float64 tensors, in the order named, so a learning-rate
     schedule drives the compiled step without compiling it again
-    (``exe.train(batches, lr=[...])``). ``prog.hyperparameters`` maps each
-    name to its traced value, the default. The step is recorded at the
+    (``exe.train(batches, lr=[...])``). With several param groups each
+    group has its own input per name (``runner.train_step(x, y,
+    lr=sched.get_last_lr())`` gives one per group; a number sets all).
+    ``prog.hyperparameters`` maps each name to its traced value (a list of
+    one per group with several), the default. The step is recorded at the
     traced values and once per hyperparameter at two other values; every
     constant that changes must be affine in one hyperparameter (torch's SGD,
     Adam and AdamW are), and becomes computed from its input.
@@ -258,8 +259,12 @@ def trace_train_step(model, optimizer, loss_fn, *batch, max_grad_norm=None, hype
 
     inputs = _fake_inputs(batch, "batch element", "trace_train_step")
     fresh = {p: dict(state) for p, state in optimizer.state.items()}
-    group = optimizer.param_groups[0] if names_hp else {}
-    traced = [group[n] for n in names_hp]
+    # One input per hyperparameter, or per hyperparameter and param group
+    # ("lr.0", "lr.1", ...) when the optimizer has several.
+    groups = optimizer.param_groups
+    keys = [(name, g) for name in names_hp for g in range(len(groups))]
+    labels = [n if len(groups) == 1 else f"{n}.{g}" for n, g in keys]
+    traced = [groups[g][n] for n, g in keys]
 
     def record():
         log = _C.Trace()
@@ -291,20 +296,21 @@ def trace_train_step(model, optimizer, loss_fn, *batch, max_grad_norm=None, hype
     if names_hp:
         texts, probes = [text], []
         try:
-            for name, value in zip(names_hp, traced):
+            for (name, g), value in zip(keys, traced):
                 probe = (2 * value, 3 * value) if value else (1.0, 2.0)
                 probes.append(probe)
                 for x in probe:
-                    group[name] = x
+                    groups[g][name] = x
                     texts.append(record()[0])
-                group[name] = value
+                groups[g][name] = value
         finally:
-            for name, value in zip(names_hp, traced):
-                group[name] = value
-        text = _with_hyperparameters(texts, names_hp, traced, probes)
+            for (name, g), value in zip(keys, traced):
+                groups[g][name] = value
+        text = _with_hyperparameters(texts, labels, traced, probes)
     prog = Program(text)
     prog.forward_op_names = log.op_names()
-    prog.hyperparameters = dict(zip(names_hp, traced))
+    prog.hyperparameters = {n: groups[0][n] if len(groups) == 1 else [gr[n] for gr in groups]
+                            for n in names_hp}
     prog.accumulation_steps = k
     prog._model = model
     return prog

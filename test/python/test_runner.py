@@ -297,3 +297,60 @@ def test_add_entry_misuse_is_named():
         before = runner.state_dict()
         runner.evaluate(x, y)
         assert all(rel(runner.state_dict()[n], t) == 0 for n, t in before.items() if t.norm())
+
+
+def nanogpt_groups(model, lr):
+    """nanoGPT's configure_optimizers grouping: weight decay on the
+    matrices, none on biases and norms; here the no-decay group also steps
+    at half lr. SGD with momentum, not nanoGPT's AdamW: Adam divides by the
+    root of the squared gradients, which turns the rounding in GPT-2's key
+    bias gradient (zero but for rounding: softmax ignores a shift of the
+    keys) into steps of lr's size, 3e-4 off eager after 4 steps whatever
+    the program (docs/runtime.md, the GPU check)."""
+    decay = [p for p in model.parameters() if p.dim() >= 2]
+    no_decay = [p for p in model.parameters() if p.dim() < 2]
+    return torch.optim.SGD([{"params": decay, "weight_decay": 0.01},
+                            {"params": no_decay, "weight_decay": 0.0, "lr": lr / 2}],
+                           lr=lr, momentum=0.9, foreach=False)
+
+
+def test_param_groups_each_take_their_own_hyperparameters():
+    # Two param groups (nanoGPT's), lr a runtime input per group, driven by
+    # a cosine schedule's get_last_lr() (one value per group), against
+    # eager's loop with the same schedule.
+    data = batches("gpt2")[:4]
+    torch.manual_seed(0)
+    deferred = tdx.deferred_init(GPT2)
+    prog = tdx.trace_train_step(deferred, nanogpt_groups(deferred, 0.05), lm_loss, *data[0],
+                                hyperparameters=("lr",))
+    assert prog.hyperparameters == {"lr": [0.05, 0.025]}
+    exe = tdx.compile(prog)
+    torch.manual_seed(0)
+    start = {n: v.detach().clone() for n, v in full_state(GPT2()).items()}
+    torch.manual_seed(0)
+    eager = GPT2()
+    opt = nanogpt_groups(eager, 0.05)
+    schedule = torch.optim.lr_scheduler.CosineAnnealingLR(opt, T_max=len(data))
+    got, want, seen = [], [], []
+    with exe.start(params=start) as runner:
+        for x, y in data:
+            lrs = schedule.get_last_lr()
+            seen.append(lrs)
+            assert len(lrs) == 2 and lrs[0] != lrs[1]
+            got.append(runner.train_step(x, y, lr=lrs).item())
+            opt.zero_grad()
+            loss = lm_loss(eager, x, y)
+            loss.backward()
+            opt.step()
+            schedule.step()
+            want.append(loss.item())
+        with pytest.raises(tdx.InputError, match="train_step: lr has 3 values; the optimizer "
+                                                 "has 2 param groups"):
+            runner.train_step(x, y, lr=[0.1, 0.2, 0.3])
+        state = runner.state_dict()
+    assert_matches_eager(got, want, state, eager)
+    # exe.train: per step, one value per group (or a number for every group).
+    losses, _ = exe.train(data[:3], params=start, lr=seen[:3])
+    assert_losses_match(losses, want[:3])
+    same, _ = exe.train(data[:3], params=start, lr=0.05)
+    assert same[2] != pytest.approx(want[2], rel=1e-5)  # the no-decay group at 0.05 differs
