@@ -98,6 +98,13 @@ double InitProgram::at(int n, const int64_t *index) const {
   switch (node.kind) {
   case Cast:
     return roundTo(node.dtype, at(node.a, index));
+  case Cmp: {
+    double x = operand(node.a), y = operand(node.b);
+    bool r[] = {x == y, x != y, x < y, x <= y, x > y, x >= y};
+    return r[static_cast<int>(node.p[0])] ? 1.0 : 0.0;
+  }
+  case Where:
+    return roundTo(node.dtype, operand(node.a) != 0 ? operand(node.b) : operand(node.c));
 #define TDX_UNARY(Name, fn, aten, linear, ...)                                                    \
   case Name:                                                                                 \
     return roundTo(node.dtype, ::tdx::kern::fn(at(node.a, index)));

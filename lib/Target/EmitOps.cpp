@@ -53,7 +53,7 @@ std::string Emitter::programVar(const ::tdx::rt::InitProgram &program) {
            << ::tdx::rt::dtypeEnumerator(n.dtype) << ", " << list(n.shape) << ", "
            << n.a << ", " << n.b << ", {" << number(n.p[0]) << ", " << number(n.p[1]) << ", "
            << number(n.p[2]) << ", " << number(n.p[3]) << "}, " << n.seed << "ull, " << n.stream
-           << "ull, " << values << "},\n";
+           << "ull, " << values << ", " << n.c << "},\n";
   }
   inits_ << "}};\n";
   return var;

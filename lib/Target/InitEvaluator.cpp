@@ -150,6 +150,17 @@ public:
               return success();
             })
             .Case([&](CastOp) { return unary(InitProgram::Cast); })
+            .Case([&](CmpOp o) {
+              n.p[0] = static_cast<double>(o.getPredicate());
+              return binary(InitProgram::Cmp);
+            })
+            .Case([&](WhereOp o) -> LogicalResult {
+              FailureOr<int> c = node(o->getOperand(2));
+              if (failed(binary(InitProgram::Where)) || failed(c))
+                return failure();
+              n.c = *c;
+              return success();
+            })
             .Case([&](ReshapeOp) { return unary(InitProgram::Reshape); })
 #define TDX_UNARY(Name, fn, aten, linear, ...) .Case([&](Name##Op) { return unary(InitProgram::Name); })
 #define TDX_BINARY(Name, fn, aten, ...) .Case([&](Name##Op) { return binary(InitProgram::Name); })

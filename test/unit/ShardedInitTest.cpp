@@ -91,6 +91,19 @@ tdx.parameter @combined : tensor<7x5xf32> init {
   %4 = tdx.add %2, %3 : (tensor<7x5xf32>, tensor<f32>) -> tensor<7x5xf32>
   tdx.yield %4 : tensor<7x5xf32>
 }
+tdx.parameter @causal : tensor<5x6xf32> init {
+  %0 = tdx.full 1.0 : tensor<5x6xf32>
+  %1 = tdx.arange start 0.0 end 5.0 step 1.0 : tensor<5xi64>
+  %2 = tdx.reshape %1 [5, 1] : tensor<5xi64> -> tensor<5x1xi64>
+  %3 = tdx.arange start 0.0 end 6.0 step 1.0 : tensor<6xi64>
+  %4 = tdx.reshape %3 [1, 6] : tensor<6xi64> -> tensor<1x6xi64>
+  %5 = tdx.sub %4, %2 : (tensor<1x6xi64>, tensor<5x1xi64>) -> tensor<5x6xi64>
+  %6 = tdx.full 0.0 : tensor<i64>
+  %7 = tdx.cmp le, %5, %6 : (tensor<5x6xi64>, tensor<i64>) -> tensor<5x6xi1>
+  %8 = tdx.full -2.5 : tensor<f32>
+  %9 = tdx.where %7, %0, %8 : (tensor<5x6xi1>, tensor<5x6xf32>, tensor<f32>) -> tensor<5x6xf32>
+  tdx.yield %9 : tensor<5x6xf32>
+}
 )mlir";
 
 struct Layout {
@@ -159,6 +172,23 @@ INSTANTIATE_TEST_SUITE_P(
                       Layout{{2, 2}, {"S0", "S1"}}, Layout{{2, 2}, {"S1", "S0"}},
                       Layout{{2, 2}, {"S0", "S0"}}, Layout{{2, 4}, {"R", "S0"}},
                       Layout{{2, 4}, {"S1", "S0"}}));
+
+// torch.tril's mask as PyTorch records it (nanoGPT's causal buffer):
+// arange, a comparison and where, evaluated per element.
+TEST(ShardedInitShapes, ComparisonAndWhereMakeTril) {
+  MLIRContext ctx;
+  ctx.loadDialect<TdxDialect, arith::ArithDialect, func::FuncDialect>();
+  OwningOpRef<ModuleOp> module = parseSourceString<ModuleOp>(kParams, &ctx);
+  ASSERT_TRUE(module);
+  auto param = cast<ParameterOp>(module->lookupSymbol("causal"));
+  FailureOr<std::vector<uint8_t>> got =
+      evaluateInitShard(param, shardBox(param.getTensorType(), {}, {}, {}));
+  ASSERT_TRUE(succeeded(got));
+  const float *x = reinterpret_cast<const float *>(got->data());
+  for (int i = 0; i < 5; ++i)
+    for (int j = 0; j < 6; ++j)
+      EXPECT_EQ(x[i * 6 + j], j <= i ? 1.0f : -2.5f) << i << ", " << j;
+}
 
 TEST(ShardedInitShapes, UnevenChunksFollowTorchChunk) {
   MLIRContext ctx;

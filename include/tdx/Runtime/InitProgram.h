@@ -25,11 +25,12 @@
 namespace tdx::rt {
 
 struct InitProgram {
-  /// Leaves, then cast and reshape, then the elementwise table's ops
-  /// (ElementwiseOps.def), named like their tdx ops.
+  /// Leaves, then cast, reshape, comparison (p[0]: the tdx.cmp predicate,
+  /// eq ne lt le gt ge) and where (a ? b : c), then the elementwise table's
+  /// ops (ElementwiseOps.def), named like their tdx ops.
 #define TDX_INIT_KINDS(X)                                                                  \
   X(Empty) X(Full) X(Arange) X(Uniform) X(Normal) X(TruncNormal) X(Bernoulli) X(Constant) X(Cast) \
-  X(Reshape)
+  X(Reshape) X(Cmp) X(Where)
   enum Kind : int {
 #define TDX_KIND(k) k,
     TDX_INIT_KINDS(TDX_KIND)
@@ -51,6 +52,8 @@ struct InitProgram {
     uint64_t seed = 0, stream = 0;
     /// Constant: every element (one for a splat).
     std::vector<double> values;
+    /// Where: the value where the condition `a` is false (`b` where true).
+    int c = -1;
   };
   /// Topologically ordered; the last node is the result.
   std::vector<Node> nodes;
