@@ -122,13 +122,13 @@ class Windows(torch.utils.data.Dataset):
 
 def main(argv=None):
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--steps", type=int, default=300)
-    parser.add_argument("--batch", type=int, default=16)
+    parser.add_argument("--steps", type=int, default=1200)
+    parser.add_argument("--batch", type=int, default=32)
     parser.add_argument("--block", type=int, default=32)
     parser.add_argument("--lr", type=float, default=3e-3)
-    parser.add_argument("--warmup", type=int, default=20)
-    parser.add_argument("--eval-every", type=int, default=25)
-    parser.add_argument("--save-every", type=int, default=100)
+    parser.add_argument("--warmup", type=int, default=50)
+    parser.add_argument("--eval-every", type=int, default=100)
+    parser.add_argument("--save-every", type=int, default=400)
     parser.add_argument("--resume", action="store_true", help="go on from OUT/checkpoint")
     parser.add_argument("--out", default="char_gpt", help="the output directory")
     args = parser.parse_args(argv)
@@ -171,7 +171,7 @@ def main(argv=None):
     # The scheduler drives the traced optimizer's lr, which the runner reads
     # each step; the optimizer's own step() runs in the compiled program, so
     # torch's warning that step() was not called does not apply.
-    warnings.filterwarnings("ignore", message="Detected call of `lr_scheduler.step()`")
+    warnings.filterwarnings("ignore", message="Detected call of `lr_scheduler")
     schedule = torch.optim.lr_scheduler.LambdaLR(optimizer, lambda s: lr_at(s) / args.lr)
     checkpoint = os.path.join(args.out, "checkpoint")
     history = {"step": [], "loss": [], "lr": [], "eval_step": [], "eval": []}

@@ -1,5 +1,7 @@
-"""examples/gpt_2x2.py (part of the README's first command) runs as shown."""
+"""The examples run as shown: examples/gpt_2x2.py (part of the README's first
+command) and examples/train_char_gpt.py."""
 
+import json
 import os
 import subprocess
 import sys
@@ -20,3 +22,40 @@ def test_gpt_2x2_example():
     # and the logits match eager (the example exits non-zero otherwise).
     assert "compiled and ran on 4 CPU ranks" in out.stdout
     assert "tdx: 4 ranks:" in out.stdout and " 0 bytes communicated" not in out.stdout
+
+
+CHAR_GPT = os.path.join(os.path.dirname(__file__), "..", "..", "examples", "train_char_gpt.py")
+
+
+def char_gpt(out, *args, nprocs=1):
+    cmd = [sys.executable] + (["-m", "tdx.run", "-n", str(nprocs)] if nprocs > 1 else [])
+    done = subprocess.run(cmd + [CHAR_GPT, "--steps", "30", "--warmup", "10", "--eval-every",
+                                 "10", "--save-every", "15", "--out", str(out), *args],
+                          capture_output=True, text=True, timeout=600)
+    assert done.returncode == 0, done.stdout[-2000:] + done.stderr[-3000:]
+    return json.load(open(os.path.join(out, "losses.json")))
+
+
+def test_char_gpt_trains_alike_on_one_rank_and_two_and_resumes(tmp_path):
+    # The example's loop on 1 rank (single controller) and under
+    # python3 -m tdx.run -n 2 (SPMD, data parallel): the same loss curve
+    # within 1e-5; a run stopped at its checkpoint and resumed goes on
+    # exactly as the whole run did.
+    one = char_gpt(tmp_path / "one")
+    two = char_gpt(tmp_path / "two", nprocs=2)
+    assert one["step"] == list(range(1, 31)) and one["eval_step"] == [10, 20, 30]
+    assert len(set(one["lr"])) > 20  # warmup and cosine: lr changes every step
+    assert one["loss"][-1] < one["loss"][0] - 0.5  # it learns
+    for a, b in zip(one["loss"] + one["eval"], two["loss"] + two["eval"]):
+        assert abs(a - b) <= 1e-5 * abs(a), (a, b)
+    with open(tmp_path / "one" / "loss.png", "rb") as f:
+        assert f.read(8) == b"\x89PNG\r\n\x1a\n"
+    half = tmp_path / "half"
+    char_gpt(half, "--steps", "15")
+    resumed = char_gpt(half, "--resume")
+    assert resumed["step"] == one["step"]
+    # (the stopped run also evaluated at its last step, 15)
+    evals = dict(zip(resumed["eval_step"], resumed["eval"]))
+    for a, b in zip(one["loss"] + one["eval"],
+                    resumed["loss"] + [evals[s] for s in one["eval_step"]]):
+        assert abs(a - b) <= 1e-5 * abs(a), (a, b)
