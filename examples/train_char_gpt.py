@@ -130,6 +130,8 @@ def main(argv=None):
     parser.add_argument("--eval-every", type=int, default=100)
     parser.add_argument("--save-every", type=int, default=400)
     parser.add_argument("--resume", action="store_true", help="go on from OUT/checkpoint")
+    parser.add_argument("--stop-at", type=int,
+                        help="stop at this step (as if interrupted) with a checkpoint")
     parser.add_argument("--out", default="char_gpt", help="the output directory")
     args = parser.parse_args(argv)
     world = int(os.environ.get("OMPI_COMM_WORLD_SIZE", "1"))
@@ -196,7 +198,8 @@ def main(argv=None):
         if bar is not None:
             bar.update(step)
         t0 = time.perf_counter()
-        while step < args.steps:
+        last = min(args.steps, args.stop_at or args.steps)
+        while step < last:
             x, y = next(data)
             lrs = schedule.get_last_lr()
             loss = runner.train_step(x, y, lr=lrs).item()
@@ -205,7 +208,7 @@ def main(argv=None):
             history["step"].append(step)
             history["loss"].append(loss)
             history["lr"].append(lrs[0])
-            if step % args.eval_every == 0 or step == args.steps:
+            if step % args.eval_every == 0 or step == last:
                 history["eval_step"].append(step)
                 history["eval"].append(runner.evaluate(val_x, val_y).item())
             if step % args.save_every == 0:

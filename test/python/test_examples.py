@@ -51,7 +51,7 @@ def test_char_gpt_trains_alike_on_one_rank_and_two_and_resumes(tmp_path):
     with open(tmp_path / "one" / "loss.png", "rb") as f:
         assert f.read(8) == b"\x89PNG\r\n\x1a\n"
     half = tmp_path / "half"
-    char_gpt(half, "--steps", "15")
+    char_gpt(half, "--stop-at", "15")
     resumed = char_gpt(half, "--resume")
     assert resumed["step"] == one["step"]
     # (the stopped run also evaluated at its last step, 15)
