@@ -29,7 +29,7 @@ module attributes {tdx.partitioned} {
 // CHECK-NEXT:   {tdx::rt::InitProgram::Arange, tdx::rt::DType::I64, {4}, -1, -1,
 // CHECK-NEXT:   {tdx::rt::InitProgram::Cast, tdx::rt::DType::F32, {4}, 0, -1,
 // CHECK-NEXT:   {tdx::rt::InitProgram::Reshape, tdx::rt::DType::F32, {4, 1}, 1, -1,
-// CHECK-NEXT:   {tdx::rt::InitProgram::Constant, tdx::rt::DType::F32, {2}, -1, -1, {{.*}}, {5.0{{0*}}e-01, 2.5{{0*}}e-01}},
+// CHECK-NEXT:   {tdx::rt::InitProgram::Constant, tdx::rt::DType::F32, {2}, -1, -1, {{.*}}, {5.0{{0*}}e-01, 2.5{{0*}}e-01}, -1},
 // CHECK-NEXT:   {tdx::rt::InitProgram::Mul, tdx::rt::DType::F32, {4, 2}, 2, 3,
 // CHECK-NEXT:   {tdx::rt::InitProgram::Cos, tdx::rt::DType::F32, {4, 2}, 4, -1,
 // CHECK-NEXT: }};

@@ -25,9 +25,9 @@ func.func @forward(%x: tensor<3x4xf32>) -> tensor<3x4xf32> {
 // CHECK: #include "tdx/Runtime/Runtime.h"
 // Each init program is written out for the runtime to evaluate on the rank's box.
 // CHECK:      static const tdx::rt::InitProgram [[FC:kInit[0-9]+]]{{[{][{]}}
-// CHECK-NEXT:   {tdx::rt::InitProgram::Normal, tdx::rt::DType::F32, {8, 4}, -1, -1, {0.0{{0*}}e+00, 2.0{{0*}}4e-02, {{.*}}}, 0ull, 1ull, {}},
+// CHECK-NEXT:   {tdx::rt::InitProgram::Normal, tdx::rt::DType::F32, {8, 4}, -1, -1, {0.0{{0*}}e+00, 2.0{{0*}}4e-02, {{.*}}}, 0ull, 1ull, {}, -1},
 // CHECK:      static const tdx::rt::InitProgram [[PROJ:kInit[0-9]+]]{{[{][{]}}
-// CHECK-NEXT:   {tdx::rt::InitProgram::Uniform, tdx::rt::DType::F32, {4, 8}, -1, -1, {-5.0{{0*}}e-01, 5.0{{0*}}e-01, {{.*}}}, 0ull, 2ull, {}},
+// CHECK-NEXT:   {tdx::rt::InitProgram::Uniform, tdx::rt::DType::F32, {4, 8}, -1, -1, {-5.0{{0*}}e-01, 5.0{{0*}}e-01, {{.*}}}, 0ull, 2ull, {}, -1},
 // CHECK-LABEL: static void init(Context &ctx, State &s) {
 // CHECK-NEXT: if (!s.count("fc"))
 // CHECK-NEXT: s["fc"] = ctx.init([[FC]], parseLayout("[Shard(0)]"));
