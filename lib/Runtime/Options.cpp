@@ -67,6 +67,8 @@ int tdx::rt::parseOptions(int argc, char **argv, Options &o) {
         o.verbose = o.profile = true;
       else if (a == "--no-overlap")
         o.overlap = false;
+      else if (a == "--progress")
+        o.progress = true;
       else if (a == "--signature")
         o.signature = true;
       else if (a == "--serve")
@@ -121,6 +123,8 @@ int tdx::rt::parseOptions(int argc, char **argv, Options &o) {
                "--verbose: init time and memory per rank, step time, bytes communicated.\n"
                "--profile (CPU binaries): also where rank 0's step time goes: ATen calls,\n"
                "fused kernels, collectives, and the rest (the runtime's own overhead).\n"
+               "--progress (CPU binaries): rank 0 prints 'tdx: step K/N loss L' after each\n"
+               "training step (exe.train's progress bar reads it).\n"
                "--no-overlap: wait for every all_reduce and reduce_scatter where it starts\n"
                "instead of where its result is first used (to measure what overlap hides).\n"
                "--signature: print the mesh, parameters and buffers, inputs and outputs\n"

@@ -5,6 +5,7 @@ import os
 import re
 import shutil
 import subprocess
+import sys
 import tempfile
 import warnings
 
@@ -192,12 +193,17 @@ class Executable:
         self.library_from_cache = "from the compile cache" in done.stdout
         return path
 
-    def _launch(self, nprocs, args, timeout):
+    def _launch(self, nprocs, args, timeout, on_line=None):
+        """Runs the binary on `nprocs` ranks; its stdout. `on_line` sees
+        each line of stdout as it comes (exe.train's progress)."""
         with tempfile.TemporaryDirectory(prefix="tdx-mpi-") as session:
             cmd, env = self._mpirun(nprocs, args, session)
             try:
-                done = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout,
-                                      env=env)
+                if on_line is None:
+                    done = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout,
+                                          env=env)
+                else:
+                    done = _streamed(cmd, env, timeout, on_line)
             except subprocess.TimeoutExpired:
                 raise TdxError(f"the model binary did not finish in {timeout} s") from None
         if done.returncode != 0:
@@ -322,7 +328,8 @@ class Executable:
 
     def train(self, batches, *, nprocs=None, params=None, seed=0, verbose=False, timeout=600,
               checkpoint=None, save_every=None, keep=2, resume=False, store=None, publish=None,
-              publish_every=None, threads=None, profile=False, overlap=True, **hyperparameters):
+              publish_every=None, threads=None, profile=False, overlap=True, progress=None,
+              **hyperparameters):
         """Runs a training step's program (``tdx.trace_train_step``) once per
         batch; returns ``(losses, state)``: the loss of every step run (a
         list of floats) and the final global state by name, parameters as in
@@ -347,6 +354,9 @@ class Executable:
         ``publish="KEY"`` commits the parameters (no optimizer state) as the
         next version of KEY in the tensor store ``store`` every
         ``publish_every`` steps and after the last.
+
+        ``progress`` (default: when stderr is a terminal) shows a tqdm bar
+        with the step, its loss and steps/s as the binary runs them.
 
         A step traced with ``hyperparameters=("lr", ...)`` takes each by
         keyword: one number for every step or a list with one per batch
@@ -382,7 +392,15 @@ class Executable:
             args += ["--publish-every", str(publish_every)] if publish_every else []
             args += (["--verbose"] if verbose else []) + self._threads_args(threads)
             args += (["--profile"] if profile else []) + ([] if overlap else ["--no-overlap"])
-            self.last_log = self._launch(nprocs, args, timeout)
+            bar = _progress_bar(progress, "train", len(batches), self.first_step)
+            if bar is not None:
+                args.append("--progress")
+            try:
+                self.last_log = self._launch(nprocs, args, timeout,
+                                             None if bar is None else bar.step_line)
+            finally:
+                if bar is not None:
+                    bar.close()
             got = safetensors.load(out) if os.path.exists(out) else {}
             final = safetensors.load(state)
         losses = [float(got[f"{k}:output:0"]) for k in range(self.first_step, len(batches))]
@@ -436,12 +454,16 @@ class Executable:
         return cls(os.path.abspath(path), world_size, target)
 
 
-def compile(prog, target="cpu", output=None, cuda_arch="sm_90", keep_source=False):
+def compile(prog, target="cpu", output=None, cuda_arch="sm_90", keep_source=False,
+            progress=None):
     """Compiles a (parallelized) program into a model binary.
 
     target="cpu" links the CPU runtime (ATen + MPI); target="cuda" emits CUDA
     (cuBLAS, NCCL, fused kernels) and compiles it with nvcc for `cuda_arch`.
-    `keep_source` keeps the emitted source next to the binary."""
+    `keep_source` keeps the emitted source next to the binary. `progress`
+    (default: when stderr is a terminal) shows a tqdm bar over tdx-compile's
+    stages (placing and partitioning, emitting, compiling), or that the
+    compile cache served the binary; ``exe.from_cache`` says so too."""
     if target not in ("cpu", "cuda"):
         raise TdxError(f"target '{target}' is not supported; use target='cpu' or 'cuda'")
     text = prog.mlir
@@ -455,7 +477,15 @@ def compile(prog, target="cpu", output=None, cuda_arch="sm_90", keep_source=Fals
         extra.append(f"--cuda-arch={cuda_arch}")
     if keep_source:
         extra.append("--emit-source")
-    done = _run_compile(src, binary, extra)
+    bar = _progress_bar(progress, "compile", 3, unit="stage")
+    try:
+        done = _run_compile(src, binary, extra + (["--progress"] if bar else []),
+                            None if bar is None else bar.stage_line)
+        if bar is not None:
+            bar.bar.update(3 - bar.bar.n)
+    finally:
+        if bar is not None:
+            bar.close()
     plan = re.search(r"working memory of a step (\d+) bytes, arena (\d+) bytes for (\d+) tensors",
                      done.stdout)
     memory_plan = plan and dict(zip(("working", "arena", "tensors"), map(int, plan.groups())))
@@ -468,10 +498,74 @@ def compile(prog, target="cpu", output=None, cuda_arch="sm_90", keep_source=Fals
     return exe
 
 
-def _run_compile(source, output, extra):
-    """tdx-compile `source` to `output`; raises TdxError with its message."""
+def _run_compile(source, output, extra, on_line=None):
+    """tdx-compile `source` to `output`; raises TdxError with its message.
+    `on_line` sees each line of its output as it comes."""
     cmd = [_tool("tdx-compile"), source, "-o", output] + list(extra)
-    done = subprocess.run(cmd, capture_output=True, text=True)
+    if on_line is None:
+        done = subprocess.run(cmd, capture_output=True, text=True)
+    else:
+        done = _streamed(cmd, None, 24 * 3600, on_line)
     if done.returncode != 0:
         raise TdxError(f"tdx-compile failed:\n{done.stderr.strip()}")
     return done
+
+
+def _streamed(cmd, env, timeout, on_line):
+    """subprocess.run(cmd, capture_output=True), with `on_line` called on
+    each stdout line as it comes; raises TimeoutExpired after `timeout` s."""
+    import select
+    import time
+    with tempfile.TemporaryFile(mode="w+") as err:
+        proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=err, text=True, env=env)
+        deadline, lines = time.monotonic() + timeout, []
+        while True:
+            ready, _, _ = select.select([proc.stdout], [], [], 0.5)
+            if ready:
+                line = proc.stdout.readline()
+                if not line:
+                    break
+                lines.append(line)
+                on_line(line)
+            if time.monotonic() > deadline:
+                proc.kill()
+                proc.wait()
+                raise subprocess.TimeoutExpired(cmd, timeout)
+        proc.wait()
+        err.seek(0)
+        return subprocess.CompletedProcess(cmd, proc.returncode, "".join(lines), err.read())
+
+
+class _Bar:
+    """A tqdm bar over steps or stages, quiet where stderr is no terminal."""
+
+    def __init__(self, desc, total, initial, unit):
+        from tqdm import tqdm
+        self.bar = tqdm(desc=desc, total=total, initial=initial, unit=unit,
+                        dynamic_ncols=True, leave=True)
+
+    def step_line(self, line):
+        """The binary's "tdx: step K/N loss L" (--progress)."""
+        m = re.match(r"tdx: step (\d+)/\d+ loss (\S+)", line)
+        if m:
+            self.bar.set_postfix(loss=f"{float(m.group(2)):.4f}", refresh=False)
+            self.bar.update(int(m.group(1)) - self.bar.n)
+
+    def stage_line(self, line):
+        """tdx-compile's "tdx-compile: [K/N] what" (--progress)."""
+        m = re.match(r"tdx-compile: \[(\d+)/\d+\] (.*)", line)
+        if m:
+            self.bar.set_postfix_str(m.group(2).strip(), refresh=False)
+            self.bar.update(int(m.group(1)) - 1 - self.bar.n)
+        elif "from the compile cache" in line:
+            self.bar.set_postfix_str("from the compile cache", refresh=False)
+
+    def close(self):
+        self.bar.close()
+
+
+def _progress_bar(progress, desc, total, initial=0, unit="step"):
+    """A bar when `progress` (None: when stderr is a terminal), else None."""
+    if progress is None:
+        progress = sys.stderr.isatty()
+    return _Bar(desc, total, initial, unit) if progress else None

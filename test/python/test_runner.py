@@ -212,6 +212,60 @@ def test_progress_shows_on_a_terminal_and_stays_quiet_elsewhere(tmp_path):
     assert "loss=" not in done.stderr and "step/s" not in done.stderr
 
 
+def read_pty(script, env=None):
+    """What `script` (a python -c) writes to stderr when stderr is a
+    terminal, and its exit code."""
+    import pty
+    leader, follower = pty.openpty()
+    child = subprocess.Popen([sys.executable, "-c", script], stderr=follower,
+                             stdout=subprocess.DEVNULL, env=env)
+    os.close(follower)
+    shown = b""
+    while True:
+        try:
+            chunk = os.read(leader, 4096)
+        except OSError:
+            break
+        if not chunk:
+            break
+        shown += chunk
+    code = child.wait(timeout=300)
+    os.close(leader)
+    return shown.decode(errors="replace"), code
+
+
+def test_compile_and_train_show_progress_on_a_terminal(tmp_path):
+    here = os.path.dirname(os.path.abspath(__file__))
+    script = textwrap.dedent(f"""
+        import sys
+        sys.path.insert(0, {here!r})
+        import torch, tdx
+        from test_training import batches, mlp, mlp_loss
+        torch.manual_seed(0)
+        model = tdx.deferred_init(mlp)
+        prog = tdx.trace_train_step(model, torch.optim.SGD(model.parameters(), lr=0.1),
+                                    mlp_loss, *batches("mlp")[0])
+        exe = tdx.compile(prog)        # compiles: its stages
+        assert not exe.from_cache
+        again = tdx.compile(prog)      # the compile cache serves it
+        assert again.from_cache
+        losses, _ = exe.train(batches("mlp")[:3])
+    """)
+    env = dict(os.environ, TDX_CACHE_DIR=str(tmp_path / "cache"))
+    text, code = read_pty(script, env)
+    assert code == 0, text
+    flat = text.replace(" ", "")
+    assert "compile:" in text and "compilingC++" in flat, text
+    assert "fromthecompilecache" in flat, text
+    assert "train:" in text and "3/3" in flat and "loss=" in text, text
+    # Not a terminal: nothing.
+    env["TDX_CACHE_DIR"] = str(tmp_path / "cache2")
+    done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True,
+                          timeout=300, env=env)
+    assert done.returncode == 0, done.stderr
+    assert "loss=" not in done.stderr and "compiling" not in done.stderr
+
+
 def test_a_gpt_trains_tensor_parallel_from_a_loop_with_a_schedule_and_accumulation():
     # GPT-2 (the suite's model, written the usual way) on tp2 with the
     # Megatron plan, SGD with momentum and weight decay, lr an input that a

@@ -60,6 +60,9 @@ static cl::opt<bool> shared(
              "library SPMD Python scripts load (tdx_open, tdx_call, ...: "
              "lib/Runtime/cpu/Library.cpp)"),
     cl::cat(options));
+static cl::opt<bool> progress(
+    "progress", cl::desc("print each stage as it starts: \"tdx-compile: [K/3] what\""),
+    cl::cat(options));
 static cl::opt<bool> verbose("v", cl::desc("print the compiler command"), cl::cat(options));
 static cl::opt<std::string> cacheDir(
     "cache-dir",
@@ -205,6 +208,13 @@ int main(int argc, char **argv) {
       mlir::parseSourceFile<mlir::ModuleOp>(sources, &context);
   if (!module)
     return 1;
+  auto stage = [&](int k, const std::string &what) {
+    if (progress) {
+      outs() << "tdx-compile: [" << k << "/3] " << what << "\n";
+      outs().flush();
+    }
+  };
+  stage(1, "placing and partitioning");
   if (!(*module)->hasAttr(::mlir::tdx::TdxDialect::kPartitionedAttrName)) {
     auto pm = mlir::PassManager::on<mlir::ModuleOp>(&context);
     // Propagation runs once: a program it placed already (tdx.parallelize
@@ -221,6 +231,7 @@ int main(int argc, char **argv) {
     if (failed(pm.run(*module)))
       return 1;
   }
+  stage(2, cuda ? "emitting CUDA" : "emitting C++");
   if (failed(mlir::tdx::prepareForEmission(*module)))
     return 1;
   std::string source = output + (cuda ? ".cu" : ".cpp");
@@ -295,6 +306,7 @@ int main(int argc, char **argv) {
   if (fromCache())
     return 0;
   std::string error;
+  stage(3, cuda ? "compiling CUDA (nvcc)" : "compiling C++");
   int rc = run(args, error);
   if (!emitSource)
     sys::fs::remove(source);

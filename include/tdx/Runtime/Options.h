@@ -30,6 +30,8 @@ struct Options {
   int threads = 0;
   bool verbose = false;
   bool profile = false;
+  /// Rank 0 prints "tdx: step K/N loss L" after each training step.
+  bool progress = false;
   /// --no-overlap: every collective is waited for where it starts.
   bool overlap = true;
   /// --signature: print the program's mesh, state, inputs and outputs as

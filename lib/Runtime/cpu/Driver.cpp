@@ -211,6 +211,11 @@ int tdx::rt::runMain(int argc, char **argv, const Program &program) {
           if (rank == 0)
             saved[std::to_string(step) + ":output:" + std::to_string(i)] =
                 TensorMemory::unpooled(g);
+          if (o.progress && rank == 0 && i == 0 && g.numel() == 1) {
+            std::printf("tdx: step %lld/%lld loss %.9g\n", static_cast<long long>(step + 1),
+                        static_cast<long long>(o.steps), g.item<double>());
+            std::fflush(stdout);
+          }
         }
         session.saveStep(step + 1, step + 1 == o.steps);
       }
