@@ -1,6 +1,7 @@
 """tdx's runner (Executable.start): the ranks keep the state between calls,
 and the user's own Python loop drives the steps, against eager's loop."""
 
+import functools
 import os
 import signal
 import subprocess
@@ -408,3 +409,65 @@ def test_param_groups_each_take_their_own_hyperparameters():
     assert_losses_match(losses, want[:3])
     same, _ = exe.train(data[:3], params=start, lr=0.05)
     assert same[2] != pytest.approx(want[2], rel=1e-5)  # the no-decay group at 0.05 differs
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("mesh", ["1", "dp2"])
+def test_torchvision_resnet18_trains_from_a_loop_with_eval_after_every_step(mesh):
+    # torchvision's ResNet-18 as torchvision builds it (11.2M parameters,
+    # batch norm in training mode), SGD with momentum, lr from a cosine
+    # schedule, 2 micro-batches per step, and an evaluation entry (eval
+    # mode: the running statistics the steps update) after every step,
+    # against eager's loop. Slow: about a minute of compile per layout.
+    import torchvision
+    build = functools.partial(torchvision.models.resnet18, num_classes=10)
+    g = torch.Generator().manual_seed(3)
+    # 64x64 images: at 32x32 ResNet-18's last stage is 1x1, and batch norm
+    # over a micro-batch of 2 such values is chaotic (eager itself, weights
+    # moved by 1e-7, is 0.19 off its own loss after one step); here 1e-6.
+    data = [(torch.randn(4, 3, 64, 64, generator=g), torch.randint(0, 10, (4,), generator=g))
+            for _ in range(3)]
+    held_out = (torch.randn(4, 3, 64, 64, generator=g), torch.randint(0, 10, (4,), generator=g))
+
+    def evaluate(model, x, y):
+        model.eval()
+        loss = mlp_loss(model, x, y)
+        model.train()
+        return loss
+
+    def sgd(params):
+        return torch.optim.SGD(params, lr=3e-5, momentum=0.9)
+    torch.manual_seed(0)
+    deferred = tdx.deferred_init(build)
+    prog = tdx.trace_train_step(deferred, sgd(deferred.parameters()), mlp_loss, *data[0],
+                                hyperparameters=("lr",), accumulation_steps=2)
+    prog.add_entry("evaluate", evaluate, *held_out)
+    if mesh == "dp2":
+        tdx.parallelize(prog, tdx.init_device_mesh("cpu", (2,), ("dp",)), {}, data_parallel="dp")
+    exe = tdx.compile(prog)
+    torch.manual_seed(0)
+    eager = build()
+    start = {k: v.clone() for k, v in eager.state_dict().items()}
+    opt = sgd(eager.parameters())
+    schedule = torch.optim.lr_scheduler.CosineAnnealingLR(opt, T_max=len(data))
+    got, want, evals, eager_evals = [], [], [], []
+    with exe.start(params=start) as runner:
+        for x, y in data:
+            got.append(runner.train_step(x, y, lr=schedule.get_last_lr()).item())
+            evals.append(runner.evaluate(*held_out).item())
+            opt.zero_grad()
+            total = 0.0
+            for i in range(2):
+                loss = mlp_loss(eager, x[2 * i:2 * i + 2], y[2 * i:2 * i + 2])
+                (loss / 2).backward()
+                total += loss.item()
+            opt.step()
+            schedule.step()
+            want.append(total / 2)
+            with torch.no_grad():
+                eager_evals.append(evaluate(eager, *held_out).item())
+        state = runner.state_dict()
+    assert_losses_match(got, want)
+    assert_losses_match(evals, eager_evals)
+    for name, t in eager.state_dict().items():
+        assert torch.allclose(state[name].to(t.dtype), t, rtol=1e-4, atol=1e-6), name
