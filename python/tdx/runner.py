@@ -7,7 +7,6 @@ import functools
 import os
 import select
 import shutil
-import subprocess
 import sys
 import tempfile
 import time

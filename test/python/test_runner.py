@@ -174,7 +174,6 @@ def test_the_ranks_end_when_the_controller_dies(tmp_path):
 
 
 def test_progress_shows_on_a_terminal_and_stays_quiet_elsewhere(tmp_path):
-    import pty
     exe = compiled_step("1")
     exe.save(tmp_path / "model")
     here = os.path.dirname(os.path.abspath(__file__))
@@ -189,22 +188,8 @@ def test_progress_shows_on_a_terminal_and_stays_quiet_elsewhere(tmp_path):
                 runner(x, y, torch.tensor(0.05, dtype=torch.float64))
     """)
     # On a terminal: a tqdm bar with the step count and the loss.
-    leader, follower = pty.openpty()
-    child = subprocess.Popen([sys.executable, "-c", script], stderr=follower,
-                             stdout=subprocess.DEVNULL)
-    os.close(follower)
-    shown = b""
-    while True:
-        try:
-            chunk = os.read(leader, 4096)
-        except OSError:
-            break
-        if not chunk:
-            break
-        shown += chunk
-    assert child.wait(timeout=120) == 0, shown.decode(errors="replace")
-    os.close(leader)
-    text = shown.decode(errors="replace")
+    text, code = read_pty(script)
+    assert code == 0, text
     assert "forward: " in text and "3step" in text.replace(" ", "") and "loss=" in text, text
     # Not a terminal: nothing.
     done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True,
@@ -267,6 +252,36 @@ def test_compile_and_train_show_progress_on_a_terminal(tmp_path):
     assert "loss=" not in done.stderr and "compiling" not in done.stderr
 
 
+def loop_against_eager(exe, start, eager, opt, loss_fn, data, held_out, k, evaluate):
+    """The user's loop: a runner's train_step with lr from a cosine
+    schedule and its evaluate entry after every step, next to eager's loop
+    of k micro-batches per step (each loss / k backward) on `eager` and
+    `opt`. Returns the runner's losses, eager's, both evaluations and the
+    runner's final state."""
+    schedule = torch.optim.lr_scheduler.CosineAnnealingLR(opt, T_max=len(data))
+    rows = data[0][0].shape[0] // k
+    got, want, evals, eager_evals = [], [], [], []
+    with exe.start(params=start) as runner:
+        for x, y in data:
+            got.append(runner.train_step(x, y, lr=schedule.get_last_lr()).item())
+            evals.append(runner.evaluate(*held_out).item())
+            opt.zero_grad()
+            total = 0.0
+            for i in range(k):
+                micro = slice(i * rows, (i + 1) * rows)
+                loss = loss_fn(eager, x[micro], y[micro])
+                (loss / k).backward()
+                total += loss.item()
+            opt.step()
+            schedule.step()
+            want.append(total / k)
+            with torch.no_grad():
+                eager_evals.append(evaluate(eager, *held_out).item())
+        state = runner.state_dict()
+        assert runner.steps == len(data)  # evaluation is not a step
+    return got, want, evals, eager_evals, state
+
+
 def test_a_gpt_trains_tensor_parallel_from_a_loop_with_a_schedule_and_accumulation():
     # GPT-2 (the suite's model, written the usual way) on tp2 with the
     # Megatron plan, SGD with momentum and weight decay, lr an input that a
@@ -288,27 +303,8 @@ def test_a_gpt_trains_tensor_parallel_from_a_loop_with_a_schedule_and_accumulati
     torch.manual_seed(0)
     eager = GPT2()
     opt = OPTIMIZERS["momentum"](eager.parameters())
-    schedule = torch.optim.lr_scheduler.CosineAnnealingLR(opt, T_max=len(data))
-    rows = data[0][0].shape[0] // k
-    got, want, evals, eager_evals = [], [], [], []
-    with exe.start(params=start) as runner:
-        for x, y in data:
-            got.append(runner.train_step(x, y, lr=schedule.get_last_lr()).item())
-            evals.append(runner.evaluate(*held_out).item())
-            opt.zero_grad()
-            total = 0.0
-            for i in range(k):
-                micro = slice(i * rows, (i + 1) * rows)
-                loss = lm_loss(eager, x[micro], y[micro])
-                (loss / k).backward()
-                total += loss.item()
-            opt.step()
-            schedule.step()
-            want.append(total / k)
-            with torch.no_grad():
-                eager_evals.append(lm_loss(eager, *held_out).item())
-        state = runner.state_dict()
-        assert runner.steps == len(data)  # evaluation is not a step
+    got, want, evals, eager_evals, state = loop_against_eager(
+        exe, start, eager, opt, lm_loss, data, held_out, k, lm_loss)
     assert_matches_eager(got, want, state, eager)
     assert_losses_match(evals, eager_evals)
 
@@ -449,24 +445,8 @@ def test_torchvision_resnet18_trains_from_a_loop_with_eval_after_every_step(mesh
     eager = build()
     start = {k: v.clone() for k, v in eager.state_dict().items()}
     opt = sgd(eager.parameters())
-    schedule = torch.optim.lr_scheduler.CosineAnnealingLR(opt, T_max=len(data))
-    got, want, evals, eager_evals = [], [], [], []
-    with exe.start(params=start) as runner:
-        for x, y in data:
-            got.append(runner.train_step(x, y, lr=schedule.get_last_lr()).item())
-            evals.append(runner.evaluate(*held_out).item())
-            opt.zero_grad()
-            total = 0.0
-            for i in range(2):
-                loss = mlp_loss(eager, x[2 * i:2 * i + 2], y[2 * i:2 * i + 2])
-                (loss / 2).backward()
-                total += loss.item()
-            opt.step()
-            schedule.step()
-            want.append(total / 2)
-            with torch.no_grad():
-                eager_evals.append(evaluate(eager, *held_out).item())
-        state = runner.state_dict()
+    got, want, evals, eager_evals, state = loop_against_eager(
+        exe, start, eager, opt, mlp_loss, data, held_out, 2, evaluate)
     assert_losses_match(got, want)
     assert_losses_match(evals, eager_evals)
     for name, t in eager.state_dict().items():
