@@ -12,7 +12,6 @@
 //===----------------------------------------------------------------------===//
 
 #include "tdx/Runtime/InitKernels.h"
-#include "tdx/Runtime/Safetensors.h"
 #include "tdx/Runtime/cuda/Runtime.h"
 
 #include <mpi.h>
@@ -222,19 +221,19 @@ int64_t Context::startAllReduce(const Tensor &x, const std::vector<std::string> 
   f->size = g.size;
   f->index = g.index;
   addBytes(f->in.nbytes());
+  // Through host memory the result is made on the compute stream, and is
+  // ready where it is made.
+  cudaStream_t stream = nullptr;
   if (staged_) {
     f->out = hostAllReduce(f->in, g, reduce, axes);
-    checkCuda(cudaEventCreateWithFlags(&f->done, cudaEventDisableTiming), "cudaEventCreate");
-    checkCuda(cudaEventRecord(f->done, nullptr), "cudaEventRecord");
-    inFlight_.push_back(std::move(f));
-    return static_cast<int64_t>(inFlight_.size()) - 1;
+  } else {
+    auto c = static_cast<ncclComm_t>(comm(axes, g));
+    f->out = Tensor::empty(x.sizes(), x.dtype());
+    stream = static_cast<cudaStream_t>(beginCollective());
+    checkNccl(ncclAllReduce(f->in.data(), f->out.data(), static_cast<size_t>(f->in.numel()),
+                            ncclType(x.dtype()), ncclOp(reduce), c, stream),
+              "all_reduce");
   }
-  auto c = static_cast<ncclComm_t>(comm(axes, g));
-  f->out = Tensor::empty(x.sizes(), x.dtype());
-  auto stream = static_cast<cudaStream_t>(beginCollective());
-  checkNccl(ncclAllReduce(f->in.data(), f->out.data(), static_cast<size_t>(f->in.numel()),
-                          ncclType(x.dtype()), ncclOp(reduce), c, stream),
-            "all_reduce");
   checkCuda(cudaEventCreateWithFlags(&f->done, cudaEventDisableTiming), "cudaEventCreate");
   checkCuda(cudaEventRecord(f->done, stream), "cudaEventRecord");
   if (!overlap())
