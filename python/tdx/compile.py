@@ -565,7 +565,8 @@ class _Bar:
 
 
 def _progress_bar(progress, desc, total, initial=0, unit="step"):
-    """A bar when `progress` (None: when stderr is a terminal), else None."""
+    """A bar when `progress` (None: when stderr is a terminal), else None;
+    `total` None counts without one."""
     if progress is None:
         progress = sys.stderr.isatty()
     return _Bar(desc, total, initial, unit) if progress else None

@@ -15,7 +15,7 @@ import torch
 
 from . import safetensors
 from .errors import InputError, TdxError
-from .compile import _TORCH_DTYPES
+from .compile import _TORCH_DTYPES, _progress_bar
 
 
 class Runner:
@@ -66,19 +66,22 @@ class Runner:
         # The program's other entries (prog.add_entry): runner.evaluate(x, y).
         for k, name in enumerate(exe.entries, start=1):
             setattr(self, name, functools.partial(self._call_entry, k, name))
-        if progress and sys.stderr.isatty() and self._t.rank == 0:
-            from tqdm import tqdm
-            self._bar = tqdm(desc=exe.entry, unit="step", initial=self.steps, dynamic_ncols=True,
-                             leave=True)
+        self._bar = _progress_bar(bool(progress) and sys.stderr.isatty() and self._t.rank == 0,
+                                  exe.entry, None, self.steps)
 
     def _call_entry(self, k, name, *inputs):
         """Entry `k` of the program (prog.add_entry's `name`) on the current
         state: its outputs, gathered; not a step."""
         self._check_open(name)
-        shapes = self._t.local_shapes(k) if self._local else None
-        batch = self._exe._check_inputs(tuple(inputs), name, shapes=shapes, entry=k)
-        outputs = self._t.call(batch, self._local, k)
+        outputs = self._call(k, name, inputs)
         return outputs[0] if len(outputs) == 1 else outputs
+
+    def _call(self, k, name, batch):
+        """Entry `k` on `batch`, checked against what it was traced for (with
+        local=True, this rank's boxes): its outputs."""
+        shapes = self._t.local_shapes(k) if self._local else None
+        batch = self._exe._check_inputs(tuple(batch), name, shapes=shapes, entry=k)
+        return self._t.call(batch, self._local, k)
 
     @property
     def spmd(self):
@@ -90,11 +93,7 @@ class Runner:
         self._check_open(name)
         batch = self._exe._with_hyperparameters([tuple(inputs)], hyperparameters, name,
                                                 one_call=True)[0]
-        if self._local:
-            batch = self._exe._check_inputs(batch, name, shapes=self._t.local_shapes(0))
-        else:
-            batch = self._exe._check_inputs(batch, name)
-        outputs = self._t.call(batch, self._local)
+        outputs = self._call(0, name, batch)
         self.steps += 1
         if self._bar is not None:
             # The step, its loss (the first output, when a number) and the
@@ -103,8 +102,8 @@ class Runner:
                      for k, v in hyperparameters.items()}
             if outputs and outputs[0].numel() == 1:
                 shown = {"loss": f"{outputs[0].item():.4f}", **shown}
-            self._bar.set_postfix(shown, refresh=False)
-            self._bar.update(1)
+            self._bar.bar.set_postfix(shown, refresh=False)
+            self._bar.bar.update(1)
         return outputs[0] if len(outputs) == 1 else outputs
 
     def state_dict(self):
