@@ -180,8 +180,9 @@ class Executable:
     def library(self):
         """The program as a shared object (``tdx-compile --shared``), which
         an SPMD runner loads into its process: built on first use next to
-        the binary, through the compile cache (N ranks asking at once
-        compile it once)."""
+        the binary. It links the object the binary's compile left in the
+        compile cache, so the program's C++ compiles once for both (and once
+        for N ranks asking at once)."""
         path = self.path + ".so"
         if os.path.exists(path):
             return path

@@ -1,6 +1,7 @@
 //===- CompileCache.h - model binaries by the content they come from -*- C++ -*-===//
 //
-// tdx-compile's cache: a compiled binary is kept under the SHA-256 of the
+// tdx-compile's cache: a compiled object (a CPU program's, which links into
+// its binary or its shared object) or a CUDA binary is kept under the SHA-256 of the
 // emitted source, the compile command, what the compiler says its version
 // is, and the size and modification time of every file the command names or
 // links by -l (the compiler, the runtime libraries, libtorch, the

@@ -66,8 +66,9 @@ static cl::opt<bool> progress(
 static cl::opt<bool> verbose("v", cl::desc("print the compiler command"), cl::cat(options));
 static cl::opt<std::string> cacheDir(
     "cache-dir",
-    cl::desc("keep compiled binaries in DIR by the hash of their source, command and runtime, "
-             "and copy a binary from there instead of compiling it again (default: "
+    cl::desc("keep compiled objects (CUDA: binaries) in DIR by the hash of their source, "
+             "command and runtime, and link (copy) from there instead of compiling again: a "
+             "binary and its --shared object compile once (default: "
              "$TDX_CACHE_DIR, else ~/.cache/tdx/compile; --no-cache for none)"),
     cl::value_desc("DIR"), cl::cat(options));
 static cl::opt<bool> noCache("no-cache", cl::desc("compile without the cache"), cl::cat(options));
@@ -253,7 +254,11 @@ int main(int argc, char **argv) {
              << " bytes, arena " << plan.arenaBytes << " bytes for " << plan.arenaTensors
              << " tensors\n";
   }
-  SmallVector<std::string> args;
+  // What the cache keeps: a CUDA binary, or a CPU object (position
+  // independent), which links into a binary or, with --shared, a shared
+  // object: an SPMD script's tdx.compile and exe.library() compile once.
+  std::string artifact = cuda ? output : output + ".o";
+  SmallVector<std::string> args, link;
   if (cuda) {
     args = {kCudaCompiler, "-std=c++17", "-O2", "--fmad=false", "-arch=" + cudaArch,
             "-DOMPI_SKIP_MPICXX=1", "-o", output, source};
@@ -268,13 +273,14 @@ int main(int argc, char **argv) {
     std::string pch = std::string(kPchDir) + "/" + kPchHeader;
     if (sys::fs::exists(pch + ".gch"))
       args.append({"-include", pch});
-    args.append({"-o", output, source});
+    args.append({"-c", "-o", artifact, source});
+    link = {kCompiler, "-o", output, artifact};
     // The library's C ABI lives in the runtime archive: pull it in.
     if (shared)
-      args.append({"-shared", "-Wl,-u,tdx_open"});
+      link.append({"-shared", "-Wl,-u,tdx_open"});
     for (const char *lib : kLibraries)
-      args.push_back(lib);
-    args.push_back("-Wl,-rpath,/usr/lib/x86_64-linux-gnu");
+      link.push_back(lib);
+    link.push_back("-Wl,-rpath,/usr/lib/x86_64-linux-gnu");
   }
   tdx::CompileCache cache(noCache ? "" : cacheDir.empty() ? tdx::CompileCache::defaultDir()
                                                            : cacheDir.getValue());
@@ -284,38 +290,56 @@ int main(int argc, char **argv) {
     // The command as it reads: without where this compile writes.
     SmallVector<std::string> command;
     for (const std::string &arg : args)
-      command.push_back(arg == output ? "<output>" : arg == source ? "<source>" : arg);
+      command.push_back(arg == artifact ? "<output>" : arg == source ? "<source>" : arg);
     if (text)
       key = cache.key((*text)->getBuffer(), command);
   }
-  auto fromCache = [&]() {
-    if (key.empty() || !cache.fetch(key, output))
-      return false;
-    outs() << "tdx-compile: " << output << " from the compile cache (" << key << ")\n";
+  std::string error;
+  // The cached or compiled artifact made into the output: a CPU object is
+  // linked (and removed), a CUDA binary is the output.
+  auto finish = [&]() {
     if (!emitSource)
       sys::fs::remove(source);
+    if (link.empty())
+      return 0;
+    int rc = run(link, error);
+    sys::fs::remove(artifact);
+    if (rc != 0) {
+      errs() << "tdx-compile: linking " << output << " failed ("
+             << (error.empty() ? "exit " + std::to_string(rc) : error)
+             << "); rerun with -v to see the command\n";
+      return 1;
+    }
+    return 0;
+  };
+  auto fromCache = [&]() {
+    if (key.empty() || !cache.fetch(key, artifact))
+      return false;
+    outs() << "tdx-compile: " << output << " from the compile cache (" << key << ")\n";
+    outs().flush();
     return true;
   };
   if (fromCache())
-    return 0;
+    return finish();
   // Another process compiling the same program: wait for it, then take its
   // binary.
   std::optional<tdx::CompileCache::Lock> lock;
   if (!key.empty())
     lock.emplace(cache, key);
   if (fromCache())
-    return 0;
-  std::string error;
+    return finish();
   stage(3, cuda ? "compiling CUDA (nvcc)" : "compiling C++");
   int rc = run(args, error);
-  if (!emitSource)
-    sys::fs::remove(source);
   if (rc == 0 && !key.empty())
-    cache.store(key, output);
+    cache.store(key, artifact);
+  lock.reset();
   if (rc != 0) {
+    if (!emitSource)
+      sys::fs::remove(source);
+    sys::fs::remove(artifact);
     errs() << "tdx-compile: compiling the emitted " << (cuda ? "CUDA" : "C++") << " failed (" << (error.empty() ? "exit " + std::to_string(rc) : error)
            << "); rerun with --emit-source -v to see the source and the command\n";
     return 1;
   }
-  return 0;
+  return finish();
 }
