@@ -7,8 +7,10 @@ losses, evaluations and final state against eager's loop.
 
     spmd_script.py MODEL MESH OUT [--local]
 
-MODEL: mlp (SGD with momentum) or gpt2 (tp2 Megatron plan, 2 micro-batches
-per step); MESH: 1, dp2 or tp2; --local: each rank passes its own rows."""
+MODEL: mlp (SGD with momentum), gpt2 (tp2 Megatron plan, 2 micro-batches
+per step) or resnet18 (torchvision's, test_runner.resnet18_step, evaluated
+on a held-out batch); MESH: 1, dp2 or tp2; --local: each rank passes its
+own rows."""
 
 import json
 import os
@@ -24,30 +26,39 @@ from test_training import GPT2, OPTIMIZERS, batches, full_state, lm_loss, mlp, m
 model, mesh, out = sys.argv[1:4]
 local = "--local" in sys.argv
 rank = int(os.environ.get("OMPI_COMM_WORLD_RANK", "0"))
-build, loss_fn = {"mlp": (mlp, mlp_loss), "gpt2": (GPT2, lm_loss)}[model]
-k = 2 if model == "gpt2" else 1
-data = batches(model)[:6]
+if model == "resnet18":
+    # test_runner's ResNet-18 program; evaluation on a held-out batch.
+    from test_runner import resnet18_case, resnet18_step  # noqa: E402
+    exe, eager, _ = resnet18_step(mesh)
+    _, _, data, held_out = resnet18_case()
+    start = {k: v.clone() for k, v in eager.state_dict().items()}
+    first = 3e-5
+else:
+    build, loss_fn = {"mlp": (mlp, mlp_loss), "gpt2": (GPT2, lm_loss)}[model]
+    k = 2 if model == "gpt2" else 1
+    data = batches(model)[:6]
+    torch.manual_seed(0)
+    deferred = tdx.deferred_init(build)
+    prog = tdx.trace_train_step(deferred, OPTIMIZERS["momentum"](deferred.parameters()), loss_fn,
+                                *data[0], hyperparameters=("lr",), accumulation_steps=k)
+    # Evaluation on the current weights: the loss of the first micro-batch.
+    rows = data[0][0].shape[0] // k
+    prog.add_entry("evaluate", loss_fn, data[0][0][:rows], data[0][1][:rows])
+    if mesh != "1":
+        axis = mesh[:2]
+        dmesh = tdx.init_device_mesh("cpu", (2,), (axis,))
+        if axis == "dp":
+            tdx.parallelize(prog, dmesh, {}, data_parallel="dp")
+        else:
+            tdx.parallelize(prog, dmesh, GPT2_PLAN)
+    exe = tdx.compile(prog)
+    held_out = None
+    torch.manual_seed(0)
+    start = {n: v.detach().clone() for n, v in full_state(build()).items()}
+    first = 0.05
 
-torch.manual_seed(0)
-deferred = tdx.deferred_init(build)
-prog = tdx.trace_train_step(deferred, OPTIMIZERS["momentum"](deferred.parameters()), loss_fn,
-                            *data[0], hyperparameters=("lr",), accumulation_steps=k)
-# Evaluation on the current weights: the loss of the first micro-batch.
-rows = data[0][0].shape[0] // k
-prog.add_entry("evaluate", loss_fn, data[0][0][:rows], data[0][1][:rows])
-if mesh != "1":
-    axis = mesh[:2]
-    dmesh = tdx.init_device_mesh("cpu", (2,), (axis,))
-    if axis == "dp":
-        tdx.parallelize(prog, dmesh, {}, data_parallel="dp")
-    else:
-        tdx.parallelize(prog, dmesh, GPT2_PLAN)
-exe = tdx.compile(prog)
-
-torch.manual_seed(0)
-start = {n: v.detach().clone() for n, v in full_state(build()).items()}
 # The schedule, as a user's loop has it: a torch scheduler on its optimizer.
-sched_opt = torch.optim.SGD([torch.zeros(1, requires_grad=True)], lr=0.05)
+sched_opt = torch.optim.SGD([torch.zeros(1, requires_grad=True)], lr=first)
 schedule = torch.optim.lr_scheduler.CosineAnnealingLR(sched_opt, T_max=len(data))
 losses, lrs, evals = [], [], []
 with exe.start(params=start, local=local) as runner:
@@ -59,7 +70,7 @@ with exe.start(params=start, local=local) as runner:
         lrs.append(schedule.get_last_lr()[0])
         losses.append(runner.train_step(x, y, lr=schedule.get_last_lr()).item())
         if not local:
-            evals.append(runner.evaluate(x[:rows], y[:rows]).item())
+            evals.append(runner.evaluate(*(held_out or (x[:rows], y[:rows]))).item())
         sched_opt.step()
         schedule.step()
     state = runner.state_dict()

@@ -407,14 +407,10 @@ def test_param_groups_each_take_their_own_hyperparameters():
     assert same[2] != pytest.approx(want[2], rel=1e-5)  # the no-decay group at 0.05 differs
 
 
-@pytest.mark.slow
-@pytest.mark.parametrize("mesh", ["1", "dp2"])
-def test_torchvision_resnet18_trains_from_a_loop_with_eval_after_every_step(mesh):
-    # torchvision's ResNet-18 as torchvision builds it (11.2M parameters,
-    # batch norm in training mode), SGD with momentum, lr from a cosine
-    # schedule, 2 micro-batches per step, and an evaluation entry (eval
-    # mode: the running statistics the steps update) after every step,
-    # against eager's loop. Slow: about a minute of compile per layout.
+def resnet18_case():
+    """torchvision's ResNet-18 as torchvision builds it (11.2M parameters,
+    batch norm in training mode) with SGD and momentum: its builder, the
+    optimizer's, 3 batches of 2 micro-batches and a held-out batch."""
     import torchvision
     build = functools.partial(torchvision.models.resnet18, num_classes=10)
     g = torch.Generator().manual_seed(3)
@@ -425,29 +421,55 @@ def test_torchvision_resnet18_trains_from_a_loop_with_eval_after_every_step(mesh
             for _ in range(3)]
     held_out = (torch.randn(4, 3, 64, 64, generator=g), torch.randint(0, 10, (4,), generator=g))
 
-    def evaluate(model, x, y):
-        model.eval()
-        loss = mlp_loss(model, x, y)
-        model.train()
-        return loss
-
     def sgd(params):
         return torch.optim.SGD(params, lr=3e-5, momentum=0.9)
+    return build, sgd, data, held_out
+
+
+def resnet18_step(mesh):
+    """ResNet-18's step (lr a runtime input, 2 micro-batches per step, an
+    evaluation entry in eval mode: the running statistics the steps update)
+    compiled on `mesh` ("1" or "dp2"), as test_spmd.py's script compiles it
+    too (the compile cache serves it); with the eager model it starts from
+    (its state dict is the start) and that model's optimizer."""
+    build, sgd, data, held_out = resnet18_case()
     torch.manual_seed(0)
     deferred = tdx.deferred_init(build)
     prog = tdx.trace_train_step(deferred, sgd(deferred.parameters()), mlp_loss, *data[0],
                                 hyperparameters=("lr",), accumulation_steps=2)
-    prog.add_entry("evaluate", evaluate, *held_out)
+    prog.add_entry("evaluate", resnet18_evaluate, *held_out)
     if mesh == "dp2":
         tdx.parallelize(prog, tdx.init_device_mesh("cpu", (2,), ("dp",)), {}, data_parallel="dp")
     exe = tdx.compile(prog)
     torch.manual_seed(0)
     eager = build()
-    start = {k: v.clone() for k, v in eager.state_dict().items()}
-    opt = sgd(eager.parameters())
-    got, want, evals, eager_evals, state = loop_against_eager(
-        exe, start, eager, opt, mlp_loss, data, held_out, 2, evaluate)
-    assert_losses_match(got, want)
-    assert_losses_match(evals, eager_evals)
+    return exe, eager, sgd(eager.parameters())
+
+
+def resnet18_evaluate(model, x, y):
+    model.eval()
+    loss = mlp_loss(model, x, y)
+    model.train()
+    return loss
+
+
+def assert_state_matches(state, eager):
+    """Every tensor of eager's state dict (buffers too) within 1e-4."""
     for name, t in eager.state_dict().items():
         assert torch.allclose(state[name].to(t.dtype), t, rtol=1e-4, atol=1e-6), name
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("mesh", ["1", "dp2"])
+def test_torchvision_resnet18_trains_from_a_loop_with_eval_after_every_step(mesh):
+    # ResNet-18's step driven from a loop, lr from a cosine schedule and
+    # evaluation after every step, against eager's loop. Slow: about a
+    # minute of compile per layout.
+    exe, eager, opt = resnet18_step(mesh)
+    _, _, data, held_out = resnet18_case()
+    start = {k: v.clone() for k, v in eager.state_dict().items()}
+    got, want, evals, eager_evals, state = loop_against_eager(
+        exe, start, eager, opt, mlp_loss, data, held_out, 2, resnet18_evaluate)
+    assert_losses_match(got, want)
+    assert_losses_match(evals, eager_evals)
+    assert_state_matches(state, eager)

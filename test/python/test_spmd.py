@@ -12,6 +12,7 @@ import pytest
 import torch
 
 import tdx
+from test_runner import assert_state_matches, resnet18_case, resnet18_evaluate
 from test_training import (GPT2, OPTIMIZERS, assert_losses_match, assert_matches_eager, batches,
                            lm_loss, mlp, mlp_loss)
 
@@ -30,16 +31,23 @@ def spmd(nprocs, *args, env=None, timeout=600):
 
 
 def eager_loop(model, lrs):
-    """Eager's loop with the schedule's lr per step (gpt2: 2 micro-batches
-    per step, each loss / 2 backward), and after each step the loss of the
-    first micro-batch on the new weights (the script's evaluate)."""
-    build, loss_fn = {"mlp": (mlp, mlp_loss), "gpt2": (GPT2, lm_loss)}[model]
-    k = 2 if model == "gpt2" else 1
+    """Eager's loop with the schedule's lr per step (gpt2 and resnet18: 2
+    micro-batches per step, each loss / 2 backward), and after each step an
+    evaluation on the new weights: the first micro-batch's loss (the
+    script's evaluate), or ResNet-18's eval-mode loss on its held-out
+    batch."""
+    if model == "resnet18":
+        build, optimizer, data, held_out = resnet18_case()
+        loss_fn, k, evaluate = mlp_loss, 2, resnet18_evaluate
+    else:
+        build, loss_fn = {"mlp": (mlp, mlp_loss), "gpt2": (GPT2, lm_loss)}[model]
+        k, data, held_out = (2 if model == "gpt2" else 1), batches(model)[:6], None
+        optimizer, evaluate = OPTIMIZERS["momentum"], loss_fn
     torch.manual_seed(0)
     eager = build()
-    opt = OPTIMIZERS["momentum"](eager.parameters())
+    opt = optimizer(eager.parameters())
     want, evals = [], []
-    for (x, y), lr in zip(batches(model)[:6], lrs):
+    for (x, y), lr in zip(data, lrs):
         for group in opt.param_groups:
             group["lr"] = lr
         opt.zero_grad()
@@ -51,7 +59,7 @@ def eager_loop(model, lrs):
         opt.step()
         want.append(total / k)
         with torch.no_grad():
-            evals.append(loss_fn(eager, x[:rows], y[:rows]).item())
+            evals.append(evaluate(eager, *(held_out or (x[:rows], y[:rows]))).item())
     return want, evals, eager
 
 
@@ -81,6 +89,24 @@ def test_an_spmd_script_trains_like_eager(model, mesh, local, tmp_path):
     assert_matches_eager(got["losses"], want, got["state"], eager)
     if not local:  # evaluation after every step, on the weights it left
         assert_losses_match(got["evals"], evals)
+
+
+@pytest.mark.slow
+def test_an_spmd_script_trains_torchvision_resnet18_data_parallel_like_eager(tmp_path):
+    # torchvision's ResNet-18 (batch norm in training mode, 2 micro-batches
+    # per step, a cosine schedule, eval-mode evaluation after every step)
+    # from a script run on 2 ranks, against eager's loop. Slow: a minute of
+    # compile (test_runner's dp2 case compiles the same program).
+    out = tmp_path / "result.pt"
+    done, ranks = spmd(2, SCRIPT, "resnet18", "dp2", str(out))
+    assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
+    assert len(ranks) == 2
+    got = torch.load(out)
+    assert got["steps"] == 3 and len(set(got["lrs"])) == 3
+    want, evals, eager = eager_loop("resnet18", got["lrs"])
+    assert_losses_match(got["losses"], want)
+    assert_losses_match(got["evals"], evals)
+    assert_state_matches(got["state"], eager)
 
 
 def test_spmd_misuse_is_named(tmp_path):
