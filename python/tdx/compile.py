@@ -499,6 +499,20 @@ def compile(prog, target="cpu", output=None, cuda_arch="sm_90", keep_source=Fals
     return exe
 
 
+def _check(text, target):
+    """tdx-compile --check on the program text `text`."""
+    if target not in ("cpu", "cuda"):
+        raise TdxError(f"target '{target}' is not supported; use target='cpu' or 'cuda'")
+    with tempfile.TemporaryDirectory(prefix="tdx-") as tmp:
+        src = os.path.join(tmp, "model.mlir")
+        with open(src, "w") as f:
+            f.write(text)
+        done = subprocess.run([_tool("tdx-compile"), src, "--check", "--target", target],
+                              capture_output=True, text=True)
+    if done.returncode != 0:
+        raise TdxError(f"tdx-compile --check failed:\n{done.stderr.strip()}")
+
+
 def _run_compile(source, output, extra, on_line=None):
     """tdx-compile `source` to `output`; raises TdxError with its message.
     `on_line` sees each line of its output as it comes."""

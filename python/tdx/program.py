@@ -96,6 +96,16 @@ class Program:
         with open(path, "w") as f:
             f.write(self.mlir)
 
+    def check(self, target="cpu"):
+        """Whether the program compiles, without compiling it: runs what
+        ``tdx.compile`` runs up to the emitted source (``tdx-compile
+        --check``: placing, partitioning, the backend passes, the emitter)
+        in seconds, and raises :class:`tdx.TdxError` with the located
+        errors where that fails. Returns the program."""
+        from .compile import _check
+        _check(self.mlir, target)
+        return self
+
     @classmethod
     def load(cls, path):
         """Reads and verifies a program saved with ``save`` (or any tdx IR)."""

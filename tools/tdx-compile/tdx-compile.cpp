@@ -1,6 +1,7 @@
 //===- tdx-compile.cpp - tdx programs to model binaries -------------------===//
 //
 //   tdx-compile model.mlir -o model [--target cpu|cuda] [--cuda-arch sm_90] [--emit-source] [--shared]
+//   tdx-compile model.mlir --check [--target cpu|cuda]
 //   tdx-compile --build-pch DIR
 //
 // Runs whatever of the pipeline has not run yet (tdx-place unless values
@@ -62,6 +63,12 @@ static cl::opt<bool> shared(
     cl::cat(options));
 static cl::opt<bool> progress(
     "progress", cl::desc("print each stage as it starts: \"tdx-compile: [K/3] what\""),
+    cl::cat(options));
+static cl::opt<bool> check(
+    "check",
+    cl::desc("run the pipeline and the emitter, then stop: no source is written and no C++ "
+             "compiled (exit 0: the program would compile; else the located errors). -o is "
+             "not needed"),
     cl::cat(options));
 static cl::opt<bool> verbose("v", cl::desc("print the compiler command"), cl::cat(options));
 static cl::opt<std::string> cacheDir(
@@ -173,7 +180,7 @@ int main(int argc, char **argv) {
       "  mpirun -np N ./model --inputs in.safetensors --outputs out.safetensors\n");
   if (!buildPch.empty())
     return buildPrecompiledHeader(buildPch);
-  if (input.empty() || output.empty()) {
+  if (input.empty() || (output.empty() && !check)) {
     errs() << "tdx-compile: give the program and the binary to write: tdx-compile model.mlir -o "
               "model (see --help)\n";
     return 2;
@@ -235,6 +242,12 @@ int main(int argc, char **argv) {
   stage(2, cuda ? "emitting CUDA" : "emitting C++");
   if (failed(mlir::tdx::prepareForEmission(*module)))
     return 1;
+  if (check) {
+    mlir::tdx::MemoryPlan plan;
+    return failed(mlir::tdx::emitCpp(*module, nulls(),
+                                     cuda ? mlir::tdx::Backend::CUDA : mlir::tdx::Backend::CPU,
+                                     &plan));
+  }
   std::string source = output + (cuda ? ".cu" : ".cpp");
   {
     std::error_code ec;
