@@ -195,7 +195,7 @@ int main(int argc, char **argv) {
               "drop --shared or use --target cpu\n";
     return 2;
   }
-  if (cuda && !*kCudaCompiler) {
+  if (cuda && !check && !*kCudaCompiler) {
     errs() << "tdx-compile: this tdx was built without nvcc, so --target cuda cannot compile; "
               "install the CUDA toolkit (nvcc, cuBLAS, NCCL) and rebuild tdx, or use --target "
               "cpu\n";
