@@ -292,12 +292,50 @@ LogicalResult ReshapeOp::partition(PartitionContext &) {
   return success();
 }
 
-LogicalResult ExpandOp::partition(PartitionContext &) {
+LogicalResult ExpandOp::partition(PartitionContext &ctx) {
   FailureOr<SmallVector<int64_t>> sizes = localSizes(*this, getSizes());
   if (failed(sizes))
     return failure();
-  setSizes(*sizes);
-  return success();
+  // `-1` keeps the input's size; a rank-dependent dim that the input does
+  // not have (a new leading dim) or broadcasts from 1 has no such size:
+  // expand that dim to its global size, then take this rank's chunk.
+  int64_t lead = static_cast<int64_t>(sizes->size()) - getInput().getType().getRank();
+  std::optional<int64_t> broadcast;
+  for (auto [d, size] : llvm::enumerate(*sizes))
+    if (size == -1 && ShapedType::isDynamic(getType().getDimSize(d)) &&
+        (static_cast<int64_t>(d) < lead || getInput().getType().getDimSize(d - lead) == 1))
+      broadcast = d;
+  if (!broadcast) {
+    setSizes(*sizes);
+    return success();
+  }
+  int64_t dim = *broadcast;
+  SmallVector<PlacementAttr> layout = ctx.layoutOf(getResult());
+  std::optional<int64_t> axis;
+  for (auto [a, p] : llvm::enumerate(layout))
+    if (p.isShard() && p.getDim() == dim) {
+      if (axis)
+        return emitOpError() << "broadcasts dim " << dim
+                             << ", which is split unevenly over several mesh axes; shard it "
+                                "over one axis, or evenly";
+      axis = a;
+    }
+  if (!axis)
+    return emitOpError() << "has a rank-dependent size in dim " << dim
+                         << " that no mesh axis shards (a tdx bug)";
+  RankedTensorType global = ctx.globalResultType(0);
+  (*sizes)[dim] = global.getDimSize(dim);
+  OpBuilder &b = ctx.builder();
+  b.setInsertionPoint(*this);
+  auto mesh = cast<MeshOp>(ctx.mesh());
+  Value full = ExpandOp::create(b, getLoc(), getInput(), *sizes);
+  Value coord = MeshCoordOp::create(b, getLoc(), RankedTensorType::get({}, b.getI64Type()),
+                                    FlatSymbolRefAttr::get(mesh.getSymNameAttr()),
+                                    cast<StringAttr>(mesh.getAxes()[*axis]));
+  Value chunk = ChunkOp::create(b, getLoc(), getType(), full, coord,
+                                b.getI64IntegerAttr(ctx.meshShape()[*axis]),
+                                b.getI64IntegerAttr(dim));
+  return replaceWith(*this, ctx, chunk);
 }
 
 /// A random op draws its box of the global tensor: the global shape stays.

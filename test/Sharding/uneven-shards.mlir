@@ -61,3 +61,34 @@ func.func @rows_of_table_with_empty_shard(%t: tensor<2x4xf32> {tdx.sharding = #t
   %n = tdx.neg %r : tensor<3x4xf32>
   return %n : tensor<3x4xf32>
 }
+
+// -----
+
+// A broadcast into a dim split unevenly (a scalar expanded to (5, 10) next
+// to a (5, 10) input split 3 + 2 rows): the new leading dim has no input
+// size that `-1` could keep, so the expand makes the global rows and each
+// rank takes its chunk (the OpInfo backward of cat on dp2 made an invalid
+// expand here before).
+tdx.mesh @mesh shape = [2] axes = ["dp"]
+// CHECK-LABEL: func.func @broadcast_into_uneven_rows
+// CHECK: %[[E:.*]] = tdx.expand %{{.*}} [5, 10] : tensor<f32> -> tensor<5x10xf32>
+// CHECK: %[[C:.*]] = tdx.mesh_coord @mesh axis = "dp"
+// CHECK: tdx.chunk %[[E]][%[[C]]] chunks = 2 dim = 0 {{.*}} -> tensor<?x10xf32>
+func.func @broadcast_into_uneven_rows(%s: tensor<f32>, %x: tensor<5x10xf32> {tdx.sharding = #tdx.sharding<@mesh, [Shard(0)]>}) -> tensor<5x10xf32> {
+  %e = tdx.expand %s [5, 10] : tensor<f32> -> tensor<5x10xf32>
+  %y = tdx.mul %e, %x : (tensor<5x10xf32>, tensor<5x10xf32>) -> tensor<5x10xf32>
+  return %y : tensor<5x10xf32>
+}
+
+// -----
+
+// Broadcast from a dim of size 1 (a (1, 10) row to (5, 10)): the same.
+tdx.mesh @mesh shape = [2] axes = ["dp"]
+// CHECK-LABEL: func.func @broadcast_of_a_row_into_uneven_rows
+// CHECK: %[[E:.*]] = tdx.expand %{{.*}} [5, 10] : tensor<1x10xf32> -> tensor<5x10xf32>
+// CHECK: tdx.chunk %[[E]][%{{.*}}] chunks = 2 dim = 0 {{.*}} -> tensor<?x10xf32>
+func.func @broadcast_of_a_row_into_uneven_rows(%s: tensor<1x10xf32>, %x: tensor<5x10xf32> {tdx.sharding = #tdx.sharding<@mesh, [Shard(0)]>}) -> tensor<5x10xf32> {
+  %e = tdx.expand %s [5, 10] : tensor<1x10xf32> -> tensor<5x10xf32>
+  %y = tdx.mul %e, %x : (tensor<5x10xf32>, tensor<5x10xf32>) -> tensor<5x10xf32>
+  return %y : tensor<5x10xf32>
+}
