@@ -367,6 +367,9 @@ def parallelize(prog, mesh, plan, *, data_parallel=None, zero=0, fold=()):
     if unused:
         raise ValueError(f"plan patterns {unused} match no module with parameters; module "
                          f"names are like {sorted({n.rpartition('.')[0] for n in params})[:5]}")
+    # The program runs on the mesh even where nothing is split (a step whose
+    # only input is its parameters, replicated on every rank).
+    prog._module.declare_mesh(mesh.name, list(mesh.shape), list(mesh.mesh_dim_names))
     dp_axis = mesh.axis(data_parallel) if data_parallel is not None else None
     for name, axis, seq_dim in sequence_parallel:
         placements = [Replicate()] * mesh.ndim

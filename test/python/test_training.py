@@ -779,6 +779,40 @@ def test_zero_needs_a_training_step_and_a_data_parallel_axis():
         tdx.parallelize(prog, mesh, {}, data_parallel="data", zero=3)
 
 
+def test_a_step_with_nothing_to_split_runs_replicated_on_its_mesh():
+    # A step whose only inputs are its parameters, parallelized data
+    # parallel on 2 ranks: nothing is split, and every rank runs the whole
+    # step (the program is the mesh's, not refused as a 1-rank one).
+    class Quadratic(torch.nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.w = torch.nn.Parameter(torch.randn(5, 3))
+
+        def forward(self):
+            return (self.w.sin() * self.w).sum()
+
+    torch.manual_seed(0)
+    model = tdx.deferred_init(Quadratic)
+    prog = tdx.trace_train_step(model, torch.optim.SGD(model.parameters(), lr=0.1),
+                                lambda m: m())
+    tdx.parallelize(prog, tdx.init_device_mesh("cpu", (2,), ("dp",)), {}, data_parallel="dp")
+    assert prog.world_size == 2
+    torch.manual_seed(0)
+    eager = Quadratic()
+    start = {"w": eager.w.detach().clone()}
+    losses, state = tdx.compile(prog).train([()] * 2, params=start)
+    opt = torch.optim.SGD(eager.parameters(), lr=0.1)
+    want = []
+    for _ in range(2):
+        opt.zero_grad()
+        loss = eager()
+        loss.backward()
+        opt.step()
+        want.append(loss.item())
+    assert_losses_match(losses, want)
+    assert rel(state["w"], eager.w.detach()) < 1e-6
+
+
 def vision_batches(steps=3):
     g = torch.Generator().manual_seed(7)
     return [(torch.randn(4, 3, 32, 32, generator=g), torch.randint(0, 10, (4,), generator=g))
