@@ -51,16 +51,57 @@ def pytest_collection_modifyitems(config, items):
 E2E_RESULTS = {}
 
 
+# The OpInfo test's result per stage and op, and each stage's seconds
+# (test_opinfo.py records them as the property "opinfo").
+OPINFO_RESULTS, OPINFO_TIMES = {}, {}
+
+
 def pytest_runtest_logreport(report):
     if report.when == "call":
         for key, value in report.user_properties:
             if key == "e2e":
                 backend, name, result = value
                 E2E_RESULTS.setdefault(backend, {})[name] = result
+            elif key == "opinfo":
+                stage, name, result, seconds = value
+                OPINFO_RESULTS.setdefault(stage, {})[name] = result
+                if seconds is not None:
+                    OPINFO_TIMES[stage] = seconds
+
+
+def opinfo_summary(write):
+    """Each stage's count of ops that match eager, its time, and the ops
+    that fail grouped by their expected-failure reason."""
+    from opinfo_cases import STAGES, XFAIL
+    write("OpInfo (test/python/test_opinfo.py, torch's op_db, first float32 sample):")
+    for stage in [s for s in STAGES if s in OPINFO_RESULTS]:
+        ops = OPINFO_RESULTS[stage]
+        passed = sum(r == "pass" for r in ops.values())
+        steps = {}
+        for r in ops.values():
+            if r != "pass":
+                step = r.split(":")[0]
+                steps[step] = steps.get(step, 0) + 1
+        write(f"  {stage:13s} {passed} of {len(ops)} ops match eager ({100 * passed / len(ops):.1f}%);"
+              f" fail at " + ", ".join(f"{k} {v}" for k, v in sorted(steps.items())) +
+              f"; {OPINFO_TIMES.get(stage, 0):.0f} s")
+    reasons = {}
+    for stage, ops in OPINFO_RESULTS.items():
+        for name, r in ops.items():
+            if r != "pass":
+                reasons.setdefault(XFAIL[stage].get(name) or f"UNEXPECTED: {r}", {}) \
+                    .setdefault(name, []).append(stage)
+    for why, names in sorted(reasons.items()):
+        write(f"    {why}:")
+        write("      " + ", ".join(f"{n} ({', '.join(s)})" if len(s) < 4 else n
+                                   for n, s in sorted(names.items())))
 
 
 def pytest_terminal_summary(terminalreporter):
-    """The e2e op suite's count per backend and its expected-failure table."""
+    """The e2e op suite's count per backend and its expected-failure table,
+    and the OpInfo test's."""
+    if OPINFO_RESULTS:
+        opinfo_summary(terminalreporter.write_line)
     if not E2E_RESULTS:
         return
     from e2e_cases import XFAIL

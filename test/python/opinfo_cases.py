@@ -170,6 +170,33 @@ _TRACE = {
 
 _CHECK = {n: _NARROW for n in ("bfloat16", "byte", "char", "half", "short")}
 
+_NO_META_BACKWARD = ("its backward's op has no meta kernel in libtorch 1.13 (#30: a shape "
+                     "function)")
+_SCALAR_BACKWARD = ("its backward reads a value (aten::_local_scalar_dense or nonzero) in "
+                    "torch 1.13 (#30: a decomposition at capture)")
+# Trace failures of the training step only.
+_TRACE_BACKWARD = {
+    **{n: _NO_META_BACKWARD for n in (
+        "cdist", "lu", "nn.functional.adaptive_avg_pool3d", "nn.functional.fractional_max_pool3d",
+        "qr", "sgn", "svd_lowrank", "pca_lowrank", "unfold", "nn.functional.smooth_l1_loss",
+        "nn.functional.embedding_bag", "nn.functional.grid_sample", "linalg.cholesky",
+        "linalg.cholesky_ex", "linalg.qr", "linalg.lu_factor", "linalg.lu_factor_ex",
+        "linalg.lu", "linalg.lu_solve")},
+    **{n: _SCALAR_BACKWARD for n in (
+        "cumprod", "max.reduction_no_dim", "min.reduction_no_dim", "nanmedian", "index_reduce",
+        "prod", "scatter_reduce.prod")},
+    "nn.functional.huber_loss": ("capture bug: tdx's huber_loss_backward override takes no "
+                                 "grad_input keyword (#30)"),
+}
+_RUN_BACKWARD = {
+    "linalg.vector_norm": ("capture bug: the step fails at run time with aten::pow.Scalar: no "
+                           "value for argument 'self' (#30)"),
+}
+
 STAGES = ("forward", "forward-dp2", "backward", "backward-dp2")
 # What fails at trace or check fails in every stage.
 XFAIL = {stage: {**_TRACE, **_CHECK} for stage in STAGES}
+for _stage in ("backward", "backward-dp2"):
+    XFAIL[_stage].update({**_TRACE_BACKWARD, **_RUN_BACKWARD})
+    # The training step makes its weight a parameter: captured.
+    del XFAIL[_stage]["native_layer_norm"]

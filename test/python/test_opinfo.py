@@ -3,8 +3,8 @@ eager, in four stages:
 
 - forward: every op's first float32 sample, traced into one program with
   all the others, compiled once and run on 1 rank;
-- forward-dp2: the same on 2 ranks, every input of rank >= 1 split on its
-  dim 0 (the sharding passes place the rest);
+- forward-dp2: the same on 2 ranks, each op's first input (unless 0-D)
+  split on its dim 0 (the sharding passes place the rest);
 - backward: the sample's first floating tensor a parameter, one SGD step
   of a training step (tdx.trace_train_step) on sum(out * ramp), against
   autograd's gradient, all ops in one step on 1 rank;
@@ -33,15 +33,17 @@ TIMES = {}
 
 
 def _first_line(e):
-    lines = [line for line in str(e).splitlines() if "error:" in line] or \
-        str(e).strip().splitlines() or [repr(e)]
-    return f"{type(e).__name__}: {lines[-1 if 'error:' not in lines[0] else 0][:300]}"
+    """The line of an exception that says what failed: a located error, a
+    rank's "tdx:" message, or its last line."""
+    lines = str(e).strip().splitlines() or [repr(e)]
+    said = [line for line in lines if "error:" in line or line.lstrip().startswith("tdx")]
+    return f"{type(e).__name__}: {(said or lines[-1:])[0].strip()[:300]}"
 
 
-def _compare(got, want, shape_only=False):
-    """None when the outputs match eager's (1e-5 relative on the finite
-    values of floats, the same non-finite values where eager has them,
-    integers exactly), else what differs."""
+def _compare(got, want, shape_only=False, tolerance=1e-5):
+    """None when the outputs match eager's (`tolerance` relative on the
+    finite values of floats, the same non-finite values where eager has
+    them, integers exactly), else what differs."""
     if len(got) != len(want):
         return f"{len(got)} outputs instead of {len(want)}"
     for k, (g, w) in enumerate(zip(got, want)):
@@ -57,7 +59,7 @@ def _compare(got, want, shape_only=False):
                 return f"output {k}: non-finite values differ from eager's"
             a, b = g[finite].double(), w[finite].double()
             err = ((a - b).norm() / b.norm().clamp_min(1e-30)).item() if b.numel() else 0.0
-            if not err < 1e-5:
+            if not err < tolerance:
                 return f"output {k}: relative error {err:.3g}"
         elif not torch.equal(g, w):
             return f"output {k}: differs from eager"
@@ -144,10 +146,12 @@ def _program(stage, names):
     if stage.startswith("forward"):
         inputs = [x for n in names for x in BY_NAME[n].inputs]
         prog = tdx.trace(tdx.deferred_init(Forward, names), *inputs)
-        if mesh:
-            for i, x in enumerate(inputs):
-                if x.dim() >= 1:
+        if mesh:  # each op's first input split on dim 0 (as test_e2e_ops does)
+            i = 0
+            for n in names:
+                if BY_NAME[n].inputs[0].dim() >= 1:
                     prog.annotate(f"input:{i}", mesh, [tdx.Shard(0)])
+                i += len(BY_NAME[n].inputs)
         return prog, inputs
     model = tdx.deferred_init(Backward, names)
     inputs = [x for n in names for x in _others(BY_NAME[n])]
@@ -173,7 +177,8 @@ def _run(stage, names):
         return out
     start = {f"p{k}": BY_NAME[n].inputs[BY_NAME[n].param] for k, n in enumerate(names)}
     _, state = exe.train([tuple(inputs)], params=start, nprocs=nprocs)
-    return {n: _compare((state[f"p{k}"],), (_eager("backward", n),), n in UNDEFINED_VALUES)
+    # Parameters after the step within 1e-4, as the training tests compare.
+    return {n: _compare((state[f"p{k}"],), (_eager("backward", n),), n in UNDEFINED_VALUES, 1e-4)
             for k, n in enumerate(names)}
 
 
@@ -217,12 +222,20 @@ def results(stage):
 
     def run(batch):
         return {n: why and f"compare: {why}" for n, why in _run(stage, batch).items()}
-    out.update(_bisect(run, names, "compile or run"))
+    # The ops expected to fail run alone (one that fails at run time would
+    # otherwise take the batch down, and bisecting it costs compiles).
+    alone = tuple(n for n in names if n in XFAIL[stage])
+    out.update(_bisect(run, tuple(n for n in names if n not in alone), "compile or run"))
+    for name in alone:
+        out.update(_bisect(run, (name,), "compile or run"))
     TIMES[stage] = time.monotonic() - start
     return out
 
 
-@pytest.mark.parametrize("stage", STAGES)
+# The dp2 stages compile as much again (about 40 s and 110 s here): they
+# run with TDX_SLOW=1, which keeps the default suite within its budget.
+@pytest.mark.parametrize("stage", [pytest.param(s, marks=pytest.mark.slow) if s.endswith("dp2")
+                                   else s for s in STAGES])
 @pytest.mark.parametrize("name", sorted(BY_NAME))
 def test_opinfo(name, stage, request):
     got = results(stage)
