@@ -22,6 +22,11 @@ class Case:
     def __init__(self, name, fn, inputs):
         self.name, self.fn, self.inputs = name, fn, inputs
 
+    def __call__(self, *xs):
+        """The case's outputs as a tuple."""
+        out = self.fn(*xs)
+        return tuple(out) if isinstance(out, (tuple, list)) else (out,)
+
 
 def _gen(seed):
     return torch.Generator().manual_seed(seed)

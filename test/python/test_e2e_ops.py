@@ -26,43 +26,27 @@ from test_partition_numerics import run_partitioned
 NAMES = sorted(CASES)
 
 
-def outputs(fn, *xs):
-    """A case's outputs as a tuple."""
-    out = fn(*xs)
-    return tuple(out) if isinstance(out, (tuple, list)) else (out,)
-
-
-class Fn(torch.nn.Module):
-    def __init__(self, fn):
-        super().__init__()
-        self.fn = fn
-        # tdx.trace takes a deferred module: a buffer the forward never reads.
-        self.register_buffer("unused", torch.zeros(1))
-
-    def forward(self, *xs):
-        return outputs(self.fn, *xs)
-
-
 class Suite(torch.nn.Module):
-    """Every case in one forward: inputs and outputs concatenated in case order."""
+    """Cases in one forward, inputs and outputs concatenated in case order:
+    `table[name]` is a case (its `inputs`, and called on them its outputs
+    as a tuple); test_opinfo.py's cases run this way too."""
 
-    def __init__(self, names):
+    def __init__(self, names, table=CASES):
         super().__init__()
-        self.names = names
+        self.names, self.table = names, table
         self.register_buffer("unused", torch.zeros(1))
 
     def forward(self, *xs):
         out, i = [], 0
         for name in self.names:
-            case = CASES[name]
-            got = outputs(case.fn, *xs[i:i + len(case.inputs)])
+            case = self.table[name]
+            out.extend(case(*xs[i:i + len(case.inputs)]))
             i += len(case.inputs)
-            out.extend(got)
         return tuple(out)
 
 
 def eager_outputs(names):
-    return {name: outputs(CASES[name].fn, *CASES[name].inputs) for name in names}
+    return {name: CASES[name](*CASES[name].inputs) for name in names}
 
 
 def flat_inputs(names):
@@ -169,7 +153,7 @@ def test_every_compute_op_has_a_sharding_rule():
 def test_case_captures_its_op(name):
     case = CASES[name]
     torch.manual_seed(0)
-    prog = tdx.trace(tdx.deferred_init(Fn, case.fn), *case.inputs)
+    prog = tdx.trace(tdx.deferred_init(Suite, (name,)), *case.inputs)
     # What the backends see: tdx-compile canonicalizes first (it folds
     # matmul + bias into tdx.linear).
     forward = prog.run_pipeline("canonicalize").mlir.split("func.func @forward", 1)[1]

@@ -25,6 +25,7 @@ import torch
 
 import tdx
 from opinfo_cases import STAGES, UNDEFINED_VALUES, XFAIL, cases
+from test_e2e_ops import Suite
 
 CASES, LEFT_OUT = cases()
 BY_NAME = {c.name: c for c in CASES}
@@ -64,24 +65,6 @@ def _compare(got, want, shape_only=False, tolerance=1e-5):
         elif not torch.equal(g, w):
             return f"output {k}: differs from eager"
     return None
-
-
-class Forward(torch.nn.Module):
-    """The cases' ops in one forward: inputs and outputs concatenated."""
-
-    def __init__(self, names):
-        super().__init__()
-        self.names = names
-        # tdx.trace takes a deferred module: a buffer the forward never reads.
-        self.register_buffer("unused", torch.zeros(1))
-
-    def forward(self, *xs):
-        out, i = [], 0
-        for name in self.names:
-            case = BY_NAME[name]
-            out.extend(case(*xs[i:i + len(case.inputs)]))
-            i += len(case.inputs)
-        return tuple(out)
 
 
 class Backward(torch.nn.Module):
@@ -145,7 +128,7 @@ def _program(stage, names):
     torch.manual_seed(0)
     if stage.startswith("forward"):
         inputs = [x for n in names for x in BY_NAME[n].inputs]
-        prog = tdx.trace(tdx.deferred_init(Forward, names), *inputs)
+        prog = tdx.trace(tdx.deferred_init(Suite, names, BY_NAME), *inputs)
         if mesh:  # each op's first input split on dim 0 (as test_e2e_ops does)
             i = 0
             for n in names:

@@ -282,12 +282,15 @@ def loop_against_eager(exe, start, eager, opt, loss_fn, data, held_out, k, evalu
     return got, want, evals, eager_evals, state
 
 
-def test_a_gpt_trains_tensor_parallel_from_a_loop_with_a_schedule_and_accumulation():
-    # GPT-2 (the suite's model, written the usual way) on tp2 with the
-    # Megatron plan, SGD with momentum and weight decay, lr an input that a
-    # cosine schedule changes every step, and 2 micro-batches per step:
-    # driven call by call from a Python loop, with an evaluation entry run
-    # after every step on the weights it left, against eager's loop.
+@pytest.mark.parametrize("mesh", [pytest.param("1", marks=pytest.mark.slow),
+                                  pytest.param("dp2", marks=pytest.mark.slow), "tp2"])
+def test_a_gpt_trains_from_a_loop_with_a_schedule_and_accumulation(mesh):
+    # GPT-2 (the suite's model, written the usual way) on 1 rank, dp2 or
+    # tp2 with the Megatron plan, SGD with momentum and weight decay, lr an
+    # input that a cosine schedule changes every step, and 2 micro-batches
+    # per step: driven call by call from a Python loop, with an evaluation
+    # entry run after every step on the weights it left, against eager's
+    # loop. 1 rank and dp2 run with TDX_SLOW=1 (a compile each).
     k, data = 2, batches("gpt2")[:6]
     torch.manual_seed(0)
     deferred = tdx.deferred_init(GPT2)
@@ -295,7 +298,10 @@ def test_a_gpt_trains_tensor_parallel_from_a_loop_with_a_schedule_and_accumulati
                                 *data[0], hyperparameters=("lr",), accumulation_steps=k)
     held_out = batches("gpt2")[6]
     prog.add_entry("evaluate", lm_loss, *held_out)
-    tdx.parallelize(prog, tdx.init_device_mesh("cpu", (2,), ("tp",)), GPT2_PLAN)
+    if mesh == "tp2":
+        tdx.parallelize(prog, tdx.init_device_mesh("cpu", (2,), ("tp",)), GPT2_PLAN)
+    elif mesh == "dp2":
+        tdx.parallelize(prog, tdx.init_device_mesh("cpu", (2,), ("dp",)), {}, data_parallel="dp")
     exe = tdx.compile(prog)
 
     torch.manual_seed(0)

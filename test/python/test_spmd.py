@@ -64,7 +64,9 @@ def eager_loop(model, lrs):
 
 
 @pytest.mark.parametrize("model,mesh,local", [
-    ("mlp", "1", False), ("mlp", "dp2", False), ("mlp", "dp2", True), ("gpt2", "tp2", False)])
+    ("mlp", "1", False), ("mlp", "dp2", False), ("mlp", "dp2", True), ("gpt2", "tp2", False),
+    pytest.param("gpt2", "1", False, marks=pytest.mark.slow),
+    pytest.param("gpt2", "dp2", False, marks=pytest.mark.slow)])
 def test_an_spmd_script_trains_like_eager(model, mesh, local, tmp_path):
     out = tmp_path / "result.pt"
     nprocs = 1 if mesh == "1" else 2
