@@ -9,7 +9,6 @@ import tempfile
 
 import torch
 
-from . import _C
 from .errors import CaptureError
 
 __all__ = [

@@ -9,7 +9,6 @@ compiled binaries over MPI/NCCL), so it is written for clarity, not speed.
 
 import itertools
 import json
-import math
 import re
 
 import torch
