@@ -1,9 +1,11 @@
 //===- MetaKernels.cpp - shapes of ops libtorch 1.13 has no meta kernel for -===//
 //
 // Fake tensors run every op's Meta kernel for its result shapes. libtorch
-// 1.13 lacks one for a few backward ops that a training step of a conv net
-// dispatches; these give their shapes (the gradients have the shapes of the
-// tensors they are gradients of), so the backward records like any other.
+// 1.13 lacks one for some ops whose result shapes do not depend on data:
+// backward ops (a gradient has the shape of the tensor it is the gradient
+// of) and linalg_solve_triangular (which lu, qr and cholesky's backwards
+// call); these give their shapes, so the ops record like any other. The
+// OpInfo test (test/python/test_opinfo.py) shows which ops still lack one.
 //
 //===----------------------------------------------------------------------===//
 
@@ -41,11 +43,31 @@ void convolutionBackward(const c10::OperatorHandle &, torch::jit::Stack *stack) 
   torch::jit::push(*stack, gradInput, gradWeight, gradBias);
 }
 
-/// _adaptive_avg_pool2d_backward(grad_output, self) -> grad of self.
-void adaptiveAvgPoolBackward(const c10::OperatorHandle &, torch::jit::Stack *stack) {
-  at::Tensor self = (*stack)[stack->size() - 1].toTensor();
-  torch::jit::drop(*stack, 2);
-  torch::jit::push(*stack, metaLike(self));
+/// A backward op with `N` arguments whose one result is the gradient of
+/// argument `K`, so has its shape: _adaptive_avg_pool{2,3}d_backward(grad,
+/// self), smooth_l1_loss_backward(grad, self, target, reduction, beta),
+/// _cdist_backward(grad, x1, x2, p, cdist),
+/// fractional_max_pool3d_backward(grad, self, kernel, output_size, indices).
+template <int N, int K>
+void gradientOf(const c10::OperatorHandle &, torch::jit::Stack *stack) {
+  at::Tensor of = torch::jit::peek(*stack, K, N).toTensor();
+  torch::jit::drop(*stack, N);
+  torch::jit::push(*stack, metaLike(of));
+}
+
+/// linalg_solve_triangular(A, B, *, upper, left, unitriangular) -> X: the
+/// batch dims of A and B broadcast, then B's matrix dims.
+void solveTriangular(const c10::OperatorHandle &, torch::jit::Stack *stack) {
+  at::Tensor a = torch::jit::peek(*stack, 0, 5).toTensor();
+  at::Tensor b = torch::jit::peek(*stack, 1, 5).toTensor();
+  TORCH_CHECK(a.dim() >= 2 && b.dim() >= 2,
+              "linalg.solve_triangular: A and B need at least 2 dims");
+  std::vector<int64_t> shape = at::infer_size(a.sizes().slice(0, a.dim() - 2),
+                                              b.sizes().slice(0, b.dim() - 2));
+  shape.push_back(b.size(-2));
+  shape.push_back(b.size(-1));
+  torch::jit::drop(*stack, 5);
+  torch::jit::push(*stack, at::empty(shape, b.options().device(c10::kMeta)));
 }
 
 } // namespace
@@ -53,5 +75,12 @@ void adaptiveAvgPoolBackward(const c10::OperatorHandle &, torch::jit::Stack *sta
 TORCH_LIBRARY_IMPL(aten, Meta, m) {
   m.impl("convolution_backward", torch::CppFunction::makeFromBoxedFunction<&convolutionBackward>());
   m.impl("_adaptive_avg_pool2d_backward",
-         torch::CppFunction::makeFromBoxedFunction<&adaptiveAvgPoolBackward>());
+         torch::CppFunction::makeFromBoxedFunction<&gradientOf<2, 1>>());
+  m.impl("_adaptive_avg_pool3d_backward",
+         torch::CppFunction::makeFromBoxedFunction<&gradientOf<2, 1>>());
+  m.impl("smooth_l1_loss_backward", torch::CppFunction::makeFromBoxedFunction<&gradientOf<5, 1>>());
+  m.impl("_cdist_backward", torch::CppFunction::makeFromBoxedFunction<&gradientOf<5, 1>>());
+  m.impl("fractional_max_pool3d_backward",
+         torch::CppFunction::makeFromBoxedFunction<&gradientOf<5, 1>>());
+  m.impl("linalg_solve_triangular", torch::CppFunction::makeFromBoxedFunction<&solveTriangular>());
 }

@@ -149,7 +149,7 @@ _TRACE = {
         "histogramdd", "histc", "bucketize", "searchsorted", "to_sparse", "logcumsumexp",
         "count_nonzero", "nn.functional.pdist", "segment_reduce.lengths",
         "segment_reduce.offsets", "linalg.eig", "linalg.householder_product", "linalg.lstsq",
-        "linalg.lstsq.grad_oriented", "linalg.solve_triangular", "nn.functional.rrelu")},
+        "linalg.lstsq.grad_oriented", "nn.functional.rrelu")},
     **{n: _DATA for n in ("combinations", "masked_select", "unique", "nonzero", "argwhere")},
     **{n: _EQUAL for n in ("corrcoef", "cov", "istft", "quantile", "nanquantile")},
     **{n: _COMPLEX for n in (
@@ -177,11 +177,7 @@ _SCALAR_BACKWARD = ("its backward reads a value (aten::_local_scalar_dense or no
 # Trace failures of the training step only.
 _TRACE_BACKWARD = {
     **{n: _NO_META_BACKWARD for n in (
-        "cdist", "lu", "nn.functional.adaptive_avg_pool3d", "nn.functional.fractional_max_pool3d",
-        "qr", "sgn", "svd_lowrank", "pca_lowrank", "unfold", "nn.functional.smooth_l1_loss",
-        "nn.functional.embedding_bag", "nn.functional.grid_sample", "linalg.cholesky",
-        "linalg.cholesky_ex", "linalg.qr", "linalg.lu_factor", "linalg.lu_factor_ex",
-        "linalg.lu", "linalg.lu_solve")},
+        "sgn", "unfold", "nn.functional.embedding_bag", "nn.functional.grid_sample")},
     **{n: _SCALAR_BACKWARD for n in (
         "cumprod", "max.reduction_no_dim", "min.reduction_no_dim", "nanmedian", "index_reduce",
         "prod", "scatter_reduce.prod")},
