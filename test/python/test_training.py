@@ -97,6 +97,11 @@ def eager_run(model, opt, data, dropout_masks=None, clip=None):
     if dropout_masks:
         dropout_masks(eager)
     optimizer = OPTIMIZERS[opt](eager.parameters())
+    return eager, optimizer, eager_steps(eager, optimizer, loss_fn, data, clip)
+
+
+def eager_steps(eager, optimizer, loss_fn, data, clip=None):
+    """Eager's loop, one step per batch; the losses."""
     losses = []
     for batch in data:
         optimizer.zero_grad()
@@ -106,7 +111,7 @@ def eager_run(model, opt, data, dropout_masks=None, clip=None):
             torch.nn.utils.clip_grad_norm_(eager.parameters(), clip)
         optimizer.step()
         losses.append(loss.item())
-    return eager, optimizer, losses
+    return losses
 
 
 def train_from_eagers_start(model, exe, data):
@@ -801,14 +806,8 @@ def test_a_step_with_nothing_to_split_runs_replicated_on_its_mesh():
     eager = Quadratic()
     start = {"w": eager.w.detach().clone()}
     losses, state = tdx.compile(prog).train([()] * 2, params=start)
-    opt = torch.optim.SGD(eager.parameters(), lr=0.1)
-    want = []
-    for _ in range(2):
-        opt.zero_grad()
-        loss = eager()
-        loss.backward()
-        opt.step()
-        want.append(loss.item())
+    want = eager_steps(eager, torch.optim.SGD(eager.parameters(), lr=0.1), lambda m: m(),
+                       [()] * 2)
     assert_losses_match(losses, want)
     assert rel(state["w"], eager.w.detach()) < 1e-6
 
@@ -832,14 +831,7 @@ def test_smooth_l1_loss_trains_like_eager(mesh):
     eager = mlp()
     start = {k: v.detach().clone() for k, v in eager.state_dict().items()}
     losses, state = tdx.compile(prog).train(data, params=start)
-    opt = torch.optim.SGD(eager.parameters(), lr=0.1)
-    want = []
-    for x, y in data:
-        opt.zero_grad()
-        loss = loss_fn(eager, x, y)
-        loss.backward()
-        opt.step()
-        want.append(loss.item())
+    want = eager_steps(eager, torch.optim.SGD(eager.parameters(), lr=0.1), loss_fn, data)
     assert_matches_eager(losses, want, state, eager)
 
 
@@ -880,13 +872,7 @@ def test_torchvision_models_train_from_their_state_dict(model, mesh):
     start = {k: v.clone() for k, v in eager.state_dict().items()}
     optimizer = torch.optim.SGD(eager.parameters(), lr=0.01, momentum=0.9)
     data = vision_batches()
-    want = []
-    for x, y in data:
-        optimizer.zero_grad()
-        loss = mlp_loss(eager, x, y)
-        loss.backward()
-        optimizer.step()
-        want.append(loss.item())
+    want = eager_steps(eager, optimizer, mlp_loss, data)
     losses, state = exe.train(data, params=start, verbose=True)
     for k, (got, ref) in enumerate(zip(losses, want)):
         assert abs(got - ref) <= 1e-5, f"step {k}: loss {got} vs eager {ref}"
