@@ -90,11 +90,15 @@ struct Emitter {
                                       ((t.getElementTypeBitWidth() + 7) / 8)));
     return op;
   }
+  /// This rank's coordinate on mesh axis `axis`.
+  Value coord(MeshOp mesh, int64_t axis) {
+    return MeshCoordOp::create(b, loc, scalar(b.getI64Type()),
+                               FlatSymbolRefAttr::get(mesh.getSymNameAttr()),
+                               cast<StringAttr>(mesh.getAxes()[axis]));
+  }
   /// This rank's first global row: coordinate * ceil(total / k).
   Value offset(MeshOp mesh, int64_t axis, int64_t total, Type elem) {
-    Value coord = MeshCoordOp::create(b, loc, scalar(b.getI64Type()),
-                                      FlatSymbolRefAttr::get(mesh.getSymNameAttr()),
-                                      cast<StringAttr>(mesh.getAxes()[axis]));
+    Value coord = this->coord(mesh, axis);
     int64_t k = mesh.getShape()[axis];
     Value chunk = full(static_cast<double>((total + k - 1) / k), scalar(b.getI64Type()));
     return castTo(binary<MulOp>(coord, chunk), elem);
@@ -186,9 +190,7 @@ static FailureOr<Value> vocabParallelCrossEntropy(OpBuilder &b, CrossEntropyOp o
   Value hit = e.cmp(CmpPredicate::eq, e.reshape(local, keep), e.reshape(ids, classShape));
   Value picked = e.reduce<SumOp>(e.where(hit, x, e.full(0, e.scalar(f))), cd, false);
   // Partial sum: coordinate 0 adds the log-sum-exp once.
-  Value coord = MeshCoordOp::create(b, op.getLoc(), e.scalar(b.getI64Type()),
-                                    FlatSymbolRefAttr::get(mesh.getSymNameAttr()),
-                                    cast<StringAttr>(mesh.getAxes()[axis]));
+  Value coord = e.coord(mesh, axis);
   Value first = e.cmp(CmpPredicate::eq, coord, e.full(0, e.scalar(b.getI64Type())));
   Value loss = e.binary<SubOp>(e.where(first, lse, e.full(0, e.scalar(f))), picked);
   Value valid = e.cmp(CmpPredicate::ne, t,
@@ -214,15 +216,16 @@ static FailureOr<Value> vocabParallelCrossEntropy(OpBuilder &b, CrossEntropyOp o
   return failure();
 }
 
-/// The one mesh axis that splits dim `dim` of `split`, -1 when none.
+/// The one mesh axis that splits dim `dim` of `split`, -1 when none; an
+/// error when several do (`what` names the dim in it).
 static FailureOr<int64_t> splittingAxis(Operation *op, PartitionContext &ctx, Value split,
-                                        int64_t dim) {
+                                        int64_t dim, StringRef what) {
   SmallVector<int64_t> axes;
   for (auto [axis, p] : llvm::enumerate(ctx.layoutOf(split)))
     if (p.isShard() && p.getDim() == dim)
       axes.push_back(axis);
   if (axes.size() > 1)
-    return op->emitOpError("splits its vocabulary over several mesh axes; split it over one");
+    return op->emitOpError() << "splits " << what << " over several mesh axes; split it over one";
   return axes.empty() ? -1 : axes.front();
 }
 
@@ -244,7 +247,7 @@ static LogicalResult replaceWith(Operation *op, PartitionContext &ctx,
 template <typename Op, typename Lower>
 static LogicalResult partitionVocabSplit(Op op, PartitionContext &ctx, Value split, int64_t dim,
                                          Lower lower) {
-  FailureOr<int64_t> axis = splittingAxis(op, ctx, split, dim);
+  FailureOr<int64_t> axis = splittingAxis(op, ctx, split, dim, "its vocabulary");
   if (failed(axis))
     return failure();
   if (*axis < 0)
@@ -310,31 +313,22 @@ LogicalResult ExpandOp::partition(PartitionContext &ctx) {
     return success();
   }
   int64_t dim = *broadcast;
-  SmallVector<PlacementAttr> layout = ctx.layoutOf(getResult());
-  std::optional<int64_t> axis;
-  for (auto [a, p] : llvm::enumerate(layout))
-    if (p.isShard() && p.getDim() == dim) {
-      if (axis)
-        return emitOpError() << "broadcasts dim " << dim
-                             << ", which is split unevenly over several mesh axes; shard it "
-                                "over one axis, or evenly";
-      axis = a;
-    }
-  if (!axis)
+  FailureOr<int64_t> axis =
+      splittingAxis(*this, ctx, getResult(), dim,
+                    "dim " + std::to_string(dim) + ", which it broadcasts unevenly,");
+  if (failed(axis))
+    return failure();
+  if (*axis < 0)
     return emitOpError() << "has a rank-dependent size in dim " << dim
                          << " that no mesh axis shards (a tdx bug)";
-  RankedTensorType global = ctx.globalResultType(0);
-  (*sizes)[dim] = global.getDimSize(dim);
-  OpBuilder &b = ctx.builder();
-  b.setInsertionPoint(*this);
-  auto mesh = cast<MeshOp>(ctx.mesh());
-  Value full = ExpandOp::create(b, getLoc(), getInput(), *sizes);
-  Value coord = MeshCoordOp::create(b, getLoc(), RankedTensorType::get({}, b.getI64Type()),
-                                    FlatSymbolRefAttr::get(mesh.getSymNameAttr()),
-                                    cast<StringAttr>(mesh.getAxes()[*axis]));
-  Value chunk = ChunkOp::create(b, getLoc(), getType(), full, coord,
-                                b.getI64IntegerAttr(ctx.meshShape()[*axis]),
-                                b.getI64IntegerAttr(dim));
+  (*sizes)[dim] = ctx.globalResultType(0).getDimSize(dim);
+  Emitter e{ctx.builder(), getLoc()};
+  e.b.setInsertionPoint(*this);
+  Value full = ExpandOp::create(e.b, getLoc(), getInput(), *sizes);
+  Value chunk = ChunkOp::create(e.b, getLoc(), getType(), full,
+                                e.coord(cast<MeshOp>(ctx.mesh()), *axis),
+                                e.b.getI64IntegerAttr(ctx.meshShape()[*axis]),
+                                e.b.getI64IntegerAttr(dim));
   return replaceWith(*this, ctx, chunk);
 }
 

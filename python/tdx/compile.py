@@ -465,8 +465,7 @@ def compile(prog, target="cpu", output=None, cuda_arch="sm_90", keep_source=Fals
     (default: when stderr is a terminal) shows a tqdm bar over tdx-compile's
     stages (placing and partitioning, emitting, compiling), or that the
     compile cache served the binary; ``exe.from_cache`` says so too."""
-    if target not in ("cpu", "cuda"):
-        raise TdxError(f"target '{target}' is not supported; use target='cpu' or 'cuda'")
+    _check_target(target)
     text = prog.mlir
     out_dir = tempfile.mkdtemp(prefix="tdx-")
     src = os.path.join(out_dir, "model.mlir")
@@ -499,10 +498,14 @@ def compile(prog, target="cpu", output=None, cuda_arch="sm_90", keep_source=Fals
     return exe
 
 
-def _check(text, target):
-    """tdx-compile --check on the program text `text`."""
+def _check_target(target):
     if target not in ("cpu", "cuda"):
         raise TdxError(f"target '{target}' is not supported; use target='cpu' or 'cuda'")
+
+
+def _check(text, target):
+    """tdx-compile --check on the program text `text`."""
+    _check_target(target)
     with tempfile.TemporaryDirectory(prefix="tdx-") as tmp:
         src = os.path.join(tmp, "model.mlir")
         with open(src, "w") as f:
