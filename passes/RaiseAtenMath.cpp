@@ -365,7 +365,10 @@ Value raiseBatchNorm(Call &c) {
 //===----------------------------------------------------------------------===//
 
 Value raiseMatmul(Call &c) {
-  if (c.plain.size() != 2)
+  // tdx.matmul multiplies matrices (batched); torch.matmul's vector cases
+  // stay generic.
+  auto rank = [&](int i) { return cast<RankedTensorType>(c.plain[i].getType()).getRank(); };
+  if (c.plain.size() != 2 || rank(0) < 2 || rank(1) < 2)
     return {};
   return MatmulOp::create(c.b, c.loc, c.resultType(), c.plain[0], c.plain[1]);
 }

@@ -1,10 +1,12 @@
-//===- Decompositions.cpp - composite ops whose shape needs data in 1.13 -===//
+//===- Decompositions.cpp - composite ops that read data in libtorch 1.13 --===//
 //
-// A few CompositeImplicitAutograd ops of libtorch 1.13 read tensor data to
-// compute a shape even when the shape follows from the arguments alone, so
-// they cannot run on fake tensors. For fake tensors they are decomposed here,
-// above autograd, into ops that can (and that tdx shards); real tensors take
-// libtorch's own kernel.
+// A few CompositeImplicitAutograd ops of libtorch 1.13 read tensor data
+// where the result does not depend on it: to compute a shape that follows
+// from the arguments alone (repeat_interleave), or to check a value
+// (cov's degrees of freedom, quantile's q in [0, 1], through aten::equal).
+// They cannot run on fake tensors. For fake tensors they are decomposed here,
+// above autograd, into ops that can (and that tdx shards), with the same
+// arithmetic as libtorch's; real tensors take libtorch's own kernel.
 //
 //===----------------------------------------------------------------------===//
 
@@ -12,6 +14,9 @@
 
 #include <ATen/ATen.h>
 #include <ATen/WrapDimUtils.h>
+#include <ATen/ops/cov_native.h>
+#include <ATen/ops/nanquantile_native.h>
+#include <ATen/ops/quantile_native.h>
 #include <ATen/ops/repeat_interleave_native.h>
 #include <torch/library.h>
 
@@ -35,11 +40,145 @@ at::Tensor repeatInterleaveInt(const at::Tensor &self, int64_t repeats,
   return out;
 }
 
+/// cov(x, correction, fweights, aweights) as libtorch computes it. The
+/// checks that read data are left out (weights not negative and not summing
+/// to zero); a normalization factor <= 0, which eager warns about and sets
+/// to 0, is set to 0 by a select.
+at::Tensor cov(const at::Tensor &self, int64_t correction,
+               const c10::optional<at::Tensor> &fweights,
+               const c10::optional<at::Tensor> &aweights) {
+  if (!tdx::capture::isFake(self))
+    return at::native::cov(self, correction, fweights, aweights);
+  TORCH_CHECK(self.dim() <= 2, "cov(): expected input to have two or fewer dimensions but got ",
+              self.dim());
+  at::Tensor in = self.dim() < 2 ? self.view({1, -1}) : self;
+  int64_t observations = in.size(1);
+  at::Tensor w;
+  if (fweights && fweights->defined())
+    w = *fweights;
+  bool weighted = aweights && aweights->defined();
+  if (weighted)
+    w = w.defined() ? w * *aweights : *aweights;
+  at::Tensor wSum = w.defined() ? w.sum()
+                                : at::scalar_tensor(observations, in.options().dtype(at::kLong));
+  at::Tensor avg = (w.defined() ? in * w : in).sum(1) / wSum;
+  at::Tensor norm;
+  if (!w.defined())
+    norm = at::scalar_tensor(observations - correction, in.options().dtype(at::kLong));
+  else if (correction == 0)
+    norm = wSum;
+  else if (!weighted)
+    norm = wSum - correction;
+  else
+    norm = wSum - correction * (w * *aweights).sum() / wSum;
+  norm = at::where(norm.le(0), at::zeros_like(norm), norm);
+  at::Tensor centered = in - avg.unsqueeze(1);
+  at::Tensor c = at::mm(centered, (w.defined() ? centered * w : centered).t().conj());
+  return at::true_divide(c, norm).squeeze();
+}
+
+/// quantile and nanquantile as libtorch computes them (sort, ranks in q's
+/// dtype, gather, lerp), without the check that q is in [0, 1], which reads
+/// q: a q the program is given is not checked.
+at::Tensor quantileOf(const at::Tensor &self, const at::Tensor &q, c10::optional<int64_t> dim,
+                      bool keepdim, c10::string_view interpolation, bool ignoreNan) {
+  TORCH_CHECK(self.numel() > 0, "quantile() input tensor must be non-empty");
+  TORCH_CHECK(q.dim() <= 1, "quantile() q must be a scalar or 1D tensor");
+  TORCH_CHECK(self.scalar_type() == at::kFloat || self.scalar_type() == at::kDouble,
+              "quantile() input tensor must be either float or double dtype");
+  TORCH_CHECK(self.scalar_type() == q.scalar_type(),
+              "quantile() q tensor must be same dtype as the input tensor");
+  TORCH_CHECK(interpolation == "linear" || interpolation == "lower" ||
+                  interpolation == "higher" || interpolation == "midpoint" ||
+                  interpolation == "nearest",
+              "quantile() interpolation must be one of linear, lower, higher, midpoint or "
+              "nearest. Got ", interpolation);
+  int64_t d = c10::maybe_wrap_dim(dim.value_or(0), self.dim());
+  // The result's shape without q's dim.
+  std::vector<int64_t> out;
+  if (dim && self.dim() > 0) {
+    out = self.sizes().vec();
+    if (keepdim)
+      out[d] = 1;
+    else
+      out.erase(out.begin() + d);
+  } else if (keepdim) {
+    out.assign(self.dim(), 1);
+  }
+  // The reduced values last, sorted (NaN sorts last).
+  at::Tensor x = !dim ? self.flatten()
+                      : d == self.dim() - 1 ? self : self.unsqueeze(-1).transpose(d, -1);
+  std::vector<int64_t> shape = out;
+  shape.push_back(x.size(-1));
+  at::Tensor sorted = std::get<0>(x.reshape(shape).sort());
+  at::Tensor ranks;
+  if (ignoreNan) {
+    ranks = q * (sorted.isnan().logical_not().sum(-1, true) - 1);
+    ranks = at::where(ranks < 0, at::zeros_like(ranks), ranks);
+  } else {
+    int64_t last = sorted.size(-1) - 1;
+    std::vector<at::Tensor> both = at::broadcast_tensors({q * last, sorted.isnan().any(-1, true)});
+    ranks = at::masked_fill(both[0], both[1], last);
+  }
+  if (interpolation == "lower")
+    ranks = ranks.floor();
+  else if (interpolation == "higher")
+    ranks = ranks.ceil();
+  else if (interpolation == "nearest")
+    ranks = ranks.round();
+  at::Tensor below = ranks.to(at::kLong);
+  at::Tensor values = sorted.gather(-1, below);
+  if (interpolation == "linear" || interpolation == "midpoint") {
+    at::Tensor weights =
+        interpolation == "midpoint" ? at::full_like(ranks, 0.5) : ranks - below;
+    at::Tensor above = sorted.gather(-1, ranks.ceil().to(at::kLong));
+    values = values.lerp(above, weights);
+  }
+  return q.dim() == 0 ? values.squeeze(-1) : values.unsqueeze(0).transpose(0, -1).squeeze(-1);
+}
+
+at::Tensor quantile(const at::Tensor &self, const at::Tensor &q, c10::optional<int64_t> dim,
+                    bool keepdim, c10::string_view interpolation) {
+  if (!tdx::capture::isFake(self) && !tdx::capture::isFake(q))
+    return at::native::quantile(self, q, dim, keepdim, interpolation);
+  return quantileOf(self, q, dim, keepdim, interpolation, false);
+}
+
+at::Tensor nanquantile(const at::Tensor &self, const at::Tensor &q, c10::optional<int64_t> dim,
+                       bool keepdim, c10::string_view interpolation) {
+  if (!tdx::capture::isFake(self) && !tdx::capture::isFake(q))
+    return at::native::nanquantile(self, q, dim, keepdim, interpolation);
+  return quantileOf(self, q, dim, keepdim, interpolation, true);
+}
+
+at::Tensor quantileScalar(const at::Tensor &self, double q, c10::optional<int64_t> dim,
+                          bool keepdim, c10::string_view interpolation) {
+  if (!tdx::capture::isFake(self))
+    return at::native::quantile(self, q, dim, keepdim, interpolation);
+  TORCH_CHECK(q >= 0 && q <= 1, "quantile() q must be in the range [0, 1] but got ", q);
+  return quantileOf(self, at::scalar_tensor(q, self.options()), dim, keepdim, interpolation,
+                    false);
+}
+
+at::Tensor nanquantileScalar(const at::Tensor &self, double q, c10::optional<int64_t> dim,
+                             bool keepdim, c10::string_view interpolation) {
+  if (!tdx::capture::isFake(self))
+    return at::native::nanquantile(self, q, dim, keepdim, interpolation);
+  TORCH_CHECK(q >= 0 && q <= 1, "quantile() q must be in the range [0, 1] but got ", q);
+  return quantileOf(self, at::scalar_tensor(q, self.options()), dim, keepdim, interpolation,
+                    true);
+}
+
+void registerDecompositions(torch::Library &m) {
+  m.impl("repeat_interleave.self_int", TORCH_FN(repeatInterleaveInt));
+  m.impl("cov", TORCH_FN(cov));
+  m.impl("quantile", TORCH_FN(quantile));
+  m.impl("quantile.scalar", TORCH_FN(quantileScalar));
+  m.impl("nanquantile", TORCH_FN(nanquantile));
+  m.impl("nanquantile.scalar", TORCH_FN(nanquantileScalar));
+}
+
 } // namespace
 
-TORCH_LIBRARY_IMPL(aten, AutogradCPU, m) {
-  m.impl("repeat_interleave.self_int", TORCH_FN(repeatInterleaveInt));
-}
-TORCH_LIBRARY_IMPL(aten, AutogradCUDA, m) {
-  m.impl("repeat_interleave.self_int", TORCH_FN(repeatInterleaveInt));
-}
+TORCH_LIBRARY_IMPL(aten, AutogradCPU, m) { registerDecompositions(m); }
+TORCH_LIBRARY_IMPL(aten, AutogradCUDA, m) { registerDecompositions(m); }

@@ -62,7 +62,7 @@ void deferredInitFallback(const c10::OperatorHandle &op, c10::DispatchKeySet,
   if (!recording)
     return;
   size_t numRets = op.schema().returns().size();
-  record.results.assign(stack->end() - numRets, stack->end());
+  snapshotResults(record, {stack->end() - numRets, stack->end()});
   recording->record(std::move(record));
 }
 
@@ -129,6 +129,22 @@ TORCH_LIBRARY_IMPL(_, DeferredInit, m) {
 }
 
 namespace tdx::capture {
+
+void snapshotResults(RecordedOp &op, std::vector<c10::IValue> values) {
+  op.results = std::move(values);
+  auto snapshot = [&](const at::Tensor &t) {
+    if (t.defined())
+      op.resultMeta.push_back(TensorMeta{t.unsafeGetTensorImpl(), t.sizes().vec(),
+                                         t.strides().vec(), t.storage_offset()});
+  };
+  for (const c10::IValue &v : op.results) {
+    if (v.isTensor())
+      snapshot(v.toTensor());
+    else if (v.isTensorList())
+      for (const at::Tensor &t : v.toTensorVector())
+        snapshot(t);
+  }
+}
 
 Recording *currentRecording() { return tlsRecording; }
 
@@ -219,12 +235,18 @@ at::Tensor liftConstant(const at::Tensor &real) {
     at::Tensor meta = metaLike(real);
     fake = makeFake(meta, real.device(), c10::nullopt, recording != nullptr);
   }
-  if (recording) {
+  // Recorded into the deferred recording, or into the trace being taken
+  // (torch.tensor(...) inside a traced forward or loss).
+  Trace *trace = currentTrace();
+  if (recording || trace) {
     RecordedOp op;
     op.name = "tdx::constant";
     op.arguments = {real.clone()};
-    op.results = {fake};
-    recording->record(std::move(op));
+    snapshotResults(op, {fake});
+    if (recording)
+      recording->record(std::move(op));
+    else
+      trace->ops.push_back(std::move(op));
   }
   return fake;
 }

@@ -114,10 +114,12 @@ Attribute toAttribute(Builder &b, const c10::IValue &v, const std::string &op,
                      "model with other ops");
 }
 
-void Functionalizer::run(const std::vector<RecordedOp> &ops) {
+void Functionalizer::run(const std::vector<RecordedOp> &ops, const std::vector<at::Tensor> &outputs) {
   // What later ops read: a fused form that drops an op's auxiliary results
   // (a loss's total weight, a norm's mean and rstd) is taken only when
   // nothing reads them (a backward does).
+  for (const at::Tensor &t : outputs)
+    read_.insert(t.unsafeGetTensorImpl());
   for (const RecordedOp &op : ops)
     for (const c10::IValue &a : op.arguments) {
       if (a.isTensor())
@@ -127,7 +129,33 @@ void Functionalizer::run(const std::vector<RecordedOp> &ops) {
           if (e.isTensor())
             read_.insert(e.toTensor().unsafeGetTensorImpl());
     }
+  // Each op is emitted with its tensors' metadata as it was when the op
+  // ran (an in-place view op changes it later); the final metadata is put
+  // back after.
+  std::vector<TensorMeta> final;
+  std::unordered_set<c10::TensorImpl *> saved;
+  for (const RecordedOp &op : ops)
+    for (const TensorMeta &m : op.resultMeta)
+      if (saved.insert(m.impl).second)
+        final.push_back(TensorMeta{m.impl, m.impl->sizes().vec(), m.impl->strides().vec(),
+                                   m.impl->storage_offset()});
+  auto restore = [](const TensorMeta &m) {
+    if (m.impl->sizes() != c10::IntArrayRef(m.sizes) ||
+        m.impl->strides() != c10::IntArrayRef(m.strides) ||
+        m.impl->storage_offset() != m.offset)
+      m.impl->set_sizes_and_strides(m.sizes, m.strides, m.offset);
+  };
+  struct PutBack {
+    std::vector<TensorMeta> &metas;
+    std::function<void(const TensorMeta &)> put;
+    ~PutBack() {
+      for (const TensorMeta &m : metas)
+        put(m);
+    }
+  } putBack{final, restore};
   for (const RecordedOp &op : ops) {
+    for (const TensorMeta &m : op.resultMeta)
+      restore(m);
     current = fullName(op);
     handle(op);
   }
@@ -522,7 +550,7 @@ std::string captureToMlir(const Recording &recording, const std::vector<StateEnt
     };
     for (auto [i, t] : llvm::enumerate(forward->inputs))
       g.bindInput(t, entry->getArgument(i));
-    g.run(forward->trace->ops);
+    g.run(forward->trace->ops, forward->outputs);
     SmallVector<Value> results;
     for (const at::Tensor &t : forward->outputs)
       results.push_back(g.read(t));

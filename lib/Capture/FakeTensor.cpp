@@ -336,7 +336,7 @@ void fakeFallback(const c10::OperatorHandle &op, c10::DispatchKeySet,
     }
   }
   if (trace) {
-    traced.results.assign(stack->begin() + retBase, stack->end());
+    snapshotResults(traced, {stack->begin() + retBase, stack->end()});
     trace->ops.push_back(std::move(traced));
   }
 }

@@ -8,10 +8,43 @@
 
 #include "Functionalizer.h"
 
+#include <torch/csrc/jit/runtime/operator.h>
+
 using ::tdx::capture::CaptureError;
 using ::tdx::capture::RecordedOp;
 
 namespace tdx::capture::detail {
+
+namespace {
+
+bool sameArguments(const c10::FunctionSchema &a, const c10::FunctionSchema &b) {
+  if (a.arguments().size() != b.arguments().size())
+    return false;
+  for (size_t i = 0; i < a.arguments().size(); ++i)
+    if (a.arguments()[i].name() != b.arguments()[i].name() ||
+        a.arguments()[i].type()->str() != b.arguments()[i].type()->str())
+      return false;
+  return true;
+}
+
+/// The functional variant of the in-place op `fs` (name_): the overload of
+/// name with the same arguments, when libtorch has one (pow_.Scalar's is
+/// pow.Tensor_Scalar; pow.Scalar takes a Scalar base), else `fs` itself.
+std::string functionalVariant(const c10::FunctionSchema &fs) {
+  const std::string &name = fs.name();
+  std::string full = name + (fs.overload_name().empty() ? "" : "." + fs.overload_name());
+  if (name.empty() || name.back() != '_')
+    return full;
+  std::string base = name.substr(0, name.size() - 1);
+  for (const auto &candidate : torch::jit::getAllOperatorsFor(c10::Symbol::fromQualString(base))) {
+    const c10::FunctionSchema &s = candidate->schema();
+    if (sameArguments(s, fs))
+      return base + (s.overload_name().empty() ? "" : "." + s.overload_name());
+  }
+  return full;
+}
+
+} // namespace
 
 Value Functionalizer::functional(const RecordedOp &op, const at::Tensor &out) {
   const std::string &n = op.name;
@@ -23,8 +56,9 @@ Value Functionalizer::functional(const RecordedOp &op, const at::Tensor &out) {
   if (n == "aten::empty" || n == "aten::empty_like" || n == "aten::empty_strided" ||
       n == "aten::new_empty")
     return EmptyOp::create(b, loc, type);
+  // _efficientzerotensor (autograd's zero gradients) has no storage in ATen.
   if (n == "aten::zeros" || n == "aten::zeros_like" || n == "aten::zero_" ||
-      n == "aten::new_zeros")
+      n == "aten::new_zeros" || n == "aten::_efficientzerotensor")
     return full(0.0, type);
   if (n == "aten::ones" || n == "aten::ones_like" || n == "aten::new_ones")
     return full(1.0, type);
@@ -241,13 +275,7 @@ void Functionalizer::handle(const RecordedOp &op) {
     const at::Tensor &target = op.arguments[written].toTensor();
     Value v = functional(op, target);
     if (!v) {
-      // The functional variant of name_ is name, when libtorch has it.
-      std::string fname = op.name;
-      if (!fname.empty() && fname.back() == '_' &&
-          c10::Dispatcher::singleton().findSchema({fname.substr(0, fname.size() - 1), op.overload}))
-        fname = fname.substr(0, fname.size() - 1);
-      std::string schema = fname + (op.overload.empty() ? "" : "." + op.overload);
-      v = generic(schema, op, {tensorType(b, target)});
+      v = generic(functionalVariant(fs), op, {tensorType(b, target)});
     }
     write(target, v);
     for (const c10::IValue &r : op.results)
@@ -264,27 +292,29 @@ void Functionalizer::handle(const RecordedOp &op) {
     define(out, v);
     return;
   }
-  SmallVector<Type> types;
-  for (const c10::IValue &r : op.results)
+  // The tensor results in order, a Tensor[] result's elements in its place
+  // (as the runtime's callAten returns them).
+  std::vector<at::Tensor> tensors;
+  for (const c10::IValue &r : op.results) {
     if (r.isTensor())
-      // An undefined result (a gradient output_mask did not ask for) is
-      // an empty tensor that nothing reads.
-      types.push_back(r.toTensor().defined()
-                          ? Type(tensorType(b, r.toTensor()))
-                          : Type(RankedTensorType::get({0}, b.getF32Type())));
-  if (types.empty())
+      tensors.push_back(r.toTensor());
+    else if (r.isTensorList())
+      for (const at::Tensor &t : r.toTensorVector())
+        tensors.push_back(t);
+  }
+  if (tensors.empty())
     return; // ops without tensor results change nothing we track
-  SmallVector<Value> operands;
+  SmallVector<Type> types;
+  for (const at::Tensor &t : tensors)
+    // An undefined result (a gradient output_mask did not ask for) is an
+    // empty tensor that nothing reads.
+    types.push_back(t.defined() ? Type(tensorType(b, t))
+                                : Type(RankedTensorType::get({0}, b.getF32Type())));
   Value first = generic(fullName(op), op, types);
   Operation *g = first ? first.getDefiningOp() : nullptr;
-  size_t k = 0;
-  for (const c10::IValue &r : op.results) {
-    if (!r.isTensor() || !g)
-      continue;
-    Value result = g->getResult(k++);
-    if (r.toTensor().defined())
-      define(r.toTensor(), result);
-  }
+  for (size_t k = 0; g && k < tensors.size(); ++k)
+    if (tensors[k].defined())
+      define(tensors[k], g->getResult(k));
 }
 
 } // namespace tdx::capture::detail

@@ -38,7 +38,8 @@ class Functionalizer {
 public:
   Functionalizer(OpBuilder &b, Location loc, int64_t seed) : b(b), loc(loc), seed(seed) {}
 
-  void run(const std::vector<RecordedOp> &ops);
+  /// Emits `ops`; `outputs` (what the function returns) count as read.
+  void run(const std::vector<RecordedOp> &ops, const std::vector<at::Tensor> &outputs = {});
 
   void bindInput(const at::Tensor &t, Value v) { define(t, v); }
 

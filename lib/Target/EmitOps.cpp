@@ -261,7 +261,20 @@ LogicalResult Emitter::emitOp(Operation *op) {
           }
         std::string results = "r" + std::to_string(tmps++);
         os << "  std::vector<T::Tensor> " << results << " = callAten(\"" << o.getSchema()
-           << "\", " << tensors << "}, " << args << "});\n";
+           << "\", " << tensors << "}, " << args << "}";
+        // On the CPU, ATen's results are checked against the shapes capture
+        // recorded (a meta kernel that disagrees with the CPU kernel).
+        if (backend == Backend::CPU) {
+          os << ", {";
+          for (auto [i, r] : llvm::enumerate(o.getResults())) {
+            os << (i ? ", " : "") << "{";
+            for (auto [j, d] : llvm::enumerate(cast<RankedTensorType>(r.getType()).getShape()))
+              os << (j ? ", " : "") << (ShapedType::isDynamic(d) ? -1 : d);
+            os << "}";
+          }
+          os << "}";
+        }
+        os << ");\n";
         for (auto [i, r] : llvm::enumerate(o.getResults()))
           os << "  " << decl(r) << " = std::move(" << results << ".at(" << i << "));\n";
         return success();

@@ -90,6 +90,15 @@ def _lifting(name):
     @functools.wraps(original)
     def lifted(*args, **kwargs):
         device = kwargs.pop("device", None)
+        data = args[0] if args else kwargs.get("data")
+        if isinstance(data, torch.Tensor) and _C.is_fake(data):
+            # torch.tensor(t) copies a tensor, torch.as_tensor(t) converts
+            # it: recorded ops on the fake tensor, not a constant.
+            out = data.detach().clone() if name == "tensor" else data
+            dtype = kwargs.get("dtype")
+            if dtype is not None or device is not None:
+                out = out.to(device=device, dtype=dtype)
+            return out.requires_grad_(True) if kwargs.get("requires_grad") else out
         with _C.RealMode():
             real = original(*args, **kwargs)
         fake = _C.lift_constant(real)

@@ -37,6 +37,20 @@ func.func @declined(%x: tensor<4x8xf32>, %y: tensor<4x8xf32>) -> (tensor<4x8xf32
 
 // -----
 
+// torch.matmul of a vector (F.linear of one) stays generic; of matrices it
+// is tdx.matmul.
+// CHECK-LABEL: func.func @matmul_of_a_vector
+func.func @matmul_of_a_vector(%v: tensor<3xf32>, %x: tensor<2x3xf32>, %w: tensor<3x4xf32>) -> (tensor<4xf32>, tensor<2x4xf32>) {
+  // CHECK: tdx.aten "aten::matmul"(%{{.*}}) : (tensor<3xf32>, tensor<3x4xf32>) -> tensor<4xf32>
+  // expected-remark @+1 {{aten::matmul stays generic}}
+  %0 = tdx.aten "aten::matmul"(%v, %w) : (tensor<3xf32>, tensor<3x4xf32>) -> tensor<4xf32>
+  // CHECK: tdx.matmul
+  %1 = tdx.aten "aten::matmul"(%x, %w) : (tensor<2x3xf32>, tensor<3x4xf32>) -> tensor<2x4xf32>
+  return %0, %1 : tensor<4xf32>, tensor<2x4xf32>
+}
+
+// -----
+
 // Convolution, pooling, eval-mode batch norm and adaptive pooling to 1x1.
 // CHECK-LABEL: func.func @vision
 func.func @vision(%x: tensor<2x3x8x8xf32>, %w: tensor<4x3x3x3xf32>, %m: tensor<4xf32>, %v: tensor<4xf32>) -> tensor<2x4x1x1xf32> {

@@ -39,7 +39,7 @@ func.func @forward(%x: tensor<3x4xf32>) -> tensor<3x4xf32> {
 // CHECK: [[P:v[0-9]+]] = T::linear(
 // CHECK: const int64_t [[C:c[0-9]+]] = ctx.startAllReduce([[P]], {"tp"}, 0);
 // CHECK: [[R:v[0-9]+]] = ctx.wait([[C]]);
-// CHECK: [[T:r[0-9]+]] = callAten("aten::triu", {[[R]]}, {{[{][{]}}"diagonal", c10::IValue(int64_t(1))}});
+// CHECK: [[T:r[0-9]+]] = callAten("aten::triu", {[[R]]}, {{[{][{]}}"diagonal", c10::IValue(int64_t(1))}}, {{[{][{]}}3, 4{{[}][}]}});
 // CHECK: return {
 // CHECK-LABEL: static Program describe(
 // CHECK: p.meshShape = {2};

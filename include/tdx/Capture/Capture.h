@@ -83,14 +83,27 @@ at::Tensor liftConstant(const at::Tensor &real);
 // Deferred init
 //===----------------------------------------------------------------------===//
 
+/// The sizes, strides and offset of a tensor when an op made it: an
+/// in-place view op (squeeze_, t_, ...) later changes them in place.
+struct TensorMeta {
+  c10::TensorImpl *impl;
+  std::vector<int64_t> sizes, strides;
+  int64_t offset;
+};
+
 /// One recorded op: its schema name, its arguments (tensors are the fake
-/// tensors they were called with) and its results.
+/// tensors they were called with) and its results, with the results'
+/// metadata as the op left it (snapshotResults).
 struct RecordedOp {
   std::string name;     // "aten::uniform_"
   std::string overload; // "" or "Tensor"
   std::vector<c10::IValue> arguments;
   std::vector<c10::IValue> results;
+  std::vector<TensorMeta> resultMeta;
 };
+
+/// Sets `op.results` from `values` and snapshots their metadata.
+void snapshotResults(RecordedOp &op, std::vector<c10::IValue> values);
 
 class Recording;
 

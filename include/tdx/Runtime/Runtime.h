@@ -106,8 +106,12 @@ private:
 /// at a time, 4x slower.
 at::Tensor concat(const std::vector<at::Tensor> &xs, int64_t dim);
 
+/// `shapes` are the results' shapes capture recorded (-1: not known until
+/// run time); a defined result of another shape, or one without storage, is
+/// an error naming the op.
 std::vector<at::Tensor> callAten(const std::string &schema, const std::vector<at::Tensor> &tensors,
-                                 const std::vector<std::pair<std::string, c10::IValue>> &args);
+                                 const std::vector<std::pair<std::string, c10::IValue>> &args,
+                                 const std::vector<std::vector<int64_t>> &shapes = {});
 
 /// --profile: where a step's time goes. Top-level ATen calls are timed
 /// through ATen's RecordFunction, fused kernels and collectives by scopes;

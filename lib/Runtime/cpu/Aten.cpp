@@ -61,7 +61,8 @@ c10::IValue convert(const std::string &schema, const c10::Argument &a, c10::IVal
 
 std::vector<at::Tensor>
 tdx::rt::callAten(const std::string &schema, const std::vector<at::Tensor> &tensors,
-                  const std::vector<std::pair<std::string, c10::IValue>> &args) {
+                  const std::vector<std::pair<std::string, c10::IValue>> &args,
+                  const std::vector<std::vector<int64_t>> &shapes) {
   size_t dot = schema.find('.');
   std::string name = schema.substr(0, dot);
   std::string overload = dot == std::string::npos ? "" : schema.substr(dot + 1);
@@ -111,6 +112,24 @@ tdx::rt::callAten(const std::string &schema, const std::vector<at::Tensor> &tens
       throw std::runtime_error("tdx: " + schema + " returned a " + v.tagKind() +
                                ", which a tdx program cannot hold");
     }
+  }
+  for (size_t i = 0; i < out.size() && i < shapes.size(); ++i) {
+    const at::Tensor &t = out[i];
+    if (!t.defined())
+      continue;
+    bool same = t.dim() == static_cast<int64_t>(shapes[i].size());
+    for (size_t d = 0; same && d < shapes[i].size(); ++d)
+      same = shapes[i][d] < 0 || shapes[i][d] == t.size(static_cast<int64_t>(d));
+    if (!same)
+      throw std::runtime_error(
+          "tdx: " + schema + " returned result " + std::to_string(i) + " of shape " +
+          c10::str(t.sizes()) + " where its meta kernel, at capture, gave " +
+          c10::str(c10::IntArrayRef(shapes[i])) +
+          " (a meta kernel that disagrees with the CPU kernel: a tdx bug, please report it)");
+    if (t.numel() > 0 && (!t.has_storage() || !t.storage().data()))
+      throw std::runtime_error("tdx: " + schema + " returned result " + std::to_string(i) +
+                               " without storage (an ATen ZeroTensor or lazy tensor), which a "
+                               "tdx program cannot hold");
   }
   return out;
 }
