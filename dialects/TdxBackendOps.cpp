@@ -64,7 +64,7 @@ bool mlir::tdx::isFusable(Operation *op) {
       return false;
   }
   // Integer division and powers follow torch's type promotion, not C's.
-  if (isa<DivOp, PowOp>(op) && !isFloatType(result.getElementType()))
+  if (isa<DivOp, PowOp>(op) && !isa<FloatType>(result.getElementType()))
     return false;
   return true;
 }

@@ -13,6 +13,7 @@
 #include "tdx/Transforms/Passes.h"
 
 #include "mlir/IR/Builders.h"
+#include "mlir/IR/Verifier.h"
 #include "llvm/ADT/StringMap.h"
 
 namespace mlir::tdx {
@@ -126,6 +127,21 @@ struct RaiseAtenPass : public mlir::tdx::impl::RaiseAtenBase<RaiseAtenPass> {
         if (raised && !llvm::all_of(op->getResults().drop_front(),
                                     [](Value r) { return r.use_empty(); }))
           raised = {};
+        // A row's ops must verify (an element type the op does not take,
+        // such as ui8 arithmetic): otherwise the op stays generic.
+        std::string invalid;
+        if (raised) {
+          ScopedDiagnosticHandler quiet(op->getContext(), [&](Diagnostic &d) {
+            invalid = d.str();
+            return success();
+          });
+          if (llvm::any_of(created.ops, [](Operation *made) {
+                return failed(verify(made, /*verifyRecursively=*/false));
+              }))
+            raised = {};
+        }
+        if (!raised && !invalid.empty() && report)
+          op.emitRemark() << schema << " stays generic: " << invalid;
       }
       if (!raised) {
         for (Operation *made : llvm::reverse(created.ops))

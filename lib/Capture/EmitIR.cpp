@@ -51,9 +51,6 @@ Type elementType(Builder &b, at::ScalarType t) {
     ir = irName;                                                                           \
     break;
 #include "tdx/Runtime/DTypes.def"
-  case at::kByte: // uint8 is recorded as i8 (the IR's integers are signless)
-    ir = "i8";
-    break;
   default:
     throw CaptureError(std::string("tdx: dtype ") + c10::toString(t) +
                        " has no tdx element type yet; use a real or integer dtype");

@@ -45,7 +45,7 @@ FailureOr<Signature> signatureOf(func::FuncOp fn, int64_t meshRank) {
     if (!ranked || dtype(ranked.getElementType()).empty())
       return fn.emitError() << "argument #" << i << " has type " << t
                             << ", which the CPU backend cannot pass; use a ranked tensor of "
-                               "f32/f64/f16/bf16/i64/i32/i1";
+                            << runnableTypes();
     sig.inputs.push_back(
         {ranked, layoutText(fn.getArgAttrOfType<ShardingAttr>(i, ::mlir::tdx::TdxDialect::kShardingAttrName), meshRank)});
   }
@@ -57,7 +57,9 @@ FailureOr<Signature> signatureOf(func::FuncOp fn, int64_t meshRank) {
     auto ranked = dyn_cast<RankedTensorType>(t);
     if (!ranked || dtype(ranked.getElementType()).empty())
       return fn.emitError() << "result #" << i << " has type " << t
-                            << ", which the CPU backend cannot return";
+                            << ", which the CPU backend cannot return; return a ranked "
+                               "tensor of "
+                            << runnableTypes();
     ShardingAttr sharding = valueSharding(ret.getOperand(i));
     // The runtimes assemble a result by copying or adding its boxes.
     if (sharding && llvm::any_of(sharding.getPlacements(), [](PlacementAttr p) {

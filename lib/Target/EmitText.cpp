@@ -20,6 +20,16 @@ std::string dtype(Type t) {
   return "";
 }
 
+/// The element types programs compute with ("f32/f64/..."), for messages.
+std::string runnableTypes() {
+  std::string s;
+#define TDX_DTYPE(Name, stored, bytes, aten, ctype, mlir, ir, runs)                                  \
+  if (runs)                                                                                        \
+    s += (s.empty() ? "" : "/") + std::string(ir);
+#include "tdx/Runtime/DTypes.def"
+  return s;
+}
+
 std::string list(ArrayRef<int64_t> xs) {
   std::string s = "{";
   for (auto [i, x] : llvm::enumerate(xs))

@@ -93,12 +93,19 @@ void mlir::tdx::emitKernelBody(const FusedKernel &k, llvm::raw_ostream &os) {
   auto typeOf = [&](Value v) {
     return k.vectorizable ? std::string("V") : cType(tensorType(v).getElementType());
   };
+  // bf16 and f16 values take part in each op as float (ATen's opmath
+  // type); the op's result is rounded to its type where it is stored.
+  auto narrowFloat = [&](Value v) {
+    Type e = tensorType(v).getElementType();
+    return !k.vectorizable && (e.isBF16() || e.isF16());
+  };
+  auto computeType = [&](Value v) { return narrowFloat(v) ? std::string("float") : typeOf(v); };
   auto name = [&](Value v) -> std::string {
     auto it = names.find(v);
-    if (it != names.end())
-      return it->second;
-    std::optional<double> splat = splatValue(v);
-    return typeOf(v) + "(" + literal(*splat) + ")";
+    std::string stored = it != names.end()
+                             ? it->second
+                             : typeOf(v) + "(" + literal(*splatValue(v)) + ")";
+    return narrowFloat(v) ? "static_cast<float>(" + stored + ")" : stored;
   };
   if (k.vectorizable)
     os << "template <class V>\n";
@@ -125,7 +132,7 @@ void mlir::tdx::emitKernelBody(const FusedKernel &k, llvm::raw_ostream &os) {
     };
     std::optional<std::string> power;
     if (auto p = dyn_cast<PowOp>(op))
-      power = powerByConstant(p, in(0), typeOf(p.getResult()));
+      power = powerByConstant(p, in(0), computeType(p.getResult()));
     std::string expr =
         power ? *power :
         llvm::TypeSwitch<Operation *, std::string>(op)
@@ -142,7 +149,15 @@ void mlir::tdx::emitKernelBody(const FusedKernel &k, llvm::raw_ostream &os) {
               return call(o.getApproximate() == GeluApproximation::tanh ? "geluTanh" : "gelu");
             })
             .Case([&](CastOp o) {
-              return "static_cast<" + typeOf(o.getResult()) + ">(" + in(0) + ")";
+              // A float to an 8- or 16-bit integer goes through int64_t, as
+              // c10::convert does (in range of int64_t: defined, wrapping).
+              Type from = tensorType(o.getInput()).getElementType();
+              Type to = tensorType(o.getResult()).getElementType();
+              std::string x = in(0);
+              if (isa<FloatType>(from) && to.isInteger() && to.getIntOrFloatBitWidth() > 1 &&
+                  to.getIntOrFloatBitWidth() < 32)
+                x = "static_cast<int64_t>(" + x + ")";
+              return "static_cast<" + typeOf(o.getResult()) + ">(" + x + ")";
             })
             .Default([](Operation *) -> std::string { return ""; });
     if (expr.empty()) // an op isElementwise() admits but no Case writes

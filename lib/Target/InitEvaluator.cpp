@@ -41,10 +41,13 @@ namespace {
 using ::tdx::rt::DType;
 using ::tdx::rt::InitProgram;
 
-/// The dtype of `t` where init programs make it (not F16 / BF16).
+/// The dtype of `t` where init programs make it (InitProgram.cpp writes
+/// F32, F64, I64, I32 and BOOL).
 std::optional<DType> dtypeOf(Type t) {
 #define TDX_DTYPE(Name, stored, bytes, aten, ctype, mlir, ir, runs)                                  \
-  if (t.mlir && runs && DType::Name != DType::F16 && DType::Name != DType::BF16)                   \
+  if (t.mlir && runs &&                                                                            \
+      (DType::Name == DType::F32 || DType::Name == DType::F64 || DType::Name == DType::I64 ||      \
+       DType::Name == DType::I32 || DType::Name == DType::Bool))                                   \
     return DType::Name;
 #include "tdx/Runtime/DTypes.def"
   return std::nullopt;

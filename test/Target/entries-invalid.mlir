@@ -19,8 +19,8 @@ module attributes {tdx.partitioned} {
   func.func @forward(%x: tensor<4xf32>) -> tensor<4xf32> {
     return %x : tensor<4xf32>
   }
-  // expected-error @+1 {{argument #0 has type 'tensor<4xui8>', which the CPU backend cannot pass}}
-  func.func @evaluate(%x: tensor<4xui8>) -> tensor<4xui8> {
-    return %x : tensor<4xui8>
+  // expected-error @+1 {{argument #0 has type 'tensor<4xf8E5M2>', which the CPU backend cannot pass; use a ranked tensor of f32/f64/f16/bf16/i64/i32/i1/i16/i8/ui8}}
+  func.func @evaluate(%x: tensor<4xf8E5M2>) -> tensor<4xf8E5M2> {
+    return %x : tensor<4xf8E5M2>
   }
 }

@@ -15,10 +15,11 @@ module attributes {tdx.partitioned} {
 // Elementwise ops on element types without a kernel are named.
 module attributes {tdx.partitioned} {
   tdx.mesh @mesh shape = [1] axes = ["x"]
-  func.func @forward(%x: tensor<4xbf16>) -> tensor<4xbf16> {
-    // expected-error @+1 {{'tdx.exp' op on these element types has no kernel yet; the backends fuse elementwise ops on f32/f64/i64/i32/i1 (cast the operands to f32 first)}}
-    %y = tdx.exp %x : tensor<4xbf16>
-    return %y : tensor<4xbf16>
+  func.func @forward(%x: tensor<4xf32>) -> tensor<4xf32> {
+    // expected-error @+1 {{'tdx.cast' op on these element types has no kernel yet; the backends fuse elementwise ops on f32/f64/f16/bf16/i64/i32/i1/i16/i8/ui8 (cast the operands to f32 first)}}
+    %y = tdx.cast %x : tensor<4xf32> to tensor<4xf8E5M2>
+    %z = tdx.cast %y : tensor<4xf8E5M2> to tensor<4xf32>
+    return %z : tensor<4xf32>
   }
 }
 

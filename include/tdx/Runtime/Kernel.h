@@ -14,7 +14,8 @@
 // V = at::vec::Vectorized<float> over whole vector lanes. The formulas are
 // the ones ATen's CPU kernels use, so results match eager to rounding.
 //
-// Depends on nothing but <cmath> (and ATen's vec headers when vectorized).
+// Depends on nothing but <cmath>, the 16-bit float types (CUDA's or c10's)
+// and ATen's vec headers when vectorized.
 //
 //===----------------------------------------------------------------------===//
 
@@ -28,6 +29,25 @@
 #define TDX_HD __host__ __device__
 #else
 #define TDX_HD
+#endif
+
+// The 16-bit float storage types of kernel bodies: CUDA's on the device,
+// c10's on the CPU. A body converts them to float for each op and rounds
+// its result back (Fusion.cpp), as ATen's kernels compute.
+#if defined(__CUDACC__)
+#include <cuda_bf16.h>
+#include <cuda_fp16.h>
+namespace tdx::kern {
+using bf16 = __nv_bfloat16;
+using f16 = __half;
+} // namespace tdx::kern
+#elif __has_include(<c10/util/BFloat16.h>)
+#include <c10/util/BFloat16.h>
+#include <c10/util/Half.h>
+namespace tdx::kern {
+using bf16 = c10::BFloat16;
+using f16 = c10::Half;
+} // namespace tdx::kern
 #endif
 
 namespace tdx::kern {

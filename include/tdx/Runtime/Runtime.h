@@ -106,9 +106,10 @@ private:
 /// at a time, 4x slower.
 at::Tensor concat(const std::vector<at::Tensor> &xs, int64_t dim);
 
-/// `shapes` are the results' shapes capture recorded (-1: not known until
-/// run time); a defined result of another shape, or one without storage, is
-/// an error naming the op.
+/// `shapes` are the results' shapes capture recorded (-1: a dim not known
+/// until run time; {-2}: a result nothing reads, not checked); a defined
+/// result of another shape, or one without storage, is an error naming the
+/// op.
 std::vector<at::Tensor> callAten(const std::string &schema, const std::vector<at::Tensor> &tensors,
                                  const std::vector<std::pair<std::string, c10::IValue>> &args,
                                  const std::vector<std::vector<int64_t>> &shapes = {});

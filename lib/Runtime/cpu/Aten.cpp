@@ -115,7 +115,7 @@ tdx::rt::callAten(const std::string &schema, const std::vector<at::Tensor> &tens
   }
   for (size_t i = 0; i < out.size() && i < shapes.size(); ++i) {
     const at::Tensor &t = out[i];
-    if (!t.defined())
+    if (!t.defined() || (shapes[i].size() == 1 && shapes[i][0] == -2))
       continue;
     bool same = t.dim() == static_cast<int64_t>(shapes[i].size());
     for (size_t d = 0; same && d < shapes[i].size(); ++d)

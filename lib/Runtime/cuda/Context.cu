@@ -45,6 +45,7 @@ ncclDataType_t ncclType(DType t) {
   case DType::I32: return ncclInt32;
   case DType::Bool: return ncclUint8;
   case DType::I8: return ncclInt8;
+  case DType::U8: return ncclUint8;
   case DType::I16:
     throw std::runtime_error("tdx: NCCL has no 16-bit integer type; cast the tensor to i32");
   }
