@@ -2,8 +2,9 @@
 //
 // A few CompositeImplicitAutograd ops of libtorch 1.13 read tensor data
 // where the result does not depend on it: to compute a shape that follows
-// from the arguments alone (repeat_interleave), or to check a value
-// (cov's degrees of freedom, quantile's q in [0, 1], through aten::equal).
+// from the arguments alone (repeat_interleave), to check a value (cov's
+// degrees of freedom, quantile's q in [0, 1], through aten::equal), or to
+// select what a mask zeroes anyway (label-smoothed cross entropy).
 // They cannot run on fake tensors. For fake tensors they are decomposed here,
 // above autograd, into ops that can (and that tdx shards), with the same
 // arithmetic as libtorch's; real tensors take libtorch's own kernel.
@@ -14,7 +15,9 @@
 
 #include <ATen/ATen.h>
 #include <ATen/WrapDimUtils.h>
+#include <ATen/core/Reduction.h>
 #include <ATen/ops/cov_native.h>
+#include <ATen/ops/cross_entropy_loss_native.h>
 #include <ATen/ops/nanquantile_native.h>
 #include <ATen/ops/quantile_native.h>
 #include <ATen/ops/repeat_interleave_native.h>
@@ -169,7 +172,47 @@ at::Tensor nanquantileScalar(const at::Tensor &self, double q, c10::optional<int
                     true);
 }
 
+/// cross_entropy with label smoothing and class-index targets, as libtorch
+/// computes it, but the mean over the targets not ignored is a sum over all
+/// of them (ignored ones are zero) divided by their count or weight, where
+/// libtorch 1.13 selects them with masked_select (data-dependent shape).
+at::Tensor crossEntropy(const at::Tensor &self, const at::Tensor &target,
+                        const c10::optional<at::Tensor> &weight, int64_t reduction,
+                        int64_t ignoreIndex, double labelSmoothing) {
+  bool weighted = weight && weight->defined();
+  if (!tdx::capture::isFake(self) || labelSmoothing <= 0.0 || self.sizes() == target.sizes() ||
+      reduction != at::Reduction::Mean)
+    return at::native::cross_entropy_loss(self, target, weight, reduction, ignoreIndex,
+                                          labelSmoothing);
+  TORCH_CHECK(labelSmoothing <= 1.0, "label_smoothing must be between 0.0 and 1.0. Got: ",
+              labelSmoothing);
+  int64_t classDim = self.dim() == 1 ? 0 : 1;
+  at::Tensor input = at::log_softmax(self, classDim, self.scalar_type());
+  at::Tensor nll = at::nll_loss_nd(input, target, weight, reduction, ignoreIndex);
+  int64_t classes = input.size(classDim);
+  at::Tensor smooth;
+  if (weighted) {
+    std::vector<int64_t> shape(input.dim(), 1);
+    shape[classDim] = weight->size(0);
+    smooth = -(input * weight->view(shape)).sum(classDim);
+  } else {
+    smooth = -input.sum(classDim);
+  }
+  at::Tensor ignored = target == ignoreIndex;
+  smooth = smooth.masked_fill(ignored, 0.0);
+  at::Tensor total;
+  if (weighted) {
+    at::Tensor index = target.masked_fill(ignored, 0).flatten();
+    total = weight->gather(0, index).masked_fill(ignored.flatten(), 0).sum();
+  } else {
+    total = ignored.logical_not().sum();
+  }
+  at::Tensor ret = smooth.sum() / total;
+  return (1 - labelSmoothing) * nll + ret * (labelSmoothing / classes);
+}
+
 void registerDecompositions(torch::Library &m) {
+  m.impl("cross_entropy_loss", TORCH_FN(crossEntropy));
   m.impl("repeat_interleave.self_int", TORCH_FN(repeatInterleaveInt));
   m.impl("cov", TORCH_FN(cov));
   m.impl("quantile", TORCH_FN(quantile));
