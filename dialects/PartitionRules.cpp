@@ -86,8 +86,7 @@ struct Emitter {
                                   ReduceKindAttr::get(b.getContext(), kind));
     if (t.hasStaticShape())
       op->setAttr(::mlir::tdx::TdxDialect::kPayloadBytesAttrName,
-                  b.getI64IntegerAttr(t.getNumElements() *
-                                      ((t.getElementTypeBitWidth() + 7) / 8)));
+                  b.getI64IntegerAttr(t.getNumElements() * elementBytes(t.getElementType())));
     return op;
   }
   /// This rank's coordinate on mesh axis `axis`.

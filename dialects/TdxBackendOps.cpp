@@ -41,7 +41,7 @@ std::optional<double> mlir::tdx::splatValue(Value v) {
 
 std::string mlir::tdx::cType(Type t) {
 #define TDX_DTYPE(Name, stored, bytes, aten, ctype, mlir, ir, runs)                                  \
-  if (t.mlir)                                                                              \
+  if (mlir)                                                                                \
     return ctype;
 #include "tdx/Runtime/DTypes.def"
   return "";

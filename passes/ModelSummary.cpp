@@ -72,8 +72,7 @@ Row makeRow(StateOp op, StringRef kind) {
   llvm::interleave(type.getShape(), os, "x");
   row.shape = shape.empty() ? "scalar" : shape;
   row.elements = type.hasStaticShape() ? type.getNumElements() : 0;
-  int64_t width = type.getElementTypeBitWidth();
-  row.bytes = row.elements * ((width + 7) / 8);
+  row.bytes = row.elements * elementBytes(type.getElementType());
   if (auto tied = op.getTiedToAttr()) {
     row.tied = true;
     row.init = "tied to " + tied.getValue().str();

@@ -113,7 +113,14 @@ struct RaiseAtenPass : public mlir::tdx::impl::RaiseAtenBase<RaiseAtenPass> {
           ops.push_back(op);
         }
       } created;
-      if (row != table().end() && op->getNumResults() >= 1 &&
+      // Complex tensors have no first-class ops (no kernels): ATen runs them.
+      auto complex = [](Type t) {
+        auto ranked = dyn_cast<RankedTensorType>(t);
+        return ranked && isa<ComplexType>(ranked.getElementType());
+      };
+      bool anyComplex = llvm::any_of(op->getOperandTypes(), complex) ||
+                        llvm::any_of(op->getResultTypes(), complex);
+      if (row != table().end() && op->getNumResults() >= 1 && !anyComplex &&
           isa<RankedTensorType>(op->getResult(0).getType())) {
         OpBuilder b(op, &created);
         Call call(op, b);

@@ -224,6 +224,11 @@ void Functionalizer::write(const at::Tensor &t, Value v) {
 
 Value Functionalizer::constant(const at::Tensor &real, RankedTensorType type) {
   capture::RealMode realMode;
+  if (real.is_complex())
+    throw CaptureError("tdx: " + current +
+                       " uses a complex tensor made outside the recording (a constant); tdx "
+                       "programs hold complex tensors that ops make, not complex constants: "
+                       "build it with torch.complex(real, imag) inside the model");
   bool isFloat = isa<FloatType>(type.getElementType());
   at::Tensor data =
       real.detach().contiguous().to(isFloat ? at::kDouble : at::kLong).flatten();

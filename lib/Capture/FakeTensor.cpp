@@ -29,10 +29,26 @@ c10::DispatchKeySet fakeKeys(c10::Device device, bool deferred) {
 /// Ops that read a tensor's data: a fake tensor has none.
 bool readsData(const std::string &name) {
   static const std::unordered_set<std::string> ops = {
-      "aten::_local_scalar_dense", "aten::item",    "aten::equal",
-      "aten::is_nonzero",          "aten::allclose", "aten::nonzero",
-      "aten::unique_dim",          "aten::_unique2", "aten::masked_select"};
+      "aten::_local_scalar_dense", "aten::item", "aten::equal", "aten::is_nonzero",
+      "aten::allclose"};
   return ops.count(name) != 0;
+}
+
+/// Ops whose result's shape depends on their input's values, with the usual
+/// rewrite that keeps the shape; "" for the others.
+std::string dataDependentShape(const std::string &name) {
+  static const std::unordered_map<std::string, std::string> ops = {
+      {"aten::nonzero", "keep the shape: a mask (x != 0) used with torch.where, or a "
+                        "fixed-size torch.topk of the mask"},
+      {"aten::masked_select", "keep the shape: torch.where(mask, x, 0) or x * mask instead of "
+                              "x[mask], and sums or means over the mask: (x * mask).sum() / "
+                              "mask.sum()"},
+      {"aten::_unique2", "keep the shape: torch.sort and a mask of where neighbours differ"},
+      {"aten::unique_dim", "keep the shape: torch.sort and a mask of where neighbours differ"},
+      {"aten::unique_consecutive",
+       "keep the shape: a mask of where neighbours differ (x[1:] != x[:-1])"}};
+  auto it = ops.find(name);
+  return it == ops.end() ? std::string() : it->second;
 }
 
 at::Tensor toMeta(const at::Tensor &t) {
@@ -241,6 +257,20 @@ void fakeFallback(const c10::OperatorHandle &op, c10::DispatchKeySet,
     TORCH_CHECK(false, "tdx: ", name,
                 " reads the data of a fake tensor, which has none; materialize it "
                 "first (tdx.materialize_tensor / tdx.materialize_module)");
+  // x[mask] (index.Tensor with a boolean index) is masked_select.
+  std::string dependent = dataDependentShape(name), what = name;
+  if (name == "aten::index" && numArgs == 2 && (*stack)[argBase + 1].isList())
+    for (const c10::IValue &e : (*stack)[argBase + 1].toListRef())
+      if (e.isTensor() && (e.toTensor().scalar_type() == at::kBool ||
+                           e.toTensor().scalar_type() == at::kByte)) {
+        what = "x[mask] (aten::index.Tensor with a boolean index)";
+        dependent = dataDependentShape("aten::masked_select");
+      }
+  if (const std::string &rewrite = dependent; !rewrite.empty())
+    TORCH_CHECK(false, "tdx: ", what,
+                "'s result has a shape that depends on the values of its input, which a static "
+                "program cannot hold (every tensor's shape is known at compile time); ",
+                rewrite);
   c10::Device outDevice = explicitDevice ? *explicitDevice
                           : device       ? *device
                                          : c10::Device(c10::kCPU);

@@ -49,6 +49,12 @@ std::string functionalVariant(const c10::FunctionSchema &fs) {
 Value Functionalizer::functional(const RecordedOp &op, const at::Tensor &out) {
   const std::string &n = op.name;
   const auto &a = op.arguments;
+  // Complex tensors have no first-class ops (no kernels): their ops stay
+  // generic and run through ATen.
+  if (out.is_complex() || llvm::any_of(a, [](const c10::IValue &v) {
+        return v.isTensor() && v.toTensor().defined() && v.toTensor().is_complex();
+      }))
+    return {};
   RankedTensorType type = tensorType(b, out);
   auto key = [&]() {
     return std::make_pair(b.getI64IntegerAttr(seed), b.getI64IntegerAttr(stream++));
@@ -242,6 +248,18 @@ void Functionalizer::handle(const RecordedOp &op) {
                                b.getF64FloatAttr(op.arguments[4].toDouble())));
     return;
   }
+  // conj of a complex tensor and _neg_view are views that read conjugated
+  // or negated (a bit on the tensor): values, materialized.
+  if (op.results.size() == 1 && op.results[0].isTensor() && !op.arguments.empty() &&
+      op.arguments[0].isTensor() &&
+      (op.name == "aten::_neg_view" ||
+       ((op.name == "aten::conj" || op.name == "aten::_conj") &&
+        op.arguments[0].toTensor().is_complex()))) {
+    const at::Tensor &out = op.results[0].toTensor();
+    define(out, generic(op.name == "aten::_neg_view" ? "aten::neg" : "aten::conj_physical", op,
+                        {tensorType(b, out)}));
+    return;
+  }
   // Views: results that alias an argument without writing it. (`to` and
   // `contiguous` alias only when nothing changes: values, not views.)
   bool handled = false;
@@ -252,7 +270,11 @@ void Functionalizer::handle(const RecordedOp &op) {
       continue;
     for (size_t j = 0; j < fs.arguments().size(); ++j) {
       const c10::AliasInfo *ai = fs.arguments()[j].alias_info();
-      if (ai && ai->beforeSets() == info->beforeSets() && op.arguments[j].isTensor()) {
+      // A view of another dtype (view_as_real, view_as_complex,
+      // view(dtype)) is a value: a generic op copies it (a write through it
+      // is not tracked back).
+      if (ai && ai->beforeSets() == info->beforeSets() && op.arguments[j].isTensor() &&
+          op.arguments[j].toTensor().scalar_type() == op.results[i].toTensor().scalar_type()) {
         const at::Tensor &result = op.results[i].toTensor();
         views[result.unsafeGetTensorImpl()] = View{op.arguments[j].toTensor(), &op, {}, {}, 0};
         cur.erase(result.unsafeGetTensorImpl());

@@ -183,6 +183,16 @@ TORCH_LIBRARY_IMPL(aten, Meta, m) {
     return {meta(self.sizes().slice(0, self.dim() - 1), self),
             eigenvectors ? like(self) : meta({0}, self)};
   });
+  m.impl("linalg_eig", [](const Tensor &self) -> TensorPair {
+    TORCH_CHECK(self.dim() >= 2, "linalg.eig: the input needs at least 2 dims");
+    c10::ScalarType complex = c10::toComplexType(self.scalar_type());
+    return {meta(self.sizes().slice(0, self.dim() - 1), self, complex),
+            meta(self.sizes(), self, complex)};
+  });
+  m.impl("polar", [](const Tensor &abs, const Tensor &angle) {
+    return meta(at::infer_size(abs.sizes(), angle.sizes()), abs,
+                c10::toComplexType(abs.scalar_type()));
+  });
   // Scans, sorts and selections along a dim.
   m.impl("cummax", [](const Tensor &self, int64_t) -> TensorPair {
     return {like(self), meta(self.sizes(), self, at::kLong)};

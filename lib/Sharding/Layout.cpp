@@ -45,13 +45,6 @@ std::string mlir::tdx::layoutToString(ArrayRef<PlacementAttr> layout) {
   return s;
 }
 
-int64_t mlir::tdx::elementBytes(Type type) {
-  if (type.isIntOrFloat())
-    return (type.getIntOrFloatBitWidth() + 7) / 8;
-  if (auto complex = dyn_cast<ComplexType>(type))
-    return 2 * elementBytes(complex.getElementType());
-  return 8; // index and anything else: a machine word
-}
 
 int64_t mlir::tdx::localBytes(RankedTensorType global, ArrayRef<PlacementAttr> layout,
                               ArrayRef<int64_t> meshShape) {

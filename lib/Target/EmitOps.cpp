@@ -313,7 +313,7 @@ LogicalResult Emitter::emitOp(Operation *op) {
           return other->emitOpError()
                  << "on these element types has no kernel yet; the backends fuse elementwise "
                     "ops on "
-                 << runnableTypes() << " (cast the operands to f32 first)";
+                 << runnableTypes(/*kernels=*/true) << " (cast the operands to f32 first)";
         return other->emitOpError()
                << "has no C++ lowering yet; the CPU backend supports the first-class tdx "
                   "ops and the collectives";

@@ -14,17 +14,18 @@ namespace mlir::tdx::cpp {
 /// The emitted dtype of element type `t` ("T::kFloat"), "" when none.
 std::string dtype(Type t) {
 #define TDX_DTYPE(Name, stored, bytes, aten, ctype, mlir, ir, runs)                                  \
-  if (t.mlir && runs)                                                                      \
+  if ((mlir) && runs)                                                                      \
     return "T::" #aten;
 #include "tdx/Runtime/DTypes.def"
   return "";
 }
 
-/// The element types programs compute with ("f32/f64/..."), for messages.
-std::string runnableTypes() {
+/// The element types programs compute with ("f32/f64/..."), or with
+/// `kernels`, those fused kernels compute with, for messages.
+std::string runnableTypes(bool kernels) {
   std::string s;
 #define TDX_DTYPE(Name, stored, bytes, aten, ctype, mlir, ir, runs)                                  \
-  if (runs)                                                                                        \
+  if (runs && (!kernels || *ctype))                                                                \
     s += (s.empty() ? "" : "/") + std::string(ir);
 #include "tdx/Runtime/DTypes.def"
   return s;

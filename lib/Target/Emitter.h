@@ -32,7 +32,7 @@ namespace mlir::tdx::cpp {
 
 /// The emitted dtype of element type `t` ("T::kFloat"), "" when none.
 std::string dtype(Type t);
-std::string runnableTypes();
+std::string runnableTypes(bool kernels = false);
 /// "{2, 3}".
 std::string list(ArrayRef<int64_t> xs);
 /// A double as C++ text, exactly (INFINITY, NAN included).

@@ -45,7 +45,7 @@ using ::tdx::rt::InitProgram;
 /// F32, F64, I64, I32 and BOOL).
 std::optional<DType> dtypeOf(Type t) {
 #define TDX_DTYPE(Name, stored, bytes, aten, ctype, mlir, ir, runs)                                  \
-  if (t.mlir && runs &&                                                                            \
+  if ((mlir) && runs &&                                                                            \
       (DType::Name == DType::F32 || DType::Name == DType::F64 || DType::Name == DType::I64 ||      \
        DType::Name == DType::I32 || DType::Name == DType::Bool))                                   \
     return DType::Name;

@@ -138,6 +138,12 @@ def _python_guards(fake_cuda):
         torch.cuda._lazy_init = lambda: None
     try:
         yield
+    except RuntimeError as e:
+        # libtorch raises what tdx's fake tensors refuse ("tdx: aten::nonzero's
+        # result has a shape that depends on ...") as a plain RuntimeError.
+        if isinstance(e, FakeTensorError) or not str(e).startswith("tdx: "):
+            raise
+        raise FakeTensorError(str(e)) from None
     finally:
         torch.cuda._lazy_init = saved_lazy_init
         _depth -= 1

@@ -212,3 +212,22 @@ func.func @backward_formulas(%g: tensor<4x8xf32>, %x: tensor<4x8xf32>, %s: tenso
   %8 = tdx.aten "aten::rsub.Scalar"(%s) {args = {other = 1 : i64, alpha = 1 : i64}} : (tensor<f32>) -> tensor<f32>
   return %0, %1, %2, %3, %4, %5, %6, %7, %8 : tensor<4x8xf32>, tensor<4x8xf32>, tensor<4x8xf32>, tensor<4x8xf32>, tensor<4x8xf32>, tensor<4x8xf32>, tensor<4x8xf32>, tensor<4x8xf32>, tensor<f32>
 }
+
+// -----
+
+// Complex tensors have no first-class ops: their ops stay generic (ATen
+// runs them); ui8 arithmetic is first-class. A row whose op would not
+// verify (a dim out of range) leaves the op generic, saying why.
+// CHECK-LABEL: func.func @stays_generic_by_type
+func.func @stays_generic_by_type(%z: tensor<4xcomplex<f32>>, %u: tensor<4xui8>, %x: tensor<4x8xf32>) -> (tensor<4xcomplex<f32>>, tensor<4xui8>, tensor<4x8xf32>) {
+  // CHECK: tdx.aten "aten::mul.Tensor"
+  // expected-remark @+1 {{aten::mul.Tensor stays generic (runs through ATen on the CPU backend)}}
+  %0 = tdx.aten "aten::mul.Tensor"(%z, %z) : (tensor<4xcomplex<f32>>, tensor<4xcomplex<f32>>) -> tensor<4xcomplex<f32>>
+  // CHECK: tdx.add %{{.*}} : (tensor<4xui8>, tensor<4xui8>) -> tensor<4xui8>
+  %1 = tdx.aten "aten::add.Tensor"(%u, %u) : (tensor<4xui8>, tensor<4xui8>) -> tensor<4xui8>
+  // CHECK: tdx.aten "aten::_softmax"
+  // expected-remark @+2 {{aten::_softmax stays generic: 'tdx.softmax' op dim 5 is out of range for a tensor of rank 2}}
+  // expected-remark @+1 {{aten::_softmax stays generic (runs through ATen on the CPU backend)}}
+  %2 = tdx.aten "aten::_softmax"(%x) {args = {dim = 5 : i64, half_to_float = false}} : (tensor<4x8xf32>) -> tensor<4x8xf32>
+  return %0, %1, %2 : tensor<4xcomplex<f32>>, tensor<4xui8>, tensor<4x8xf32>
+}

@@ -130,23 +130,16 @@ def cases():
 _NO_META = "no meta kernel in libtorch 1.13: it cannot run on fake tensors (#30: a shape function)"
 _DATA = ("its output's shape depends on the data: a static program cannot hold it (#30: a "
          "named error at trace)")
-_COMPLEX = "complex dtypes have no tdx element type (#30)"
 _SPECIAL_NAN = ("non-finite values where eager has them differ: tdx computes the op through "
                 "ATen, which the comparison must check")
 
 _TRACE = {
-    **{n: _NO_META for n in ("polar", "linalg.eig", "linalg.lstsq", "linalg.lstsq.grad_oriented",
-                             "to_sparse")},
+    **{n: _NO_META for n in ("linalg.lstsq", "linalg.lstsq.grad_oriented", "to_sparse")},
     **{n: _DATA for n in ("combinations", "masked_select", "unique", "unique_consecutive",
                            "nonzero", "argwhere")},
-    **{n: _COMPLEX for n in (
-        "view_as_complex", "complex", "stft", "chalf", "fft.fft", "fft.fft2", "fft.fftn",
-        "fft.hfft", "fft.hfft2", "fft.hfftn", "fft.rfft", "fft.rfft2", "fft.rfftn", "fft.ifft",
-        "fft.ifft2", "fft.ifftn", "fft.ihfft", "fft.ihfft2", "fft.ihfftn", "fft.irfft",
-        "fft.irfft2", "fft.irfftn")},
+    "chalf": "complex32 (ComplexHalf) has no tdx element type: complex64 and complex128 do",
     "linalg.eigvals": "capture bug: linalg_eigvals resizes a fake tensor's storage (#30)",
-    "istft": ("torch 1.13 checks its window's overlap-add through aten::equal (reads data), and "
-              "computes through complex tensors (#30)"),
+    "istft": "torch 1.13 checks its window's overlap-add through aten::equal (reads data)",
     "sparse.sampled_addmm": "sparse tensors are not captured (tdx programs are dense)",
     "tensor_split": "capture bug: reads the data of an index tensor (#30)",
     "nn.functional.ctc_loss": "capture bug: reads the data of its lengths (#30)",

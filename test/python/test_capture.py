@@ -169,6 +169,36 @@ def test_reading_data_in_forward_is_an_error():
         tdx.trace(m, torch.randn(2, 4))
 
 
+class DataDependentShape(torch.nn.Module):
+    def __init__(self, op):
+        super().__init__()
+        self.op = op
+        self.fc = torch.nn.Linear(4, 4)
+
+    def forward(self, x):
+        y = self.fc(x)
+        return {"masked_select": lambda: torch.masked_select(y, y > 0),
+                "x[mask]": lambda: y[y > 0], "nonzero": lambda: torch.nonzero(y),
+                "unique": lambda: torch.unique(y),
+                "unique_consecutive": lambda: torch.unique_consecutive(y)}[self.op]()
+
+
+@pytest.mark.parametrize("op,aten,rewrite", [
+    ("masked_select", "aten::masked_select", "torch.where"),
+    ("x[mask]", r"x\[mask\] \(aten::index.Tensor with a boolean index\)", "torch.where"),
+    ("nonzero", "aten::nonzero", "torch.where"),
+    ("unique", "aten::_unique2", "torch.sort"),
+    ("unique_consecutive", "aten::unique_consecutive", r"x\[1:\] != x\[:-1\]")])
+def test_data_dependent_shapes_are_named_with_the_rewrite(op, aten, rewrite):
+    # A static program cannot hold a result whose shape depends on values:
+    # the op is named at trace, with why and the usual rewrite.
+    m = tdx.deferred_init(DataDependentShape, op)
+    with pytest.raises(tdx.FakeTensorError,
+                       match=f"{aten}'s result has a shape that depends on the values of its "
+                             f"input, which a static program cannot hold.*{rewrite}"):
+        tdx.trace(m, torch.randn(2, 4))
+
+
 def test_capture_needs_a_deferred_module():
     with pytest.raises(tdx.CaptureError, match="tdx.deferred_init"):
         tdx.capture(torch.nn.Linear(2, 2))

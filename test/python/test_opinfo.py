@@ -43,8 +43,9 @@ def _first_line(e):
 
 def _compare(got, want, shape_only=False, tolerance=1e-5):
     """None when the outputs match eager's (`tolerance` relative on the
-    finite values of floats, the same non-finite values where eager has
-    them, integers exactly), else what differs."""
+    finite values of floats and of both parts of complex numbers, the same
+    non-finite values where eager has them, integers exactly), else what
+    differs."""
     if len(got) != len(want):
         return f"{len(got)} outputs instead of {len(want)}"
     for k, (g, w) in enumerate(zip(got, want)):
@@ -52,6 +53,8 @@ def _compare(got, want, shape_only=False, tolerance=1e-5):
             return f"output {k}: {g.dtype}{list(g.shape)} instead of {w.dtype}{list(w.shape)}"
         if shape_only:
             continue
+        if w.is_complex():  # both parts, as floats
+            g, w = torch.view_as_real(g.resolve_conj()), torch.view_as_real(w.resolve_conj())
         if w.is_floating_point():
             finite = torch.isfinite(w)
             if not torch.equal(finite, torch.isfinite(g)) or \

@@ -50,6 +50,19 @@ namespace mlir::tdx {
 std::optional<double> splatValue(Value v);
 /// The C type of an element type ("float", "int64_t", "bool", ...) or "".
 std::string cType(Type elementType);
+/// Bytes of one element of `type` (complex: both parts; index: 8).
+inline int64_t elementBytes(Type type) {
+  if (type.isIntOrFloat())
+    return (type.getIntOrFloatBitWidth() + 7) / 8;
+  if (auto complex = llvm::dyn_cast<ComplexType>(type))
+    return 2 * elementBytes(complex.getElementType());
+  return 8; // index and anything else: a machine word
+}
+/// Whether `t` is complex<fN> (the dtype table's complex rows).
+inline bool isComplexOf(Type t, unsigned width) {
+  auto c = llvm::dyn_cast<ComplexType>(t);
+  return c && c.getElementType().isFloat(width);
+}
 /// Whether `op` is one of the elementwise ops (add ... gelu, cmp, where, cast).
 bool isElementwise(Operation *op);
 /// Whether `op` may run in a fused kernel (tdx.fused): elementwise, on

@@ -27,8 +27,6 @@ ShardingAttr shardingOf(MeshOp mesh, ArrayRef<PlacementAttr> layout);
 /// Prints `[Shard(0), Replicate]`.
 std::string layoutToString(ArrayRef<PlacementAttr> layout);
 
-/// Bytes of one element of `type` (complex: both parts; index: 8).
-int64_t elementBytes(Type type);
 /// The largest number of bytes any rank holds of `global` under `layout`.
 int64_t localBytes(RankedTensorType global, ArrayRef<PlacementAttr> layout,
                    ArrayRef<int64_t> meshShape);

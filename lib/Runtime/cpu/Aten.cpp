@@ -104,7 +104,11 @@ tdx::rt::callAten(const std::string &schema, const std::vector<at::Tensor> &tens
   std::vector<at::Tensor> out;
   for (const c10::IValue &v : stack) {
     if (v.isTensor()) {
-      out.push_back(v.toTensor());
+      // A lazily conjugated or negated view (conj, _neg_view), materialized:
+      // the program reads its elements as they are stored.
+      const at::Tensor &t = v.toTensor();
+      out.push_back(t.defined() && (t.is_conj() || t.is_neg()) ? t.resolve_conj().resolve_neg()
+                                                               : t);
     } else if (v.isTensorList()) {
       for (const at::Tensor &t : v.toTensorVector())
         out.push_back(t);

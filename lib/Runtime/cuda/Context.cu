@@ -48,6 +48,10 @@ ncclDataType_t ncclType(DType t) {
   case DType::U8: return ncclUint8;
   case DType::I16:
     throw std::runtime_error("tdx: NCCL has no 16-bit integer type; cast the tensor to i32");
+  case DType::C64:
+  case DType::C128:
+    throw std::runtime_error("tdx: NCCL has no complex type; the CUDA backend runs no complex "
+                             "ops (compile for --target cpu)");
   }
   return ncclFloat32;
 }

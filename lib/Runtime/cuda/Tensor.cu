@@ -75,8 +75,12 @@ void tdx::cu::copyInto(const Tensor &dst, const Tensor &src) {
   case 4:
     copyKernel<uint32_t><<<blocksFor(it.numel), 256>>>(it);
     break;
-  default:
+  case 8:
     copyKernel<uint64_t><<<blocksFor(it.numel), 256>>>(it);
+    break;
+  default:
+    throw std::runtime_error(std::string("tdx: copies of ") + tdx::rt::dtypeName(src.dtype()) +
+                             " tensors are not supported on CUDA");
   }
   checkLaunch("copy");
 }
