@@ -189,6 +189,34 @@ TORCH_LIBRARY_IMPL(aten, Meta, m) {
     return {meta(self.sizes().slice(0, self.dim() - 1), self, complex),
             meta(self.sizes(), self, complex)};
   });
+  // linalg_lstsq's auxiliary results depend on the driver (gelsy, the CPU's
+  // default, gives the rank only); gelsd and gelss compute residuals only
+  // where the rank is full: a shape that depends on values.
+  m.impl("linalg_lstsq", [](const Tensor &self, const Tensor &b, c10::optional<double>,
+                            c10::optional<c10::string_view> driverName) {
+    TORCH_CHECK(self.dim() >= 2, "linalg.lstsq: the input needs at least 2 dims");
+    bool vector = b.dim() == self.dim() - 1;
+    int64_t m = self.size(-2), n = self.size(-1), k = vector ? 1 : b.size(-1);
+    std::vector<int64_t> batch = at::infer_size(self.sizes().slice(0, self.dim() - 2),
+                                                b.sizes().slice(0, b.dim() - (vector ? 1 : 2)));
+    std::string driver = driverName ? std::string(*driverName) : "gelsy";
+    TORCH_CHECK(driver == "gelsy" || driver == "gels" || m <= n,
+                "tdx: linalg.lstsq with driver='", driver, "' returns residuals only where the "
+                "rank is full, a shape that depends on values; use driver='gelsy' or 'gels'");
+    auto with = [&](std::vector<int64_t> tail) {
+      std::vector<int64_t> sizes = batch;
+      sizes.insert(sizes.end(), tail.begin(), tail.end());
+      return sizes;
+    };
+    Tensor solution = meta(with(vector ? std::vector<int64_t>{n} : std::vector<int64_t>{n, k}), b);
+    Tensor residuals = driver != "gelsy" && m > n
+                           ? meta(with(vector ? std::vector<int64_t>{} : std::vector<int64_t>{k}), b)
+                           : meta({0}, b);
+    Tensor rank = driver == "gels" ? meta({0}, b, at::kLong) : meta(batch, b, at::kLong);
+    Tensor singular = driver == "gelsd" || driver == "gelss" ? meta(with({std::min(m, n)}), b)
+                                                             : meta({0}, b);
+    return std::make_tuple(solution, residuals, rank, singular);
+  });
   m.impl("polar", [](const Tensor &abs, const Tensor &angle) {
     return meta(at::infer_size(abs.sizes(), angle.sizes()), abs,
                 c10::toComplexType(abs.scalar_type()));

@@ -82,9 +82,13 @@ def opinfo_summary(write):
             if r != "pass":
                 step = r.split(":")[0]
                 steps[step] = steps.get(step, 0) + 1
+        from test_opinfo import invalid_ir
+        wrong = sum(r.startswith("compare:") for r in ops.values())
+        invalid = sum(r != "pass" and invalid_ir(r) for r in ops.values())
         write(f"  {stage:13s} {passed} of {len(ops)} ops match eager ({100 * passed / len(ops):.1f}%);"
               f" fail at " + ", ".join(f"{k} {v}" for k, v in sorted(steps.items())) +
-              f"; {OPINFO_TIMES.get(stage, 0):.0f} s")
+              f"; wrong numbers {wrong}, invalid IR from a pass {invalid};"
+              f" {OPINFO_TIMES.get(stage, 0):.0f} s")
     reasons = {}
     for stage, ops in OPINFO_RESULTS.items():
         for name, r in ops.items():

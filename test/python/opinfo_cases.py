@@ -127,33 +127,36 @@ def cases():
 
 # --- expected failures, per stage and op, with why ---------------------------
 
-_NO_META = "no meta kernel in libtorch 1.13: it cannot run on fake tensors (#30: a shape function)"
-_DATA = ("its output's shape depends on the data: a static program cannot hold it (#30: a "
-         "named error at trace)")
+_DATA = ("its output's shape depends on the data: a static program cannot hold it (refused at "
+         "trace, naming the op and the rewrite)")
 _SPECIAL_NAN = ("non-finite values where eager has them differ: tdx computes the op through "
                 "ATen, which the comparison must check")
 
 _TRACE = {
-    **{n: _NO_META for n in ("linalg.lstsq", "linalg.lstsq.grad_oriented", "to_sparse")},
+    "to_sparse": "sparse tensors are not captured (tdx programs are dense)",
     **{n: _DATA for n in ("combinations", "masked_select", "unique", "unique_consecutive",
                            "nonzero", "argwhere")},
     "chalf": "complex32 (ComplexHalf) has no tdx element type: complex64 and complex128 do",
-    "linalg.eigvals": "capture bug: linalg_eigvals resizes a fake tensor's storage (#30)",
+    "linalg.eigvals": ("libtorch 1.13 resizes an output tensor in place (linalg_eig_out), "
+                       "which fake tensors refuse; linalg.eig traces"),
     "istft": "torch 1.13 checks its window's overlap-add through aten::equal (reads data)",
     "sparse.sampled_addmm": "sparse tensors are not captured (tdx programs are dense)",
-    "tensor_split": "capture bug: reads the data of an index tensor (#30)",
-    "nn.functional.ctc_loss": "capture bug: reads the data of its lengths (#30)",
-    "nn.functional.gaussian_nll_loss": ("data-dependent control flow in its Python (a check "
-                                        "that var is positive) (#30)"),
+    "tensor_split": ("its split points are a tensor's values (the sample's), so the pieces' "
+                     "shapes depend on data; split points given as ints trace"),
+    "nn.functional.ctc_loss": ("libtorch 1.13 reads the input and target lengths (tensors) "
+                               "as integers to size its work"),
+    "nn.functional.gaussian_nll_loss": ("data-dependent control flow in torch's Python (it "
+                                        "checks that var is positive)"),
 }
 
-_SCALAR_BACKWARD = ("its backward reads a value (aten::_local_scalar_dense or nonzero) in "
-                    "torch 1.13 (#30: a decomposition at capture)")
+_SCALAR_BACKWARD = ("its backward formula in libtorch 1.13 branches on values (zeros in the "
+                    "input, ties of the max: aten::_local_scalar_dense or nonzero)")
 # Trace failures of the training step only.
 _TRACE_BACKWARD = {
     "nn.functional.embedding_bag": (
         "torch 1.13's meta kernel for _embedding_bag gives the CUDA kernel's offset2bag shape "
-        "on meta tensors, and its CPU backward resizes a tensor in place (#30)"),
+        "on meta tensors (the CPU runtime's shape check names it), and its CPU backward "
+        "resizes a tensor in place"),
     **{n: _SCALAR_BACKWARD for n in (
         "cumprod", "median", "max.reduction_no_dim", "min.reduction_no_dim", "nanmedian",
         "index_reduce", "prod", "scatter_reduce.prod", "masked.cumprod")},

@@ -6,6 +6,7 @@ import functools
 import itertools
 import json
 import os
+import shutil
 import subprocess
 
 import pytest
@@ -377,3 +378,45 @@ def test_inputs_are_checked_against_the_program_before_launching():
     # A binary tells its signature without mpirun.
     out = subprocess.run([exe.path, "--signature"], capture_output=True, text=True, check=True)
     assert json.loads(out.stdout) == sig
+
+
+class NarrowDtypes(torch.nn.Module):
+    """bf16 and f16 chains (each op in float, rounded to the type), 8- and
+    16-bit integer arithmetic that wraps, uint8, and complex through ATen."""
+
+    def __init__(self):
+        super().__init__()
+        self.scale = torch.nn.Parameter(torch.full((6,), 1.5))
+
+    def forward(self, x, i):
+        h = (x * self.scale).bfloat16()
+        bf = (h * 0.5).exp() + h
+        f = x.half() * 3.0 + 1.0
+        wrapped = (i * 3 + 100).to(torch.int8)       # wraps past 127
+        short = i.to(torch.int16) * 300
+        byte = (x.abs() * 40).to(torch.uint8)
+        spectrum = torch.fft.rfft(x, dim=-1)
+        return bf, f, wrapped, short, byte, spectrum.abs(), torch.view_as_real(spectrum)
+
+
+def test_narrow_and_complex_dtypes_run_like_eager():
+    g = torch.Generator().manual_seed(3)
+    x, i = torch.randn(4, 6, generator=g), torch.randint(0, 60, (4, 6), generator=g)
+    torch.manual_seed(0)
+    prog = tdx.trace(tdx.deferred_init(NarrowDtypes), x, i)
+    got = tdx.compile(prog, progress=False).run(x, i)
+    want = NarrowDtypes()(x, i)
+    assert [t.dtype for t in got] == [t.dtype for t in want]
+    # bf16/f16 round per op exactly as eager's kernels; integers are exact.
+    for g_, w in zip(got[:5], want[:5]):
+        assert torch.equal(g_, w), (g_, w)
+    for g_, w in zip(got[5:], want[5:]):
+        assert (g_ - w).abs().max() < 1e-5
+    cuda = os.path.exists("/usr/local/cuda/bin/nvcc") or shutil.which("nvcc")
+    if cuda:
+        # The same kernels on CUDA's 16-bit types compile; complex stays on the CPU.
+        class NoComplex(NarrowDtypes):
+            def forward(self, x, i):
+                return super().forward(x, i)[:5]
+        torch.manual_seed(0)
+        tdx.compile(tdx.trace(tdx.deferred_init(NoComplex), x, i), target="cuda", progress=False)
