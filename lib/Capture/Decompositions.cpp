@@ -140,36 +140,26 @@ at::Tensor quantileOf(const at::Tensor &self, const at::Tensor &q, c10::optional
   return q.dim() == 0 ? values.squeeze(-1) : values.unsqueeze(0).transpose(0, -1).squeeze(-1);
 }
 
-at::Tensor quantile(const at::Tensor &self, const at::Tensor &q, c10::optional<int64_t> dim,
-                    bool keepdim, c10::string_view interpolation) {
+/// quantile (IgnoreNan false) and nanquantile with a tensor q.
+template <bool IgnoreNan>
+at::Tensor quantileTensor(const at::Tensor &self, const at::Tensor &q, c10::optional<int64_t> dim,
+                          bool keepdim, c10::string_view interpolation) {
   if (!tdx::capture::isFake(self) && !tdx::capture::isFake(q))
-    return at::native::quantile(self, q, dim, keepdim, interpolation);
-  return quantileOf(self, q, dim, keepdim, interpolation, false);
+    return IgnoreNan ? at::native::nanquantile(self, q, dim, keepdim, interpolation)
+                     : at::native::quantile(self, q, dim, keepdim, interpolation);
+  return quantileOf(self, q, dim, keepdim, interpolation, IgnoreNan);
 }
 
-at::Tensor nanquantile(const at::Tensor &self, const at::Tensor &q, c10::optional<int64_t> dim,
-                       bool keepdim, c10::string_view interpolation) {
-  if (!tdx::capture::isFake(self) && !tdx::capture::isFake(q))
-    return at::native::nanquantile(self, q, dim, keepdim, interpolation);
-  return quantileOf(self, q, dim, keepdim, interpolation, true);
-}
-
+/// quantile and nanquantile with a float q, which is checked here.
+template <bool IgnoreNan>
 at::Tensor quantileScalar(const at::Tensor &self, double q, c10::optional<int64_t> dim,
                           bool keepdim, c10::string_view interpolation) {
   if (!tdx::capture::isFake(self))
-    return at::native::quantile(self, q, dim, keepdim, interpolation);
+    return IgnoreNan ? at::native::nanquantile(self, q, dim, keepdim, interpolation)
+                     : at::native::quantile(self, q, dim, keepdim, interpolation);
   TORCH_CHECK(q >= 0 && q <= 1, "quantile() q must be in the range [0, 1] but got ", q);
   return quantileOf(self, at::scalar_tensor(q, self.options()), dim, keepdim, interpolation,
-                    false);
-}
-
-at::Tensor nanquantileScalar(const at::Tensor &self, double q, c10::optional<int64_t> dim,
-                             bool keepdim, c10::string_view interpolation) {
-  if (!tdx::capture::isFake(self))
-    return at::native::nanquantile(self, q, dim, keepdim, interpolation);
-  TORCH_CHECK(q >= 0 && q <= 1, "quantile() q must be in the range [0, 1] but got ", q);
-  return quantileOf(self, at::scalar_tensor(q, self.options()), dim, keepdim, interpolation,
-                    true);
+                    IgnoreNan);
 }
 
 /// cross_entropy with label smoothing and class-index targets, as libtorch
@@ -215,10 +205,10 @@ void registerDecompositions(torch::Library &m) {
   m.impl("cross_entropy_loss", TORCH_FN(crossEntropy));
   m.impl("repeat_interleave.self_int", TORCH_FN(repeatInterleaveInt));
   m.impl("cov", TORCH_FN(cov));
-  m.impl("quantile", TORCH_FN(quantile));
-  m.impl("quantile.scalar", TORCH_FN(quantileScalar));
-  m.impl("nanquantile", TORCH_FN(nanquantile));
-  m.impl("nanquantile.scalar", TORCH_FN(nanquantileScalar));
+  m.impl("quantile", TORCH_FN(quantileTensor<false>));
+  m.impl("quantile.scalar", TORCH_FN(quantileScalar<false>));
+  m.impl("nanquantile", TORCH_FN(quantileTensor<true>));
+  m.impl("nanquantile.scalar", TORCH_FN(quantileScalar<true>));
 }
 
 } // namespace

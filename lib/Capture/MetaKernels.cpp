@@ -17,9 +17,19 @@
 
 namespace {
 
-at::Tensor metaLike(const at::Tensor &t) {
-  return at::empty(t.sizes(), t.options().device(c10::kMeta));
+using at::Tensor;
+using c10::IntArrayRef;
+using TensorPair = std::tuple<Tensor, Tensor>;
+
+Tensor meta(IntArrayRef sizes, const Tensor &like, c10::ScalarType dtype) {
+  return at::empty(sizes, like.options().device(c10::kMeta).dtype(dtype));
 }
+Tensor meta(IntArrayRef sizes, const Tensor &like) {
+  return meta(sizes, like, like.scalar_type());
+}
+
+/// A result shaped like one of its arguments.
+Tensor like(const Tensor &t) { return meta(t.sizes(), t); }
 
 /// convolution_backward(grad_output, input, weight, bias_sizes, stride,
 /// padding, dilation, transposed, output_padding, groups, output_mask) ->
@@ -39,8 +49,8 @@ void convolutionBackward(const c10::OperatorHandle &, torch::jit::Stack *stack) 
       gradBias = at::empty({weight.size(0)}, weight.options().device(c10::kMeta));
     }
   }
-  at::Tensor gradInput = mask.get(0) ? metaLike(input) : at::Tensor();
-  at::Tensor gradWeight = mask.get(1) ? metaLike(weight) : at::Tensor();
+  at::Tensor gradInput = mask.get(0) ? like(input) : at::Tensor();
+  at::Tensor gradWeight = mask.get(1) ? like(weight) : at::Tensor();
   torch::jit::drop(*stack, 11);
   torch::jit::push(*stack, gradInput, gradWeight, gradBias);
 }
@@ -54,18 +64,7 @@ template <int N, int K>
 void gradientOf(const c10::OperatorHandle &, torch::jit::Stack *stack) {
   at::Tensor of = torch::jit::peek(*stack, K, N).toTensor();
   torch::jit::drop(*stack, N);
-  torch::jit::push(*stack, metaLike(of));
-}
-
-using at::Tensor;
-using c10::IntArrayRef;
-using TensorPair = std::tuple<Tensor, Tensor>;
-
-Tensor meta(IntArrayRef sizes, const Tensor &like, c10::ScalarType dtype) {
-  return at::empty(sizes, like.options().device(c10::kMeta).dtype(dtype));
-}
-Tensor meta(IntArrayRef sizes, const Tensor &like) {
-  return meta(sizes, like, like.scalar_type());
+  torch::jit::push(*stack, like(of));
 }
 
 /// `t`'s sizes with `dim` removed, or kept as 1 under keepdim (a 0-D `t`
@@ -141,8 +140,6 @@ Tensor segmentReduce(const Tensor &data, c10::string_view,
   return meta(sizes, data);
 }
 
-/// A result shaped like one of its arguments.
-Tensor like(const Tensor &t) { return meta(t.sizes(), t); }
 } // namespace
 
 TORCH_LIBRARY_IMPL(aten, Meta, m) {
