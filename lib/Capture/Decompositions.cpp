@@ -214,4 +214,5 @@ void registerDecompositions(torch::Library &m) {
 } // namespace
 
 TORCH_LIBRARY_IMPL(aten, AutogradCPU, m) { registerDecompositions(m); }
+TORCH_LIBRARY_IMPL(aten, AutogradMeta, m) { registerDecompositions(m); }
 TORCH_LIBRARY_IMPL(aten, AutogradCUDA, m) { registerDecompositions(m); }

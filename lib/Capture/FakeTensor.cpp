@@ -18,8 +18,13 @@ thread_local bool tlsFakeCuda = false;
 thread_local std::shared_ptr<Trace> tlsTrace;
 
 c10::DispatchKeySet fakeKeys(c10::Device device, bool deferred) {
+  // The meta backend bit makes libtorch take its paths for tensors without
+  // data (at::isTensorSubclassLike, as for torch's own FakeTensor): backward
+  // formulas and composites that would read values (prod's zeros, max's
+  // ties) compute without reading them. Autograd dispatches to AutogradMeta.
   auto ks = c10::DispatchKeySet(device.is_cuda() ? c10::DispatchKey::CUDA
                                                  : c10::DispatchKey::CPU) |
+            c10::DispatchKeySet(c10::BackendComponent::MetaBit) |
             c10::DispatchKeySet(c10::DispatchKey::Fake);
   if (deferred)
     ks = ks | c10::DispatchKeySet(c10::DispatchKey::DeferredInit);
@@ -45,6 +50,8 @@ std::string dataDependentShape(const std::string &name) {
                               "mask.sum()"},
       {"aten::_unique2", "keep the shape: torch.sort and a mask of where neighbours differ"},
       {"aten::unique_dim", "keep the shape: torch.sort and a mask of where neighbours differ"},
+      {"aten::bincount", "keep the shape: count into a known number of bins n, "
+                         "torch.zeros(n).scatter_add(0, x, torch.ones_like(x, dtype=torch.float))"},
       {"aten::unique_consecutive",
        "keep the shape: a mask of where neighbours differ (x[1:] != x[:-1])"}};
   auto it = ops.find(name);

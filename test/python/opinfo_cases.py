@@ -149,17 +149,15 @@ _TRACE = {
                                         "checks that var is positive)"),
 }
 
-_SCALAR_BACKWARD = ("its backward formula in libtorch 1.13 branches on values (zeros in the "
-                    "input, ties of the max: aten::_local_scalar_dense or nonzero)")
+_SCALAR_BACKWARD = ("its backward formula in libtorch 1.13 reads a value (the reduce mode's "
+                    "zeros, through aten::_local_scalar_dense) even for fake tensors")
 # Trace failures of the training step only.
 _TRACE_BACKWARD = {
     "nn.functional.embedding_bag": (
         "torch 1.13's meta kernel for _embedding_bag gives the CUDA kernel's offset2bag shape "
         "on meta tensors (the CPU runtime's shape check names it), and its CPU backward "
         "resizes a tensor in place"),
-    **{n: _SCALAR_BACKWARD for n in (
-        "cumprod", "median", "max.reduction_no_dim", "min.reduction_no_dim", "nanmedian",
-        "index_reduce", "prod", "scatter_reduce.prod", "masked.cumprod")},
+    **{n: _SCALAR_BACKWARD for n in ("index_reduce", "scatter_reduce.prod")},
 }
 
 STAGES = ("forward", "forward-dp2", "backward", "backward-dp2")
