@@ -137,8 +137,6 @@ _TRACE = {
     **{n: _DATA for n in ("combinations", "masked_select", "unique", "unique_consecutive",
                            "nonzero", "argwhere")},
     "chalf": "complex32 (ComplexHalf) has no tdx element type: complex64 and complex128 do",
-    "linalg.eigvals": ("libtorch 1.13 resizes an output tensor in place (linalg_eig_out), "
-                       "which fake tensors refuse; linalg.eig traces"),
     "istft": "torch 1.13 checks its window's overlap-add through aten::equal (reads data)",
     "sparse.sampled_addmm": "sparse tensors are not captured (tdx programs are dense)",
     "tensor_split": ("its split points are a tensor's values (the sample's), so the pieces' "

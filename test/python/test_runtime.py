@@ -420,3 +420,13 @@ def test_narrow_and_complex_dtypes_run_like_eager():
                 return super().forward(x, i)[:5]
         torch.manual_seed(0)
         tdx.compile(tdx.trace(tdx.deferred_init(NoComplex), x, i), target="cuda", progress=False)
+
+
+def test_opt_level_reaches_the_compiler_and_is_checked(tmp_path):
+    torch.manual_seed(0)
+    prog = tdx.trace(tdx.deferred_init(NarrowDtypes), torch.randn(4, 6), torch.zeros(4, 6).long())
+    with pytest.raises(ValueError, match="opt_level must be 0, 1, 2 or 3, not 5"):
+        tdx.compile(prog, opt_level=5)
+    exe = tdx.compile(prog, opt_level=0, progress=False)
+    x, i = torch.randn(4, 6), torch.randint(0, 60, (4, 6))
+    assert torch.equal(exe.run(x, i)[2], NarrowDtypes()(x, i)[2])

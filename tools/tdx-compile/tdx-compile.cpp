@@ -79,6 +79,11 @@ static cl::opt<std::string> cacheDir(
              "$TDX_CACHE_DIR, else ~/.cache/tdx/compile; --no-cache for none)"),
     cl::value_desc("DIR"), cl::cat(options));
 static cl::opt<bool> noCache("no-cache", cl::desc("compile without the cache"), cl::cat(options));
+static cl::opt<unsigned> optLevel(
+    "opt-level",
+    cl::desc("the C++/CUDA optimization level, 0 to 3 (default 2, for binaries you run; 0 "
+             "compiles a large program in a third of the time and runs slower: tests)"),
+    cl::init(2), cl::cat(options));
 static cl::opt<std::string> buildPch(
     "build-pch",
     cl::desc("precompile the CPU runtime's header into DIR (the build does this once into "
@@ -90,8 +95,8 @@ static SmallVector<std::string> cpuCompileCommand() {
   // GCC's points-to analysis is superlinear in the size of the one step
   // function (a training step's: 20 of 55 s); the kernels do not need it.
   // -fPIC: one precompiled header serves binaries and shared objects.
-  SmallVector<std::string> args = {kCompiler, "-std=c++17", "-O2", "-fPIC", "-fno-tree-pta",
-                                   "-ffp-contract=off"};
+  SmallVector<std::string> args = {kCompiler, "-std=c++17", "-O" + std::to_string(optLevel),
+                                   "-fPIC", "-fno-tree-pta", "-ffp-contract=off"};
   // Emitted kernels run on ATen's vector lanes; use the widest ATen's
   // headers offer that this machine runs (the binary is built where it runs).
   __builtin_cpu_init();
@@ -189,6 +194,10 @@ int main(int argc, char **argv) {
     errs() << "tdx-compile: unknown --target " << target << "; use cpu or cuda\n";
     return 2;
   }
+  if (optLevel > 3) {
+    errs() << "tdx-compile: --opt-level " << optLevel << " is not 0, 1, 2 or 3\n";
+    return 2;
+  }
   bool cuda = target == "cuda";
   if (cuda && shared) {
     errs() << "tdx-compile: --shared builds CPU programs only (the in-process runner is CPU's); "
@@ -273,7 +282,8 @@ int main(int argc, char **argv) {
   std::string artifact = cuda ? output : output + ".o";
   SmallVector<std::string> args, link;
   if (cuda) {
-    args = {kCudaCompiler, "-std=c++17", "-O2", "--fmad=false", "-arch=" + cudaArch,
+    args = {kCudaCompiler, "-std=c++17", "-O" + std::to_string(optLevel), "--fmad=false",
+            "-arch=" + cudaArch,
             "-DOMPI_SKIP_MPICXX=1", "-o", output, source};
     for (const char *dir : kCudaIncludes)
       args.push_back(std::string("-I") + dir);
