@@ -128,7 +128,10 @@ def test_spmd_misuse_is_named(tmp_path):
                 with compiled_step("dp2").start(local=True) as runner:
                     runner.train_step(x, y, lr=0.1)
         except tdx.TdxError as e:
-            print("ERROR", type(e).__name__, e, flush=True)
+            # One write per line: the ranks share mpirun's stdout, and
+            # print's pieces of two ranks can interleave.
+            sys.stdout.write("ERROR " + type(e).__name__ + " " + str(e) + "\\n")
+            sys.stdout.flush()
     """))
     done, _ = spmd(2, str(script), "world")
     assert done.returncode == 0, done.stderr[-3000:]
