@@ -199,6 +199,22 @@ def test_data_dependent_shapes_are_named_with_the_rewrite(op, aten, rewrite):
         tdx.trace(m, torch.randn(2, 4))
 
 
+class InPlacePow(torch.nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.p = torch.nn.Parameter(torch.ones(4))
+
+    def forward(self, x):
+        return (x * self.p).abs().pow_(3.0)
+
+
+def test_an_in_place_op_records_the_overload_with_its_arguments():
+    # pow_.Scalar(self, exponent)'s functional op is pow.Tensor_Scalar, not
+    # pow.Scalar(Scalar self, Tensor exponent), which shares its overload name.
+    prog = tdx.trace(tdx.deferred_init(InPlacePow), torch.randn(4))
+    assert "aten::pow.Scalar" not in prog.mlir and "tdx.pow" in prog.mlir, prog.mlir
+
+
 def test_capture_needs_a_deferred_module():
     with pytest.raises(tdx.CaptureError, match="tdx.deferred_init"):
         tdx.capture(torch.nn.Linear(2, 2))
