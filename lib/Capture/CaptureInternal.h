@@ -29,6 +29,22 @@ void registerProgramDialects(mlir::MLIRContext &ctx);
 /// The trace ops on this thread go to, or null.
 Trace *currentTrace();
 
+/// Calls `fn` on every tensor of `values` in order, a list's elements in its
+/// place (undefined tensors included: an output mask's absent gradient).
+template <typename Fn> void forEachTensor(const std::vector<c10::IValue> &values, Fn fn) {
+  for (const c10::IValue &v : values) {
+    if (v.isTensor())
+      fn(v.toTensor());
+    else if (v.isTensorList())
+      for (const at::Tensor &t : v.toTensorVector())
+        fn(t);
+    else if (v.isList())
+      for (const c10::IValue &e : v.toListRef())
+        if (e.isTensor())
+          fn(e.toTensor());
+  }
+}
+
 } // namespace tdx::capture
 
 #endif // TDX_LIB_CAPTURE_CAPTUREINTERNAL_H

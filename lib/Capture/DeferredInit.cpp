@@ -132,18 +132,11 @@ namespace tdx::capture {
 
 void snapshotResults(RecordedOp &op, std::vector<c10::IValue> values) {
   op.results = std::move(values);
-  auto snapshot = [&](const at::Tensor &t) {
+  forEachTensor(op.results, [&](const at::Tensor &t) {
     if (t.defined())
       op.resultMeta.push_back(TensorMeta{t.unsafeGetTensorImpl(), t.sizes().vec(),
                                          t.strides().vec(), t.storage_offset()});
-  };
-  for (const c10::IValue &v : op.results) {
-    if (v.isTensor())
-      snapshot(v.toTensor());
-    else if (v.isTensorList())
-      for (const at::Tensor &t : v.toTensorVector())
-        snapshot(t);
-  }
+  });
 }
 
 Recording *currentRecording() { return tlsRecording; }
@@ -165,24 +158,11 @@ void Recording::bindArgument(const at::Tensor &t) {
   alias.name = "tdx::alias";
   alias.arguments = {owner->second, c10::IValue(t.sizes().vec()),
                      c10::IValue(t.strides().vec()), c10::IValue(t.storage_offset())};
-  alias.results = {t};
+  snapshotResults(alias, {t});
   ops_.push_back(std::move(alias));
 }
 
 void Recording::record(RecordedOp op) {
-  auto forEachTensor = [](const std::vector<c10::IValue> &values, auto fn) {
-    for (const c10::IValue &v : values) {
-      if (v.isTensor())
-        fn(v.toTensor());
-      else if (v.isTensorList())
-        for (const at::Tensor &t : v.toTensorVector())
-          fn(t);
-      else if (v.isList())
-        for (const c10::IValue &e : v.toListRef())
-          if (e.isTensor())
-            fn(e.toTensor());
-    }
-  };
   forEachTensor(op.arguments, [&](const at::Tensor &t) { bindArgument(t); });
   forEachTensor(op.results, [&](const at::Tensor &t) {
     if (!t.defined() || !isFake(t))

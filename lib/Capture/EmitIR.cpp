@@ -28,6 +28,7 @@
 #include "mlir/Parser/Parser.h"
 #include "mlir/Pass/PassManager.h"
 #include "mlir/Transforms/Passes.h"
+#include "llvm/ADT/ScopeExit.h"
 #include "llvm/ADT/SetVector.h"
 
 #include <ATen/ATen.h>
@@ -118,14 +119,8 @@ void Functionalizer::run(const std::vector<RecordedOp> &ops, const std::vector<a
   for (const at::Tensor &t : outputs)
     read_.insert(t.unsafeGetTensorImpl());
   for (const RecordedOp &op : ops)
-    for (const c10::IValue &a : op.arguments) {
-      if (a.isTensor())
-        read_.insert(a.toTensor().unsafeGetTensorImpl());
-      else if (a.isList())
-        for (const c10::IValue &e : a.toListRef())
-          if (e.isTensor())
-            read_.insert(e.toTensor().unsafeGetTensorImpl());
-    }
+    forEachTensor(op.arguments,
+                  [&](const at::Tensor &t) { read_.insert(t.unsafeGetTensorImpl()); });
   // Each op is emitted with its tensors' metadata as it was when the op
   // ran (an in-place view op changes it later); the final metadata is put
   // back after.
@@ -142,14 +137,10 @@ void Functionalizer::run(const std::vector<RecordedOp> &ops, const std::vector<a
         m.impl->storage_offset() != m.offset)
       m.impl->set_sizes_and_strides(m.sizes, m.strides, m.offset);
   };
-  struct PutBack {
-    std::vector<TensorMeta> &metas;
-    std::function<void(const TensorMeta &)> put;
-    ~PutBack() {
-      for (const TensorMeta &m : metas)
-        put(m);
-    }
-  } putBack{final, restore};
+  auto putBack = llvm::make_scope_exit([&] {
+    for (const TensorMeta &m : final)
+      restore(m);
+  });
   for (const RecordedOp &op : ops) {
     for (const TensorMeta &m : op.resultMeta)
       restore(m);

@@ -273,11 +273,11 @@ void fakeFallback(const c10::OperatorHandle &op, c10::DispatchKeySet,
         what = "x[mask] (aten::index.Tensor with a boolean index)";
         dependent = dataDependentShape("aten::masked_select");
       }
-  if (const std::string &rewrite = dependent; !rewrite.empty())
+  if (!dependent.empty())
     TORCH_CHECK(false, "tdx: ", what,
                 "'s result has a shape that depends on the values of its input, which a static "
                 "program cannot hold (every tensor's shape is known at compile time); ",
-                rewrite);
+                dependent);
   c10::Device outDevice = explicitDevice ? *explicitDevice
                           : device       ? *device
                                          : c10::Device(c10::kCPU);

@@ -317,13 +317,7 @@ void Functionalizer::handle(const RecordedOp &op) {
   // The tensor results in order, a Tensor[] result's elements in its place
   // (as the runtime's callAten returns them).
   std::vector<at::Tensor> tensors;
-  for (const c10::IValue &r : op.results) {
-    if (r.isTensor())
-      tensors.push_back(r.toTensor());
-    else if (r.isTensorList())
-      for (const at::Tensor &t : r.toTensorVector())
-        tensors.push_back(t);
-  }
+  forEachTensor(op.results, [&](const at::Tensor &t) { tensors.push_back(t); });
   if (tensors.empty())
     return; // ops without tensor results change nothing we track
   SmallVector<Type> types;

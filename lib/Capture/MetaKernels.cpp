@@ -66,6 +66,9 @@ void gradientOf(const c10::OperatorHandle &, torch::jit::Stack *stack) {
   torch::jit::drop(*stack, N);
   torch::jit::push(*stack, like(of));
 }
+template <int N, int K> torch::CppFunction gradient() {
+  return torch::CppFunction::makeFromBoxedFunction<&gradientOf<N, K>>();
+}
 
 /// `t`'s sizes with `dim` removed, or kept as 1 under keepdim (a 0-D `t`
 /// stays 0-D).
@@ -143,20 +146,10 @@ Tensor segmentReduce(const Tensor &data, c10::string_view,
 } // namespace
 
 TORCH_LIBRARY_IMPL(aten, Meta, m) {
-  m.impl("convolution_backward", torch::CppFunction::makeFromBoxedFunction<&convolutionBackward>());
-  m.impl("_adaptive_avg_pool2d_backward",
-         torch::CppFunction::makeFromBoxedFunction<&gradientOf<2, 1>>());
-  m.impl("_adaptive_avg_pool3d_backward",
-         torch::CppFunction::makeFromBoxedFunction<&gradientOf<2, 1>>());
-  m.impl("smooth_l1_loss_backward", torch::CppFunction::makeFromBoxedFunction<&gradientOf<5, 1>>());
-  m.impl("_cdist_backward", torch::CppFunction::makeFromBoxedFunction<&gradientOf<5, 1>>());
-  m.impl("fractional_max_pool3d_backward",
-         torch::CppFunction::makeFromBoxedFunction<&gradientOf<5, 1>>());
+  // Linear algebra.
   m.impl("linalg_solve_triangular", [](const Tensor &a, const Tensor &b, bool, bool, bool) {
     return solveShape(a, b, "linalg.solve_triangular");
   });
-
-  // Linear algebra.
   m.impl("cholesky", [](const Tensor &self, bool) { return like(self); });
   m.impl("cholesky_inverse", [](const Tensor &self, bool) { return like(self); });
   m.impl("cholesky_solve", [](const Tensor &self, const Tensor &l, bool) {
@@ -323,17 +316,20 @@ TORCH_LIBRARY_IMPL(aten, Meta, m) {
     return meta({n * (n - 1) / 2}, self);
   });
   // Backward ops: each gradient has the shape of what it is the gradient of.
-  m.impl("max_pool3d_with_indices_backward",
-         torch::CppFunction::makeFromBoxedFunction<&gradientOf<8, 1>>());
-  m.impl("multi_margin_loss_backward", torch::CppFunction::makeFromBoxedFunction<&gradientOf<7, 1>>());
-  m.impl("multilabel_margin_loss_backward",
-         torch::CppFunction::makeFromBoxedFunction<&gradientOf<5, 1>>());
-  m.impl("_pdist_backward", torch::CppFunction::makeFromBoxedFunction<&gradientOf<4, 1>>());
+  m.impl("convolution_backward", torch::CppFunction::makeFromBoxedFunction<&convolutionBackward>());
+  m.impl("_adaptive_avg_pool2d_backward", gradient<2, 1>());
+  m.impl("_adaptive_avg_pool3d_backward", gradient<2, 1>());
+  m.impl("smooth_l1_loss_backward", gradient<5, 1>());
+  m.impl("_cdist_backward", gradient<5, 1>());
+  m.impl("fractional_max_pool3d_backward", gradient<5, 1>());
+  m.impl("max_pool3d_with_indices_backward", gradient<8, 1>());
+  m.impl("multi_margin_loss_backward", gradient<7, 1>());
+  m.impl("multilabel_margin_loss_backward", gradient<5, 1>());
+  m.impl("_pdist_backward", gradient<4, 1>());
   // torch registers its Python decomposition, which takes no grad_input,
   // as huber_loss_backward.out's meta kernel; the functional op calls that.
-  m.impl("huber_loss_backward", torch::CppFunction::makeFromBoxedFunction<&gradientOf<5, 1>>());
-  m.impl("rrelu_with_noise_backward",
-         torch::CppFunction::makeFromBoxedFunction<&gradientOf<7, 1>>());
+  m.impl("huber_loss_backward", gradient<5, 1>());
+  m.impl("rrelu_with_noise_backward", gradient<7, 1>());
   m.impl("unfold_backward", [](const Tensor &grad, IntArrayRef inputSizes, int64_t, int64_t,
                                int64_t) { return meta(inputSizes, grad); });
   m.impl("grid_sampler_2d_backward",

@@ -28,6 +28,15 @@ double roundTo(DType t, double v) {
   }
 }
 
+} // namespace
+
+bool tdx::rt::initProgramsMake(DType t) {
+  return t == DType::F32 || t == DType::F64 || t == DType::I64 || t == DType::I32 ||
+         t == DType::Bool;
+}
+
+namespace {
+
 int64_t linear(const int64_t *index, const std::vector<int64_t> &shape) {
   int64_t i = 0;
   for (size_t d = 0; d < shape.size(); ++d)

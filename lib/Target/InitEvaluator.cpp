@@ -41,13 +41,10 @@ namespace {
 using ::tdx::rt::DType;
 using ::tdx::rt::InitProgram;
 
-/// The dtype of `t` where init programs make it (InitProgram.cpp writes
-/// F32, F64, I64, I32 and BOOL).
+/// The dtype of `t` where init programs make it.
 std::optional<DType> dtypeOf(Type t) {
 #define TDX_DTYPE(Name, stored, bytes, aten, ctype, mlir, ir, runs)                                  \
-  if ((mlir) && runs &&                                                                            \
-      (DType::Name == DType::F32 || DType::Name == DType::F64 || DType::Name == DType::I64 ||      \
-       DType::Name == DType::I32 || DType::Name == DType::Bool))                                   \
+  if ((mlir) && runs && ::tdx::rt::initProgramsMake(DType::Name))                                  \
     return DType::Name;
 #include "tdx/Runtime/DTypes.def"
   return std::nullopt;

@@ -67,6 +67,9 @@ struct InitProgram {
   const Node &result() const { return nodes.back(); }
 };
 
+/// Whether init programs make tensors of `t` (fillBox writes them).
+bool initProgramsMake(DType t);
+
 /// `program` with `seed` mixed (xor) into every random op's seed: --seed S
 /// of a model binary; S = 0 is the init the program was captured with.
 InitProgram withSeed(InitProgram program, uint64_t seed);
