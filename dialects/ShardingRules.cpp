@@ -66,7 +66,16 @@ constexpr bool isAdditive() {
 ShardingRule CmpOp::getShardingRule() { return ShardingRule::broadcast(*this); }
 ShardingRule WhereOp::getShardingRule() { return ShardingRule::broadcast(*this); }
 ShardingRule GeluOp::getShardingRule() { return ShardingRule::broadcast(*this); }
-ShardingRule CastOp::getShardingRule() { return ShardingRule::broadcast(*this); }
+/// A widening float cast (bf16 -> f32) is exact, so a sum of its results is
+/// its result of the sum, computed in the wider type: mixed precision's
+/// gradients are summed after the cast back to the parameter's dtype.
+ShardingRule CastOp::getShardingRule() {
+  ShardingRule rule = ShardingRule::broadcast(*this);
+  auto from = dyn_cast<FloatType>(tensorType(getInput()).getElementType());
+  auto to = dyn_cast<FloatType>(tensorType(getResult()).getElementType());
+  rule.linear = from && to && to.getWidth() > from.getWidth();
+  return rule;
+}
 
 ShardingRule EmptyOp::getShardingRule() { return creationRule(*this); }
 ShardingRule FullOp::getShardingRule() { return creationRule(*this); }

@@ -51,6 +51,10 @@ def Tdx_Dialect : Dialect {
     static constexpr ::llvm::StringLiteral kGlobalTypeAttrName = "tdx.global_type";
     /// A module whose types are per-rank (unit).
     static constexpr ::llvm::StringLiteral kPartitionedAttrName = "tdx.partitioned";
+    /// On the module: the element type every collective that sums runs in
+    /// when its value is a narrower float (a TypeAttr: mixed precision's
+    /// reduce_dtype, honored by tdx-widen-reductions).
+    static constexpr ::llvm::StringLiteral kReduceTypeAttrName = "tdx.reduce_type";
     /// The payload a collective moves per rank (i64 bytes).
     static constexpr ::llvm::StringLiteral kPayloadBytesAttrName = "tdx.payload_bytes";
     /// The memory plan (tdx-plan-memory): where in the step's arena each

@@ -76,6 +76,13 @@ static LogicalResult verifyTdxAttribute(Operation *op, NamedAttribute attr, bool
     return isa<UnitAttr>(value) ? success() : wrong("a unit attribute");
   if (name == TdxDialect::kPayloadBytesAttrName)
     return isa<IntegerAttr>(value) ? success() : wrong("an integer");
+  if (name == TdxDialect::kReduceTypeAttrName) {
+    auto type = dyn_cast<TypeAttr>(value);
+    auto f = type ? dyn_cast<FloatType>(type.getValue()) : FloatType();
+    if (!f || f.getWidth() < 32 || !isa<ModuleOp>(op))
+      return wrong("f32 or f64 on a module");
+    return success();
+  }
   if (name == TdxDialect::kArenaAttrName) {
     auto offsets = dyn_cast<DenseI64ArrayAttr>(value);
     if (!offsets || offsets.size() != static_cast<int64_t>(op->getNumResults()))
@@ -113,7 +120,8 @@ static LogicalResult verifyTdxAttribute(Operation *op, NamedAttribute attr, bool
                          << TdxDialect::kArenaAttrName << "', '"
                          << TdxDialect::kArenaBytesAttrName << "', '"
                          << TdxDialect::kStepBytesAttrName << "' and '"
-                         << TdxDialect::kPartAttrName << "' on ops";
+                         << TdxDialect::kPartAttrName << "' on ops, and '"
+                         << TdxDialect::kReduceTypeAttrName << "' on a module";
 }
 
 LogicalResult TdxDialect::verifyOperationAttribute(Operation *op, NamedAttribute attr) {

@@ -19,7 +19,7 @@ using namespace mlir::tdx;
 namespace {
 
 struct Entry {
-  std::string kind, location;
+  std::string kind, location, dtype;
   SmallVector<std::string> axes;
   int64_t groupSize = 1;
   int64_t bytes = 0;
@@ -76,6 +76,8 @@ struct CommReportPass : public mlir::tdx::impl::CommReportBase<CommReportPass> {
           e.groupSize *= mesh.getShape()[mesh.getAxisIndex(a)];
       }
       e.bytes = payloadBytes(op);
+      llvm::raw_string_ostream(e.dtype)
+          << cast<ShapedType>(op->getOperand(0).getType()).getElementType();
       std::string loc;
       llvm::raw_string_ostream os(loc);
       if (auto fl = dyn_cast<FileLineColLoc>(op->getLoc()))
@@ -111,19 +113,22 @@ struct CommReportPass : public mlir::tdx::impl::CommReportBase<CommReportPass> {
                                            {"mesh_axes", std::move(axes)},
                                            {"group_size", e.groupSize},
                                            {"bytes", e.bytes},
+                                           {"dtype", e.dtype},
                                            {"location", e.location}});
       }
       os << llvm::json::Value(std::move(array)) << "\n";
     } else {
       os << llvm::left_justify("collective", 16) << llvm::left_justify("mesh axes", 14)
-         << llvm::left_justify("group", 7) << "bytes per rank\n";
+         << llvm::left_justify("group", 7) << llvm::left_justify("bytes per rank", 16)
+         << "dtype\n";
       for (const Entry &e : entries) {
         std::string axes;
         for (auto [i, a] : llvm::enumerate(e.axes))
           axes += (i ? "," : "") + a;
         os << llvm::left_justify(e.kind, 16) << llvm::left_justify(axes, 14)
            << llvm::left_justify(std::to_string(e.groupSize), 7)
-           << (e.bytes < 0 ? std::string("?") : std::to_string(e.bytes)) << "\n";
+           << llvm::left_justify(e.bytes < 0 ? std::string("?") : std::to_string(e.bytes), 16)
+           << e.dtype << "\n";
       }
       os << "total: " << entries.size() << " collective(s), " << total
          << " bytes per rank per forward step\n";

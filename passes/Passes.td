@@ -185,6 +185,25 @@ def Partition : Pass<"tdx-partition", "::mlir::ModuleOp"> {
   }];
 }
 
+def WidenReductions : Pass<"tdx-widen-reductions", "::mlir::ModuleOp"> {
+  let summary = "Sum every collective's narrow floats in the module's reduce type";
+  let description = [{
+    Mixed precision's `reduce_dtype`: on a partitioned module whose
+    `tdx.reduce_type` is a float type (or with `reduce-type=f32`), every
+    collective that sums (`tdx.all_reduce`, `tdx.reduce_scatter`) on a
+    narrower float becomes a cast to that type, the collective on it, and a
+    cast back, so tensor and sequence parallelism's reductions sum in it as
+    the data-parallel gradients' do. Its `tdx.payload_bytes` grows with the
+    element. Without a reduce type the pass does nothing.
+
+    ```
+    tdx-opt step.mlir --tdx-partition --tdx-widen-reductions=reduce-type=f32
+    ```
+  }];
+  let options = [Option<"reduceType", "reduce-type", "std::string", "\"\"",
+                        "The float type to sum in (f32, f64), over the module's tdx.reduce_type">];
+}
+
 def PrefetchAllGathers : Pass<"tdx-prefetch-all-gathers", "::mlir::ModuleOp"> {
   let summary = "Start each parameter's all_gather while the ops before it run";
   let description = [{

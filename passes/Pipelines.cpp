@@ -50,6 +50,7 @@ void mlir::tdx::buildSpmdPipeline(OpPassManager &pm) {
   pm.addPass(createInsertCollectives());
   pm.addPass(createFoldMesh());
   pm.addPass(createPartition());
+  pm.addPass(createWidenReductions());
   pm.addPass(createPrefetchAllGathers());
   pm.addPass(createHoistCollectives());
   pm.addPass(createScheduleWaits());

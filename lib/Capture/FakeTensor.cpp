@@ -22,10 +22,15 @@ c10::DispatchKeySet fakeKeys(c10::Device device, bool deferred) {
   // data (at::isTensorSubclassLike, as for torch's own FakeTensor): backward
   // formulas and composites that would read values (prod's zeros, max's
   // ties) compute without reading them. Autograd dispatches to AutogradMeta.
+  // TensorImpl adds the autocast key of the highest backend only (meta has
+  // none): the device's is added here, so torch.autocast regions record
+  // their casts as on a real tensor of the device.
   auto ks = c10::DispatchKeySet(device.is_cuda() ? c10::DispatchKey::CUDA
                                                  : c10::DispatchKey::CPU) |
             c10::DispatchKeySet(c10::BackendComponent::MetaBit) |
-            c10::DispatchKeySet(c10::DispatchKey::Fake);
+            c10::DispatchKeySet(c10::DispatchKey::Fake) |
+            c10::DispatchKeySet(device.is_cuda() ? c10::DispatchKey::AutocastCUDA
+                                                 : c10::DispatchKey::AutocastCPU);
   if (deferred)
     ks = ks | c10::DispatchKeySet(c10::DispatchKey::DeferredInit);
   return ks;

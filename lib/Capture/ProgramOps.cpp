@@ -180,6 +180,13 @@ void Module::setMeshRanks(const std::string &meshName, const std::vector<int64_t
   transaction.commit();
 }
 
+void Module::setReduceType(const std::string &type) {
+  auto t = dyn_cast_or_null<FloatType>(parseType(type, &impl->ctx));
+  if (!t || t.getWidth() < 32)
+    throw CaptureError("tdx: reduce type '" + type + "': give f32 or f64");
+  (*impl->module)->setAttr(TdxDialect::kReduceTypeAttrName, TypeAttr::get(t));
+}
+
 void Module::annotate(const std::string &target, const std::string &meshName,
                       const std::vector<int64_t> &shape, const std::vector<std::string> &axes,
                       const std::string &placements, int64_t priority) {
@@ -255,6 +262,16 @@ void Module::annotate(const std::string &target, const std::string &meshName,
   transaction.commit();
 }
 
+/// A float cast to a narrower float (mixed precision's `p.to(bf16)`).
+static bool isNarrowingCast(Operation *op) {
+  auto cast = dyn_cast<CastOp>(op);
+  if (!cast)
+    return false;
+  auto from = dyn_cast<FloatType>(cast.getInput().getType().getElementType());
+  auto to = dyn_cast<FloatType>(cast.getResult().getType().getElementType());
+  return from && to && to.getWidth() < from.getWidth();
+}
+
 void Module::annotateUses(const std::string &param, const std::string &meshName,
                           const std::string &placements, bool reads) {
   Transaction transaction(*impl);
@@ -284,7 +301,17 @@ void Module::annotateUses(const std::string &param, const std::string &meshName,
     if (ref.getName() != param)
       return;
     if (reads) {
-      users.push_back(ref);
+      // Mixed precision reads a parameter as its cast to the compute dtype:
+      // gathering the cast moves the narrow bytes (FSDP2's order), and the
+      // update reads the float32 shard it stores.
+      bool narrowed = false;
+      for (Operation *user : ref->getUsers())
+        if (isNarrowingCast(user)) {
+          users.push_back(user);
+          narrowed = true;
+        }
+      if (!narrowed)
+        users.push_back(ref);
       return;
     }
     for (Operation *user : ref->getUsers())

@@ -7,6 +7,7 @@ import torch
 
 from . import _C
 from .errors import CaptureError
+from .precision import computing_in
 
 __all__ = ["Program", "capture", "trace"]
 
@@ -41,6 +42,7 @@ class Program:
         prog._module = self._module.clone()
         prog.hyperparameters = dict(getattr(self, "hyperparameters", {}))
         prog._model = getattr(self, "_model", None)
+        prog._retrace = getattr(self, "_retrace", None)
         return prog
 
     def __repr__(self):
@@ -145,7 +147,8 @@ class Program:
 
     def comm_report(self):
         """The collectives of one forward step: a list of dicts with ``kind``,
-        ``mesh_axes``, ``bytes`` (per rank), ``group_size`` and ``location``.
+        ``mesh_axes``, ``bytes`` (per rank), ``dtype`` (the element type it
+        moves: "f32", "bf16", ...), ``group_size`` and ``location``.
         The program itself is not changed."""
         from .sharding import _comm_report
         return _comm_report(self)
@@ -250,7 +253,7 @@ def _fake_inputs(values, what, fn):
     return inputs
 
 
-def trace(module, *example_inputs):
+def trace(module, *example_inputs, _mixed_precision=None):
     """Like :func:`capture`, plus ``func.func @forward`` recorded from
     ``module(*example_inputs)`` on fake tensors (the inputs' values are never
     read; only shapes and dtypes matter). Parameters are read by qualified
@@ -260,7 +263,8 @@ def trace(module, *example_inputs):
     inputs = _fake_inputs(example_inputs, "example input", "trace")
     log = _C.Trace()
     before = len(recording)
-    with _python_guards(fake_cuda=True), _C.TraceMode(log):
+    with _python_guards(fake_cuda=True), _C.TraceMode(log), \
+            computing_in(module, _mixed_precision):
         out = module(*inputs)
     if len(recording) != before:
         raise CaptureError("the forward pass changed the module's deferred state")
@@ -268,4 +272,5 @@ def trace(module, *example_inputs):
     prog = Program(recording.to_mlir(entries, log, inputs, outputs))
     prog.forward_op_names = log.op_names()
     prog._model = module
+    prog._retrace = lambda policy: trace(module, *example_inputs, _mixed_precision=policy)
     return prog

@@ -10,6 +10,7 @@ import tempfile
 import torch
 
 from .errors import CaptureError
+from .precision import MixedPrecision, retraced
 
 __all__ = [
     "DeviceMesh", "init_device_mesh", "Shard", "Replicate", "Partial",
@@ -161,7 +162,7 @@ def _partition(prog):
 
 
 def _comm_report(prog):
-    """[{kind, mesh_axes, bytes, group_size, location}] for one forward step;
+    """[{kind, mesh_axes, bytes, dtype, group_size, location}] for one step;
     partitions a copy of the program first if needed."""
     work = prog.copy()
     if not work.is_partitioned:
@@ -296,7 +297,7 @@ class SequenceParallel(_Style):
         self.seq_dim = seq_dim
 
 
-def parallelize(prog, mesh, plan, *, data_parallel=None, zero=0, fold=()):
+def parallelize(prog, mesh, plan, *, data_parallel=None, zero=0, fold=(), mixed_precision=None):
     """Places a traced program by a plan: ``plan`` maps module name patterns
     (fnmatch, ``"layers.*.attn.wq"``) to ColwiseParallel(), RowwiseParallel(),
     SequenceParallel() or VocabParallel() over their mesh axis (default
@@ -323,11 +324,25 @@ def parallelize(prog, mesh, plan, *, data_parallel=None, zero=0, fold=()):
     the other axes, and every folding of one mesh and plan gives bitwise the
     same results (losses, parameters, dropout), where the unfolded axes have
     at most 2 ranks and every run uses the same ``threads``: a 2x2 mesh run
-    on 1, 2 (either axis) or 4 processes. Returns the program."""
+    on 1, 2 (either axis) or 4 processes.
+
+    ``mixed_precision`` (a :class:`tdx.MixedPrecision`) is FSDP2's policy:
+    the step is recorded again with every floating-point parameter read as
+    ``p.to(param_dtype)`` (so the forward and backward compute in
+    ``param_dtype``, and the gradient reaches the float32 parameter cast
+    back by the cast's backward), parameters and optimizer state stay
+    float32 as placed, and every collective inserted that sums (gradient
+    reductions, tensor and sequence parallelism's) sums in ``reduce_dtype``.
+    Under ZeRO-3 the cast comes before the all-gather, which moves
+    ``param_dtype`` bytes. Give it on the first ``parallelize`` of a freshly
+    traced program. Returns the program."""
     if not isinstance(mesh, DeviceMesh):
         raise TypeError(f"parallelize takes a tdx.DeviceMesh, got {type(mesh).__name__}")
     if zero not in (0, 1, 2, 3):
         raise ValueError(f"zero must be 0, 1, 2 or 3, got {zero!r}")
+    if mixed_precision is not None and not isinstance(mixed_precision, MixedPrecision):
+        raise TypeError(f"mixed_precision takes a tdx.MixedPrecision, got "
+                        f"{type(mixed_precision).__name__}")
     fold = (fold,) if isinstance(fold, str) else tuple(fold)
     for axis in fold:
         if axis not in mesh.mesh_dim_names:
@@ -340,6 +355,8 @@ def parallelize(prog, mesh, plan, *, data_parallel=None, zero=0, fold=()):
     if zero and prog._module.entry() != "train_step":
         raise ValueError("zero places optimizer state: trace the training step with "
                          "tdx.trace_train_step first")
+    if mixed_precision is not None:
+        retraced(prog, mixed_precision)
     params = prog.parameters()
     placed = {}
     used = set()

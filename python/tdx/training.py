@@ -5,6 +5,7 @@ import torch
 
 from . import _C
 from .errors import CaptureError
+from .precision import computing_in
 from .program import Program, _checked_entries, _fake_inputs
 
 __all__ = ["trace_train_step"]
@@ -172,7 +173,7 @@ def _with_hyperparameters(texts, names, values, probes):
 
 
 def trace_train_step(model, optimizer, loss_fn, *batch, max_grad_norm=None, hyperparameters=(),
-                     accumulation_steps=1):
+                     accumulation_steps=1, _mixed_precision=None):
     """Records one training step of a deferred-init ``model`` into
     ``func.func @train_step(batch...) -> loss``: ``loss_fn(model, *batch)``
     (a scalar), its gradients by libtorch's autograd on fake tensors (eager's
@@ -209,6 +210,7 @@ def trace_train_step(model, optimizer, loss_fn, *batch, max_grad_norm=None, hype
     micro-batches stacked, ``(k, B, ...)`` (``exe.train`` and the runner
     take the concatenated ``(k * B, ...)`` and stack them)."""
     from .deferred import _python_guards
+    given = batch
     if not isinstance(optimizer, torch.optim.Optimizer):
         raise TypeError(f"trace_train_step takes a torch.optim optimizer, got "
                         f"{type(optimizer).__name__}")
@@ -274,7 +276,8 @@ def trace_train_step(model, optimizer, loss_fn, *batch, max_grad_norm=None, hype
         try:
             with _python_guards(fake_cuda=True), _C.TraceMode(log):
                 trained = [p for p in params if p.requires_grad]
-                loss, grads = _accumulated(model, loss_fn, inputs, trained, k)
+                with computing_in(model, _mixed_precision):
+                    loss, grads = _accumulated(model, loss_fn, inputs, trained, k)
                 with torch.no_grad():
                     for p, g in zip(trained, grads):
                         p.grad = g
@@ -313,6 +316,10 @@ def trace_train_step(model, optimizer, loss_fn, *batch, max_grad_norm=None, hype
                             for n in names_hp}
     prog.accumulation_steps = k
     prog._model = model
+    prog._retrace = lambda policy: trace_train_step(
+        model, optimizer, loss_fn, *given, max_grad_norm=max_grad_norm,
+        hyperparameters=hyperparameters, accumulation_steps=accumulation_steps,
+        _mixed_precision=policy)
     return prog
 
 

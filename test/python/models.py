@@ -87,10 +87,12 @@ def rotary_tables(dim, context, theta=10000.0):
 
 
 def apply_rotary(x, cos, sin):
-    x1, x2 = x[..., 0::2], x[..., 1::2]
+    # In float32, back in x's dtype (as Meta's LLaMA does with type_as).
+    xf = x.float()
+    x1, x2 = xf[..., 0::2], xf[..., 1::2]
     t = x.shape[-2]
     c, s = cos[:t], sin[:t]
-    return torch.stack((x1 * c - x2 * s, x1 * s + x2 * c), dim=-1).flatten(-2)
+    return torch.stack((x1 * c - x2 * s, x1 * s + x2 * c), dim=-1).flatten(-2).type_as(x)
 
 
 class LlamaBlock(nn.Module):

@@ -298,6 +298,9 @@ public:
   /// Folds mesh axes (`tdx.mesh ... ranks`): axis i runs on `ranks[i]`
   /// processes, 1 (each rank computes every shard of it) or its size.
   void setMeshRanks(const std::string &meshName, const std::vector<int64_t> &ranks);
+  /// Mixed precision's reduce dtype: every collective that sums a narrower
+  /// float sums in `type` ("f32", "f64"; the module's `tdx.reduce_type`).
+  void setReduceType(const std::string &type);
   struct MeshInfo {
     std::string name;
     std::vector<int64_t> shape;
