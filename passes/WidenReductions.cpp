@@ -30,7 +30,7 @@ struct WidenReductionsPass
       wide = dyn_cast_or_null<FloatType>(t);
       if (!wide || wide.getWidth() < 32) {
         module.emitError() << "tdx-widen-reductions: reduce-type '" << reduceType
-                           << "' is not a float type; give f32 or f64";
+                           << "' is not a float type of 32 bits or more; give f32 or f64";
         return signalPassFailure();
       }
     } else if (auto attr = module->getAttrOfType<TypeAttr>(TdxDialect::kReduceTypeAttrName)) {
@@ -64,6 +64,15 @@ struct WidenReductionsPass
       op->getResult(0).replaceAllUsesExcept(down, down);
       if (auto shardings = op->getAttrOfType<ArrayAttr>(TdxDialect::kShardingsAttrName))
         down->setAttr(TdxDialect::kShardingsAttrName, shardings);
+      // A sum cast back up (a bf16 gradient going to its fp32 parameter)
+      // reads the wide sum itself, not its rounding.
+      for (Operation *user : llvm::make_early_inc_range(down->getUsers()))
+        if (auto up = dyn_cast<CastOp>(user); up && up.getType() == op->getResult(0).getType()) {
+          up.getResult().replaceAllUsesWith(op->getResult(0));
+          up->erase();
+        }
+      if (down->use_empty())
+        down->erase();
       if (auto bytes = op->getAttrOfType<IntegerAttr>(TdxDialect::kPayloadBytesAttrName))
         op->setAttr(TdxDialect::kPayloadBytesAttrName,
                     b.getI64IntegerAttr(bytes.getInt() / elementBytes(inType.getElementType()) *

@@ -304,8 +304,15 @@ Value Functionalizer::applyView(Value base, const View &view, const at::Tensor &
       s = ReshapeOp::create(b, loc, type, s, b.getDenseI64ArrayAttr(type.getShape()));
     return s;
   }
-  if (!view.op)
-    return base.getType() == type ? base : reshapeOrStrided(base, view, type);
+  if (!view.op) {
+    // The same elements only where the alias lays out the storage as its
+    // base does: a square matrix's transpose has the base's type too.
+    const at::Tensor &of = view.base;
+    bool same = base.getType() == type && of.sizes() == c10::IntArrayRef(view.sizes) &&
+                of.strides() == c10::IntArrayRef(view.strides) &&
+                of.storage_offset() == view.offset;
+    return same ? base : reshapeOrStrided(base, view, type);
+  }
   const RecordedOp &op = *view.op;
   const std::string &n = op.name;
   const auto &a = op.arguments;
@@ -533,13 +540,27 @@ std::string captureToMlir(const Recording &recording, const std::vector<StateEnt
         name = it->second;
       } else {
         auto st = nameOfStorage.find(t.storage().unsafeGetStorageImpl());
-        if (st == nameOfStorage.end() || st->second.second.sizes() != t.sizes())
+        if (st == nameOfStorage.end())
           return {};
         name = st->second.first;
         declared = st->second.second;
       }
-      return ParamRefOp::create(b, loc, tensorType(b, declared),
-                                FlatSymbolRefAttr::get(&ctx, name));
+      Value ref = ParamRefOp::create(b, loc, tensorType(b, declared),
+                                     FlatSymbolRefAttr::get(&ctx, name));
+      if (t.sizes() == declared.sizes() && t.strides() == declared.strides() &&
+          t.storage_offset() == declared.storage_offset())
+        return ref;
+      // Another view of the parameter's storage that no recorded op made
+      // (autograd's saved `weight.t()`, detached): as_strided of it, never
+      // the parameter itself (a square weight's transpose has its shape).
+      SmallVector<NamedAttribute> args = {
+          b.getNamedAttr("size", b.getDenseI64ArrayAttr(t.sizes().vec())),
+          b.getNamedAttr("stride", b.getDenseI64ArrayAttr(t.strides().vec())),
+          b.getNamedAttr("storage_offset", b.getI64IntegerAttr(t.storage_offset()))};
+      return AtenOp::create(b, loc, TypeRange{tensorType(b, t)},
+                            b.getStringAttr("aten::as_strided"), ValueRange{ref},
+                            b.getDictionaryAttr(args))
+          ->getResult(0);
     };
     for (auto [i, t] : llvm::enumerate(forward->inputs))
       g.bindInput(t, entry->getArgument(i));

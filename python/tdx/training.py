@@ -328,15 +328,21 @@ def _accumulated(model, loss_fn, inputs, trained, k):
     whole batch, or (k > 1) eager's accumulation over the k micro-batches
     stacked in dim 0 of each input: grad of loss_i / k summed in order, and
     the mean of the losses."""
-    total, grads = None, None
+    total = None
+    for p in trained:
+        p.grad = None
     for i in range(k):
         micro = [x.narrow(0, i, 1).reshape(x.shape[1:]) for x in inputs] if k > 1 else inputs
         loss = loss_fn(model, *micro)
         if not isinstance(loss, torch.Tensor) or loss.dim() != 0:
             raise CaptureError("loss_fn must return a scalar (0-D) tensor")
-        step = torch.autograd.grad(loss / k if k > 1 else loss, trained, allow_unused=True)
+        # backward(), as eager's loop calls it (torch.utils.checkpoint's
+        # reentrant form refuses autograd.grad): the parameters' .grad
+        # accumulate as eager's do.
+        (loss / k if k > 1 else loss).backward()
         with torch.no_grad():
-            grads = step if grads is None else tuple(
-                b if a is None else a if b is None else a + b for a, b in zip(grads, step))
             total = loss.detach() if total is None else total + loss.detach()
+    grads = tuple(p.grad for p in trained)
+    for p in trained:
+        p.grad = None
     return (total / k if k > 1 else total), grads

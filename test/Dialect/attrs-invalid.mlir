@@ -75,7 +75,7 @@ func.func @unknown_mesh(%x: tensor<8x8xf32>) -> tensor<8x8xf32> {
 // -----
 
 // The dialect's discardable attributes are checked where they appear.
-// expected-error @+1 {{unknown tdx attribute 'tdx.shardingz'; tdx puts 'tdx.shardings', 'tdx.partitioned', 'tdx.payload_bytes', 'tdx.arena', 'tdx.arena_bytes', 'tdx.step_bytes' and 'tdx.part' on ops}}
+// expected-error @+1 {{unknown tdx attribute 'tdx.shardingz'; tdx puts 'tdx.shardings', 'tdx.partitioned', 'tdx.payload_bytes', 'tdx.arena', 'tdx.arena_bytes', 'tdx.step_bytes' and 'tdx.part' on ops, and 'tdx.reduce_type' on a module}}
 func.func @misspelled() attributes {tdx.shardingz = 1} { return }
 
 // -----
@@ -105,3 +105,9 @@ func.func @negative_priority(%x: tensor<4xf32> {tdx.sharding_priority = -1 : i64
 
 // expected-error @+1 {{'tdx.sharding_priority' must be an i64 priority >= 0, got "dp"}}
 func.func @priority_not_integer(%x: tensor<4xf32> {tdx.sharding_priority = "dp"}) { return }
+
+// -----
+
+// expected-error @+1 {{'tdx.reduce_type' must be f32 or f64 on a module, got bf16}}
+module attributes {tdx.reduce_type = bf16} {
+}

@@ -2,7 +2,7 @@
 // RUN: tdx-opt %s --tdx-comm-report=format=json -o /dev/null | FileCheck %s --check-prefix=JSON
 // RUN: not tdx-opt %s --tdx-comm-report=format=xml -o /dev/null 2>&1 | FileCheck %s --check-prefix=FORMAT
 
-// CHECK:      collective      mesh axes     group  bytes per rank
+// CHECK:      collective      mesh axes     group  bytes per rank  dtype
 // CHECK-NEXT: all_gather      tp            4      128
 // CHECK-NEXT: all_reduce      dp,tp         8      2048
 // CHECK-NEXT: reduce_scatter  dp            2      512
@@ -10,7 +10,7 @@
 // CHECK-NEXT: broadcast       dp            2      64
 // CHECK-NEXT: total: 5 collective(s), 2880 bytes per rank per forward step
 
-// JSON: [{"bytes":128,"group_size":4,"kind":"all_gather","location":"{{.*}}comm-report.mlir:19:8","mesh_axes":["tp"]},{"bytes":2048,"group_size":8,"kind":"all_reduce",{{.*}}"mesh_axes":["dp","tp"]},{{.*}}"kind":"broadcast"{{.*}}}]
+// JSON: [{"bytes":128,"dtype":"f32","group_size":4,"kind":"all_gather","location":"{{.*}}comm-report.mlir:19:8","mesh_axes":["tp"]},{"bytes":2048,"dtype":"f32","group_size":8,"kind":"all_reduce",{{.*}}"mesh_axes":["dp","tp"]},{{.*}}"kind":"broadcast"{{.*}}}]
 
 // FORMAT: error: tdx-comm-report: unknown format 'xml'; use 'table' or 'json'
 

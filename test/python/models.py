@@ -5,6 +5,7 @@ import math
 import torch
 import torch.nn as nn
 import torch.nn.functional as F
+import torch.utils.checkpoint
 
 
 # --- GPT-2 style: tied embeddings, _init_weights after construction --------
@@ -38,8 +39,12 @@ class GPT2Block(nn.Module):
 
 
 class GPT2(nn.Module):
-    def __init__(self, vocab=128, d=32, heads=4, layers=2, context=16, dropout=0.0):
+    def __init__(self, vocab=128, d=32, heads=4, layers=2, context=16, dropout=0.0,
+                 checkpoint=None):
         super().__init__()
+        # torch.utils.checkpoint around each block: None, "reentrant" or
+        # "non-reentrant" (use_reentrant=False).
+        self.checkpoint = checkpoint
         self.wte = nn.Embedding(vocab, d)
         self.wpe = nn.Embedding(context, d)
         self.drop = nn.Dropout(dropout)
@@ -64,7 +69,11 @@ class GPT2(nn.Module):
         t = ids.shape[1]
         x = self.drop(self.wte(ids) + self.wpe(torch.arange(t)))
         for block in self.h:
-            x = block(x)
+            if self.checkpoint:
+                x = torch.utils.checkpoint.checkpoint(
+                    block, x, use_reentrant=self.checkpoint == "reentrant")
+            else:
+                x = block(x)
         return self.lm_head(self.ln_f(x))
 
 

@@ -302,3 +302,38 @@ def test_the_enums_python_reads_are_the_dialects():
         f"add them to dialectEnums() in lib/Capture/ProgramOps.cpp")
     assert enums["ReduceKind"] == ["sum", "avg", "max", "min"]
     assert enums["CmpPredicate"][2] == "lt"
+
+
+def test_a_saved_transpose_of_a_square_weight_is_not_the_weight():
+    # torch.utils.checkpoint(use_reentrant=False) saves what its recompute
+    # makes through detach(): autograd's saved `weight.t()` of a square
+    # Linear reaches the trace as a view of the weight's storage that no
+    # recorded op made. It has the weight's shape, but not its layout: the
+    # backward must read the transpose (it read the weight itself, and the
+    # gradients were wrong).
+    import torch.utils.checkpoint as checkpoint
+
+    class Square(torch.nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.a = torch.nn.Linear(8, 8)
+            self.b = torch.nn.Linear(8, 8)
+
+        def forward(self, x):
+            return checkpoint.checkpoint(lambda h: self.b(self.a(h)), x, use_reentrant=False)
+
+    torch.manual_seed(0)
+    model = tdx.deferred_init(Square)
+    opt = torch.optim.SGD(model.parameters(), lr=1.0)
+    prog = tdx.trace_train_step(model, opt, lambda m, x: m(x).square().sum(), torch.randn(4, 8))
+    strided = re.findall(r'"aten::as_strided"\(%\w+\) \{args = \{size = array<i64: 8, 8>, '
+                         r'storage_offset = 0 : i64, stride = array<i64: 1, 8>\}\}', prog.mlir)
+    assert strided, prog.mlir
+    torch.manual_seed(0)
+    eager = Square()
+    x = torch.randn(4, 8)
+    start = {k: v.detach().clone() for k, v in eager.named_parameters()}
+    eager(x).square().sum().backward()
+    _, state = tdx.compile(prog).train([(x,)], params=start)
+    for name, p in eager.named_parameters():
+        assert torch.allclose(start[name] - state[name], p.grad, rtol=1e-5, atol=1e-6), name

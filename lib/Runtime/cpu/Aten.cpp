@@ -77,6 +77,15 @@ tdx::rt::callAten(const std::string &schema, const std::vector<at::Tensor> &tens
                      [&](const c10::Argument &a) { return a.name() == kv.first; }))
       throw std::runtime_error("tdx: " + schema + " has no argument '" + kv.first +
                                "'; its schema is " + c10::toString(fs));
+  // as_strided reads the storage of its input: in a program that is the
+  // value's elements in row-major order from offset 0, whatever view of
+  // another value (a transpose, a slice) holds them here.
+  bool readsStorage = name == "aten::as_strided" || name == "aten::as_strided_scatter";
+  auto operand = [&](const at::Tensor &t) {
+    return readsStorage && t.defined() && !(t.is_contiguous() && t.storage_offset() == 0)
+               ? t.clone(at::MemoryFormat::Contiguous)
+               : t;
+  };
   torch::jit::Stack stack;
   size_t next = 0;
   for (const c10::Argument &a : fs.arguments()) {
@@ -85,7 +94,7 @@ tdx::rt::callAten(const std::string &schema, const std::vector<at::Tensor> &tens
     if (given != args.end())
       stack.push_back(convert(schema, a, given->second));
     else if (isTensorType(a.type()) && next < tensors.size())
-      stack.push_back(tensors[next++]);
+      stack.push_back(operand(tensors[next++]));
     else if (a.default_value())
       stack.push_back(*a.default_value());
     else
