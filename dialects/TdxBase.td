@@ -55,6 +55,9 @@ def Tdx_Dialect : Dialect {
     /// when its value is a narrower float (a TypeAttr: mixed precision's
     /// reduce_dtype, honored by tdx-widen-reductions).
     static constexpr ::llvm::StringLiteral kReduceTypeAttrName = "tdx.reduce_type";
+    /// On the module: the bytes a rank may hold at the step's peak (i64 > 0;
+    /// tdx.parallelize's memory_budget, checked by tdx-memory-report).
+    static constexpr ::llvm::StringLiteral kMemoryBudgetAttrName = "tdx.memory_budget";
     /// The payload a collective moves per rank (i64 bytes).
     static constexpr ::llvm::StringLiteral kPayloadBytesAttrName = "tdx.payload_bytes";
     /// The memory plan (tdx-plan-memory): where in the step's arena each

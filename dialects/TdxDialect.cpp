@@ -76,6 +76,12 @@ static LogicalResult verifyTdxAttribute(Operation *op, NamedAttribute attr, bool
     return isa<UnitAttr>(value) ? success() : wrong("a unit attribute");
   if (name == TdxDialect::kPayloadBytesAttrName)
     return isa<IntegerAttr>(value) ? success() : wrong("an integer");
+  if (name == TdxDialect::kMemoryBudgetAttrName) {
+    auto i = dyn_cast<IntegerAttr>(value);
+    if (!i || !i.getType().isInteger(64) || i.getInt() <= 0 || !isa<ModuleOp>(op))
+      return wrong("an i64 byte count > 0 on a module");
+    return success();
+  }
   if (name == TdxDialect::kReduceTypeAttrName) {
     auto type = dyn_cast<TypeAttr>(value);
     auto f = type ? dyn_cast<FloatType>(type.getValue()) : FloatType();
@@ -121,7 +127,8 @@ static LogicalResult verifyTdxAttribute(Operation *op, NamedAttribute attr, bool
                          << TdxDialect::kArenaBytesAttrName << "', '"
                          << TdxDialect::kStepBytesAttrName << "' and '"
                          << TdxDialect::kPartAttrName << "' on ops, and '"
-                         << TdxDialect::kReduceTypeAttrName << "' on a module";
+                         << TdxDialect::kReduceTypeAttrName << "' and '"
+                         << TdxDialect::kMemoryBudgetAttrName << "' on a module";
 }
 
 LogicalResult TdxDialect::verifyOperationAttribute(Operation *op, NamedAttribute attr) {

@@ -354,6 +354,46 @@ def PlanMemory : Pass<"tdx-plan-memory", "::mlir::ModuleOp"> {
   }];
 }
 
+def MemoryReport : Pass<"tdx-memory-report", "::mlir::ModuleOp"> {
+  let summary = "Print each rank's bytes by kind, and refuse a step over its budget";
+  let description = [{
+    On a partitioned module, the bytes one rank holds for the entry
+    function (its most loaded rank where shards are uneven):
+
+    - `parameters`: the parameters and buffers it stores (their local
+      shards; a tied name counts once);
+    - `optimizer`: the optimizer state it stores (`optimizer.*`);
+    - `inputs`: the entry's arguments (the batch);
+    - `gradients`: for every parameter the step writes, its gradient as the
+      update reads it (placed as the parameter's optimizer state is: a
+      ZeRO shard, or the whole gradient);
+    - `activations`: the rest of the step's working memory at its peak
+      (saved activations and temporaries): the working memory less the
+      gradients;
+    - `peak`: parameters + optimizer + inputs + the working memory, the
+      most bytes of the step's own tensors alive at once (`tdx.step_bytes`
+      of `tdx-plan-memory` when the step is planned, else the same
+      liveness on it as it is).
+
+    `format=json` prints one object with these keys (and `largest`: the
+    states and the tensors alive at the peak that hold the most bytes).
+    When the module has `tdx.memory_budget` (bytes per rank) and the peak
+    exceeds it, the pass fails with an error that names the largest
+    consumers and what to change; `format=none` prints nothing and only
+    checks the budget (tdx-compile runs it so).
+
+    ```
+    tdx-opt step.mlir --tdx-spmd --tdx-backend --tdx-memory-report
+    ```
+  }];
+  let options = [
+    Option<"outputFile", "output", "std::string", /*default=*/"\"-\"",
+           "Where to write the report ('-' is stdout)">,
+    Option<"format", "format", "std::string", /*default=*/"\"table\"",
+           "'table', 'json' or 'none'">
+  ];
+}
+
 def SplitParts : Pass<"tdx-split-parts", "::mlir::ModuleOp"> {
   let summary = "Split the step into parts the emitters print as functions";
   let description = [{

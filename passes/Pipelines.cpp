@@ -60,6 +60,9 @@ void mlir::tdx::buildBackendPipeline(OpPassManager &pm, int64_t opsPerPart) {
   pm.addPass(createFuseElementwise());
   pm.addPass(createAsyncCollectives());
   pm.addPass(createPlanMemory());
+  MemoryReportOptions budget;
+  budget.format = "none";
+  pm.addPass(createMemoryReport(budget));
   SplitPartsOptions parts;
   parts.opsPerPart = opsPerPart;
   pm.addPass(createSplitParts(parts));
@@ -95,7 +98,7 @@ void mlir::tdx::registerTdxPipelines() {
       buildSpmdPipeline);
   PassPipelineRegistration<BackendOptions>(
       "tdx-backend",
-      "tdx-fuse-elementwise, tdx-async-collectives, tdx-plan-memory, tdx-split-parts: the "
-      "decisions the C++ and CUDA emitters print",
+      "tdx-fuse-elementwise, tdx-async-collectives, tdx-plan-memory, tdx-memory-report "
+      "(the budget), tdx-split-parts: the decisions the C++ and CUDA emitters print",
       [](OpPassManager &pm, const BackendOptions &o) { buildBackendPipeline(pm, o.opsPerPart); });
 }

@@ -187,6 +187,17 @@ void Module::setReduceType(const std::string &type) {
   (*impl->module)->setAttr(TdxDialect::kReduceTypeAttrName, TypeAttr::get(t));
 }
 
+void Module::setMemoryBudget(int64_t bytes) {
+  if (bytes < 0)
+    throw CaptureError("tdx: memory_budget must be a positive number of bytes, got " +
+                       std::to_string(bytes));
+  if (bytes == 0)
+    (*impl->module)->removeAttr(TdxDialect::kMemoryBudgetAttrName);
+  else
+    (*impl->module)->setAttr(TdxDialect::kMemoryBudgetAttrName,
+                             IntegerAttr::get(IntegerType::get(&impl->ctx, 64), bytes));
+}
+
 void Module::annotate(const std::string &target, const std::string &meshName,
                       const std::vector<int64_t> &shape, const std::vector<std::string> &axes,
                       const std::string &placements, int64_t priority) {

@@ -135,12 +135,17 @@ void Lifetimes::plan(ArrayRef<Value> made, const DenseSet<Value> &kept,
     // last handle.
     shrink[std::max(at, lastStateRead.count(key) ? lastStateRead[key] : at)] += bytesOf(value);
   }
-  int64_t live = 0;
+  int64_t live = 0, peakAt = 0;
   for (int64_t i = 0; i <= end; ++i) {
     live += grow[i];
-    peak = std::max(peak, live);
+    if (live > peak)
+      peak = live, peakAt = i;
     live -= shrink[i];
   }
+  for (Value v : made)
+    if (root.lookup(v) == v && bytesOf(v) > 0 && madeAt.lookup(v) <= peakAt &&
+        until.lookup(v) >= peakAt)
+      peakLive.push_back({v, bytesOf(v)});
   assignOffsets(made, kept, last, root, until);
 }
 

@@ -173,6 +173,7 @@ PYBIND11_MODULE(_C, m) {
            py::arg("axes"))
       .def("set_mesh_ranks", &Module::setMeshRanks, py::arg("name"), py::arg("ranks"))
       .def("set_reduce_type", &Module::setReduceType, py::arg("type"))
+      .def("set_memory_budget", &Module::setMemoryBudget, py::arg("bytes"))
       .def("annotate", &Module::annotate, py::arg("target"), py::arg("mesh_name"),
            py::arg("shape"), py::arg("axes"), py::arg("placements"), py::arg("priority") = -1)
       .def("argument_shapes", &Module::argumentShapes, py::arg("function"))

@@ -153,6 +153,22 @@ class Program:
         from .sharding import _comm_report
         return _comm_report(self)
 
+    def memory_report(self):
+        """The bytes one rank holds for the step, known before it is compiled
+        (its most loaded rank where shards are uneven): a dict with
+        ``parameters`` (parameters and buffers stored), ``optimizer``
+        (optimizer state stored), ``inputs`` (the batch), ``gradients``
+        (each trained parameter's gradient as the update reads it),
+        ``activations`` (the rest of the step's working memory at its peak)
+        and ``peak`` (parameters + optimizer + inputs + working memory, the
+        most bytes of the step's own tensors alive at once as the compiled
+        step's memory plan has them); ``working``, and ``largest``: the
+        states and tensors that hold the most, as ``{"name", "bytes"}``.
+        The program itself is not changed; ``tdx-opt --tdx-memory-report``
+        prints the same."""
+        from .sharding import _memory_report
+        return _memory_report(self)
+
     def parameters(self):
         """Qualified name -> (shape, dtype) of every parameter and buffer."""
         return {name: (tuple(shape), _DTYPES.get(dtype, dtype))

@@ -177,6 +177,25 @@ def _comm_report(prog):
         os.unlink(path)
 
 
+def _memory_report(prog):
+    """prog.memory_report(): a copy partitioned and planned as tdx.compile
+    plans it, then tdx-memory-report (its budget left out: the report is
+    what shows a program over it)."""
+    work = prog.copy()
+    if not work.is_partitioned:
+        _partition(work)
+    work._module.set_memory_budget(0)
+    work.run_pipeline("tdx-backend")
+    fd, path = tempfile.mkstemp(suffix=".json")
+    os.close(fd)
+    try:
+        work.run_pipeline(f"tdx-memory-report{{format=json output={path}}}")
+        with open(path) as f:
+            return json.load(f)
+    finally:
+        os.unlink(path)
+
+
 def _place_zero(prog, mesh, dp, zero, placed):
     """Splits optimizer state over mesh axis ``dp`` on top of the plan's
     placements. zero=1/2 keeps the parameters where the plan puts them
@@ -297,7 +316,8 @@ class SequenceParallel(_Style):
         self.seq_dim = seq_dim
 
 
-def parallelize(prog, mesh, plan, *, data_parallel=None, zero=0, fold=(), mixed_precision=None):
+def parallelize(prog, mesh, plan, *, data_parallel=None, zero=0, fold=(), mixed_precision=None,
+                memory_budget=None):
     """Places a traced program by a plan: ``plan`` maps module name patterns
     (fnmatch, ``"layers.*.attn.wq"``) to ColwiseParallel(), RowwiseParallel(),
     SequenceParallel() or VocabParallel() over their mesh axis (default
@@ -335,11 +355,19 @@ def parallelize(prog, mesh, plan, *, data_parallel=None, zero=0, fold=(), mixed_
     reductions, tensor and sequence parallelism's) sums in ``reduce_dtype``.
     Under ZeRO-3 the cast comes before the all-gather, which moves
     ``param_dtype`` bytes. Give it on the first ``parallelize`` of a freshly
-    traced program. Returns the program."""
+    traced program.
+
+    ``memory_budget`` (bytes per rank) is checked when the program is
+    compiled: a step whose peak (``prog.memory_report()["peak"]``) exceeds
+    it is refused with its largest consumers named, before any C++ is
+    compiled. Returns the program."""
     if not isinstance(mesh, DeviceMesh):
         raise TypeError(f"parallelize takes a tdx.DeviceMesh, got {type(mesh).__name__}")
     if zero not in (0, 1, 2, 3):
         raise ValueError(f"zero must be 0, 1, 2 or 3, got {zero!r}")
+    if memory_budget is not None and not (isinstance(memory_budget, int) and memory_budget > 0):
+        raise ValueError(f"memory_budget is a positive number of bytes per rank, got "
+                         f"{memory_budget!r}")
     if mixed_precision is not None and not isinstance(mixed_precision, MixedPrecision):
         raise TypeError(f"mixed_precision takes a tdx.MixedPrecision, got "
                         f"{type(mixed_precision).__name__}")
@@ -399,6 +427,8 @@ def parallelize(prog, mesh, plan, *, data_parallel=None, zero=0, fold=(), mixed_
         _place_zero(prog, mesh, mesh.axis(data_parallel), zero, placed)
     if data_parallel is not None:
         _place_batch(prog, mesh, mesh.axis(data_parallel))
+    if memory_budget is not None:
+        prog._module.set_memory_budget(memory_budget)
     if fold:
         prog._module.declare_mesh(mesh.name, list(mesh.shape), list(mesh.mesh_dim_names))
         prog._module.set_mesh_ranks(mesh.name, [1 if a in fold else s for a, s in

@@ -744,6 +744,64 @@ def test_a_step_takes_its_planned_memory_from_the_pool(model, opt, mesh, zero):
         assert rows[0][3] < eager, (rows[0][3], eager)
 
 
+def traced_program(model, opt, mesh, zero=0):
+    build, loss_fn = MODELS[model]
+    torch.manual_seed(0)
+    deferred = tdx.deferred_init(build)
+    prog = tdx.trace_train_step(deferred, OPTIMIZERS[opt](deferred.parameters()), loss_fn,
+                                *batches(model)[0])
+    shape, axes, dp = MESHES[mesh]
+    plan = PLANS[model] if "tp" in axes else {}
+    if dp or plan:
+        tdx.parallelize(prog, tdx.init_device_mesh("cpu", shape, axes), plan, data_parallel=dp,
+                        zero=zero)
+    return prog
+
+
+@pytest.mark.parametrize("model,opt,mesh,zero", [("gpt2", "adamw", "1", 0),
+                                                 ("gpt2", "adamw", "dp2", 3),
+                                                 ("llama", "momentum", "dp2", 0),
+                                                 ("gpt2-ckpt", "adamw", "1", 0)])
+def test_memory_report_is_the_measured_peak(model, opt, mesh, zero):
+    # prog.memory_report(), known before compiling, against the peak of
+    # tensor bytes the binary's ranks measure in a step (--verbose: state,
+    # batch and the step's own tensors): within 10% (measured here: within
+    # a few bytes, ATen's scalar temporaries). Its parts add up, the state
+    # parts are the state the binary holds, and ZeRO-3 halves them.
+    report = traced_program(model, opt, mesh, zero).memory_report()
+    measured = step_memory(compiled(model, opt, mesh, zero)[1], batches(model))
+    for rank, (state, peak) in measured.items():
+        assert abs(report["peak"] - peak) <= 0.1 * peak, (rank, report, peak)
+        assert report["parameters"] + report["optimizer"] == state, (rank, report, state)
+    assert report["peak"] == (report["parameters"] + report["optimizer"] + report["inputs"] +
+                              report["working"])
+    assert report["working"] == report["gradients"] + report["activations"] > 0
+    if zero == 3:
+        whole = traced_program(model, opt, "1").memory_report()
+        assert report["parameters"] * 2 == whole["parameters"], (report, whole)
+        assert report["optimizer"] * 2 - whole["optimizer"] <= 8 * 64, (report, whole)
+
+
+def test_a_step_over_its_memory_budget_is_refused_before_compiling():
+    prog = traced_program("gpt2", "adamw", "dp2")
+    peak = prog.memory_report()["peak"]
+    tight = traced_program("gpt2", "adamw", "1")
+    tdx.parallelize(tight, tdx.init_device_mesh("cpu", (2,), ("dp",)), {}, data_parallel="dp",
+                    memory_budget=peak - 1)
+    with pytest.raises(tdx.TdxError, match=r"(?s)over its memory budget of \d+ bytes.*"
+                                           r"The largest:\n  16384 bytes: state wte\.weight.*zero=3") as e:
+        tdx.compile(tight)
+    assert "see current operation" not in str(e.value)
+    # The report itself still reports it; a budget it fits compiles.
+    assert tight.memory_report()["peak"] == peak
+    roomy = traced_program("mlp", "sgd", "1")
+    tdx.parallelize(roomy, tdx.init_device_mesh("cpu", (1,), ("dp",)), {}, memory_budget=10**9)
+    tdx.compile(roomy)
+    with pytest.raises(ValueError, match="positive number of bytes"):
+        tdx.parallelize(traced_program("mlp", "sgd", "1"), tdx.init_device_mesh("cpu", (1,), ("dp",)),
+                        {}, memory_budget=-5)
+
+
 def test_checkpointed_blocks_recompute_their_forward_and_hold_less():
     # torch.utils.checkpoint (reentrant or not) records each block's forward
     # again in the backward: the step has the blocks' 6 matmuls per layer

@@ -301,6 +301,9 @@ public:
   /// Mixed precision's reduce dtype: every collective that sums a narrower
   /// float sums in `type` ("f32", "f64"; the module's `tdx.reduce_type`).
   void setReduceType(const std::string &type);
+  /// The bytes a rank may hold at the step's peak (`tdx.memory_budget`,
+  /// checked by tdx-memory-report when the step is compiled); 0 removes it.
+  void setMemoryBudget(int64_t bytes);
   struct MeshInfo {
     std::string name;
     std::vector<int64_t> shape;

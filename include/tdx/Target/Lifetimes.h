@@ -58,6 +58,9 @@ public:
   /// parameters and arguments hold no bytes of their own; ATen's workspaces
   /// are not seen.
   int64_t peakBytes() const { return peak; }
+  /// The step's own tensors alive where the peak is reached (the tensors
+  /// holding storage, not views), with their bytes.
+  ArrayRef<std::pair<Value, int64_t>> liveAtPeak() const { return peakLive; }
 
   /// The memory plan: every tensor the step makes and drops within the step
   /// (not a view, not returned, not written to a state, not a collective
@@ -94,6 +97,7 @@ private:
   DenseMap<Operation *, SmallVector<Value>> resultsAt;
   DenseMap<Operation *, SmallVector<int64_t>> offsets;
   int64_t peak = 0, arena = 0;
+  SmallVector<std::pair<Value, int64_t>> peakLive;
 };
 
 } // namespace mlir::tdx
