@@ -130,6 +130,7 @@ LogicalResult mlir::tdx::emitCpp(ModuleOp module, llvm::raw_ostream &os, Backend
   std::string body;
   llvm::raw_string_ostream bs(body);
   Emitter e(meshRank, backend, bs);
+  e.text = &body;
 
   bs << "static void init(Context &ctx, State &s) {\n";
   SmallVector<std::tuple<std::string, RankedTensorType, std::string>> params;
@@ -211,6 +212,7 @@ LogicalResult mlir::tdx::emitCpp(ModuleOp module, llvm::raw_ostream &os, Backend
         fe.progress();
     }
     bs << "}\n";
+    fe.finishPart();
     if (fe.parts) {
       // The parts, then the step that calls them.
       body.replace(start, header.size(), fe.partHeader(0, f.getArguments()));
@@ -230,6 +232,7 @@ LogicalResult mlir::tdx::emitCpp(ModuleOp module, llvm::raw_ostream &os, Backend
     return failure();
   for (size_t k = 1; k < functions.size(); ++k) {
     Emitter other(meshRank, backend, bs);
+    other.text = &body;
     bs << "\n";
     if (failed(emitFunction(functions[k], other, "entry" + std::to_string(k))))
       return failure();

@@ -23,6 +23,8 @@
 #include "tdx/Target/Fusion.h"
 
 #include "llvm/ADT/SetVector.h"
+#include "llvm/ADT/StringSet.h"
+#include "llvm/ADT/StringExtras.h"
 #include "llvm/Support/raw_ostream.h"
 
 #include <map>
@@ -119,17 +121,59 @@ public:
     declared.clear();
     for (auto [i, f] : llvm::enumerate(inFlight))
       os << "  handles[" << i << "] = " << f.second << ";\n";
-    os << "  return {};\n}\n\n" << partHeader(++parts, args);
+    os << "  return {};\n}\n";
+    finishPart();
+    os << "\n" << partHeader(++parts, args);
     // In slot order, so the text does not depend on hashing.
     std::map<int64_t, Value> bySlot;
     for (auto [v, slot] : slots)
       bySlot[slot] = v;
     for (auto [slot, v] : bySlot)
-      os << "  T::Tensor &" << name(v) << " = carry[" << slot << "];\n";
+      carried.push_back({name(v), "  T::Tensor &" + name(v) + " = carry[" +
+                                      std::to_string(slot) + "];\n"});
+    os.flush();
+    bindAt = text ? text->size() : std::string::npos;
+    if (!text)
+      for (auto &binding : carried)
+        os << binding.second;
+    if (!text)
+      carried.clear();
     for (auto [i, f] : llvm::enumerate(inFlight))
       os << "  const int64_t " << f.second << " = handles[" << i << "];\n";
     handed = std::max(handed, inFlight.size());
   }
+  /// Binds, at the top of the part just emitted, the carried tensors it
+  /// names: a part names a few, while the step carries every activation
+  /// the backward reads (binding them all made the source quadratic in
+  /// depth). Call once the part's text is written.
+  void finishPart() {
+    if (!text || bindAt == std::string::npos)
+      return;
+    os.flush();
+    llvm::StringSet<> used;
+    llvm::StringRef part = llvm::StringRef(*text).drop_front(bindAt);
+    for (size_t i = 0; i < part.size(); ++i) {
+      if (part[i] != 'v' || (i && (llvm::isAlnum(part[i - 1]) || part[i - 1] == '_')))
+        continue;
+      size_t j = i + 1;
+      while (j < part.size() && llvm::isDigit(part[j]))
+        ++j;
+      if (j > i + 1 && (j == part.size() || !(llvm::isAlnum(part[j]) || part[j] == '_')))
+        used.insert(part.slice(i, j));
+      i = j - 1;
+    }
+    std::string bindings;
+    for (auto &[local, binding] : carried)
+      if (used.contains(local))
+        bindings += binding;
+    text->insert(bindAt, bindings);
+    carried.clear();
+    bindAt = std::string::npos;
+  }
+  /// The text `os` writes to, when parts are to bind only what they use.
+  std::string *text = nullptr;
+  size_t bindAt = std::string::npos;
+  std::vector<std::pair<std::string, std::string>> carried;
   /// Values whose locals the current part declared, and the carried ones'
   /// slots; every slot ever made is taken or free.
   llvm::SetVector<Value> declared;

@@ -35,12 +35,12 @@ PROGRAMS = {
     "resnet18-1": ("resnet18", 1, "forward"),
     "gpt2-train-1": ("gpt2", 1, "train"), "llama-train-tp2": ("llama", 2, "train"),
     "resnet-tiny-train-1": ("resnet-tiny", 1, "train"),
-    "narrow-1": ("narrow", 1, "forward"),
+    "narrow-1": ("narrow", 1, "forward"), "bf16-mlp-1": ("bf16-mlp", 1, "forward"),
 }
 # Relative error allowed against eager on the CPU: bf16 and f16 kernels round
 # each op's float result, and the GPU's expf may differ from the CPU's by an
 # ulp, which can move a bf16 result by one of its own ulps.
-TOLERANCE = {"narrow": 1e-2}
+TOLERANCE = {"narrow": 1e-2, "bf16-mlp": 1e-2}
 TRAIN_STEPS = 5
 # The runtime a model binary links: tdx/Runtime without LLVM, MLIR or ATen.
 RUNTIME = ["Mesh.cpp", "Options.cpp", "SaveCheckpoint.cpp", "InitProgram.cpp", "Safetensors.cpp",
@@ -69,6 +69,21 @@ class Narrow(torch.nn.Module):
         return y.float() + z.float() + (x * 40).to(torch.int8).float()
 
 
+class BF16MLP(torch.nn.Module):
+    """bf16 GEMMs (cuBLAS, fp32 accumulation): a linear with its bias and a
+    matmul on fp32 weights cast to bf16, as mixed precision computes."""
+
+    def __init__(self):
+        super().__init__()
+        self.w1 = torch.nn.Parameter(torch.randn(128, 64) * 0.1)
+        self.b1 = torch.nn.Parameter(torch.randn(128) * 0.1)
+        self.w2 = torch.nn.Parameter(torch.randn(64, 128) * 0.1)
+
+    def forward(self, x):
+        h = torch.nn.functional.linear(x.bfloat16(), self.w1.bfloat16(), self.b1.bfloat16())
+        return (h.relu() @ self.w2.bfloat16().t()).float()
+
+
 def model(name):
     """(eager model with its weights, deferred model, example inputs, tp plan)."""
     from test_sharding import GPT2_PLAN, LLAMA_PLAN
@@ -78,6 +93,12 @@ def model(name):
         torch.manual_seed(0)
         x = torch.randn(4, 64, generator=torch.Generator().manual_seed(0))
         return eager, tdx.deferred_init(Narrow), (x,), {}
+    if name == "bf16-mlp":
+        torch.manual_seed(0)
+        eager = BF16MLP()
+        torch.manual_seed(0)
+        x = torch.randn(16, 64, generator=torch.Generator().manual_seed(0))
+        return eager, tdx.deferred_init(BF16MLP), (x,), {}
     if name == "resnet-tiny":
         from vision_models import resnet_tiny
         torch.manual_seed(0)

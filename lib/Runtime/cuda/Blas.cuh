@@ -11,9 +11,12 @@
 #include "tdx/Runtime/cuda/Runtime.h"
 
 #include <cublas_v2.h>
+#include <cuda_bf16.h>
+#include <cuda_fp16.h>
 
 #include <stdexcept>
 #include <string>
+#include <type_traits>
 
 namespace tdx::cu::detail {
 
@@ -43,6 +46,21 @@ template <class F> inline void floatTypes(DType t, const char *op, F f) {
                              " tensors is not supported by the CUDA backend (use F32 or F64)");
 }
 
+/// floatTypes, and bf16 and f16 for the GEMMs (matmul, linear): cuBLAS
+/// multiplies them with fp32 accumulation.
+template <class F> inline void gemmTypes(DType t, const char *op, F f) {
+  if (t == DType::BF16)
+    f(__nv_bfloat16());
+  else if (t == DType::F16)
+    f(__half());
+  else if (t == DType::F32 || t == DType::F64)
+    floatTypes(t, op, f);
+  else
+    throw std::runtime_error(std::string("tdx: ") + op + " on " + tdx::rt::dtypeName(t) +
+                             " tensors is not supported by the CUDA backend (use F32, F64, "
+                             "BF16 or F16)");
+}
+
 inline int64_t product(const std::vector<int64_t> &xs, size_t begin, size_t end) {
   int64_t p = 1;
   for (size_t i = begin; i < end; ++i)
@@ -57,12 +75,24 @@ inline int64_t product(const std::vector<int64_t> &xs, size_t begin, size_t end)
 /// with transB.
 template <class T>
 void gemm(bool transA, bool transB, int64_t m, int64_t n, int64_t k, const T *a, int64_t strideA,
-          const T *b, int64_t strideB, T *c, int64_t strideC, int64_t count, T beta = 0) {
-  const T one = 1;
+          const T *b, int64_t strideB, T *c, int64_t strideC, int64_t count, T beta = T(0.0f)) {
+  const T one = T(1.0f);
   cublasOperation_t opA = transA ? CUBLAS_OP_T : CUBLAS_OP_N;
   cublasOperation_t opB = transB ? CUBLAS_OP_T : CUBLAS_OP_N;
   int lda = static_cast<int>(transA ? m : k), ldb = static_cast<int>(transB ? k : n);
-  if constexpr (sizeof(T) == 4)
+  if constexpr (sizeof(T) == 2) {
+    // bf16 / f16 inputs and output, fp32 accumulation and scalars.
+    constexpr cudaDataType_t type =
+        std::is_same_v<T, __nv_bfloat16> ? CUDA_R_16BF : CUDA_R_16F;
+    const float alpha = 1.0f, beta32 = static_cast<float>(beta);
+    checkBlas(cublasGemmStridedBatchedEx(blas(), opB, opA, static_cast<int>(n),
+                                         static_cast<int>(m), static_cast<int>(k), &alpha, b,
+                                         type, ldb, strideB, a, type, lda, strideA, &beta32, c,
+                                         type, static_cast<int>(n), strideC,
+                                         static_cast<int>(count), CUBLAS_COMPUTE_32F,
+                                         CUBLAS_GEMM_DEFAULT),
+              std::is_same_v<T, __nv_bfloat16> ? "bf16 gemm" : "f16 gemm");
+  } else if constexpr (sizeof(T) == 4)
     checkBlas(cublasSgemmStridedBatched(blas(), opB, opA, static_cast<int>(n),
                                         static_cast<int>(m), static_cast<int>(k), &one, b, ldb,
                                         strideB, a, lda, strideA, &beta, c, static_cast<int>(n),

@@ -30,7 +30,10 @@ namespace {
 template <class T> __global__ void addBiasKernel(T *y, const T *bias, int64_t rows, int64_t n) {
   int64_t i = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x;
   if (i < rows * n)
-    y[i] += bias[i % n];
+    if constexpr (sizeof(T) == 2) // bf16, f16: in float, rounded once
+      y[i] = static_cast<T>(static_cast<float>(y[i]) + static_cast<float>(bias[i % n]));
+    else
+      y[i] += bias[i % n];
 }
 
 template <class T> __global__ void reduceKernel(const T *x, T *y, int64_t rows, int64_t n, int kind) {
@@ -179,7 +182,7 @@ Tensor tdx::cu::matmul(const Tensor &a0, const Tensor &b0) {
     shape.back() = n;
     out = Tensor::empty(shape, a.dtype());
     int64_t rows = ac.numel() / k;
-    floatTypes(a.dtype(), "matmul", [&](auto tag) {
+    gemmTypes(a.dtype(), "matmul", [&](auto tag) {
       using T = decltype(tag);
       gemm<T>(static_cast<const T *>(ac.data()), static_cast<const T *>(bc.data()),
               static_cast<T *>(out.data()), rows, n, k, 1, false);
@@ -202,7 +205,7 @@ Tensor tdx::cu::matmul(const Tensor &a0, const Tensor &b0) {
     shape.insert(shape.end(), {m, n});
     out = Tensor::empty(shape, a.dtype());
     int64_t count = product(batch, 0, batch.size());
-    floatTypes(a.dtype(), "matmul", [&](auto tag) {
+    gemmTypes(a.dtype(), "matmul", [&](auto tag) {
       using T = decltype(tag);
       gemm<T>(static_cast<const T *>(ac.data()), static_cast<const T *>(bc.data()),
               static_cast<T *>(out.data()), m, n, k, count, false);
@@ -228,7 +231,7 @@ Tensor tdx::cu::linear(const Tensor &x, const Tensor &w, const Tensor &bias) {
   shape.back() = n;
   Tensor out = Tensor::empty(shape, x.dtype());
   int64_t rows = k ? xc.numel() / k : 0;
-  floatTypes(x.dtype(), "linear", [&](auto tag) {
+  gemmTypes(x.dtype(), "linear", [&](auto tag) {
     using T = decltype(tag);
     gemm<T>(static_cast<const T *>(xc.data()), static_cast<const T *>(wc.data()),
             static_cast<T *>(out.data()), rows, n, k, 1, true);
