@@ -23,6 +23,7 @@
 #include "mlir/Parser/Parser.h"
 #include "mlir/Pass/PassManager.h"
 #include "mlir/Transforms/Passes.h"
+#include "llvm/ADT/ScopeExit.h"
 #include "llvm/ADT/TypeSwitch.h"
 #include "llvm/Support/FormatVariadic.h"
 #include "llvm/Support/JSON.h"
@@ -156,8 +157,10 @@ void Module::declareMesh(const std::string &meshName, const std::vector<int64_t>
     mesh = MeshOp::create(b, module.getLoc(), meshName, b.getDenseI64ArrayAttr(shape),
                           b.getStrArrayAttr(names), DenseI64ArrayAttr());
     symbols.insert(mesh);
-    if (failed(verify(mesh)))
+    if (failed(verify(mesh))) {
+      mesh->erase();
       throw CaptureError("tdx: invalid mesh:\n" + diags.text);
+    }
   } else {
     SmallVector<std::string> have;
     for (StringRef a : mesh.getAxes().getAsValueRange<StringAttr>())
@@ -201,8 +204,18 @@ void Module::setMemoryBudget(int64_t bytes) {
 void Module::annotate(const std::string &target, const std::string &meshName,
                       const std::vector<int64_t> &shape, const std::vector<std::string> &axes,
                       const std::string &placements, int64_t priority) {
-  Transaction transaction(*impl);
+  // Every check comes before the one edit; a mesh this call declared goes
+  // again if one fails. (No copy of the module: a big model's plan places
+  // a thousand tensors.)
+  impl->takeDiagnostics();
+  bool hadMesh = SymbolTable::lookupSymbolIn(*impl->module, meshName) != nullptr;
   declareMesh(meshName, shape, axes);
+  bool placed = false;
+  auto undo = llvm::make_scope_exit([&] {
+    if (!placed && !hadMesh)
+      if (Operation *mesh = SymbolTable::lookupSymbolIn(*impl->module, meshName))
+        mesh->erase();
+  });
   ModuleOp module = *impl->module;
   MLIRContext &ctx = impl->ctx;
   Diagnostics &diags = impl->diags;
@@ -270,7 +283,7 @@ void Module::annotate(const std::string &target, const std::string &meshName,
     else
       buffer.setShardingAttr(sharding);
   }
-  transaction.commit();
+  placed = true;
 }
 
 /// A float cast to a narrower float (mixed precision's `p.to(bf16)`).
@@ -285,7 +298,7 @@ static bool isNarrowingCast(Operation *op) {
 
 void Module::annotateUses(const std::string &param, const std::string &meshName,
                           const std::string &placements, bool reads) {
-  Transaction transaction(*impl);
+  impl->takeDiagnostics();
   ModuleOp module = *impl->module;
   MLIRContext &ctx = impl->ctx;
   Diagnostics &diags = impl->diags;
@@ -300,7 +313,6 @@ void Module::annotateUses(const std::string &param, const std::string &meshName,
     throw CaptureError("tdx: invalid placements " + placements + ":\n" + diags.text);
   OpBuilder b(&ctx);
   SymbolTableCollection symbols;
-  int64_t placed = 0;
   // Users whose results have no dim the placements split (a training step's
   // update of the weight itself) are left to propagation.
   int64_t needed = 0;
@@ -331,21 +343,21 @@ void Module::annotateUses(const std::string &param, const std::string &meshName,
           if (t.getRank() >= needed)
             users.push_back(user);
   });
+  // Every placement is checked before the first edit.
+  for (Operation *user : users)
+    if (failed(sharding.verifyFor(user, user->getResult(0).getType(), symbols,
+                                  reads ? "sharding of the reads of " + param
+                                        : "sharding of the output of " + param + "'s user")))
+      throw CaptureError("tdx: cannot place the users of " + param + ":\n" + diags.text);
+  if (users.empty())
+    throw CaptureError("tdx: the " + entry() + " function does not use parameter '" + param +
+                       "'");
   for (Operation *user : users) {
     Value result = user->getResult(0);
     b.setInsertionPointAfter(user);
     auto annotate = AnnotateOp::create(b, user->getLoc(), result, sharding, b.getI64IntegerAttr(0));
-    if (failed(sharding.verifyFor(annotate, result.getType(), symbols,
-                                  reads ? "sharding of the reads of " + param
-                                        : "sharding of the output of " + param + "'s user")))
-      throw CaptureError("tdx: cannot place the users of " + param + ":\n" + diags.text);
     result.replaceAllUsesExcept(annotate.getResult(), annotate);
-    ++placed;
   }
-  if (!placed)
-    throw CaptureError("tdx: the " + entry() + " function does not use parameter '" + param +
-                       "'");
-  transaction.commit();
 }
 
 std::vector<Module::StateInfo> Module::state() const {

@@ -52,8 +52,10 @@ static cl::opt<bool> emitSource("emit-source",
                                 cl::cat(options));
 static cl::opt<bool> memoryReport(
     "memory-report",
-    cl::desc("print the step's memory plan per rank: its working memory (the most bytes of "
-             "the step's tensors alive at once) and the arena its tensors are placed in"),
+    cl::desc("print a rank's bytes by kind (parameters, optimizer, inputs, gradients, "
+             "activations, peak: tdx-memory-report) and the step's memory plan: its working "
+             "memory (the most bytes of the step's tensors alive at once) and the arena its "
+             "tensors are placed in"),
     cl::cat(options));
 static cl::opt<bool> shared(
     "shared",
@@ -251,6 +253,14 @@ int main(int argc, char **argv) {
   stage(2, cuda ? "emitting CUDA" : "emitting C++");
   if (failed(mlir::tdx::prepareForEmission(*module)))
     return 1;
+  if (memoryReport) {
+    // A rank's bytes by kind (tdx-memory-report, what prog.memory_report() gives).
+    auto pm = mlir::PassManager::on<mlir::ModuleOp>(&context);
+    pm.addPass(mlir::tdx::createMemoryReport());
+    outs().flush();
+    if (failed(pm.run(*module)))
+      return 1;
+  }
   if (check) {
     mlir::tdx::MemoryPlan plan;
     return failed(mlir::tdx::emitCpp(*module, nulls(),

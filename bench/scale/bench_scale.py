@@ -1,0 +1,184 @@
+#!/usr/bin/env python3
+"""Planning and compiling at scale: how tdx's stages grow with depth and
+with the rank count, side by side with torch building and running the same
+step on the meta device (the peer: what PyTorch itself does to learn the
+shapes of a step it cannot allocate).
+
+Part 1, depth: a small LLaMA-style decoder (d 48, AdamW step, one rank) at
+4, 8 and 32 layers (--layers): trace, place and partition, emit, and the
+whole tdx-compile (emission and g++), with each time's ratio to 4 layers.
+
+Part 2, big shapes (deferred init, no parameter storage), each an AdamW
+step of the LLaMA code in test/python/models.py:
+  - 7B:  32 layers, d 4096, 32 heads, hidden 11008, vocab 32000, batch 8 x
+         seq 2048 on (dp 2, tp 4), Megatron plan, ZeRO-1, bf16 mixed
+         precision (tdx.MixedPrecision), then compiled (--compile-7b);
+  - 70B: 80 layers, d 8192, 64 heads (8 KV heads), hidden 28672, vocab 32000,
+         batch 512 x seq 4096 on 1,024 ranks (dp 64, tp 16), Megatron
+         plan, ZeRO-1 (--big 70b; it takes minutes).
+Printed per shape: torch meta (build the model, then forward and backward
+on meta tensors), tdx trace (forward, backward and AdamW), propagation, partition (insert
+collectives, partition, schedule), the per-rank program's op count and
+its memory report (GiB per rank).
+
+Usage: . build/env.sh && /usr/bin/python3 bench/scale/bench_scale.py
+           [--layers 4,8,32] [--big 7b,70b] [--compile-7b]
+"""
+import argparse
+import os
+import re
+import subprocess
+import sys
+import tempfile
+import time
+
+sys.path.insert(0, os.path.join(os.path.dirname(__file__), ".."))
+sys.path.insert(0, os.path.join(os.path.dirname(__file__), "..", "..", "test", "python"))
+from common import setup  # noqa: E402
+
+setup()
+import torch  # noqa: E402
+import torch.nn.functional as F  # noqa: E402
+
+import tdx  # noqa: E402
+from models import Llama  # noqa: E402
+
+PLAN = {"layers.*.wq": tdx.ColwiseParallel(), "layers.*.wk": tdx.ColwiseParallel(),
+        "layers.*.wv": tdx.ColwiseParallel(), "layers.*.wo": tdx.RowwiseParallel(),
+        "layers.*.w1": tdx.ColwiseParallel(), "layers.*.w3": tdx.ColwiseParallel(),
+        "layers.*.w2": tdx.RowwiseParallel()}
+SHAPES = {
+    "7b": dict(config=dict(vocab=32000, d=4096, heads=32, hidden=11008, layers=32, context=2048),
+               batch=(8, 2048), mesh=(2, 4), mixed=True),
+    "70b": dict(config=dict(vocab=32000, d=8192, heads=64, kv_heads=8, hidden=28672, layers=80,
+                            context=4096),
+                batch=(512, 4096), mesh=(64, 16), mixed=False),
+}
+
+
+def tool(name):
+    return os.path.join(os.path.dirname(os.path.abspath(tdx.__file__)), "..", "..", "bin", name)
+
+
+def lm_loss(model, ids, targets):
+    logits = model(ids)
+    return F.cross_entropy(logits.reshape(-1, logits.shape[-1]), targets.reshape(-1))
+
+
+def clock(fn):
+    start = time.perf_counter()
+    out = fn()
+    return out, time.perf_counter() - start
+
+
+def traced(config, batch):
+    torch.manual_seed(0)
+    model = tdx.deferred_init(Llama, **config)
+    opt = torch.optim.AdamW(model.parameters(), lr=1e-3, foreach=False)
+    ids = torch.zeros(*batch, dtype=torch.int64)
+    return tdx.trace_train_step(model, opt, lm_loss, ids, ids)
+
+
+def meta_step(config, batch):
+    """The peer: torch builds the model on the meta device (torch 1.13 has no
+    `with torch.device("meta")`: its factories are given device="meta"), then
+    runs the forward and the backward there. (AdamW's step reads its step
+    count with .item(), which meta tensors cannot.)"""
+    names = ["empty", "zeros", "ones", "arange"]
+    saved = {n: getattr(torch, n) for n in names}
+
+    def on_meta(fn):
+        def wrapped(*args, **kwargs):
+            if kwargs.get("device") is None:
+                kwargs["device"] = "meta"
+            return fn(*args, **kwargs)
+        return wrapped
+
+    try:
+        for n in names:
+            setattr(torch, n, on_meta(saved[n]))
+        model = Llama(**config)
+    finally:
+        for n, fn in saved.items():
+            setattr(torch, n, fn)
+    ids = torch.zeros(*batch, dtype=torch.int64, device="meta")
+    lm_loss(model, ids, ids).backward()
+
+
+def depth(layers_list):
+    print("Part 1: compile time against depth (LLaMA-style, d 48, AdamW, one rank)")
+    print(f"{'layers':>6} {'trace s':>8} {'spmd s':>7} {'emit s':>7} {'compile s':>10} "
+          f"{'x 4 layers':>10} {'source lines':>12}")
+    base = None
+    for layers in layers_list:
+        prog, t_trace = clock(lambda: traced(dict(d=48, heads=4, hidden=96, layers=layers), (2, 16)))
+        with tempfile.TemporaryDirectory() as tmp:
+            path = os.path.join(tmp, "step.mlir")
+            with open(path, "w") as f:
+                f.write(prog.mlir)
+            _, t_spmd = clock(lambda: prog.copy().run_pipeline("tdx-place").run_pipeline("tdx-spmd"))
+            _, t_emit = clock(lambda: subprocess.run([tool("tdx-compile"), path, "--check"],
+                                                     check=True, capture_output=True))
+            out = os.path.join(tmp, "step")
+            _, t_compile = clock(lambda: subprocess.run(
+                [tool("tdx-compile"), path, "-o", out, "--no-cache", "--emit-source"],
+                check=True, capture_output=True))
+            lines = sum(1 for _ in open(out + ".cpp"))
+        base = base or t_compile
+        print(f"{layers:>6} {t_trace:>8.2f} {t_spmd:>7.2f} {t_emit:>7.2f} {t_compile:>10.1f} "
+              f"{t_compile / base:>10.2f} {lines:>12}")
+
+
+def big(name, compile_7b):
+    shape = SHAPES[name]
+    config, batch, mesh_shape = shape["config"], shape["batch"], shape["mesh"]
+    print(f"\n{name}: {config['layers']} layers, d {config['d']}, mesh (dp {mesh_shape[0]}, "
+          f"tp {mesh_shape[1]}) = {mesh_shape[0] * mesh_shape[1]} ranks, batch {batch}")
+    try:
+        _, t_meta = clock(lambda: meta_step(config, batch))
+        meta = f"{t_meta:.1f} s"
+    except Exception as e:  # noqa: BLE001 - the peer may not run here
+        meta = f"failed ({type(e).__name__}: {str(e)[:60]})"
+    prog, t_trace = clock(lambda: traced(config, batch))
+    mesh = tdx.init_device_mesh("cpu", mesh_shape, ("dp", "tp"))
+    mp = tdx.MixedPrecision(torch.bfloat16, torch.float32) if shape["mixed"] else None
+    _, t_annotate = clock(lambda: tdx.parallelize(prog, mesh, PLAN, data_parallel="dp", zero=1,
+                                                  mixed_precision=mp))
+    _, t_propagate = clock(lambda: prog.propagate())
+    _, t_partition = clock(lambda: prog.run_pipeline("tdx-spmd"))
+    ops = len(re.findall(r"^\s+%\S+ = ", prog.mlir, re.M))
+    report, t_report = clock(prog.memory_report)
+    gib = {k: report[k] / 2**30 for k in ("parameters", "optimizer", "gradients", "activations",
+                                          "peak")}
+    print(f"  torch meta step (peer): {meta}")
+    print(f"  tdx: trace {t_trace:.1f} s, parallelize {t_annotate:.1f} s (with the bf16 "
+          f"re-trace)" if mp else f"  tdx: trace {t_trace:.1f} s, parallelize {t_annotate:.1f} s")
+    print(f"  propagation {t_propagate:.1f} s, partition {t_partition:.1f} s, memory report "
+          f"{t_report:.1f} s; per-rank program {ops} ops")
+    print("  memory per rank (GiB): " + ", ".join(f"{k} {v:.2f}" for k, v in gib.items()))
+    if name == "7b" and compile_7b:
+        with tempfile.TemporaryDirectory() as tmp:
+            path = os.path.join(tmp, "step.mlir")
+            with open(path, "w") as f:
+                f.write(prog.mlir)
+            _, t_compile = clock(lambda: subprocess.run(
+                [tool("tdx-compile"), path, "-o", os.path.join(tmp, "step"), "--no-cache"],
+                check=True, capture_output=True))
+        print(f"  tdx-compile of the per-rank program: {t_compile:.1f} s; trace + plan + compile "
+              f"{t_trace + t_annotate + t_propagate + t_partition + t_compile:.1f} s")
+
+
+def main():
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--layers", default="4,8,32")
+    parser.add_argument("--big", default="7b", help="comma list of 7b, 70b; '' for none")
+    parser.add_argument("--compile-7b", action="store_true")
+    args = parser.parse_args()
+    if args.layers:
+        depth([int(x) for x in args.layers.split(",")])
+    for name in filter(None, args.big.split(",")):
+        big(name, args.compile_7b)
+
+
+if __name__ == "__main__":
+    main()
