@@ -12,7 +12,13 @@ model, tdx next to its peers, in one run:
     rank, data parallel on 2 and 4 ranks, ZeRO-3 on 2, and the Megatron plan
     on 2 (tp2);
   - and, on one rank, the test suite's LLaMA-style model (RMSNorm, rotary
-    embeddings, SwiGLU) at the same size, tdx next to eager.
+    embeddings, SwiGLU) at the same size, tdx next to eager;
+  - big-model features on one rank, the test suite's GPT-2 at the bench
+    size: torch.utils.checkpoint around each block (the step-time cost of
+    the recompute and the memory it saves, tdx next to eager's own cost),
+    prog.memory_report()'s peak next to the binary's measured one, and bf16
+    mixed precision (tdx.MixedPrecision) next to fp32 and to eager with the
+    same casts (--part features runs only these).
 
 Every process uses one ATen thread. A step time is the mean of --steps steps
 after one warm-up step, best of --rounds rounds that alternate between them.
@@ -23,6 +29,7 @@ the peers' bytes are the payload their algorithm moves (gradients for DDP,
 share them, so 4-rank times measure oversubscription as much as anything.
 
     . build/env.sh && /usr/bin/python3 bench/training/bench_training.py [--steps 10]
+        [--part all|features]
 """
 
 import os
@@ -276,7 +283,10 @@ def _eager_memory(data, out):
 
 
 def main():
-    args = arguments(__doc__, steps=10, rounds=3)
+    args = arguments(__doc__, steps=10, rounds=3, part="all")
+    if args.part == "features":
+        print_features(args.rounds, args.steps)
+        return
     data = batches(args.steps + 1)
     weights = {k: v.detach() for k, v in model().state_dict().items()}
     exes = {name: compile_tdx(*config) for name, config in CONFIGS.items()}
@@ -329,6 +339,7 @@ def main():
               f"{peer:>15} {best[peer]:>8.2f} {peer_bytes:>11} | "
               f"{best[peer] / best[name]:>8.2f}")
     print_llama(args.rounds, args.steps)
+    print_features(args.rounds, args.steps)
 
 
 LLAMA = dict(vocab=512, d=128, heads=4, hidden=344, layers=4, context=64)
@@ -356,17 +367,7 @@ def llama_one_rank(rounds=3, steps=10):
     for _ in range(rounds):
         exe.train(data, params=weights, verbose=True)
         best_tdx = min(best_tdx, exe.last_step_ms())
-        torch.manual_seed(0)
-        m = build()
-        opt = optimizer(m.parameters())
-        t0 = None
-        for k, batch in enumerate(data):
-            if k == 1:
-                t0 = time.perf_counter()
-            opt.zero_grad()
-            loss_fn(m, *batch).backward()
-            opt.step()
-        best_eager = min(best_eager, (time.perf_counter() - t0) * 1e3 / (len(data) - 1))
+        best_eager = min(best_eager, eager_step_ms(build, data))
     return best_tdx, best_eager
 
 
@@ -374,6 +375,82 @@ def print_llama(rounds, steps):
     t_ms, e_ms = llama_one_rank(rounds, steps)
     print(f"LLaMA {LLAMA}, AdamW, 1 rank: tdx {t_ms:.2f} ms, torch eager {e_ms:.2f} ms, "
           f"tdx/eager {t_ms / e_ms:.2f}")
+
+
+def gpt2_variant(checkpoint=None):
+    sys.path.insert(0, os.path.join(os.path.dirname(__file__), "..", "..", "test", "python"))
+    from models import GPT2
+    return lambda: GPT2(vocab=CONFIG["vocab"], d=CONFIG["d"], heads=CONFIG["heads"],
+                        layers=CONFIG["layers"], context=CONFIG["context"], checkpoint=checkpoint)
+
+
+def eager_step_ms(build, data, casts=False):
+    """Eager's AdamW loop on `data` (ms per step after the first); with
+    `casts`, each step computes on a bf16 copy of the fp32 weights."""
+    from torch.nn.utils.stateless import _reparametrize_module
+    torch.manual_seed(0)
+    m = build()
+    opt = optimizer(m.parameters())
+    t0 = None
+    for k, batch in enumerate(data):
+        if k == 1:
+            t0 = time.perf_counter()
+        opt.zero_grad()
+        if casts:
+            copies = {n: p.detach().bfloat16().requires_grad_() for n, p in m.named_parameters()}
+            with _reparametrize_module(m, dict(copies, **{"lm_head.weight": copies["wte.weight"]})):
+                loss = loss_fn(m, *batch)
+            loss.backward()
+            for n, p in m.named_parameters():
+                p.grad = copies[n].grad.float()
+        else:
+            loss_fn(m, *batch).backward()
+        opt.step()
+    return (time.perf_counter() - t0) * 1e3 / (len(data) - 1)
+
+
+def print_features(rounds, steps):
+    """Recompute, the memory report and bf16 on one rank (GPT-2, bench size)."""
+    data = batches(steps + 1)
+    rows = {"fp32": (None, None), "checkpointed blocks": ("reentrant", None),
+            "bf16 mixed precision": (None, tdx.MixedPrecision(torch.bfloat16, torch.float32))}
+    exes, reports = {}, {}
+    for name, (checkpoint, policy) in rows.items():
+        build = gpt2_variant(checkpoint)
+        torch.manual_seed(0)
+        deferred = tdx.deferred_init(build)
+        prog = tdx.trace_train_step(deferred, optimizer(deferred.parameters()), loss_fn, *data[0])
+        if policy:
+            tdx.parallelize(prog, tdx.init_device_mesh("cpu", (1,), ("dp",)), {},
+                            mixed_precision=policy)
+        reports[name] = prog.memory_report()
+        exes[name] = tdx.compile(prog)
+    torch.manual_seed(0)
+    weights = {k: v.detach() for k, v in gpt2_variant()().state_dict().items()}
+    best = {}
+    keep = lambda key, ms: best.__setitem__(key, min(best.get(key, ms), ms))
+    peaks = {}
+    for _ in range(rounds):
+        for name, exe in exes.items():
+            exe.train(data, params=weights, verbose=True)
+            keep(name, exe.last_step_ms())
+            peaks[name] = max(int(p) for p in re.findall(
+                r"peak tensor memory in a step (\d+) bytes", exe.last_log))
+        keep("eager fp32", eager_step_ms(gpt2_variant(), data))
+        keep("eager checkpointed", eager_step_ms(gpt2_variant("reentrant"), data))
+        keep("eager bf16 casts", eager_step_ms(gpt2_variant(), data, casts=True))
+    peers = {"fp32": "eager fp32", "checkpointed blocks": "eager checkpointed",
+             "bf16 mixed precision": "eager bf16 casts"}
+    print(f"\nGPT-2 (test/python/models.py) {CONFIG}, batch {BATCH}x{SEQ}, AdamW, 1 rank: "
+          f"recompute, memory report and bf16")
+    print(f"{'config':>21} | {'tdx ms':>7} {'x fp32':>6} {'peak MiB':>8} {'report MiB':>10} | "
+          f"{'peer':>18} {'peer ms':>8} {'x fp32':>6} | {'peer/tdx':>8}")
+    for name in rows:
+        peer = peers[name]
+        print(f"{name:>21} | {best[name]:>7.2f} {best[name] / best['fp32']:>6.2f} "
+              f"{peaks[name] / 2**20:>8.2f} {reports[name]['peak'] / 2**20:>10.2f} | "
+              f"{peer:>18} {best[peer]:>8.2f} {best[peer] / best['eager fp32']:>6.2f} | "
+              f"{best[peer] / best[name]:>8.2f}")
 
 
 if __name__ == "__main__":

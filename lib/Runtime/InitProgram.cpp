@@ -128,6 +128,28 @@ double InitProgram::at(int n, const int64_t *index) const {
                            std::to_string(static_cast<int>(node.kind)));
 }
 
+std::vector<InitProgram> tdx::rt::initPrograms(const InitNodeData *nodes,
+                                               const int (*ranges)[2], int programs) {
+  std::vector<InitProgram> out(programs);
+  for (int k = 0; k < programs; ++k)
+    for (int i = ranges[k][0]; i < ranges[k][0] + ranges[k][1]; ++i) {
+      const InitNodeData &d = nodes[i];
+      InitProgram::Node n;
+      n.kind = d.kind;
+      n.dtype = d.dtype;
+      n.shape.assign(d.shape, d.shape + d.rank);
+      n.a = d.a;
+      n.b = d.b;
+      std::copy(d.p, d.p + 4, n.p);
+      n.seed = d.seed;
+      n.stream = d.stream;
+      n.values.assign(d.values, d.values + d.count);
+      n.c = d.c;
+      out[k].nodes.push_back(std::move(n));
+    }
+  return out;
+}
+
 const char *InitProgram::kindName(Kind kind) {
   switch (kind) {
 #define TDX_KIND(k)                                                                        \

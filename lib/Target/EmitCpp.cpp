@@ -131,6 +131,8 @@ LogicalResult mlir::tdx::emitCpp(ModuleOp module, llvm::raw_ostream &os, Backend
   llvm::raw_string_ostream bs(body);
   Emitter e(meshRank, backend, bs);
   e.text = &body;
+  Emitter::InitTables tables;
+  e.tables = &tables;
 
   bs << "static void init(Context &ctx, State &s) {\n";
   SmallVector<std::tuple<std::string, RankedTensorType, std::string>> params;
@@ -149,6 +151,9 @@ LogicalResult mlir::tdx::emitCpp(ModuleOp module, llvm::raw_ostream &os, Backend
     if (failed(e.emitInit(&op, name, type, sharding)))
       return failure();
   }
+  if (!tables.entries.empty())
+    bs << "  for (const EmittedInit &e : kInitEntries)\n    if (!s.count(e.name))\n"
+          "      s[e.name] = ctx.init(kInit(e.program), parseLayout(e.layout));\n";
   bs << "}\n\n";
 
   // Kernels with one text share one function (an optimizer's update repeated
@@ -233,6 +238,7 @@ LogicalResult mlir::tdx::emitCpp(ModuleOp module, llvm::raw_ostream &os, Backend
   for (size_t k = 1; k < functions.size(); ++k) {
     Emitter other(meshRank, backend, bs);
     other.text = &body;
+    other.tables = &tables;
     bs << "\n";
     if (failed(emitFunction(functions[k], other, "entry" + std::to_string(k))))
       return failure();
@@ -251,7 +257,9 @@ LogicalResult mlir::tdx::emitCpp(ModuleOp module, llvm::raw_ostream &os, Backend
           "#include \"tdx/Runtime/Runtime.h\"\n\n"
           "#include <cmath>\n#include <stdexcept>\n\n"
           "namespace T = at;\nusing namespace tdx::rt;\n\n";
-  os << kernels << "\n" << e.initText << "\n" << body << "\n";
+  bs.flush();
+  shareParts(body);
+  os << kernels << "\n" << tables.text() << "\n" << body << "\n";
   // describe(): the program for the runtime. main() runs it as a binary;
   // tdx_program() hands it to the runtime's in-process library
   // (lib/Runtime/cpu/Library.cpp) when the source is built as a shared object.

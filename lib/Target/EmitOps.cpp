@@ -15,7 +15,6 @@ namespace mlir::tdx::cpp {
 
 LogicalResult Emitter::emitInit(Operation *decl, StringRef name, RankedTensorType type,
                                 ShardingAttr sharding) {
-  std::string layout = "parseLayout(\"" + layoutText(sharding, meshRank) + "\")";
   // A program that is not pointwise in the global index makes a binary that
   // needs --params for this parameter; the reason is kept for the message.
   std::string why;
@@ -28,35 +27,75 @@ LogicalResult Emitter::emitInit(Operation *decl, StringRef name, RankedTensorTyp
     program = buildInitProgram(decl);
   }
   // Only what the state lacks (read from --params, a checkpoint or a
-  // store) is made.
-  os << "  if (!s.count(\"" << name << "\"))\n    ";
+  // store) is made: init() loops over the entries.
   if (failed(program)) {
-    os << "throw std::runtime_error(" << quoted("tdx: the init program of '" + name.str() +
-                                                "': " + why)
-       << ");\n";
+    os << "  if (!s.count(\"" << name << "\"))\n    throw std::runtime_error("
+       << quoted("tdx: the init program of '" + name.str() + "': " + why) << ");\n";
     return success();
   }
-  os << "s[\"" << name << "\"] = ctx.init(" << programVar(*program) << ", " << layout
-     << ");\n";
+  std::string var = programVar(*program);
+  tables->entries.push_back("{" + quoted(name) + ", " +
+                            var.substr(var.find('(') + 1, var.size() - var.find('(') - 2) +
+                            ", " + quoted(layoutText(sharding, meshRank)) + "}");
   return success();
 }
 
 std::string Emitter::programVar(const ::tdx::rt::InitProgram &program) {
-  std::string var = "kInit" + std::to_string(inits++);
-  inits_ << "static const tdx::rt::InitProgram " << var << "{{\n";
+  size_t first = tables->nodes.size();
   for (const ::tdx::rt::InitProgram::Node &n : program.nodes) {
-    std::string values = "{";
+    std::string values;
     for (auto [i, v] : llvm::enumerate(n.values))
       values += (i ? ", " : "") + number(v);
-    values += "}";
-    inits_ << "    {tdx::rt::InitProgram::" << ::tdx::rt::InitProgram::kindName(n.kind) << ", tdx::rt::DType::"
-           << ::tdx::rt::dtypeEnumerator(n.dtype) << ", " << list(n.shape) << ", "
-           << n.a << ", " << n.b << ", {" << number(n.p[0]) << ", " << number(n.p[1]) << ", "
-           << number(n.p[2]) << ", " << number(n.p[3]) << "}, " << n.seed << "ull, " << n.stream
-           << "ull, " << values << ", " << n.c << "},\n";
+    std::string shape;
+    for (auto [i, d] : llvm::enumerate(n.shape))
+      shape += (i ? ", " : "") + std::to_string(d);
+    tables->nodes.push_back(
+        std::string("{tdx::rt::InitProgram::") + ::tdx::rt::InitProgram::kindName(n.kind) +
+        ", tdx::rt::DType::" + ::tdx::rt::dtypeEnumerator(n.dtype) + ", " +
+        tables->array("int64_t", shape) + ", " + std::to_string(n.shape.size()) + ", " +
+        std::to_string(n.a) + ", " + std::to_string(n.b) + ", {" + number(n.p[0]) + ", " +
+        number(n.p[1]) + ", " + number(n.p[2]) + ", " + number(n.p[3]) + "}, " +
+        std::to_string(n.seed) + "ull, " + std::to_string(n.stream) + "ull, " +
+        tables->array("double", values) + ", " + std::to_string(n.values.size()) + ", " +
+        std::to_string(n.c) + "}");
   }
-  inits_ << "}};\n";
-  return var;
+  tables->ranges.push_back({first, program.nodes.size()});
+  return "kInit(" + std::to_string(tables->ranges.size() - 1) + ")";
+}
+
+std::string Emitter::InitTables::array(const std::string &type, const std::string &items) {
+  if (items.empty())
+    return "nullptr";
+  auto [it, fresh] = arrays.try_emplace(type + " " + items);
+  if (fresh) {
+    it->second = "kInitArray" + std::to_string(arrays.size() - 1);
+    arraysText += "static const " + type + " " + it->second + "[] = {" + items + "};\n";
+  }
+  return it->second;
+}
+
+std::string Emitter::InitTables::text() const {
+  if (ranges.empty())
+    return "";
+  std::string out = arraysText + "static const tdx::rt::InitNodeData kInitNodes[] = {\n";
+  for (const std::string &n : nodes)
+    out += "    " + n + ",\n";
+  out += "};\nstatic const int kInitRanges[][2] = {";
+  for (auto [i, r] : llvm::enumerate(ranges))
+    out += (i ? ", {" : "{") + std::to_string(r.first) + ", " + std::to_string(r.second) + "}";
+  out += "};\n"
+         "static const tdx::rt::InitProgram &kInit(int k) {\n"
+         "  static const std::vector<tdx::rt::InitProgram> all =\n"
+         "      tdx::rt::initPrograms(kInitNodes, kInitRanges, " +
+         std::to_string(ranges.size()) + ");\n  return all[k];\n}\n";
+  if (!entries.empty()) {
+    out += "struct EmittedInit {\n  const char *name;\n  int program;\n  const char *layout;\n};\n"
+           "static const EmittedInit kInitEntries[] = {\n";
+    for (const std::string &e : entries)
+      out += "    " + e + ",\n";
+    out += "};\n";
+  }
+  return out;
 }
 
 /// Whether the CUDA runtime runs the generic op `schema` (a row of

@@ -207,10 +207,19 @@ public:
 
   int64_t meshRank;
   Backend backend;
-  /// The init programs, emitted before init().
-  std::string initText;
-  llvm::raw_string_ostream inits_{initText};
-  int inits = 0;
+  /// The module's init programs as constant tables (every emitter of the
+  /// module adds to one), and init()'s entries; text() goes before init().
+  struct InitTables {
+    std::vector<std::string> nodes;         // a tdx::rt::InitNodeData each
+    std::vector<std::pair<size_t, size_t>> ranges; // a program's nodes
+    std::map<std::string, std::string> arrays;      // initializer -> name
+    std::string arraysText;
+    std::vector<std::string> entries;       // init()'s: name, program, layout
+    /// A static array of `type` holding `items` ("nullptr" when empty).
+    std::string array(const std::string &type, const std::string &items);
+    std::string text() const;
+  };
+  InitTables *tables = nullptr;
   llvm::raw_ostream &os;
   DenseMap<Value, std::string> names;
   /// Collectives started and not yet waited for: result -> handle variable.

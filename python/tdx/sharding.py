@@ -167,10 +167,15 @@ def _comm_report(prog):
     work = prog.copy()
     if not work.is_partitioned:
         _partition(work)
+    return _json_report(work, "tdx-comm-report")
+
+
+def _json_report(work, report):
+    """What the report pass `report` prints with format=json, loaded."""
     fd, path = tempfile.mkstemp(suffix=".json")
     os.close(fd)
     try:
-        work.run_pipeline(f"tdx-comm-report{{format=json output={path}}}")
+        work.run_pipeline(f"{report}{{format=json output={path}}}")
         with open(path) as f:
             return json.load(f)
     finally:
@@ -186,14 +191,7 @@ def _memory_report(prog):
         _partition(work)
     work._module.set_memory_budget(0)
     work.run_pipeline("tdx-backend")
-    fd, path = tempfile.mkstemp(suffix=".json")
-    os.close(fd)
-    try:
-        work.run_pipeline(f"tdx-memory-report{{format=json output={path}}}")
-        with open(path) as f:
-            return json.load(f)
-    finally:
-        os.unlink(path)
+    return _json_report(work, "tdx-memory-report")
 
 
 def _place_zero(prog, mesh, dp, zero, placed):

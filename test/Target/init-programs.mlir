@@ -25,16 +25,24 @@ module attributes {tdx.partitioned} {
   }
 }
 
-// CHECK:      static const tdx::rt::InitProgram kInit0{{[{][{]}}
-// CHECK-NEXT:   {tdx::rt::InitProgram::Arange, tdx::rt::DType::I64, {4}, -1, -1,
-// CHECK-NEXT:   {tdx::rt::InitProgram::Cast, tdx::rt::DType::F32, {4}, 0, -1,
-// CHECK-NEXT:   {tdx::rt::InitProgram::Reshape, tdx::rt::DType::F32, {4, 1}, 1, -1,
-// CHECK-NEXT:   {tdx::rt::InitProgram::Constant, tdx::rt::DType::F32, {2}, -1, -1, {{.*}}, {5.0{{0*}}e-01, 2.5{{0*}}e-01}, -1},
-// CHECK-NEXT:   {tdx::rt::InitProgram::Mul, tdx::rt::DType::F32, {4, 2}, 2, 3,
-// CHECK-NEXT:   {tdx::rt::InitProgram::Cos, tdx::rt::DType::F32, {4, 2}, 4, -1,
-// CHECK-NEXT: }};
+// CHECK:      static const int64_t [[S4:kInitArray[0-9]+]][] = {4};
+// CHECK:      static const double [[C:kInitArray[0-9]+]][] = {5.0{{0*}}e-01, 2.5{{0*}}e-01};
+// CHECK:      static const tdx::rt::InitNodeData kInitNodes[] = {
+// CHECK-NEXT:   {tdx::rt::InitProgram::Arange, tdx::rt::DType::I64, [[S4]], 1, -1, -1,
+// CHECK-NEXT:   {tdx::rt::InitProgram::Cast, tdx::rt::DType::F32, [[S4]], 1, 0, -1,
+// CHECK-NEXT:   {tdx::rt::InitProgram::Reshape, tdx::rt::DType::F32, {{kInitArray[0-9]+}}, 2, 1, -1,
+// CHECK-NEXT:   {tdx::rt::InitProgram::Constant, tdx::rt::DType::F32, {{kInitArray[0-9]+}}, 1, -1, -1, {{.*}}, [[C]], 2, -1},
+// CHECK-NEXT:   {tdx::rt::InitProgram::Mul, tdx::rt::DType::F32, {{kInitArray[0-9]+}}, 2, 2, 3,
+// CHECK-NEXT:   {tdx::rt::InitProgram::Cos, tdx::rt::DType::F32, {{kInitArray[0-9]+}}, 2, 4, -1,
+// CHECK-NEXT: };
+// CHECK-NEXT: static const int kInitRanges[][2] = {{[{][{]}}0, 6}};
+// The entries init() loops over: constant data, no code per state.
+// CHECK:      static const EmittedInit kInitEntries[] = {
+// CHECK-NEXT:   {"table", 0, "[Shard(0)]"},
+// CHECK-NEXT: };
 // CHECK-LABEL: static void init(Context &ctx, State &s) {
-// CHECK-NEXT: if (!s.count("table"))
-// CHECK-NEXT: s["table"] = ctx.init(kInit0, parseLayout("[Shard(0)]"));
 // CHECK-NEXT: if (!s.count("w"))
 // CHECK-NEXT: throw std::runtime_error("tdx: the init program of 'w': 'tdx.transpose' op is not pointwise in the global index, so it cannot be initialized shard by shard yet; pass the weights with --params {{.*}}");
+// CHECK-NEXT: for (const EmittedInit &e : kInitEntries)
+// CHECK-NEXT: if (!s.count(e.name))
+// CHECK-NEXT: s[e.name] = ctx.init(kInit(e.program), parseLayout(e.layout));

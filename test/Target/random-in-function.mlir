@@ -18,12 +18,12 @@ func.func @forward(%x: tensor<7x8xf32>) -> tensor<7x8xf32> {
 
 // IR: tdx.bernoulli(9.000000e-01) seed(3, 0) {global_shape = array<i64: 7, 8>, tdx.shardings = [#tdx.sharding<@mesh, [Shard(0)]>]} : tensor<?x8xf32>
 
-// CHECK: static const tdx::rt::InitProgram [[P:kInit[0-9]+]]{{[{][{]}}
-// CHECK-NEXT: {tdx::rt::InitProgram::Bernoulli, tdx::rt::DType::F32, {7, 8}, -1, -1, {9.00000000000000022e-01, {{.*}}}, 3ull, 0ull, {}, -1},
+// CHECK: static const int64_t [[SHAPE:kInitArray[0-9]+]][] = {7, 8};
+// CHECK: {tdx::rt::InitProgram::Bernoulli, tdx::rt::DType::F32, [[SHAPE]], 2, -1, -1, {9.00000000000000022e-01, {{.*}}}, 3ull, 0ull, nullptr, 0, -1},
 // CHECK-LABEL: static std::vector<T::Tensor> forward(
 // CHECK: const uint64_t call = ctx.nextCall();
-// CHECK: = ctx.init(tdx::rt::atCall([[P]], call), parseLayout("[Shard(0)]"));
+// CHECK: = ctx.init(tdx::rt::atCall(kInit(0), call), parseLayout("[Shard(0)]"));
 
 // The CUDA backend draws the same way (its Context::init).
 // CUDA: const uint64_t call = ctx.nextCall();
-// CUDA: = ctx.init(tdx::rt::atCall(kInit{{[0-9]+}}, call), parseLayout("[Shard(0)]"));
+// CUDA: = ctx.init(tdx::rt::atCall(kInit(0), call), parseLayout("[Shard(0)]"));

@@ -24,15 +24,15 @@ func.func @forward(%x: tensor<3x4xf32>) -> tensor<3x4xf32> {
 
 // CHECK: #include "tdx/Runtime/Runtime.h"
 // Each init program is written out for the runtime to evaluate on the rank's box.
-// CHECK:      static const tdx::rt::InitProgram [[FC:kInit[0-9]+]]{{[{][{]}}
-// CHECK-NEXT:   {tdx::rt::InitProgram::Normal, tdx::rt::DType::F32, {8, 4}, -1, -1, {0.0{{0*}}e+00, 2.0{{0*}}4e-02, {{.*}}}, 0ull, 1ull, {}, -1},
-// CHECK:      static const tdx::rt::InitProgram [[PROJ:kInit[0-9]+]]{{[{][{]}}
-// CHECK-NEXT:   {tdx::rt::InitProgram::Uniform, tdx::rt::DType::F32, {4, 8}, -1, -1, {-5.0{{0*}}e-01, 5.0{{0*}}e-01, {{.*}}}, 0ull, 2ull, {}, -1},
+// CHECK:      {tdx::rt::InitProgram::Normal, tdx::rt::DType::F32, {{kInitArray[0-9]+}}, 2, -1, -1, {0.0{{0*}}e+00, 2.0{{0*}}4e-02, {{.*}}}, 0ull, 1ull, nullptr, 0, -1},
+// CHECK-NEXT: {tdx::rt::InitProgram::Uniform, tdx::rt::DType::F32, {{kInitArray[0-9]+}}, 2, -1, -1, {-5.0{{0*}}e-01, 5.0{{0*}}e-01, {{.*}}}, 0ull, 2ull, nullptr, 0, -1},
+// CHECK:      static const EmittedInit kInitEntries[] = {
+// CHECK-NEXT:   {"fc", 0, "[Shard(0)]"},
+// CHECK-NEXT:   {"proj", 1, "[Shard(1)]"},
 // CHECK-LABEL: static void init(Context &ctx, State &s) {
-// CHECK-NEXT: if (!s.count("fc"))
-// CHECK-NEXT: s["fc"] = ctx.init([[FC]], parseLayout("[Shard(0)]"));
-// CHECK-NEXT: if (!s.count("proj"))
-// CHECK-NEXT: s["proj"] = ctx.init([[PROJ]], parseLayout("[Shard(1)]"));
+// CHECK-NEXT: for (const EmittedInit &e : kInitEntries)
+// CHECK-NEXT: if (!s.count(e.name))
+// CHECK-NEXT: s[e.name] = ctx.init(kInit(e.program), parseLayout(e.layout));
 // CHECK-LABEL: static std::vector<T::Tensor> forward(
 // CHECK: T::linear(
 // CHECK: elementwise({3, 4}, {{.*}}, {T::kFloat}, k0_row);

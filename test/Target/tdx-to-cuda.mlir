@@ -42,12 +42,13 @@ func.func @forward(%x: tensor<3x4xf32>) -> tensor<3x4xf32> {
 // CHECK:      static void k0_launch(const tdx::kern::Iter &it, cudaStream_t s) {
 // CHECK-NEXT:   k0_kernel<<<blocksFor(it.numel), 256, 0, s>>>(it);
 // CHECK-NOT:  _row(
-// CHECK:      {tdx::rt::InitProgram::Full, tdx::rt::DType::F32, {8}, -1, -1,
+// CHECK:      {tdx::rt::InitProgram::Full, tdx::rt::DType::F32, {{kInitArray[0-9]+}}, 1, -1, -1,
+// CHECK:      {"fc", 0, "[Shard(0)]"},
+// CHECK-NEXT: {"bias", 1, "[Shard(0)]"},
 // CHECK-LABEL: static void init(Context &ctx, State &s) {
-// CHECK-NEXT: if (!s.count("fc"))
-// CHECK-NEXT: s["fc"] = ctx.init(kInit0, parseLayout("[Shard(0)]"));
-// CHECK-NEXT: if (!s.count("bias"))
-// CHECK-NEXT: s["bias"] = ctx.init(kInit1, parseLayout("[Shard(0)]"));
+// CHECK-NEXT: for (const EmittedInit &e : kInitEntries)
+// CHECK-NEXT: if (!s.count(e.name))
+// CHECK-NEXT: s[e.name] = ctx.init(kInit(e.program), parseLayout(e.layout));
 // CHECK-LABEL: static std::vector<T::Tensor> forward(
 // CHECK:      T::Tensor [[H:v[0-9]+]] = T::linear(
 // CHECK:      = elementwise({3, 4}, {[[H]], {{v[0-9]+}}}, {T::kFloat}, k0_launch);

@@ -67,6 +67,27 @@ struct InitProgram {
   const Node &result() const { return nodes.back(); }
 };
 
+/// An InitProgram::Node as constant data: what emitted sources hold (a
+/// table of these initializes at compile time; a table of InitPrograms
+/// would be code the C++ compiler spends minutes on for a deep model).
+struct InitNodeData {
+  InitProgram::Kind kind;
+  DType dtype;
+  const int64_t *shape;
+  int rank;
+  int a, b;
+  double p[4];
+  uint64_t seed, stream;
+  const double *values;
+  int count;
+  int c;
+};
+
+/// The programs of a table: program k is the `ranges[k][1]` nodes from
+/// `nodes[ranges[k][0]]`.
+std::vector<InitProgram> initPrograms(const InitNodeData *nodes, const int (*ranges)[2],
+                                      int programs);
+
 /// Whether init programs make tensors of `t` (fillBox writes them).
 bool initProgramsMake(DType t);
 

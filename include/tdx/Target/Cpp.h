@@ -6,6 +6,8 @@
 #include "mlir/IR/BuiltinOps.h"
 #include "llvm/Support/raw_ostream.h"
 
+#include <string>
+
 namespace mlir::tdx {
 
 enum class Backend { CPU, CUDA };
@@ -31,6 +33,12 @@ struct MemoryPlan {
 /// decisions, which the emitter prints).
 LogicalResult emitCpp(ModuleOp module, llvm::raw_ostream &os, Backend backend = Backend::CPU,
                       MemoryPlan *plan = nullptr);
+
+/// Rewrites the emitted step functions `body` so that parts (tdx.part) that
+/// differ only in local names and literals (state names, carry slots, arena
+/// offsets: the same layer repeated) share one function taking what
+/// differs; parts whose text is shorter than `minBytes` stay as they are.
+void shareParts(std::string &body, int64_t minBytes = 512);
 
 } // namespace mlir::tdx
 
