@@ -60,11 +60,27 @@ def record(layout):
                                  "tdx-translate")
         source = subprocess.run([translate, "--tdx-to-cpp", path], capture_output=True,
                                 text=True, check=True).stdout
-    calls = collections.Counter()
-    calls.update(f"callAten {m}" for m in re.findall(r'callAten\("([\w:.]+)"', source))
-    calls.update(f"T::{m}" for m in re.findall(r"\bT::(\w+)\(", source))
-    calls.update(f"ctx.{m}" for m in re.findall(r"\bctx\.(\w+)\(", source))
-    calls["fused kernels"] = len(re.findall(r"= elementwise\(", source))
+    def count(text):
+        calls = collections.Counter()
+        calls.update(f"callAten {m}" for m in re.findall(r'callAten\("([\w:.]+)"', text))
+        calls.update(f"T::{m}" for m in re.findall(r"\bT::(\w+)\(", text))
+        calls.update(f"ctx.{m}" for m in re.findall(r"\bctx\.(\w+)\(", text))
+        calls["fused kernels"] += len(re.findall(r"= elementwise\(", text))
+        return calls
+
+    # Parts that repeat share one function (shareParts): its calls count
+    # once per part that calls it.
+    shared = {m.group(1): count(m.group(0)) for m in re.finditer(
+        r"static std::vector<T::Tensor> (\w+_shared\d+)\(.*?\n\}\n", source, re.S)}
+    rest = re.sub(r"static std::vector<T::Tensor> \w+_shared\d+\(.*?\n\}\n", "", source,
+                  flags=re.S)
+    calls = count(rest)
+    for name in re.findall(r"return (\w+_shared\d+)\(", rest):
+        calls.update(shared[name])
+    # init() calls ctx.init in one loop, once per entry of its table.
+    entries = re.findall(r'^    \{"[^"]*", \d+, "[^"]*"\},$', source, re.M)
+    if entries:
+        calls["ctx.init"] += len(entries) - 1
     return {"collectives": dict(sorted(collectives.items())), "calls": dict(sorted(calls.items()))}
 
 
