@@ -221,14 +221,20 @@ LogicalResult AssignOp::verifySymbolUses(SymbolTableCollection &symbols) {
   if (failed(verifyStateAccess(*this, getNameAttr(), getValue().getType(), "value type",
                                symbols)))
     return failure();
-  // Two writes of one state in one function would race.
-  Operation *first = nullptr;
-  (*this)->getParentOp()->walk([&](AssignOp other) {
-    if (!first && other.getName() == getName())
-      first = other;
+  // Two writes of one state in one function would race. The first write
+  // of its block checks every write of the function once (each write
+  // walking the function made verifying a deep model's step quadratic).
+  for (Operation *prev = (*this)->getPrevNode(); prev; prev = prev->getPrevNode())
+    if (isa<AssignOp>(prev))
+      return success();
+  llvm::StringMap<Operation *> writer;
+  WalkResult twice = (*this)->getParentOp()->walk([&](AssignOp other) {
+    auto [it, fresh] = writer.try_emplace(other.getName(), other);
+    if (fresh)
+      return WalkResult::advance();
+    other.emitOpError() << "writes " << other.getNameAttr()
+                        << " a second time in one function; write each state once";
+    return WalkResult::interrupt();
   });
-  if (first != getOperation())
-    return emitOpError() << "writes " << getNameAttr()
-                         << " a second time in one function; write each state once";
-  return success();
+  return failure(twice.wasInterrupted());
 }

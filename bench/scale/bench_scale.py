@@ -136,7 +136,7 @@ def big(name, compile_7b):
           f"tp {mesh_shape[1]}) = {mesh_shape[0] * mesh_shape[1]} ranks, batch {batch}")
     try:
         _, t_meta = clock(lambda: meta_step(config, batch))
-        meta = f"{t_meta:.1f} s"
+        meta = f"{t_meta:.2f} s"
     except Exception as e:  # noqa: BLE001 - the peer may not run here
         meta = f"failed ({type(e).__name__}: {str(e)[:60]})"
     prog, t_trace = clock(lambda: traced(config, batch))
