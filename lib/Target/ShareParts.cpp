@@ -74,6 +74,18 @@ bool isLocal(const std::vector<Token> &tokens, size_t i) {
          !(i + 1 < tokens.size() && llvm::StringRef(tokens[i + 1].text).starts_with("::"));
 }
 
+/// Locals renamed by first appearance, per leading letter (v0, v1, r0, ...).
+struct Renamer {
+  llvm::StringMap<std::string> names;
+  std::map<char, int> next;
+  const std::string &operator()(const std::string &local) {
+    auto [it, fresh] = names.try_emplace(local);
+    if (fresh)
+      it->second = std::string(1, local[0]) + std::to_string(next[local[0]]++);
+    return it->second;
+  }
+};
+
 struct Part {
   size_t begin, end; // the function's text in the body, header included
   std::string name, header;
@@ -119,15 +131,11 @@ void mlir::tdx::shareParts(std::string &body, int64_t minBytes) {
     p.name = body.substr(at + kHead.size(), open - at - kHead.size());
     p.header = body.substr(at, line + 1 - at);
     p.tokens = tokenize(llvm::StringRef(body).slice(line + 1, close + 1));
-    llvm::StringMap<std::string> renamed;
-    std::map<char, int> next;
+    Renamer rename;
     for (size_t i = 0; i < p.tokens.size(); ++i) {
       const Token &t = p.tokens[i];
       if (isLocal(p.tokens, i)) {
-        auto [it, fresh] = renamed.try_emplace(t.text);
-        if (fresh)
-          it->second = std::string(1, t.text[0]) + std::to_string(next[t.text[0]]++);
-        p.key += it->second;
+        p.key += rename(t.text);
       } else if (t.kind == Kind::Number || t.kind == Kind::String) {
         p.key += t.kind == Kind::Number ? "\x01" : "\x02";
         p.literals.push_back(t.text);
@@ -172,16 +180,12 @@ void mlir::tdx::shareParts(std::string &body, int64_t minBytes) {
                        "T::Tensor *carry, int64_t *handles, const int64_t *I, const uint64_t *U, "
                        "const double *F, const char *const *S) {\n"
                        "  (void)I;\n  (void)U;\n  (void)F;\n  (void)S;\n";
-    llvm::StringMap<std::string> renamed;
-    std::map<char, int> next;
+    Renamer rename;
     lit = 0;
     for (size_t i = 0; i < first.tokens.size(); ++i) {
       const Token &t = first.tokens[i];
       if (isLocal(first.tokens, i)) {
-        auto [it, fresh] = renamed.try_emplace(t.text);
-        if (fresh)
-          it->second = std::string(1, t.text[0]) + std::to_string(next[t.text[0]]++);
-        text += it->second;
+        text += rename(t.text);
       } else if (t.kind == Kind::Number || t.kind == Kind::String) {
         auto [array, index] = slot[lit++];
         text += index < 0 ? t.text : std::string(1, array) + "[" + std::to_string(index) + "]";
