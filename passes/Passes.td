@@ -204,6 +204,28 @@ def WidenReductions : Pass<"tdx-widen-reductions", "::mlir::ModuleOp"> {
                         "The float type to sum in (f32, f64), over the module's tdx.reduce_type">];
 }
 
+def RegatherParameters : Pass<"tdx-regather-parameters", "::mlir::ModuleOp"> {
+  let summary = "ZeRO-3: gather a parameter again for a reader far from the first";
+  let description = [{
+    On a partitioned module, a parameter's `tdx.all_gather` (of its
+    `tdx.param_ref`, or of the narrowing cast mixed precision reads it
+    through) whose next reader comes `distance` ops or more after the one
+    before it (the backward's, after the rest of the forward and backward)
+    is made again right before that reader, with its `param_ref`, so the
+    gathered parameter is not held between the forward and the backward.
+    `tdx-prefetch-all-gathers` then starts the new gather ahead as it does
+    the forward's. A state written in between keeps its one gather. The
+    numbers do not change: the same shard is gathered twice.
+
+    ```
+    tdx-opt step.mlir --tdx-partition --tdx-regather-parameters=distance=64
+    ```
+  }];
+  let options = [Option<"distance", "distance", "int64_t", /*default=*/"64",
+                        "Ops between two readers from which the later one gathers again "
+                        "(0: never)">];
+}
+
 def PrefetchAllGathers : Pass<"tdx-prefetch-all-gathers", "::mlir::ModuleOp"> {
   let summary = "Start each parameter's all_gather while the ops before it run";
   let description = [{

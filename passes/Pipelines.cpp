@@ -51,6 +51,7 @@ void mlir::tdx::buildSpmdPipeline(OpPassManager &pm) {
   pm.addPass(createFoldMesh());
   pm.addPass(createPartition());
   pm.addPass(createWidenReductions());
+  pm.addPass(createRegatherParameters());
   pm.addPass(createPrefetchAllGathers());
   pm.addPass(createHoistCollectives());
   pm.addPass(createScheduleWaits());
@@ -93,8 +94,9 @@ void mlir::tdx::registerTdxPipelines() {
       });
   PassPipelineRegistration<>(
       "tdx-spmd",
-      "tdx-insert-collectives, tdx-fold-mesh, tdx-partition, tdx-prefetch-all-gathers, "
-      "tdx-hoist-collectives, tdx-schedule-waits: the per-rank program",
+      "tdx-insert-collectives, tdx-fold-mesh, tdx-partition, tdx-widen-reductions, "
+      "tdx-regather-parameters, tdx-prefetch-all-gathers, tdx-hoist-collectives, "
+      "tdx-schedule-waits: the per-rank program",
       buildSpmdPipeline);
   PassPipelineRegistration<BackendOptions>(
       "tdx-backend",
