@@ -71,9 +71,7 @@ ShardingRule GeluOp::getShardingRule() { return ShardingRule::broadcast(*this); 
 /// gradients are summed after the cast back to the parameter's dtype.
 ShardingRule CastOp::getShardingRule() {
   ShardingRule rule = ShardingRule::broadcast(*this);
-  auto from = dyn_cast<FloatType>(tensorType(getInput()).getElementType());
-  auto to = dyn_cast<FloatType>(tensorType(getResult()).getElementType());
-  rule.linear = from && to && to.getWidth() > from.getWidth();
+  rule.linear = floatWidening(*this) > 0;
   return rule;
 }
 

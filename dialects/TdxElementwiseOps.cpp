@@ -18,6 +18,15 @@ LogicalResult WhereOp::inferReturnTypes(MLIRContext *, std::optional<Location> l
                               /*firstIsCondition=*/true);
 }
 
+int64_t mlir::tdx::floatWidening(Operation *op) {
+  auto cast = dyn_cast_or_null<CastOp>(op);
+  if (!cast)
+    return 0;
+  auto from = dyn_cast<FloatType>(getElementTypeOrSelf(cast.getInput().getType()));
+  auto to = dyn_cast<FloatType>(getElementTypeOrSelf(cast.getResult().getType()));
+  return from && to ? static_cast<int64_t>(to.getWidth()) - from.getWidth() : 0;
+}
+
 LogicalResult CastOp::verify() {
   auto in = cast<RankedTensorType>(getInput().getType());
   auto out = cast<RankedTensorType>(getType());

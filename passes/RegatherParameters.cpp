@@ -21,8 +21,8 @@ namespace {
 /// cast of mixed precision.
 ParamRefOp gatheredState(AllGatherOp g) {
   Value in = g.getInput();
-  if (auto cast = in.getDefiningOp<CastOp>())
-    in = cast.getInput();
+  if (floatWidening(in.getDefiningOp()) < 0)
+    in = in.getDefiningOp()->getOperand(0);
   return in.getDefiningOp<ParamRefOp>();
 }
 
@@ -69,7 +69,7 @@ struct RegatherParametersPass
           IRMapping map;
           OpBuilder b(reader);
           b.clone(*ref, map);
-          if (auto cast = g.getInput().getDefiningOp<CastOp>())
+          if (Operation *cast = g.getInput().getDefiningOp(); floatWidening(cast) < 0)
             b.clone(*cast, map);
           Value again = b.clone(*g, map)->getResult(0);
           // This reader and the later ones read the new gather.

@@ -363,15 +363,25 @@ Value Functionalizer::applyView(Value base, const View &view, const at::Tensor &
       ->getResult(0);
 }
 
+/// The arguments of as_strided and as_strided_scatter.
+static DictionaryAttr stridedArgs(OpBuilder &b, ArrayRef<int64_t> sizes,
+                                  ArrayRef<int64_t> strides, int64_t offset) {
+  return b.getDictionaryAttr({b.getNamedAttr("size", b.getDenseI64ArrayAttr(sizes)),
+                              b.getNamedAttr("stride", b.getDenseI64ArrayAttr(strides)),
+                              b.getNamedAttr("storage_offset", b.getI64IntegerAttr(offset))});
+}
+
+/// `aten::as_strided` of `base` (the elements of its storage, row-major).
+static Value asStrided(OpBuilder &b, Location loc, Value base, RankedTensorType type,
+                       ArrayRef<int64_t> sizes, ArrayRef<int64_t> strides, int64_t offset) {
+  return AtenOp::create(b, loc, TypeRange{type}, b.getStringAttr("aten::as_strided"),
+                        ValueRange{base}, stridedArgs(b, sizes, strides, offset))
+      ->getResult(0);
+}
+
 Value Functionalizer::reshapeOrStrided(Value base, const View &view, RankedTensorType type) {
   // An alias with other sizes/strides: as_strided of the base.
-  SmallVector<NamedAttribute> args = {
-      b.getNamedAttr("size", b.getDenseI64ArrayAttr(view.sizes)),
-      b.getNamedAttr("stride", b.getDenseI64ArrayAttr(view.strides)),
-      b.getNamedAttr("storage_offset", b.getI64IntegerAttr(view.offset))};
-  return AtenOp::create(b, loc, TypeRange{type}, b.getStringAttr("aten::as_strided"),
-                        ValueRange{base}, b.getDictionaryAttr(args))
-      ->getResult(0);
+  return asStrided(b, loc, base, type, view.sizes, view.strides, view.offset);
 }
 
 Value Functionalizer::scatter(Value base, Value value, const View &view, const at::Tensor &result) {
@@ -395,12 +405,9 @@ Value Functionalizer::scatter(Value base, Value value, const View &view, const a
   if (!view.op) {
     if (value.getType() == baseType)
       return value;
-    SmallVector<NamedAttribute> args = {
-        b.getNamedAttr("size", b.getDenseI64ArrayAttr(view.sizes)),
-        b.getNamedAttr("stride", b.getDenseI64ArrayAttr(view.strides)),
-        b.getNamedAttr("storage_offset", b.getI64IntegerAttr(view.offset))};
     return AtenOp::create(b, loc, TypeRange{baseType}, b.getStringAttr("aten::as_strided_scatter"),
-                          ValueRange{base, value}, b.getDictionaryAttr(args))
+                          ValueRange{base, value},
+                          stridedArgs(b, view.sizes, view.strides, view.offset))
         ->getResult(0);
   }
   const RecordedOp &op = *view.op;
@@ -553,14 +560,8 @@ std::string captureToMlir(const Recording &recording, const std::vector<StateEnt
       // Another view of the parameter's storage that no recorded op made
       // (autograd's saved `weight.t()`, detached): as_strided of it, never
       // the parameter itself (a square weight's transpose has its shape).
-      SmallVector<NamedAttribute> args = {
-          b.getNamedAttr("size", b.getDenseI64ArrayAttr(t.sizes().vec())),
-          b.getNamedAttr("stride", b.getDenseI64ArrayAttr(t.strides().vec())),
-          b.getNamedAttr("storage_offset", b.getI64IntegerAttr(t.storage_offset()))};
-      return AtenOp::create(b, loc, TypeRange{tensorType(b, t)},
-                            b.getStringAttr("aten::as_strided"), ValueRange{ref},
-                            b.getDictionaryAttr(args))
-          ->getResult(0);
+      return asStrided(b, loc, ref, tensorType(b, t), t.sizes().vec(), t.strides().vec(),
+                       t.storage_offset());
     };
     for (auto [i, t] : llvm::enumerate(forward->inputs))
       g.bindInput(t, entry->getArgument(i));

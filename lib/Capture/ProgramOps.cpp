@@ -286,16 +286,6 @@ void Module::annotate(const std::string &target, const std::string &meshName,
   placed = true;
 }
 
-/// A float cast to a narrower float (mixed precision's `p.to(bf16)`).
-static bool isNarrowingCast(Operation *op) {
-  auto cast = dyn_cast<CastOp>(op);
-  if (!cast)
-    return false;
-  auto from = dyn_cast<FloatType>(cast.getInput().getType().getElementType());
-  auto to = dyn_cast<FloatType>(cast.getResult().getType().getElementType());
-  return from && to && to.getWidth() < from.getWidth();
-}
-
 void Module::annotateUses(const std::string &param, const std::string &meshName,
                           const std::string &placements, bool reads) {
   impl->takeDiagnostics();
@@ -329,7 +319,7 @@ void Module::annotateUses(const std::string &param, const std::string &meshName,
       // update reads the float32 shard it stores.
       bool narrowed = false;
       for (Operation *user : ref->getUsers())
-        if (isNarrowingCast(user)) {
+        if (floatWidening(user) < 0) {
           users.push_back(user);
           narrowed = true;
         }

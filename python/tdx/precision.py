@@ -46,8 +46,10 @@ class MixedPrecision:
 
 
 def _mlir_type(dtype):
-    return {torch.float32: "f32", torch.float64: "f64", torch.float16: "f16",
-            torch.bfloat16: "bf16"}[dtype]
+    """The MLIR element type of a torch dtype, from the dtype table
+    (tdx/Runtime/DTypes.def)."""
+    from . import _C
+    return next(ir for ir, d, *_ in _C.dtypes() if d == dtype)
 
 
 @contextlib.contextmanager

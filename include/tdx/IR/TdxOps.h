@@ -50,6 +50,11 @@ namespace mlir::tdx {
 std::optional<double> splatValue(Value v);
 /// The C type of an element type ("float", "int64_t", "bool", ...) or "".
 std::string cType(Type elementType);
+/// The change in float width a `tdx.cast` makes (to - from, in bits; 0 when
+/// either side is not a float): > 0 widens exactly (bf16 -> f32), < 0 rounds
+/// (mixed precision's `p.to(bf16)`). Null or another op: 0.
+int64_t floatWidening(Operation *op);
+
 /// Bytes of one element of `type` (complex: both parts; index: 8).
 inline int64_t elementBytes(Type type) {
   if (type.isIntOrFloat())
