@@ -68,6 +68,9 @@ def Tdx_Dialect : Dialect {
     /// own tensors alive at once (i64 each).
     static constexpr ::llvm::StringLiteral kArenaBytesAttrName = "tdx.arena_bytes";
     static constexpr ::llvm::StringLiteral kStepBytesAttrName = "tdx.step_bytes";
+    /// On an op tdx-recompute made: a copy of an op before the step's peak,
+    /// run again after it so its result is not held across (unit).
+    static constexpr ::llvm::StringLiteral kRecomputedAttrName = "tdx.recomputed";
     /// The part of the step an op is emitted in (tdx-split-parts): i64 >= 0,
     /// never less than the part of the op before it.
     static constexpr ::llvm::StringLiteral kPartAttrName = "tdx.part";

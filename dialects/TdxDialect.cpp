@@ -72,7 +72,7 @@ static LogicalResult verifyTdxAttribute(Operation *op, NamedAttribute attr, bool
       return wrong("an array of #tdx.sharding, one per result");
     return success();
   }
-  if (name == TdxDialect::kPartitionedAttrName)
+  if (name == TdxDialect::kPartitionedAttrName || name == TdxDialect::kRecomputedAttrName)
     return isa<UnitAttr>(value) ? success() : wrong("a unit attribute");
   if (name == TdxDialect::kPayloadBytesAttrName)
     return isa<IntegerAttr>(value) ? success() : wrong("an integer");
@@ -125,7 +125,8 @@ static LogicalResult verifyTdxAttribute(Operation *op, NamedAttribute attr, bool
                          << TdxDialect::kPayloadBytesAttrName << "', '"
                          << TdxDialect::kArenaAttrName << "', '"
                          << TdxDialect::kArenaBytesAttrName << "', '"
-                         << TdxDialect::kStepBytesAttrName << "' and '"
+                         << TdxDialect::kStepBytesAttrName << "', '"
+                         << TdxDialect::kRecomputedAttrName << "' and '"
                          << TdxDialect::kPartAttrName << "' on ops, and '"
                          << TdxDialect::kReduceTypeAttrName << "' and '"
                          << TdxDialect::kMemoryBudgetAttrName << "' on a module";

@@ -1,8 +1,8 @@
 //===- MemoryReport.cpp - a rank's bytes by kind, and its budget ----------===//
 
 #include "tdx/IR/TdxOps.h"
-#include "tdx/Sharding/Layout.h"
 #include "tdx/Target/Lifetimes.h"
+#include "tdx/Target/StepMemory.h"
 #include "tdx/Transforms/Passes.h"
 
 #include "mlir/Dialect/Func/IR/FuncOps.h"
@@ -11,7 +11,6 @@
 #include "llvm/Support/ToolOutputFile.h"
 
 #include <algorithm>
-#include <map>
 
 namespace mlir::tdx {
 #define GEN_PASS_DEF_MEMORYREPORT
@@ -22,19 +21,6 @@ using namespace mlir;
 using namespace mlir::tdx;
 
 namespace {
-
-/// The bytes a rank holds of a value of `global` type placed by `sharding`
-/// (null: replicated).
-int64_t heldBytes(Operation *from, RankedTensorType global, ShardingAttr sharding) {
-  if (!global || !global.hasStaticShape())
-    return 0;
-  if (!sharding)
-    return global.getNumElements() * elementBytes(global.getElementType());
-  MeshOp mesh = lookupMesh(from, sharding.getMesh());
-  if (!mesh)
-    return global.getNumElements() * elementBytes(global.getElementType());
-  return localBytes(global, layoutOf(sharding), mesh.getShape());
-}
 
 struct Consumer {
   std::string name;
@@ -80,66 +66,17 @@ struct MemoryReportPass : public mlir::tdx::impl::MemoryReportBase<MemoryReportP
                        "tdx-spmd (tdx-insert-collectives, tdx-partition) first");
       return signalPassFailure();
     }
-    func::FuncOp fn = module.lookupSymbol<func::FuncOp>("train_step");
-    if (!fn)
-      fn = module.lookupSymbol<func::FuncOp>("forward");
-    if (!fn)
-      for (auto f : module.getOps<func::FuncOp>())
-        if (!f.isExternal()) {
-          fn = f;
-          break;
-        }
+    func::FuncOp fn = stepFunction(module);
     if (!fn || !fn.getBody().hasOneBlock()) {
       module.emitError("tdx-memory-report: the module has no function with a body to report");
       return signalPassFailure();
     }
-    // State: what each rank stores between steps.
-    std::map<std::string, int64_t> stateBytes;
-    std::map<std::string, RankedTensorType> stateType;
-    int64_t parameters = 0, optimizer = 0;
+    StepMemory held = stepMemory(module, fn);
+    int64_t parameters = held.parameters, optimizer = held.optimizer, inputs = held.inputs,
+            gradients = held.gradients;
     std::vector<Consumer> consumers;
-    for (Operation &op : module.getOps()) {
-      auto state = dyn_cast<StateOpInterface>(&op);
-      if (!state || state.getTiedState())
-        continue;
-      std::string name = SymbolTable::getSymbolName(&op).str();
-      int64_t bytes = heldBytes(&op, state.getStateType(), state.getStateSharding());
-      stateBytes[name] = bytes;
-      stateType[name] = state.getStateType();
-      (StringRef(name).starts_with("optimizer.") ? optimizer : parameters) += bytes;
+    for (auto &[name, bytes] : held.states)
       consumers.push_back({"state " + name, bytes});
-    }
-    int64_t inputs = 0;
-    for (BlockArgument arg : fn.getArguments()) {
-      auto global = fn.getArgAttrOfType<TypeAttr>(arg.getArgNumber(),
-                                                  TdxDialect::kGlobalTypeAttrName);
-      auto sharding = fn.getArgAttrOfType<ShardingAttr>(arg.getArgNumber(),
-                                                        TdxDialect::kShardingAttrName);
-      auto type = global ? dyn_cast<RankedTensorType>(global.getValue())
-                         : dyn_cast<RankedTensorType>(arg.getType());
-      inputs += heldBytes(fn, type, global ? sharding : ShardingAttr());
-    }
-    // Gradients: each written parameter's, placed as the update reads it
-    // (as its optimizer state is placed, when it has state of its shape).
-    int64_t gradients = 0;
-    fn.walk([&](AssignOp assign) {
-      std::string name = assign.getStateName().str();
-      Operation *owner = module.lookupSymbol(name);
-      if (!owner || !isa<ParameterOp>(owner) || StringRef(name).starts_with("optimizer."))
-        return;
-      int64_t bytes = stateBytes[name];
-      std::string prefix = "optimizer." + name + ".";
-      // Its optimizer state, from where the names start in sorted order (not
-      // a scan of every state per write: a 70B step has thousands of both).
-      for (auto it = stateBytes.lower_bound(prefix);
-           it != stateBytes.end() && StringRef(it->first).starts_with(prefix); ++it)
-        if (StringRef(it->first).drop_front(prefix.size()).find('.') == StringRef::npos &&
-            stateType[it->first] == stateType[name]) {
-          bytes = it->second;
-          break;
-        }
-      gradients += bytes;
-    });
     Lifetimes lifetimes(fn.getBody().front());
     int64_t working = lifetimes.peakBytes();
     if (auto planned = fn->getAttrOfType<IntegerAttr>(TdxDialect::kStepBytesAttrName))
@@ -153,8 +90,17 @@ struct MemoryReportPass : public mlir::tdx::impl::MemoryReportBase<MemoryReportP
     int64_t activations = std::max<int64_t>(working - gradients, 0);
     int64_t peak = parameters + optimizer + inputs + working;
 
-    if (auto budget = module->getAttrOfType<IntegerAttr>(TdxDialect::kMemoryBudgetAttrName);
-        budget && peak > budget.getInt()) {
+    // What tdx-recompute runs again.
+    int64_t recomputedOps = 0, recomputedBytes = 0;
+    for (Operation &op : fn.getBody().front())
+      if (op.hasAttr(TdxDialect::kRecomputedAttrName)) {
+        ++recomputedOps;
+        for (Value r : op.getResults())
+          if (auto t = dyn_cast<RankedTensorType>(r.getType()); t && t.hasStaticShape())
+            recomputedBytes += t.getNumElements() * elementBytes(t.getElementType());
+      }
+    auto budget = module->getAttrOfType<IntegerAttr>(TdxDialect::kMemoryBudgetAttrName);
+    if (format == "none" && budget && peak > budget.getInt()) {
       InFlightDiagnostic d = mlir::emitError(fn.getLoc());
       d << "the step needs " << peak << " bytes (" << mib(peak) << ") per rank at its peak, over "
         << "its memory budget of " << budget.getInt() << " bytes (" << mib(budget.getInt())
@@ -163,6 +109,9 @@ struct MemoryReportPass : public mlir::tdx::impl::MemoryReportBase<MemoryReportP
         << ". The largest:";
       for (const Consumer &c : consumers)
         d << "\n  " << c.bytes << " bytes: " << c.name;
+      if (recomputedOps)
+        d << "\nThat is after running " << recomputedOps << " ops again after the peak "
+          << "(tdx-recompute) instead of holding " << recomputedBytes << " bytes of results.";
       d << "\nSplit more over the mesh (zero=3 stores parameters and optimizer state split "
            "over dp; a tensor-parallel plan splits layers), use smaller batches, checkpoint "
            "blocks (torch.utils.checkpoint), or raise memory_budget";
@@ -185,6 +134,9 @@ struct MemoryReportPass : public mlir::tdx::impl::MemoryReportBase<MemoryReportP
       for (auto [key, bytes] : rows)
         out[key] = bytes;
       out["working"] = working;
+      out["recomputed"] = llvm::json::Object{{"ops", recomputedOps}, {"bytes", recomputedBytes}};
+      if (budget)
+        out["budget"] = budget.getInt();
       llvm::json::Array largest;
       for (const Consumer &c : consumers)
         largest.push_back(llvm::json::Object{{"name", c.name}, {"bytes", c.bytes}});
@@ -195,6 +147,13 @@ struct MemoryReportPass : public mlir::tdx::impl::MemoryReportBase<MemoryReportP
       for (auto [key, bytes] : rows)
         os << llvm::left_justify(key, 13) << llvm::right_justify(std::to_string(bytes), 14)
            << " bytes\n";
+      if (budget)
+        os << llvm::left_justify("budget", 13)
+           << llvm::right_justify(std::to_string(budget.getInt()), 14) << " bytes"
+           << (peak > budget.getInt() ? ": over it\n" : "\n");
+      if (recomputedOps)
+        os << "recomputed   " << recomputedOps << " ops run again after the peak, making "
+           << recomputedBytes << " bytes again\n";
     }
     file->keep();
     markAllAnalysesPreserved();

@@ -356,6 +356,42 @@ def AsyncCollectives : Pass<"tdx-async-collectives", "::mlir::ModuleOp"> {
   }];
 }
 
+def Recompute : Pass<"tdx-recompute", "::mlir::ModuleOp"> {
+  let summary = "Run ops again after the step's peak instead of holding their results";
+  let description = [{
+    Fits a partitioned step in its memory budget (`tdx.memory_budget` on the
+    module, or the `budget` option) by holding fewer tensors across its
+    peak. A tensor made before the peak and read after it is either held,
+    or made again right before its first read after the peak, from tensors
+    that are held (the step's arguments and state are always at hand).
+
+    The choice is a minimum cut of the ops before the peak that the reads
+    after it need, as functorch's min-cut rematerialization: holding an
+    op's results costs their bytes; running the op again costs its time at
+    a price in bytes per second (a matmul's FLOPs, a collective's latency
+    and bytes, the bytes any other op moves), so a collective is run again
+    only where that is the cheaper side of the cut. The price starts at
+    1e12 (nothing runs again) and falls tenfold to 1e5 until the step fits;
+    at each price the pass cuts at the peak and again at the peak that
+    moves. Of the prices tried, the first that fits is kept, else the one
+    with the lowest peak (which tdx-memory-report then refuses). The ops run
+    again carry `tdx.recomputed`, and tdx-memory-report counts them.
+
+    Random ops are the tdx counter-based ones, so running them again gives
+    the same values; a generic aten op that draws random numbers is held.
+    A step within its budget, or without one, is left as it is. tdx-backend
+    runs it after tdx-async-collectives, on the kernels the backends run.
+
+    ```
+    tdx-opt step.mlir --tdx-recompute=budget=1000000 --tdx-memory-report
+    ```
+  }];
+  let options = [
+    Option<"budget", "budget", "int64_t", /*default=*/"0",
+           "Bytes a rank may hold at the peak (0: the module's tdx.memory_budget)">
+  ];
+}
+
 def PlanMemory : Pass<"tdx-plan-memory", "::mlir::ModuleOp"> {
   let summary = "Place the step's tensors in one arena and its state writes";
   let description = [{
@@ -397,15 +433,17 @@ def MemoryReport : Pass<"tdx-memory-report", "::mlir::ModuleOp"> {
       of `tdx-plan-memory` when the step is planned, else the same
       liveness on it as it is).
 
-    `format=json` prints one object with these keys (and `largest`: the
-    states and the tensors alive at the peak that hold the most bytes).
-    When the module has `tdx.memory_budget` (bytes per rank) and the peak
-    exceeds it, the pass fails with an error that names the largest
-    consumers and what to change; `format=none` prints nothing and only
-    checks the budget (tdx-compile runs it so).
+    It also reports the ops tdx-recompute runs again (`tdx.recomputed`)
+    and the bytes they make, and the module's `tdx.memory_budget` (bytes
+    per rank) if it has one. `format=json` prints one object with these
+    keys (`recomputed`: `ops` and `bytes`; `budget`; `largest`: the states
+    and the tensors alive at the peak that hold the most bytes).
+    `format=none` prints nothing and checks the budget: over it, the pass
+    fails with an error that names the largest consumers and what to change
+    (tdx-backend runs it so, before any code is emitted).
 
     ```
-    tdx-opt step.mlir --tdx-spmd --tdx-backend --tdx-memory-report
+    tdx-opt step.mlir --tdx-spmd --tdx-backend=check-budget=0 --tdx-memory-report
     ```
   }];
   let options = [

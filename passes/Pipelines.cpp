@@ -36,6 +36,10 @@ struct BackendOptions : public PassPipelineOptions<BackendOptions> {
   Option<int64_t> opsPerPart{*this, "ops-per-part",
                              llvm::cl::desc("Ops that run in one part of the step"),
                              llvm::cl::init(mlir::tdx::kDefaultOpsPerPart)};
+  Option<bool> checkBudget{*this, "check-budget",
+                           llvm::cl::desc("Refuse a step over its tdx.memory_budget (off: "
+                                          "plan it as it is, to report it)"),
+                           llvm::cl::init(true)};
 };
 } // namespace
 
@@ -57,13 +61,16 @@ void mlir::tdx::buildSpmdPipeline(OpPassManager &pm) {
   pm.addPass(createScheduleWaits());
 }
 
-void mlir::tdx::buildBackendPipeline(OpPassManager &pm, int64_t opsPerPart) {
+void mlir::tdx::buildBackendPipeline(OpPassManager &pm, int64_t opsPerPart, bool checkBudget) {
   pm.addPass(createFuseElementwise());
   pm.addPass(createAsyncCollectives());
+  pm.addPass(createRecompute());
   pm.addPass(createPlanMemory());
-  MemoryReportOptions budget;
-  budget.format = "none";
-  pm.addPass(createMemoryReport(budget));
+  if (checkBudget) {
+    MemoryReportOptions budget;
+    budget.format = "none";
+    pm.addPass(createMemoryReport(budget));
+  }
   SplitPartsOptions parts;
   parts.opsPerPart = opsPerPart;
   pm.addPass(createSplitParts(parts));
@@ -100,7 +107,9 @@ void mlir::tdx::registerTdxPipelines() {
       buildSpmdPipeline);
   PassPipelineRegistration<BackendOptions>(
       "tdx-backend",
-      "tdx-fuse-elementwise, tdx-async-collectives, tdx-plan-memory, tdx-memory-report "
-      "(the budget), tdx-split-parts: the decisions the C++ and CUDA emitters print",
-      [](OpPassManager &pm, const BackendOptions &o) { buildBackendPipeline(pm, o.opsPerPart); });
+      "tdx-fuse-elementwise, tdx-async-collectives, tdx-recompute (the budget), "
+      "tdx-plan-memory, tdx-memory-report (the budget), tdx-split-parts: the decisions the C++ and CUDA emitters print",
+      [](OpPassManager &pm, const BackendOptions &o) {
+        buildBackendPipeline(pm, o.opsPerPart, o.checkBudget);
+      });
 }

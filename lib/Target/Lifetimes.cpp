@@ -135,7 +135,7 @@ void Lifetimes::plan(ArrayRef<Value> made, const DenseSet<Value> &kept,
     // last handle.
     shrink[std::max(at, lastStateRead.count(key) ? lastStateRead[key] : at)] += bytesOf(value);
   }
-  int64_t live = 0, peakAt = 0;
+  int64_t live = 0;
   for (int64_t i = 0; i <= end; ++i) {
     live += grow[i];
     if (live > peak)

@@ -184,13 +184,13 @@ def _json_report(work, report):
 
 def _memory_report(prog):
     """prog.memory_report(): a copy partitioned and planned as tdx.compile
-    plans it, then tdx-memory-report (its budget left out: the report is
-    what shows a program over it)."""
+    plans it (tdx-recompute fitting it to its budget), then
+    tdx-memory-report (the budget's check left out: the report is what
+    shows a program over it)."""
     work = prog.copy()
     if not work.is_partitioned:
         _partition(work)
-    work._module.set_memory_budget(0)
-    work.run_pipeline("tdx-backend")
+    work.run_pipeline("tdx-backend{check-budget=0}")
     return _json_report(work, "tdx-memory-report")
 
 

@@ -75,7 +75,7 @@ func.func @unknown_mesh(%x: tensor<8x8xf32>) -> tensor<8x8xf32> {
 // -----
 
 // The dialect's discardable attributes are checked where they appear.
-// expected-error @+1 {{unknown tdx attribute 'tdx.shardingz'; tdx puts 'tdx.shardings', 'tdx.partitioned', 'tdx.payload_bytes', 'tdx.arena', 'tdx.arena_bytes', 'tdx.step_bytes' and 'tdx.part' on ops, and 'tdx.reduce_type' and 'tdx.memory_budget' on a module}}
+// expected-error @+1 {{unknown tdx attribute 'tdx.shardingz'; tdx puts 'tdx.shardings', 'tdx.partitioned', 'tdx.payload_bytes', 'tdx.arena', 'tdx.arena_bytes', 'tdx.step_bytes', 'tdx.recomputed' and 'tdx.part' on ops, and 'tdx.reduce_type' and 'tdx.memory_budget' on a module}}
 func.func @misspelled() attributes {tdx.shardingz = 1} { return }
 
 // -----
@@ -110,4 +110,12 @@ func.func @priority_not_integer(%x: tensor<4xf32> {tdx.sharding_priority = "dp"}
 
 // expected-error @+1 {{'tdx.reduce_type' must be f32 or f64 on a module, got bf16}}
 module attributes {tdx.reduce_type = bf16} {
+}
+
+// -----
+
+func.func @recomputed_is_a_unit(%x: tensor<4xf32>) -> tensor<4xf32> {
+  // expected-error @+1 {{'tdx.recomputed' must be a unit attribute}}
+  %y = tdx.exp %x {tdx.recomputed = 1 : i64} : tensor<4xf32>
+  return %y : tensor<4xf32>
 }

@@ -61,6 +61,11 @@ public:
   /// The step's own tensors alive where the peak is reached (the tensors
   /// holding storage, not views), with their bytes.
   ArrayRef<std::pair<Value, int64_t>> liveAtPeak() const { return peakLive; }
+  /// The op where the peak is reached (null: when the step returns); a
+  /// tensor made before it and read after it is held across the peak.
+  Operation *peakOp() const {
+    return peakAt < static_cast<int64_t>(points.size()) ? points[peakAt] : nullptr;
+  }
 
   /// The memory plan: every tensor the step makes and drops within the step
   /// (not a view, not returned, not written to a state, not a collective
@@ -96,7 +101,7 @@ private:
   SmallVector<AssignOp> atReturn;
   DenseMap<Operation *, SmallVector<Value>> resultsAt;
   DenseMap<Operation *, SmallVector<int64_t>> offsets;
-  int64_t peak = 0, arena = 0;
+  int64_t peak = 0, arena = 0, peakAt = 0;
   SmallVector<std::pair<Value, int64_t>> peakLive;
 };
 

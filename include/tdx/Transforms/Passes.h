@@ -24,10 +24,13 @@ namespace mlir::tdx {
 void buildPlacePipeline(OpPassManager &pm, const PropagateShardingOptions &options);
 void buildSpmdPipeline(OpPassManager &pm);
 /// The backend pipeline, registered as `tdx-backend`: tdx-fuse-elementwise,
-/// tdx-async-collectives, tdx-plan-memory, tdx-split-parts. Its decisions
-/// are what the C++ and CUDA emitters print.
+/// tdx-async-collectives, tdx-recompute, tdx-plan-memory, the budget's check
+/// (tdx-memory-report format=none; `checkBudget` false leaves it out, to
+/// report a step over it), tdx-split-parts. Its decisions are what the C++
+/// and CUDA emitters print.
 constexpr int64_t kDefaultOpsPerPart = 24;
-void buildBackendPipeline(OpPassManager &pm, int64_t opsPerPart = kDefaultOpsPerPart);
+void buildBackendPipeline(OpPassManager &pm, int64_t opsPerPart = kDefaultOpsPerPart,
+                          bool checkBudget = true);
 /// Runs the backend pipeline on a partitioned module, unless a function of
 /// it has a memory plan already (the emitters' precondition).
 LogicalResult prepareForEmission(ModuleOp module, int64_t opsPerPart = kDefaultOpsPerPart);

@@ -1,0 +1,45 @@
+//===- StepMemory.h - the bytes a rank holds besides its working memory -*- C++ -*-===//
+//
+// What tdx-memory-report reports and tdx-recompute plans against: the state
+// a rank stores, the batch it is given and the gradients its update reads,
+// from the partitioned module's placements.
+//
+//===----------------------------------------------------------------------===//
+
+#ifndef TDX_TARGET_STEPMEMORY_H
+#define TDX_TARGET_STEPMEMORY_H
+
+#include "mlir/Dialect/Func/IR/FuncOps.h"
+#include "mlir/IR/BuiltinOps.h"
+
+#include <string>
+#include <utility>
+#include <vector>
+
+namespace mlir::tdx {
+
+/// The function a report or a budget is about: `train_step`, else
+/// `forward`, else the first with a body (null: none).
+func::FuncOp stepFunction(ModuleOp module);
+
+/// One rank's bytes outside the step's own tensors (its most loaded rank
+/// where shards are uneven).
+struct StepMemory {
+  int64_t parameters = 0; // parameters and buffers stored (a tied name once)
+  int64_t optimizer = 0;  // optimizer state stored (`optimizer.*`)
+  int64_t inputs = 0;     // the step's arguments (the batch)
+  /// Each written parameter's gradient, placed as the update reads it (as
+  /// its optimizer state is placed when it has state of its shape). Part
+  /// of the working memory, not added to it.
+  int64_t gradients = 0;
+  /// Each stored state by name, with its bytes.
+  std::vector<std::pair<std::string, int64_t>> states;
+
+  /// What the rank holds whatever the step does: state and batch.
+  int64_t fixed() const { return parameters + optimizer + inputs; }
+};
+StepMemory stepMemory(ModuleOp module, func::FuncOp step);
+
+} // namespace mlir::tdx
+
+#endif // TDX_TARGET_STEPMEMORY_H
