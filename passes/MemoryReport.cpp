@@ -11,6 +11,7 @@
 #include "llvm/Support/ToolOutputFile.h"
 
 #include <algorithm>
+#include <map>
 
 namespace mlir::tdx {
 #define GEN_PASS_DEF_MEMORYREPORT
@@ -92,10 +93,15 @@ struct MemoryReportPass : public mlir::tdx::impl::MemoryReportBase<MemoryReportP
 
     // What tdx-recompute runs again.
     int64_t recomputedOps = 0, recomputedBytes = 0;
+    std::map<std::string, int64_t> recomputedKinds; // a started collective by its name
     for (Operation &op : fn.getBody().front())
       if (op.hasAttr(TdxDialect::kRecomputedAttrName)) {
+        if (isa<WaitOp>(op))
+          continue;
         ++recomputedOps;
-        for (Value r : op.getResults())
+        Operation *kind = isa<StartOp>(op) ? cast<StartOp>(op).getCollective() : &op;
+        ++recomputedKinds[kind->getName().getStringRef().str()];
+        for (Value r : kind->getResults())
           if (auto t = dyn_cast<RankedTensorType>(r.getType()); t && t.hasStaticShape())
             recomputedBytes += t.getNumElements() * elementBytes(t.getElementType());
       }
@@ -134,7 +140,11 @@ struct MemoryReportPass : public mlir::tdx::impl::MemoryReportBase<MemoryReportP
       for (auto [key, bytes] : rows)
         out[key] = bytes;
       out["working"] = working;
-      out["recomputed"] = llvm::json::Object{{"ops", recomputedOps}, {"bytes", recomputedBytes}};
+      llvm::json::Object kinds;
+      for (auto &[name, n] : recomputedKinds)
+        kinds[name] = n;
+      out["recomputed"] = llvm::json::Object{
+          {"ops", recomputedOps}, {"bytes", recomputedBytes}, {"kinds", std::move(kinds)}};
       if (budget)
         out["budget"] = budget.getInt();
       llvm::json::Array largest;

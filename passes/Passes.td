@@ -375,7 +375,8 @@ def Recompute : Pass<"tdx-recompute", "::mlir::ModuleOp"> {
     at each price the pass cuts at the peak and again at the peak that
     moves. Of the prices tried, the first that fits is kept, else the one
     with the lowest peak (which tdx-memory-report then refuses). The ops run
-    again carry `tdx.recomputed`, and tdx-memory-report counts them.
+    again carry `tdx.recomputed` (a collective: its `tdx.start` and
+    `tdx.wait`), and tdx-memory-report counts them.
 
     Random ops are the tdx counter-based ones, so running them again gives
     the same values; a generic aten op that draws random numbers is held.
@@ -436,7 +437,8 @@ def MemoryReport : Pass<"tdx-memory-report", "::mlir::ModuleOp"> {
     It also reports the ops tdx-recompute runs again (`tdx.recomputed`)
     and the bytes they make, and the module's `tdx.memory_budget` (bytes
     per rank) if it has one. `format=json` prints one object with these
-    keys (`recomputed`: `ops` and `bytes`; `budget`; `largest`: the states
+    keys (`recomputed`: `ops`, `bytes` and `kinds`, the ops by name, a
+    started collective by the collective's; `budget`; `largest`: the states
     and the tensors alive at the peak that hold the most bytes).
     `format=none` prints nothing and checks the budget: over it, the pass
     fails with an error that names the largest consumers and what to change

@@ -15,7 +15,9 @@ model, tdx next to its peers, in one run:
     embeddings, SwiGLU) at the same size, tdx next to eager;
   - big-model features on one rank, the test suite's GPT-2 at the bench
     size: torch.utils.checkpoint around each block (the step-time cost of
-    the recompute and the memory it saves, tdx next to eager's own cost),
+    the recompute and the memory it saves, tdx next to eager's own cost), a
+    memory_budget 40% of the activations under the peak (tdx-recompute's
+    choice, next to eager's checkpointed blocks),
     prog.memory_report()'s peak next to the binary's measured one, and bf16
     mixed precision (tdx.MixedPrecision) next to fp32 and to eager with the
     same casts (--part features runs only these).
@@ -412,17 +414,21 @@ def eager_step_ms(build, data, casts=False):
 def print_features(rounds, steps):
     """Recompute, the memory report and bf16 on one rank (GPT-2, bench size)."""
     data = batches(steps + 1)
-    rows = {"fp32": (None, None), "checkpointed blocks": ("reentrant", None),
-            "bf16 mixed precision": (None, tdx.MixedPrecision(torch.bfloat16, torch.float32))}
+    # (torch.utils.checkpoint, mixed precision, the share of fp32's
+    # activation bytes a memory_budget takes off its peak)
+    rows = {"fp32": (None, None, 0), "checkpointed blocks": ("reentrant", None, 0),
+            "budget -40% activ.": (None, None, 0.4),
+            "bf16 mixed precision": (None, tdx.MixedPrecision(torch.bfloat16, torch.float32), 0)}
     exes, reports = {}, {}
-    for name, (checkpoint, policy) in rows.items():
+    for name, (checkpoint, policy, cut) in rows.items():
         build = gpt2_variant(checkpoint)
         torch.manual_seed(0)
         deferred = tdx.deferred_init(build)
         prog = tdx.trace_train_step(deferred, optimizer(deferred.parameters()), loss_fn, *data[0])
-        if policy:
+        budget = int(reports["fp32"]["peak"] - cut * reports["fp32"]["activations"]) if cut else None
+        if policy or budget:
             tdx.parallelize(prog, tdx.init_device_mesh("cpu", (1,), ("dp",)), {},
-                            mixed_precision=policy)
+                            mixed_precision=policy, memory_budget=budget)
         reports[name] = prog.memory_report()
         exes[name] = tdx.compile(prog)
     torch.manual_seed(0)
@@ -440,7 +446,7 @@ def print_features(rounds, steps):
         keep("eager checkpointed", eager_step_ms(gpt2_variant("reentrant"), data))
         keep("eager bf16 casts", eager_step_ms(gpt2_variant(), data, casts=True))
     peers = {"fp32": "eager fp32", "checkpointed blocks": "eager checkpointed",
-             "bf16 mixed precision": "eager bf16 casts"}
+             "budget -40% activ.": "eager checkpointed", "bf16 mixed precision": "eager bf16 casts"}
     print(f"\nGPT-2 (test/python/models.py) {CONFIG}, batch {BATCH}x{SEQ}, AdamW, 1 rank: "
           f"recompute, memory report and bf16")
     print(f"{'config':>21} | {'tdx ms':>7} {'x fp32':>6} {'peak MiB':>8} {'report MiB':>10} | "

@@ -1,5 +1,6 @@
 // RUN: tdx-opt %s -split-input-file --tdx-recompute | FileCheck %s
 // RUN: tdx-opt %s -split-input-file --tdx-recompute --tdx-memory-report -o /dev/null | FileCheck %s --check-prefix=REPORT
+// RUN: tdx-opt %s -split-input-file --tdx-recompute --tdx-memory-report=format=json -o /dev/null | FileCheck %s --check-prefix=JSON
 
 // A forward and its backward in small: %a is made first and read again
 // last, so it is held across the peak (at %d: a, b, c and d, 1024 bytes,
@@ -14,6 +15,7 @@
 // REPORT:      peak                  1024 bytes
 // REPORT-NEXT: budget                1100 bytes
 // REPORT-NEXT: recomputed   1 ops run again after the peak, making 256 bytes again
+// JSON:        "recomputed":{"bytes":256,"kinds":{"tdx.exp":1},"ops":1}
 module attributes {tdx.partitioned, tdx.memory_budget = 1100 : i64} {
   func.func @train_step(%x: tensor<64xf32>) -> tensor<64xf32> {
     %a = tdx.exp %x : tensor<64xf32>
@@ -33,6 +35,7 @@ module attributes {tdx.partitioned, tdx.memory_budget = 1100 : i64} {
 // REPORT:      peak                  1280 bytes
 // REPORT-NEXT: budget                1280 bytes
 // REPORT-NOT:  recomputed
+// JSON:        "recomputed":{"bytes":0,"kinds":{},"ops":0}
 module attributes {tdx.partitioned, tdx.memory_budget = 1280 : i64} {
   func.func @train_step(%x: tensor<64xf32>) -> tensor<64xf32> {
     %a = tdx.exp %x : tensor<64xf32>
@@ -66,7 +69,8 @@ module attributes {tdx.partitioned, tdx.memory_budget = 1280 : i64} {
 // CHECK:       return
 // REPORT:      peak                 10240 bytes
 // REPORT-NEXT: budget               11000 bytes
-// REPORT-NEXT: recomputed   3 ops run again after the peak, making 5120 bytes again
+// REPORT-NEXT: recomputed   2 ops run again after the peak, making 5120 bytes again
+// JSON:        "recomputed":{"bytes":5120,"kinds":{"tdx.all_gather":1,"tdx.exp":1},"ops":2}
 module attributes {tdx.partitioned, tdx.memory_budget = 11000 : i64} {
   tdx.mesh @mesh shape = [4] axes = ["sp"]
   func.func @train_step(%x: tensor<256xf32>) -> tensor<256xf32> {
