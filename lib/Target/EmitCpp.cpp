@@ -263,14 +263,32 @@ LogicalResult mlir::tdx::emitCpp(ModuleOp module, llvm::raw_ostream &os, Backend
   // describe(): the program for the runtime. main() runs it as a binary;
   // tdx_program() hands it to the runtime's in-process library
   // (lib/Runtime/cpu/Library.cpp) when the source is built as a shared object.
+  // The parameters as constant tables (a push_back per parameter is a
+  // function g++ compiles for seconds at 32 layers).
+  if (!params.empty()) {
+    os << "struct EmittedParam {\n  const char *name;\n  int dims, rank;\n  decltype(Program::Param::dtype) dtype;\n"
+          "  const char *layout;\n};\nstatic const int64_t kParamDims[] = {";
+    int64_t dims = 0;
+    std::string rows;
+    for (auto &[name, type, layout] : params) {
+      for (int64_t d : type.getShape())
+        os << d << ", ";
+      rows += "    {\"" + name + "\", " + std::to_string(dims) + ", " +
+              std::to_string(type.getRank()) + ", " + dtype(type.getElementType()) + ", \"" +
+              layout + "\"},\n";
+      dims += type.getRank();
+    }
+    os << "0};\nstatic const EmittedParam kParams[] = {\n" << rows << "};\n\n";
+  }
   os << "static Program describe() {\n  Program p;\n";
   if (mesh) {
     os << "  p.meshShape = " << list(mesh.getShape()) << ";\n";
     os << "  p.axes = " << strings(mesh.getAxes()) << ";\n";
   }
-  for (auto &[name, type, layout] : params)
-    os << "  p.params.push_back({\"" << name << "\", " << list(type.getShape()) << ", "
-       << dtype(type.getElementType()) << ", \"" << layout << "\"});\n";
+  if (!params.empty())
+    os << "  for (const EmittedParam &e : kParams)\n    p.params.push_back({e.name, "
+          "std::vector<int64_t>(kParamDims + e.dims, kParamDims + e.dims + e.rank), e.dtype, "
+          "e.layout});\n";
   auto values = [&](ArrayRef<std::pair<RankedTensorType, std::string>> vs) {
     std::string text = "{";
     for (auto [i, v] : llvm::enumerate(vs)) {

@@ -39,7 +39,7 @@ func.func @evaluate(%x: tensor<3x8xf32>) -> tensor<f32> {
 // with its own signature.
 // CPP-LABEL: static std::vector<T::Tensor> forward(
 // CPP-LABEL: static std::vector<T::Tensor> entry1(
+// CPP: {"w", 0, 2, T::kFloat, "[Shard(0)]"},
 // CPP: static Program describe()
-// CPP: p.params.push_back({"w", {4, 8}, T::kFloat, "[Shard(0)]"});
 // CPP: p.inputs.push_back({{[{][{]}}3, 8}, T::kFloat, "[Replicate]"});
 // CPP: p.entries.push_back({"evaluate", {{[{][{][{]}}3, 8}, T::kFloat, "[Replicate]"}}, {{[{][{][{]}}}, T::kFloat, "[Partial(sum)]"}}, entry1});

@@ -41,10 +41,15 @@ func.func @forward(%x: tensor<3x4xf32>) -> tensor<3x4xf32> {
 // CHECK: [[R:v[0-9]+]] = ctx.wait([[C]]);
 // CHECK: [[T:r[0-9]+]] = callAten("aten::triu", {[[R]]}, {{[{][{]}}"diagonal", c10::IValue(int64_t(1))}}, {{[{][{]}}3, 4{{[}][}]}});
 // CHECK: return {
+// The parameters' global shapes (dims from an offset), types and layouts as
+// constant tables, read by describe().
+// CHECK: static const int64_t kParamDims[] = {8, 4, 4, 8, 0};
+// CHECK: static const EmittedParam kParams[] = {
+// CHECK-NEXT: {"fc", 0, 2, T::kFloat, "[Shard(0)]"},
 // CHECK-LABEL: static Program describe(
 // CHECK: p.meshShape = {2};
 // CHECK: p.axes = {"tp"};
-// CHECK: p.params.push_back({"fc", {8, 4}, T::kFloat, "[Shard(0)]"});
+// CHECK: for (const EmittedParam &e : kParams)
 // CHECK: p.inputs.push_back({{[{][{]}}3, 4}, T::kFloat, "[Replicate]"});
 // CHECK: p.outputs.push_back({{[{][{]}}3, 4}, T::kFloat, "[Replicate]"});
 // CHECK: return p;

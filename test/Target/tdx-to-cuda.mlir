@@ -53,8 +53,8 @@ func.func @forward(%x: tensor<3x4xf32>) -> tensor<3x4xf32> {
 // CHECK:      T::Tensor [[H:v[0-9]+]] = T::linear(
 // CHECK:      = elementwise({3, 4}, {[[H]], {{v[0-9]+}}}, {T::kFloat}, k0_launch);
 // CHECK:      T::linear(
+// CHECK:      {"fc", 0, 2, T::kFloat, "[Shard(0)]"},
 // CHECK-LABEL: static Program describe(
-// CHECK:      p.params.push_back({"fc", {8, 4}, T::kFloat, "[Shard(0)]"});
 // The row-parallel result stays a partial sum; gathering it sums.
 // CHECK:      p.outputs.push_back({{[{][{]}}3, 4}, T::kFloat, "[Partial(sum)]"});
 // CHECK:      return p;
