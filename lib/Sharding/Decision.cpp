@@ -51,8 +51,13 @@ double FunctionPropagation::changeCost(Value v, ArrayRef<PlacementAttr> from,
     return 0.0;
   Layout target(from.begin(), from.end());
   target[axis] = to;
-  return planSeconds(
-      planRedistribution(tensorType(v), from, target, meshShape, cost));
+  // What the redistribution makes a rank hold beyond the tensor it starts
+  // from (a gather's growth) is held like a result: a gather that saves a
+  // small result pays for the large operand it makes.
+  RankedTensorType type = tensorType(v);
+  int64_t growth = localBytes(type, target, meshShape) - localBytes(type, from, meshShape);
+  return planSeconds(planRedistribution(type, from, target, meshShape, cost)) +
+         cost.secondsPerByteHeld * static_cast<double>(std::max<int64_t>(growth, 0));
 }
 
 double FunctionPropagation::candidateCost(Operation *op, const ShardingRule &rule,

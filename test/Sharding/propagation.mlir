@@ -123,13 +123,16 @@ func.func @partial_sums(%x: tensor<8x16xf32>, %y: tensor<8x16xf32>, %w: tensor<1
 // Preferences (tdx.sharding_priority, data parallelism's batch split): two
 // arguments that prefer to split different factors of one matmul are
 // settled by cost, not refused, and the preference leaves the IR once it is
-// the argument's placement.
+// the argument's placement. Gathering %w moves twice the bytes of sending
+// %x's columns and holds %w whole (its growth is memory too); splitting the
+// reduction holds the product whole. The same bytes held, less moved: %x
+// is sent and the product is a partial sum.
 tdx.mesh @mesh shape = [2] axes = ["dp"]
 // CHECK-LABEL: func.func @preferences
 // CHECK-NOT: tdx.sharding_priority
-// CHECK: tdx.redistribute %arg1 <@mesh, [Shard(0)]> to <@mesh, [Replicate]>
+// CHECK: tdx.redistribute %arg0 <@mesh, [Shard(0)]> to <@mesh, [Shard(1)]>
 // CHECK: tdx.matmul
-// CHECK-SAME: tdx.shardings = [#tdx.sharding<@mesh, [Shard(0)]>]
+// CHECK-SAME: tdx.shardings = [#tdx.sharding<@mesh, [Partial(sum)]>]
 func.func @preferences(%x: tensor<6x6xf32> {tdx.sharding = #tdx.sharding<@mesh, [Shard(0)]>, tdx.sharding_priority = 0 : i64},
                        %w: tensor<6x6xf32> {tdx.sharding = #tdx.sharding<@mesh, [Shard(0)]>, tdx.sharding_priority = 0 : i64}) -> tensor<6x6xf32> {
   %y = tdx.matmul %x, %w : (tensor<6x6xf32>, tensor<6x6xf32>) -> tensor<6x6xf32>

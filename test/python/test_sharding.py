@@ -133,6 +133,36 @@ def test_memory_term_keeps_a_large_product_from_being_held_whole():
     assert "[Partial(sum)]" in layouts[0], layouts
 
 
+def test_memory_term_counts_the_copies_a_redistribution_makes():
+    # x [4096, 256] wants the matmul's reduction dim split, w [256, 64] its
+    # columns. Splitting the columns holds half of the small product but
+    # gathers x whole (4 MiB, twice the product): a price on memory that
+    # saw only results chose it at 1e-9 s/byte and raised the measured
+    # peak from 5308416 to 8454144 bytes. The gathered copy is charged too,
+    # so a higher memory price never makes the plan hold more.
+    class Net(torch.nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.w = torch.nn.Parameter(torch.empty(256, 64))
+
+        def forward(self, x):
+            y = x.exp() @ self.w.exp()
+            return y.exp() + y
+
+    mesh = tdx.init_device_mesh("cpu", (2,), ("tp",))
+    peaks = []
+    for memory in (0, 1e-10, 1e-9, 1e-8, 1e-7):
+        torch.manual_seed(0)
+        prog = tdx.trace(tdx.deferred_init(Net), torch.zeros(4096, 256))
+        prog.annotate("input:0", mesh, [tdx.Shard(1)])
+        prog.annotate("w", mesh, [tdx.Shard(1)])
+        prog.propagate(memory=memory)
+        peaks.append(prog.memory_report()["peak"])
+        (line,) = [l for l in prog.mlir.splitlines() if "tdx.matmul" in l]
+        assert "[Partial(sum)]" in line, (memory, line)
+    assert peaks == sorted(peaks, reverse=True) and peaks[-1] == 5308416, peaks
+
+
 def test_llama_sequence_parallel_reduce_scatters_and_gathers():
     plan = dict(LLAMA_PLAN)
     plan["layers.*.attention_norm"] = tdx.SequenceParallel()
