@@ -101,7 +101,8 @@ def PropagateSharding : Pass<"tdx-propagate-sharding", "::mlir::ModuleOp"> {
     Option<"flops", "flops", "double", /*default=*/"1e11",
            "Floating-point operations per second of one device">,
     Option<"memory", "memory", "double", /*default=*/"1e-10",
-           "Seconds charged per byte a rank holds of an op's results (the "
+           "Seconds charged per byte a rank holds of an op's results and "
+           "of its operands' redistributed copies beyond what it held (the "
            "memory term; default: writing them at 10 GB/s; 0 leaves memory "
            "out, larger trades communication for memory)">,
     Option<"explain", "explain", "bool", /*default=*/"false",

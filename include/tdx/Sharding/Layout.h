@@ -39,7 +39,8 @@ struct CostModel {
   double flopsPerSecond = 1e11;
   /// Bytes/s of a local copy (slicing, zeroing).
   double memoryBandwidth = 1e10;
-  /// Seconds charged per byte a rank holds of an op's results: the memory
+  /// Seconds charged per byte a rank holds of an op's results (and of what
+  /// redistributing its operands adds to what it held): the memory
   /// term of propagation, so that replicating a large result is never free
   /// (default: writing it at memoryBandwidth; 0 leaves memory out).
   double secondsPerByteHeld = 1e-10;
