@@ -2,7 +2,7 @@
 
 #include "tdx/IR/TdxOps.h"
 #include "tdx/Transforms/Passes.h"
-#include "tdx/Sharding/Layout.h"
+#include "tdx/Target/Collectives.h"
 
 #include "mlir/Support/FileUtilities.h"
 #include "llvm/Support/JSON.h"
@@ -18,23 +18,6 @@ using namespace mlir::tdx;
 
 namespace {
 
-struct Entry {
-  std::string kind, location, dtype;
-  SmallVector<std::string> axes;
-  int64_t groupSize = 1;
-  int64_t bytes = 0;
-};
-
-/// The payload recorded by tdx-partition, or the size of a static input.
-int64_t payloadBytes(Operation *op) {
-  if (auto attr = op->getAttrOfType<IntegerAttr>(::mlir::tdx::TdxDialect::kPayloadBytesAttrName))
-    return attr.getInt();
-  auto t = cast<RankedTensorType>(op->getOperand(0).getType());
-  if (!t.hasStaticShape())
-    return -1;
-  return t.getNumElements() * elementBytes(t.getElementType());
-}
-
 struct CommReportPass : public mlir::tdx::impl::CommReportBase<CommReportPass> {
   using CommReportBase::CommReportBase;
 
@@ -45,52 +28,15 @@ struct CommReportPass : public mlir::tdx::impl::CommReportBase<CommReportPass> {
                          << "'; use 'table' or 'json'";
       return signalPassFailure();
     }
-    std::vector<Entry> entries;
-    WalkResult walk = module.walk([&](Operation *op) {
-      StringAttr meshName;
-      ArrayAttr axes;
-      if (auto c = dyn_cast<AllGatherOp>(op))
-        meshName = c.getMeshAttr().getAttr(), axes = c.getMeshAxes();
-      else if (auto c = dyn_cast<AllReduceOp>(op))
-        meshName = c.getMeshAttr().getAttr(), axes = c.getMeshAxes();
-      else if (auto c = dyn_cast<ReduceScatterOp>(op))
-        meshName = c.getMeshAttr().getAttr(), axes = c.getMeshAxes();
-      else if (auto c = dyn_cast<AllToAllOp>(op))
-        meshName = c.getMeshAttr().getAttr(), axes = c.getMeshAxes();
-      else if (auto c = dyn_cast<BroadcastOp>(op))
-        meshName = c.getMeshAttr().getAttr(), axes = c.getMeshAxes();
-      else if (isa<RedistributeOp>(op)) {
-        op->emitError("tdx-comm-report counts the collectives of a partitioned "
-                      "program; run tdx-insert-collectives and tdx-partition first");
-        return WalkResult::interrupt();
-      } else {
-        return WalkResult::advance();
-      }
-      auto mesh = SymbolTable::lookupNearestSymbolFrom<MeshOp>(
-          op, FlatSymbolRefAttr::get(meshName));
-      Entry e;
-      e.kind = op->getName().stripDialect().str();
-      for (StringRef a : axes.getAsValueRange<StringAttr>()) {
-        e.axes.push_back(a.str());
-        if (mesh && mesh.getAxisIndex(a) >= 0)
-          e.groupSize *= mesh.getShape()[mesh.getAxisIndex(a)];
-      }
-      e.bytes = payloadBytes(op);
-      llvm::raw_string_ostream(e.dtype)
-          << cast<ShapedType>(op->getOperand(0).getType()).getElementType();
-      std::string loc;
-      llvm::raw_string_ostream os(loc);
-      if (auto fl = dyn_cast<FileLineColLoc>(op->getLoc()))
-        os << fl.getFilename().getValue() << ":" << fl.getLine() << ":"
-           << fl.getColumn();
-      else
-        op->getLoc().print(os);
-      e.location = loc;
-      entries.push_back(e);
-      return WalkResult::advance();
+    // A redistribution left means the program is not partitioned.
+    WalkResult walk = module.walk([&](RedistributeOp op) {
+      op->emitError("tdx-comm-report counts the collectives of a partitioned "
+                    "program; run tdx-insert-collectives and tdx-partition first");
+      return WalkResult::interrupt();
     });
     if (walk.wasInterrupted())
       return signalPassFailure();
+    std::vector<CollectiveUse> entries = collectivesIn(module);
 
     std::string error;
     std::unique_ptr<llvm::ToolOutputFile> file = openOutputFile(outputFile, &error);
@@ -101,11 +47,11 @@ struct CommReportPass : public mlir::tdx::impl::CommReportBase<CommReportPass> {
     }
     llvm::raw_ostream &os = file->os();
     int64_t total = 0;
-    for (const Entry &e : entries)
+    for (const CollectiveUse &e : entries)
       total += std::max<int64_t>(e.bytes, 0);
     if (format == "json") {
       llvm::json::Array array;
-      for (const Entry &e : entries) {
+      for (const CollectiveUse &e : entries) {
         llvm::json::Array axes;
         for (const std::string &a : e.axes)
           axes.push_back(a);
@@ -121,7 +67,7 @@ struct CommReportPass : public mlir::tdx::impl::CommReportBase<CommReportPass> {
       os << llvm::left_justify("collective", 16) << llvm::left_justify("mesh axes", 14)
          << llvm::left_justify("group", 7) << llvm::left_justify("bytes per rank", 16)
          << "dtype\n";
-      for (const Entry &e : entries) {
+      for (const CollectiveUse &e : entries) {
         std::string axes;
         for (auto [i, a] : llvm::enumerate(e.axes))
           axes += (i ? "," : "") + a;

@@ -320,6 +320,40 @@ def CommReport : Pass<"tdx-comm-report", "::mlir::ModuleOp"> {
   ];
 }
 
+def Explain : Pass<"tdx-explain", "::mlir::ModuleOp"> {
+  let summary = "Draw the plan as one static HTML page";
+  let description = [{
+    On a partitioned module, writes one HTML page with inline SVG (no
+    script, nothing fetched):
+
+    - **Placements**: per layer and per state tensor, its placement on
+      each mesh axis, and its optimizer state's where that is placed
+      otherwise (ZeRO). A layer is the name up to its first number
+      (`layers.3`); consecutive layers placed alike are drawn once, with
+      their count.
+    - **The step**: the live bytes of the step's own tensors from its
+      start to its end (the liveness that plans its memory), with the peak
+      marked, and every collective where it runs, one lane per kind, tall
+      by its bytes (its kind, axes, bytes, element type and source location
+      on hover); then the collectives by kind, axes and element type.
+    - **Memory per rank**: parameters, optimizer state, inputs, gradients
+      and activations as tdx-memory-report counts them, against
+      `tdx.memory_budget` when the module has one.
+
+    `tdx.explain(prog, "plan.html")` runs it on a partitioned, planned copy
+    of a program.
+
+    ```
+    tdx-opt step.mlir --tdx-spmd --tdx-backend=check-budget=0 \
+        --tdx-explain=output=plan.html -o /dev/null
+    ```
+  }];
+  let options = [
+    Option<"outputFile", "output", "std::string", /*default=*/"\"-\"",
+           "Where to write the page ('-' is stdout)">
+  ];
+}
+
 //===----------------------------------------------------------------------===//
 // The backend pipeline (tdx-backend): decisions the emitters print
 //===----------------------------------------------------------------------===//

@@ -10,8 +10,9 @@ PACKAGES=(
   python3-torch libtorch-dev libopenblas0-pthread python3-torchvision
   # Python bindings and tests
   pybind11-dev python3-pybind11 python3-dev python3-pytest python3-pytest-xdist python3-tqdm
-  # the examples' loss curves (examples/train_char_gpt.py)
-  python3-matplotlib
+  # the examples' loss curves (examples/train_char_gpt.py), and the plan page's screenshot test
+  # (tdx.explain rendered by headless Chromium, read back with PIL)
+  python3-matplotlib chromium python3-pil
   # MPI runtime for the multi-rank backends
   libopenmpi-dev openmpi-bin libsleef-dev
   # build tools

@@ -28,7 +28,7 @@ esac
 export TDX_CACHE_DIR="${TDX_CACHE_DIR-$build/test/compile-cache}"
 # The files of the quick tier; every other test file is pytest-models.
 quick=(test_capture.py test_deferred_init.py test_sharding.py test_checkpoint.py
-       test_split_inputs.py test_partition_numerics.py test_emission_golden.py)
+       test_split_inputs.py test_partition_numerics.py test_emission_golden.py test_explain.py)
 # The models tier's files, the longest first (measured on this machine's
 # kind): its processes take whole files, so that the tests of one file share
 # what they compile, and the longest first share the work out evenly.

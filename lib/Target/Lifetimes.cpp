@@ -138,6 +138,7 @@ void Lifetimes::plan(ArrayRef<Value> made, const DenseSet<Value> &kept,
   int64_t live = 0;
   for (int64_t i = 0; i <= end; ++i) {
     live += grow[i];
+    curve.push_back(live);
     if (live > peak)
       peak = live, peakAt = i;
     live -= shrink[i];

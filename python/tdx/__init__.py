@@ -28,6 +28,7 @@ from .compile import Executable, compile
 from .runner import Runner
 from .training import trace_train_step
 from .memory import working_memory
+from .explain import explain
 from .precision import MixedPrecision
 from . import checkpoint, store
 from .checkpoint import slice  # noqa: A004 (TorchShard's name)
@@ -52,6 +53,7 @@ __all__ = [
     "InputError",
     "trace_train_step",
     "working_memory",
+    "explain",
     "MixedPrecision",
     "Executable",
     "Runner",

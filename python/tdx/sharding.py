@@ -182,16 +182,19 @@ def _json_report(work, report):
         os.unlink(path)
 
 
-def _memory_report(prog):
-    """prog.memory_report(): a copy partitioned and planned as tdx.compile
-    plans it (tdx-recompute fitting it to its budget), then
-    tdx-memory-report (the budget's check left out: the report is what
-    shows a program over it)."""
+def _planned_copy(prog):
+    """A copy of `prog` partitioned and planned as tdx.compile plans it
+    (tdx-recompute fitting it to its budget), the budget's check left out:
+    the reports are what show a program over it."""
     work = prog.copy()
     if not work.is_partitioned:
         _partition(work)
-    work.run_pipeline("tdx-backend{check-budget=0}")
-    return _json_report(work, "tdx-memory-report")
+    return work.run_pipeline("tdx-backend{check-budget=0}")
+
+
+def _memory_report(prog):
+    """prog.memory_report(): tdx-memory-report on a planned copy."""
+    return _json_report(_planned_copy(prog), "tdx-memory-report")
 
 
 def _place_zero(prog, mesh, dp, zero, placed):

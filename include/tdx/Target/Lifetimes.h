@@ -66,6 +66,15 @@ public:
   Operation *peakOp() const {
     return peakAt < static_cast<int64_t>(points.size()) ? points[peakAt] : nullptr;
   }
+  /// The bytes of the step's own tensors alive where each op that runs
+  /// stands, in order (one more entry: when the step returns).
+  ArrayRef<int64_t> liveBytes() const { return curve; }
+  /// Where `op` stands among the ops that run (-1: not one, as tdx.assign
+  /// and the return).
+  int64_t pointOf(Operation *op) const {
+    auto it = position.find(op);
+    return it == position.end() ? -1 : it->second;
+  }
 
   /// The memory plan: every tensor the step makes and drops within the step
   /// (not a view, not returned, not written to a state, not a collective
@@ -103,6 +112,7 @@ private:
   DenseMap<Operation *, SmallVector<int64_t>> offsets;
   int64_t peak = 0, arena = 0, peakAt = 0;
   SmallVector<std::pair<Value, int64_t>> peakLive;
+  SmallVector<int64_t> curve;
 };
 
 } // namespace mlir::tdx

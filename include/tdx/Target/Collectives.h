@@ -1,0 +1,33 @@
+//===- Collectives.h - the collectives a partitioned program runs -*- C++ -*-===//
+//
+// What tdx-comm-report prints and tdx-explain draws: each collective of a
+// partitioned module with its mesh axes, group, payload and element type.
+//
+//===----------------------------------------------------------------------===//
+
+#ifndef TDX_TARGET_COLLECTIVES_H
+#define TDX_TARGET_COLLECTIVES_H
+
+#include "mlir/IR/BuiltinOps.h"
+
+#include <string>
+#include <vector>
+
+namespace mlir::tdx {
+
+struct CollectiveUse {
+  Operation *op;
+  std::string kind;     // "all_gather", "all_reduce", ...
+  std::vector<std::string> axes;
+  int64_t groupSize = 1; // ranks in its group
+  int64_t bytes = 0;     // the payload a rank passes in (-1: not static)
+  std::string dtype;     // its element type ("f32", "bf16")
+  std::string location;  // file:line:col, or the location printed
+};
+
+/// The collectives of `root` in program order (inside tdx.start too).
+std::vector<CollectiveUse> collectivesIn(Operation *root);
+
+} // namespace mlir::tdx
+
+#endif // TDX_TARGET_COLLECTIVES_H

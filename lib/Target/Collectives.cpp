@@ -1,0 +1,50 @@
+//===- Collectives.cpp - the collectives a partitioned program runs -------===//
+
+#include "tdx/Target/Collectives.h"
+#include "tdx/IR/TdxOps.h"
+
+using namespace mlir;
+using namespace mlir::tdx;
+
+namespace {
+/// The payload recorded by tdx-partition, or the size of a static input.
+int64_t payloadBytes(Operation *op) {
+  if (auto attr = op->getAttrOfType<IntegerAttr>(TdxDialect::kPayloadBytesAttrName))
+    return attr.getInt();
+  auto t = cast<RankedTensorType>(op->getOperand(0).getType());
+  if (!t.hasStaticShape())
+    return -1;
+  return t.getNumElements() * elementBytes(t.getElementType());
+}
+} // namespace
+
+std::vector<CollectiveUse> mlir::tdx::collectivesIn(Operation *root) {
+  std::vector<CollectiveUse> uses;
+  root->walk([&](Operation *op) {
+    if (!op->hasTrait<OpTrait::TdxCollective>())
+      return;
+    auto meshName = op->getAttrOfType<FlatSymbolRefAttr>("mesh");
+    auto axes = op->getAttrOfType<ArrayAttr>("mesh_axes");
+    if (!meshName || !axes)
+      return;
+    auto mesh = SymbolTable::lookupNearestSymbolFrom<MeshOp>(op, meshName);
+    CollectiveUse u;
+    u.op = op;
+    u.kind = op->getName().stripDialect().str();
+    for (StringRef a : axes.getAsValueRange<StringAttr>()) {
+      u.axes.push_back(a.str());
+      if (mesh && mesh.getAxisIndex(a) >= 0)
+        u.groupSize *= mesh.getShape()[mesh.getAxisIndex(a)];
+    }
+    u.bytes = payloadBytes(op);
+    llvm::raw_string_ostream(u.dtype)
+        << cast<ShapedType>(op->getOperand(0).getType()).getElementType();
+    llvm::raw_string_ostream os(u.location);
+    if (auto fl = dyn_cast<FileLineColLoc>(op->getLoc()))
+      os << fl.getFilename().getValue() << ":" << fl.getLine() << ":" << fl.getColumn();
+    else
+      op->getLoc().print(os);
+    uses.push_back(std::move(u));
+  });
+  return uses;
+}
