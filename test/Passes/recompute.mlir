@@ -109,3 +109,24 @@ module attributes {tdx.partitioned, tdx.memory_budget = 1100 : i64} {
     return %e : tensor<64xf32>
   }
 }
+
+// -----
+
+// tdx's random ops are counter-based: a draw is a function of its seed,
+// stream, the call and the element, so running one again in the same call
+// gives the same values, and the mask is drawn again rather than held.
+// CHECK-LABEL: func.func @train_step
+// CHECK:       tdx.exp
+// CHECK-NEXT:  %[[D:.*]] = tdx.mul
+// CHECK-NEXT:  %[[AGAIN:.*]] = tdx.bernoulli(9.000000e-01) seed(3, 7) {tdx.recomputed} : tensor<64xf32>
+// CHECK-NEXT:  tdx.mul %[[D]], %[[AGAIN]]
+module attributes {tdx.partitioned, tdx.memory_budget = 1100 : i64} {
+  func.func @train_step(%x: tensor<64xf32>) -> tensor<64xf32> {
+    %a = tdx.bernoulli(0.9) seed(3, 7) : tensor<64xf32>
+    %b = tdx.mul %a, %x : (tensor<64xf32>, tensor<64xf32>) -> tensor<64xf32>
+    %c = tdx.exp %b : tensor<64xf32>
+    %d = tdx.mul %c, %b : (tensor<64xf32>, tensor<64xf32>) -> tensor<64xf32>
+    %e = tdx.mul %d, %a : (tensor<64xf32>, tensor<64xf32>) -> tensor<64xf32>
+    return %e : tensor<64xf32>
+  }
+}
