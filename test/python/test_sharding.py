@@ -206,3 +206,34 @@ def test_vocab_parallel_embedding_head_and_loss():
     prog.propagate()
     assert "-> (tensor<f32>" in prog.mlir or "-> tensor<f32>" in prog.mlir
     assert "tdx.cross_entropy" in prog.mlir and "Partial(sum)]>]} : (tensor<32x64xf32>" in prog.mlir
+
+
+def test_the_per_rank_program_does_not_grow_with_the_rank_count():
+    # A LLaMA AdamW step with the Megatron plan, data parallel and ZeRO-1 on
+    # (dp, tp 2) meshes of 4 to 1,024 ranks: every rank runs one program of
+    # the same ops (only its local shapes change), the same size at every dp
+    # that splits the same state; at dp 512 some state no longer splits
+    # evenly over dp, stays whole, and its ZeRO collectives go: fewer ops.
+    import re
+
+    import torch.nn.functional as F
+
+    def lm_loss(model, ids, targets):
+        logits = model(ids)
+        return F.cross_entropy(logits.reshape(-1, logits.shape[-1]), targets.reshape(-1))
+
+    counts = {}
+    for dp in (2, 8, 32, 512):
+        torch.manual_seed(0)
+        model = tdx.deferred_init(Llama)
+        ids = torch.zeros(dp * 2, 8, dtype=torch.long)
+        prog = tdx.trace_train_step(model, torch.optim.AdamW(model.parameters(), lr=1e-3),
+                                    lm_loss, ids, ids)
+        tdx.parallelize(prog, tdx.init_device_mesh("cpu", (dp, 2), ("dp", "tp")), LLAMA_PLAN,
+                        data_parallel="dp", zero=1)
+        prog.partition()
+        ops = re.findall(r"^\s+(?:%\S+ = )?(tdx\.[a-z_]+)", prog.mlir, re.M)
+        counts[dp * 2] = (len(ops), sorted(set(ops)))
+    sizes = {ranks: n for ranks, (n, _) in counts.items()}
+    assert sizes[4] == sizes[16] == sizes[64] >= sizes[1024], sizes
+    assert counts[4][1] == counts[64][1], (counts[4][1], counts[64][1])
