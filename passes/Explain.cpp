@@ -198,7 +198,7 @@ struct ExplainPass : public mlir::tdx::impl::ExplainBase<ExplainPass> {
       auto [layer, rest] = splitLayer(name);
       Row row{rest, layout, {}};
       // Its optimizer state of its own shape (Adam's moments, a momentum
-      // buffer), where placed otherwise.
+      // buffer), if it has one.
       std::string prefix = "optimizer." + name + ".";
       for (auto it = states.lower_bound(prefix);
            it != states.end() && StringRef(it->first).starts_with(prefix); ++it)

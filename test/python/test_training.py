@@ -851,8 +851,8 @@ def test_a_memory_budget_recomputes_to_fit(model, mesh):
     # memory_budget = the unconstrained step's peak less 40% of its
     # activations: tdx-recompute runs ops again after the peak (a minimum
     # cut) so that the report's peak is under the budget; the binary's
-    # measured peak is the report's within 10% (measured: equal to the
-    # byte on 1 rank and dp2); the losses and state are the unconstrained
+    # measured peak is the report's within 10% (measured: equal on 1 rank,
+    # 8 bytes over on dp2); the losses and state are the unconstrained
     # step's (measured: bitwise), and the report counts what runs again.
     free, data = activation_bound(model, mesh)
     whole = free.memory_report()
