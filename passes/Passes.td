@@ -320,6 +320,32 @@ def CommReport : Pass<"tdx-comm-report", "::mlir::ModuleOp"> {
   ];
 }
 
+def LinearPairs : Pass<"tdx-linear-pairs", "::mlir::ModuleOp"> {
+  let summary = "Find Megatron's column- and row-parallel linear layers";
+  let description = [{
+    Reads the entry function's forward (what its first result is computed
+    from) for linear layers: `tdx.linear`, or a `tdx.matmul` by a
+    transposed 2-D parameter (an `nn.Linear` without bias). A linear whose
+    output reaches another linear's input through no third linear is the
+    first of a pair. In program order, a linear fed by a column-parallel
+    one is row parallel; one that feeds another and is fed by none is
+    column parallel (attention's q, k and v projections, an MLP's up and
+    gate projections); the rest (an output head, a lone projection) stays
+    whole, and so does a weight read by layers of both kinds. Prints
+    `{"column": [...], "row": [...]}` with the weights' names:
+    `tdx.auto_parallelize` splits them over a tensor-parallel axis. The IR
+    is unchanged.
+
+    ```
+    tdx-opt step.mlir --tdx-linear-pairs -o /dev/null
+    ```
+  }];
+  let options = [
+    Option<"outputFile", "output", "std::string", /*default=*/"\"-\"",
+           "Where to write the pairs ('-' is stdout)">
+  ];
+}
+
 def Explain : Pass<"tdx-explain", "::mlir::ModuleOp"> {
   let summary = "Draw the plan as one static HTML page";
   let description = [{

@@ -29,6 +29,7 @@ from .runner import Runner
 from .training import trace_train_step
 from .memory import working_memory
 from .explain import explain
+from .auto import auto_parallelize
 from .precision import MixedPrecision
 from . import checkpoint, store
 from .checkpoint import slice  # noqa: A004 (TorchShard's name)
@@ -54,6 +55,7 @@ __all__ = [
     "trace_train_step",
     "working_memory",
     "explain",
+    "auto_parallelize",
     "MixedPrecision",
     "Executable",
     "Runner",

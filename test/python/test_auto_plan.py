@@ -1,0 +1,87 @@
+"""tdx.auto_parallelize: plans chosen by the cost model, in the form
+tdx.parallelize takes, on models written the usual way."""
+
+import pytest
+import torch
+
+import tdx
+from test_sharding import GPT2_PLAN, LLAMA_PLAN
+from test_training import MODELS, OPTIMIZERS, batches, compiled
+
+PLANS = {"gpt2": GPT2_PLAN, "llama": LLAMA_PLAN}
+
+
+def fresh(model, opt="adamw"):
+    build, loss_fn = MODELS[model]
+    torch.manual_seed(0)
+    deferred = tdx.deferred_init(build)
+    return tdx.trace_train_step(deferred, OPTIMIZERS[opt](deferred.parameters()), loss_fn,
+                                *batches(model)[0])
+
+
+def styles(plan):
+    return {pattern: (type(style).__name__, style.mesh_axis) for pattern, style in plan.items()}
+
+
+@pytest.mark.parametrize("model", ["gpt2", "llama"])
+def test_the_tensor_parallel_plan_found_is_megatrons(model):
+    # The pairs tdx-linear-pairs finds in the traced step (GPT-2's fused
+    # qkv and MLP; LLaMA's q, k, v, o and SwiGLU's gate, up, down) are the
+    # hand plans the other tests use, one decision per repeated layer.
+    mesh = tdx.init_device_mesh("cpu", (2, 2), ("dp", "tp"))
+    chosen = tdx.auto_parallelize(fresh(model), mesh)
+    assert styles(chosen["plan"]) == styles(PLANS[model]), chosen
+    assert chosen["data_parallel"] == "dp" and chosen["zero"] in (0, 1, 3)
+
+
+def test_an_auto_plan_trains_as_the_same_hand_plan():
+    # GPT-2's step on (dp 2, tp 2): the auto plan, compiled and run, gives
+    # bitwise the losses and state of the hand plan it chose (the hand
+    # plans match eager: test_training.py).
+    prog = fresh("gpt2")
+    mesh = tdx.init_device_mesh("cpu", (2, 2), ("dp", "tp"))
+    chosen = tdx.auto_parallelize(prog, mesh)
+    assert chosen["zero"] == 0, chosen
+    data = batches("gpt2")[:3]
+    losses, state = tdx.compile(prog).train(data)
+    want, want_state = compiled("gpt2", "adamw", "2x2")[1].train(data)
+    assert losses == want
+    assert all(torch.equal(state[k], want_state[k]) for k in want_state)
+
+
+def test_a_memory_budget_moves_the_choice_to_what_fits():
+    # LLaMA on dp2: unconstrained, the cost model keeps the cheapest step;
+    # under a budget below that plan's peak and above ZeRO-3's, the chosen
+    # plan fits it (ZeRO-3 stores parameters and optimizer state split).
+    mesh = tdx.init_device_mesh("cpu", (2,), ("dp",))
+    free = fresh("llama")
+    first = tdx.auto_parallelize(free, mesh)
+    peak = free.memory_report()["peak"]
+    zero3 = tdx.parallelize(fresh("llama"), mesh, {}, data_parallel="dp", zero=3)
+    budget = (zero3.memory_report()["peak"] + peak) // 2
+    assert zero3.memory_report()["peak"] < budget < peak, (budget, peak)
+    tight = fresh("llama")
+    chosen = tdx.auto_parallelize(tight, mesh, memory_budget=budget)
+    assert chosen["zero"] == 3 != first["zero"], (first, chosen)
+    assert tight.memory_report()["peak"] <= budget
+    # Deterministic: the same program and mesh, the same plan and program.
+    again = fresh("llama")
+    assert repr(tdx.auto_parallelize(again, mesh, memory_budget=budget)) == repr(chosen)
+    assert again.mlir == tight.mlir
+
+
+def test_auto_parallelize_names_what_it_cannot_do():
+    with pytest.raises(ValueError, match="'pp' asks for pipeline parallelism"):
+        tdx.auto_parallelize(fresh("gpt2"), tdx.init_device_mesh("cpu", (2, 2), ("pp", "dp")))
+    with pytest.raises(ValueError, match="axis 'x' is neither data parallel"):
+        tdx.auto_parallelize(fresh("gpt2"), tdx.init_device_mesh("cpu", (2,), ("x",)))
+    placed = tdx.parallelize(fresh("gpt2"), tdx.init_device_mesh("cpu", (2,), ("dp",)), {},
+                             data_parallel="dp")
+    with pytest.raises(ValueError, match="not placed yet"):
+        tdx.auto_parallelize(placed, tdx.init_device_mesh("cpu", (2,), ("dp",)))
+    lone = tdx.trace(tdx.deferred_init(torch.nn.Linear, 8, 4), torch.zeros(2, 8))
+    with pytest.raises(ValueError, match="no pair of linear layers to split over 'tp'"):
+        tdx.auto_parallelize(lone, tdx.init_device_mesh("cpu", (2,), ("tp",)))
+    with pytest.raises(ValueError, match="positive number of bytes"):
+        tdx.auto_parallelize(fresh("gpt2"), tdx.init_device_mesh("cpu", (2,), ("dp",)),
+                             memory_budget=0)
