@@ -20,7 +20,11 @@ model, tdx next to its peers, in one run:
     choice, next to eager's checkpointed blocks),
     prog.memory_report()'s peak next to the binary's measured one, and bf16
     mixed precision (tdx.MixedPrecision) next to fp32 and to eager with the
-    same casts (--part features runs only these).
+    same casts (--part features runs only these);
+  - tdx.auto_parallelize on (dp 2) and (dp 2, tp 2) for the GPT and the
+    LLaMA, next to every hand plan of that mesh (data parallel with ZeRO 0,
+    1 and 3, with the Megatron plan on tp), all timed in the same rounds,
+    and the planner's time at 4, 32 and 80 layers (--part auto).
 
 Every process uses one ATen thread. A step time is the mean of --steps steps
 after one warm-up step, best of --rounds rounds that alternate between them.
@@ -31,7 +35,7 @@ the peers' bytes are the payload their algorithm moves (gradients for DDP,
 share them, so 4-rank times measure oversubscription as much as anything.
 
     . build/env.sh && /usr/bin/python3 bench/training/bench_training.py [--steps 10]
-        [--part all|features]
+        [--part all|features|auto]
 """
 
 import os
@@ -289,6 +293,9 @@ def main():
     if args.part == "features":
         print_features(args.rounds, args.steps)
         return
+    if args.part == "auto":
+        print_auto(args.rounds, args.steps)
+        return
     data = batches(args.steps + 1)
     weights = {k: v.detach() for k, v in model().state_dict().items()}
     exes = {name: compile_tdx(*config) for name, config in CONFIGS.items()}
@@ -342,6 +349,7 @@ def main():
               f"{best[peer] / best[name]:>8.2f}")
     print_llama(args.rounds, args.steps)
     print_features(args.rounds, args.steps)
+    print_auto(args.rounds, args.steps)
 
 
 LLAMA = dict(vocab=512, d=128, heads=4, hidden=344, layers=4, context=64)
@@ -457,6 +465,70 @@ def print_features(rounds, steps):
               f"{peaks[name] / 2**20:>8.2f} {reports[name]['peak'] / 2**20:>10.2f} | "
               f"{peer:>18} {best[peer]:>8.2f} {best[peer] / best['eager fp32']:>6.2f} | "
               f"{best[peer] / best[name]:>8.2f}")
+
+
+
+def auto_models():
+    """name: (builder, its Megatron hand plan) of the models print_auto plans."""
+    sys.path.insert(0, os.path.join(os.path.dirname(__file__), "..", "..", "test", "python"))
+    from models import Llama
+    llama_plan = {f"layers.*.{n}": tdx.ColwiseParallel() for n in ("wq", "wk", "wv", "w1", "w3")}
+    llama_plan.update({f"layers.*.{n}": tdx.RowwiseParallel() for n in ("wo", "w2")})
+    return {"GPT": (lambda: GPT(**CONFIG), MEGATRON_PLAN), "LLaMA": (lambda: Llama(**LLAMA), llama_plan)}
+
+
+def traced_step(build, data):
+    torch.manual_seed(0)
+    deferred = tdx.deferred_init(build)
+    return tdx.trace_train_step(deferred, optimizer(deferred.parameters()), loss_fn, *data[0])
+
+
+def print_auto(rounds, steps):
+    """tdx.auto_parallelize next to every hand plan of the same mesh, each
+    compiled and timed in the same rounds; then the planner's own time
+    against depth."""
+    data = batches(steps + 1)
+    meshes = {"(dp 2)": ((2,), ("dp",)), "(dp 2, tp 2)": ((2, 2), ("dp", "tp"))}
+    print(f"\nAutomatic plans (tdx.auto_parallelize) against the hand plans, AdamW, batch "
+          f"{BATCH}x{SEQ}, {steps} steps x best of {rounds} rounds")
+    print(f"{'model':>6} {'mesh':>13} | {'best hand plan':>24} {'ms':>7} | "
+          f"{'auto plan':>24} {'ms':>7} {'search s':>8} | {'auto/best':>9}")
+    for model_name, (build, hand_plan) in auto_models().items():
+        torch.manual_seed(0)
+        eager = build()
+        weights = {k: v.detach() for k, v in
+                   dict(eager.named_parameters(), **dict(eager.named_buffers())).items()}
+        for mesh_name, (shape, axes) in meshes.items():
+            mesh = tdx.init_device_mesh("cpu", shape, axes)
+            plan = hand_plan if "tp" in axes else {}
+            hands = {}
+            for zero in (0, 1, 3):
+                prog = tdx.parallelize(traced_step(build, data), mesh, plan, data_parallel="dp",
+                                       zero=zero)
+                hands[f"{'Megatron + ' if plan else ''}zero={zero}"] = tdx.compile(prog)
+            prog = traced_step(build, data)
+            t0 = time.perf_counter()
+            chosen = tdx.auto_parallelize(prog, mesh)
+            search = time.perf_counter() - t0
+            auto = tdx.compile(prog)
+            best = {}
+            for _ in range(rounds):
+                for name, exe in list(hands.items()) + [("auto", auto)]:
+                    exe.train(data, params=weights, verbose=True)
+                    best[name] = min(best.get(name, float("inf")), exe.last_step_ms())
+            hand = min(hands, key=lambda n: best[n])
+            label = f"{'Megatron + ' if chosen['plan'] else ''}zero={chosen['zero']}"
+            print(f"{model_name:>6} {mesh_name:>13} | {hand:>24} {best[hand]:>7.2f} | "
+                  f"{label:>24} {best['auto']:>7.2f} {search:>8.2f} | "
+                  f"{best['auto'] / best[hand]:>9.3f}")
+    from models import Llama  # on the path auto_models() gave
+    print("search time against depth (LLaMA d 48, AdamW, (dp 2, tp 2)):")
+    for layers in (4, 32, 80):
+        prog = traced_step(lambda: Llama(vocab=512, d=48, heads=4, hidden=96, layers=layers,
+                                         context=64), data)
+        t0 = time.perf_counter()
+        tdx.auto_parallelize(prog, tdx.init_device_mesh("cpu", (2, 2), ("dp", "tp")))
+        print(f"  {layers:>3} layers: {time.perf_counter() - t0:.2f} s")
 
 
 if __name__ == "__main__":

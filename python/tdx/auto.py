@@ -19,7 +19,7 @@ def _linear_pairs(prog):
     """{"column": [weight names], "row": [...]}: tdx-linear-pairs."""
     with tempfile.TemporaryDirectory() as tmp:
         path = os.path.join(tmp, "pairs.json")
-        prog.copy().run_pipeline(f"tdx-linear-pairs{{output={path}}}")
+        prog.run_pipeline(f"tdx-linear-pairs{{output={path}}}")  # reads, changes nothing
         with open(path) as f:
             return json.load(f)
 
@@ -92,7 +92,7 @@ def auto_parallelize(prog, mesh, memory_budget=None):
 
     A ``pp`` axis (pipeline parallelism) is not handled yet."""
     from .program import Program
-    from .sharding import DeviceMesh, parallelize
+    from .sharding import DeviceMesh, _json_report, parallelize
     if not isinstance(prog, Program):
         raise TypeError(f"auto_parallelize places a tdx.Program, got {type(prog).__name__}")
     if not isinstance(mesh, DeviceMesh):
@@ -127,10 +127,14 @@ def auto_parallelize(prog, mesh, memory_budget=None):
     zeros = (0, 1, 3) if dp is not None and training else (0,)
     best = None
     for zero in zeros:
+        # One copy, partitioned once, for both reports (the comm report
+        # reads it; the memory report plans it as tdx.compile does).
         work = parallelize(prog.copy(), mesh, plan, data_parallel=dp, zero=zero,
-                           memory_budget=memory_budget)
-        memory = work.memory_report()
-        score = _comm_seconds(work.comm_report()) + SECONDS_PER_BYTE_HELD * memory["peak"]
+                           memory_budget=memory_budget).partition()
+        comm = _json_report(work, "tdx-comm-report")
+        work.run_pipeline("tdx-backend{check-budget=0}")
+        memory = _json_report(work, "tdx-memory-report")
+        score = _comm_seconds(comm) + SECONDS_PER_BYTE_HELD * memory["peak"]
         fits = memory_budget is None or memory["peak"] <= memory_budget
         key = (not fits, score if fits else memory["peak"])
         if best is None or key < best[0]:
