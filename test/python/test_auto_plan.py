@@ -52,7 +52,8 @@ def test_an_auto_plan_trains_as_the_same_hand_plan():
 def test_a_memory_budget_moves_the_choice_to_what_fits():
     # LLaMA on dp2: unconstrained, the cost model keeps the cheapest step;
     # under a budget below that plan's peak and above ZeRO-3's, the chosen
-    # plan fits it (ZeRO-3 stores parameters and optimizer state split).
+    # plan fits it (ZeRO-3 stores parameters and optimizer state split),
+    # and trains.
     mesh = tdx.init_device_mesh("cpu", (2,), ("dp",))
     free = fresh("llama")
     first = tdx.auto_parallelize(free, mesh)
@@ -64,6 +65,12 @@ def test_a_memory_budget_moves_the_choice_to_what_fits():
     chosen = tdx.auto_parallelize(tight, mesh, memory_budget=budget)
     assert chosen["zero"] == 3 != first["zero"], (first, chosen)
     assert tight.memory_report()["peak"] <= budget
+    # It trains: bitwise the hand-placed ZeRO-3 step (which matches eager).
+    data = batches("llama")[:3]
+    losses, state = tdx.compile(tight).train(data)
+    want, want_state = compiled("llama", "adamw", "dp2", 3)[1].train(data)
+    assert losses == want
+    assert all(torch.equal(state[k], want_state[k]) for k in want_state)
     # Deterministic: the same program and mesh, the same plan and program.
     again = fresh("llama")
     assert repr(tdx.auto_parallelize(again, mesh, memory_budget=budget)) == repr(chosen)
