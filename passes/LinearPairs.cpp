@@ -132,6 +132,30 @@ struct LinearPairsPass : public mlir::tdx::impl::LinearPairsBase<LinearPairsPass
       else if (k == Row)
         rowNames.insert(name);
     }
+    // The norm each column-parallel layer reads its input from: the op
+    // that makes the input (through views and casts) and reads a 1-D
+    // parameter (LayerNorm's weight, RMSNorm's scale): what sequence
+    // parallelism keeps split between the pairs.
+    std::set<std::string> normNames;
+    for (Operation *op : linears) {
+      if (kind[op] != Column)
+        continue;
+      Value in = op->getOperand(0);
+      Operation *def = in.getDefiningOp();
+      while (def && isa<ReshapeOp, CastOp>(def))
+        def = def->getOperand(0).getDefiningOp();
+      if (!def || !forward.contains(def))
+        continue;
+      for (Value v : def->getOperands())
+        if (ParamRefOp p = parameterOf(v)) {
+          auto type = dyn_cast<RankedTensorType>(p.getType());
+          if (type && type.getRank() == 1)
+            normNames.insert(p.getStateName().str());
+        }
+    }
+    llvm::json::Array norms;
+    for (const std::string &name : normNames)
+      norms.push_back(name);
     // A weight read by layers of both kinds (shared) stays whole.
     for (const std::string &name : columnNames)
       if (!rowNames.count(name))
@@ -140,7 +164,8 @@ struct LinearPairsPass : public mlir::tdx::impl::LinearPairsBase<LinearPairsPass
       if (!columnNames.count(name))
         row.push_back(name);
     file->os() << llvm::json::Value(llvm::json::Object{{"column", std::move(column)},
-                                                       {"row", std::move(row)}})
+                                                       {"row", std::move(row)},
+                                                       {"norm", std::move(norms)}})
                << "\n";
     file->keep();
     markAllAnalysesPreserved();

@@ -93,6 +93,7 @@ struct MemoryReportPass : public mlir::tdx::impl::MemoryReportBase<MemoryReportP
 
     // What tdx-recompute runs again.
     int64_t recomputedOps = 0, recomputedBytes = 0;
+    double recomputedSeconds = 0;
     std::map<std::string, int64_t> recomputedKinds; // a started collective by its name
     for (Operation &op : fn.getBody().front())
       if (op.hasAttr(TdxDialect::kRecomputedAttrName)) {
@@ -100,6 +101,7 @@ struct MemoryReportPass : public mlir::tdx::impl::MemoryReportBase<MemoryReportP
           continue;
         ++recomputedOps;
         Operation *kind = isa<StartOp>(op) ? cast<StartOp>(op).getCollective() : &op;
+        recomputedSeconds += opSeconds(kind);
         ++recomputedKinds[kind->getName().getStringRef().str()];
         for (Value r : kind->getResults())
           if (auto t = dyn_cast<RankedTensorType>(r.getType()); t && t.hasStaticShape())
@@ -143,8 +145,10 @@ struct MemoryReportPass : public mlir::tdx::impl::MemoryReportBase<MemoryReportP
       llvm::json::Object kinds;
       for (auto &[name, n] : recomputedKinds)
         kinds[name] = n;
-      out["recomputed"] = llvm::json::Object{
-          {"ops", recomputedOps}, {"bytes", recomputedBytes}, {"kinds", std::move(kinds)}};
+      out["recomputed"] = llvm::json::Object{{"ops", recomputedOps},
+                                             {"bytes", recomputedBytes},
+                                             {"seconds", recomputedSeconds},
+                                             {"kinds", std::move(kinds)}};
       if (budget)
         out["budget"] = budget.getInt();
       llvm::json::Array largest;

@@ -498,7 +498,8 @@ def MemoryReport : Pass<"tdx-memory-report", "::mlir::ModuleOp"> {
     It also reports the ops tdx-recompute runs again (`tdx.recomputed`)
     and the bytes they make, and the module's `tdx.memory_budget` (bytes
     per rank) if it has one. `format=json` prints one object with these
-    keys (`recomputed`: `ops`, `bytes` and `kinds`, the ops by name, a
+    keys (`recomputed`: `ops`, `bytes`, `seconds` (by the cost model's
+    defaults) and `kinds`, the ops by name, a
     started collective by the collective's; `budget`; `largest`: the states
     and the tensors alive at the peak that hold the most bytes).
     `format=none` prints nothing and checks the budget: over it, the pass

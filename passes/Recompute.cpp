@@ -39,21 +39,6 @@ using namespace mlir::tdx;
 namespace {
 
 constexpr int64_t kInfinite = std::numeric_limits<int64_t>::max() / 4;
-// The cost model's defaults (tdx/Sharding/Layout.h): FLOP/s, bytes/s of
-// memory and of a mesh axis, seconds per collective.
-constexpr double kFlops = 1e11, kMemoryBandwidth = 1e10, kLinkBandwidth = 1e10,
-                 kLatency = 1e-5;
-
-int64_t bytesOf(Value v) {
-  auto t = dyn_cast<RankedTensorType>(v.getType());
-  return t && t.hasStaticShape() ? t.getNumElements() * elementBytes(t.getElementType()) : 0;
-}
-
-int64_t elementsOf(Value v) {
-  auto t = dyn_cast<RankedTensorType>(v.getType());
-  return t && t.hasStaticShape() ? t.getNumElements() : 0;
-}
-
 bool isView(Operation *op) { return isa<ReshapeOp, TransposeOp, PermuteOp, SliceOp, ExpandOp>(op); }
 
 /// A generic aten op whose result a second run would not reproduce.
@@ -64,17 +49,6 @@ bool isRandom(AtenOp op) {
     if (s.contains(word))
       return true;
   return false;
-}
-
-/// The values an op reads: a tdx.start and its tdx.wait those of the
-/// collective started.
-SmallVector<Value> readsOf(Operation *op) {
-  if (auto wait = dyn_cast<WaitOp>(op))
-    if (auto start = wait.getToken().getDefiningOp<StartOp>())
-      return SmallVector<Value>(start.getCollective()->getOperands());
-  if (auto start = dyn_cast<StartOp>(op))
-    return SmallVector<Value>(start.getCollective()->getOperands());
-  return SmallVector<Value>(op->getOperands());
 }
 
 /// Whether running `op` again gives its results again, with nothing else
@@ -91,33 +65,6 @@ bool canRunAgain(Operation *op) {
   if (auto aten = dyn_cast<AtenOp>(op))
     return !isRandom(aten);
   return op->getNumRegions() == 0 && isMemoryEffectFree(op);
-}
-
-/// Seconds to run `op` again, by the cost model's defaults.
-double secondsOf(Operation *op) {
-  int64_t moved = 0;
-  for (Value v : readsOf(op))
-    moved += bytesOf(v);
-  for (Value v : op->getResults())
-    moved += bytesOf(v);
-  Operation *collective = op;
-  if (auto wait = dyn_cast<WaitOp>(op))
-    collective = wait.getToken().getDefiningOp<StartOp>().getCollective();
-  if (collective->hasTrait<OpTrait::TdxCollective>())
-    return kLatency + static_cast<double>(moved) / kLinkBandwidth;
-  double flops = 0;
-  if (isa<MatmulOp, LinearOp>(op)) {
-    auto lhs = dyn_cast<RankedTensorType>(op->getOperand(0).getType());
-    if (lhs && lhs.getRank() > 0 && !lhs.isDynamicDim(lhs.getRank() - 1))
-      flops = 2.0 * elementsOf(op->getResult(0)) * lhs.getShape().back();
-  } else if (auto aten = dyn_cast<AtenOp>(op);
-             aten && aten.getSchema().starts_with("aten::convolution") &&
-             aten.getNumOperands() > 1) {
-    auto weight = dyn_cast<RankedTensorType>(aten.getOperand(1).getType());
-    if (weight && weight.hasStaticShape() && weight.getRank() > 0 && weight.getShape()[0] > 0)
-      flops = 2.0 * elementsOf(op->getResult(0)) * weight.getNumElements() / weight.getShape()[0];
-  }
-  return flops / kFlops + static_cast<double>(moved) / kMemoryBandwidth;
 }
 
 /// Dinic's maximum flow, and the nodes the source reaches after it: the
@@ -246,7 +193,7 @@ bool cutAtPeak(Block &block, double price) {
     int64_t bytes = 0;
     for (Value r : op->getResults())
       if (!held.contains(r))
-        bytes += bytesOf(r);
+        bytes += tensorBytes(r);
     // A view holds its base: held, the base is.
     cut.add(2 * n, 2 * n + 1, isView(op) ? kInfinite : bytes);
     if (!canRunAgain(op)) {
@@ -256,7 +203,7 @@ bool cutAtPeak(Block &block, double price) {
     // Running it again also holds its results again for a while: half
     // their bytes, so a cut does not make a whole prefix of the step again
     // to save the few bytes at its start.
-    double cost = std::max(1.0, std::ceil(price * secondsOf(op) + bytes / 2.0));
+    double cost = std::max(1.0, std::ceil(price * opSeconds(op) + bytes / 2.0));
     cut.add(source, 2 * n, cost >= static_cast<double>(kInfinite) ? kInfinite
                                                                    : static_cast<int64_t>(cost));
     for (Value v : readsOf(op))

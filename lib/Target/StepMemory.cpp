@@ -76,3 +76,56 @@ StepMemory mlir::tdx::stepMemory(ModuleOp module, func::FuncOp fn) {
   });
   return m;
 }
+
+namespace {
+// The cost model's defaults (tdx/Sharding/Layout.h): FLOP/s, bytes/s of
+// memory and of a mesh axis, seconds per collective.
+constexpr double kFlops = 1e11, kMemoryBandwidth = 1e10, kLinkBandwidth = 1e10,
+                 kLatency = 1e-5;
+
+int64_t elementsOf(Value v) {
+  auto t = dyn_cast<RankedTensorType>(v.getType());
+  return t && t.hasStaticShape() ? t.getNumElements() : 0;
+}
+} // namespace
+
+int64_t mlir::tdx::tensorBytes(Value v) {
+  auto t = dyn_cast<RankedTensorType>(v.getType());
+  return t && t.hasStaticShape() ? t.getNumElements() * elementBytes(t.getElementType()) : 0;
+}
+
+SmallVector<Value> mlir::tdx::readsOf(Operation *op) {
+  if (auto wait = dyn_cast<WaitOp>(op))
+    if (auto start = wait.getToken().getDefiningOp<StartOp>())
+      return SmallVector<Value>(start.getCollective()->getOperands());
+  if (auto start = dyn_cast<StartOp>(op))
+    return SmallVector<Value>(start.getCollective()->getOperands());
+  return SmallVector<Value>(op->getOperands());
+}
+
+double mlir::tdx::opSeconds(Operation *op) {
+  int64_t moved = 0;
+  for (Value v : readsOf(op))
+    moved += tensorBytes(v);
+  for (Value v : op->getResults())
+    moved += tensorBytes(v);
+  Operation *collective = op;
+  if (auto wait = dyn_cast<WaitOp>(op))
+    if (auto start = wait.getToken().getDefiningOp<StartOp>())
+      collective = start.getCollective();
+  if (collective->hasTrait<OpTrait::TdxCollective>())
+    return kLatency + static_cast<double>(moved) / kLinkBandwidth;
+  double flops = 0;
+  if (isa<MatmulOp, LinearOp>(op)) {
+    auto lhs = dyn_cast<RankedTensorType>(op->getOperand(0).getType());
+    if (lhs && lhs.getRank() > 0 && !lhs.isDynamicDim(lhs.getRank() - 1))
+      flops = 2.0 * elementsOf(op->getResult(0)) * lhs.getShape().back();
+  } else if (auto aten = dyn_cast<AtenOp>(op);
+             aten && aten.getSchema().starts_with("aten::convolution") &&
+             aten.getNumOperands() > 1) {
+    auto weight = dyn_cast<RankedTensorType>(aten.getOperand(1).getType());
+    if (weight && weight.hasStaticShape() && weight.getRank() > 0 && weight.getShape()[0] > 0)
+      flops = 2.0 * elementsOf(op->getResult(0)) * weight.getNumElements() / weight.getShape()[0];
+  }
+  return flops / kFlops + static_cast<double>(moved) / kMemoryBandwidth;
+}

@@ -24,28 +24,41 @@ def _linear_pairs(prog):
             return json.load(f)
 
 
-def _tensor_parallel_plan(prog, axis):
-    """Megatron's plan over mesh axis `axis`: the pairs tdx-linear-pairs
-    finds, each module name with its layer number made `*` where every
-    layer's module of that name is split alike (one decision for repeated
-    layers)."""
-    from .sharding import ColwiseParallel, RowwiseParallel
-    pairs = _linear_pairs(prog)
-    kinds = {}
-    for kind, names in (("column", pairs["column"]), ("row", pairs["row"])):
-        for name in names:
-            if name.endswith(".weight"):
-                kinds[name[:-len(".weight")]] = kind
+def _patterns(prog, kinds):
+    """{module: kind} as fnmatch patterns: a module's layer numbers made
+    `*` where every module the pattern matches has the same kind (one
+    decision for repeated layers), else the module's own name."""
     modules = sorted({n.rpartition(".")[0] for n in prog.parameters()})
-    plan = {}
+    patterns = {}
     for module, kind in sorted(kinds.items()):
         pattern = re.sub(r"(?<=\.)\d+(?=\.)|^\d+(?=\.)", "*", module)
         matched = [m for m in modules if fnmatch.fnmatchcase(m, pattern)]
         if not all(kinds.get(m) == kind for m in matched):
-            pattern = module  # its layers differ: named one by one
-        style = ColwiseParallel(axis) if kind == "column" else RowwiseParallel(axis)
-        plan.setdefault(pattern, style)
-    return plan
+            pattern = module
+        patterns.setdefault(pattern, kind)
+    return patterns
+
+
+def _tensor_parallel_plans(prog, axis):
+    """Megatron's plan over mesh axis `axis` from the pairs tdx-linear-pairs
+    finds, and (when it finds the norms before the column-parallel layers)
+    the same with sequence parallelism on those norms; [] when nothing
+    pairs."""
+    from .sharding import ColwiseParallel, RowwiseParallel, SequenceParallel
+    pairs = _linear_pairs(prog)
+    module = lambda name: name.rpartition(".")[0]
+    kinds = {module(n): "column" for n in pairs["column"]}
+    kinds.update({module(n): "row" for n in pairs["row"]})
+    if not kinds:
+        return []
+    styles = {"column": lambda: ColwiseParallel(axis), "row": lambda: RowwiseParallel(axis),
+              "norm": lambda: SequenceParallel(axis)}
+    megatron = {p: styles[k]() for p, k in _patterns(prog, kinds).items()}
+    norms = {module(n): "norm" for n in pairs["norm"]}
+    if not norms:
+        return [megatron]
+    sequence = dict(megatron, **{p: styles[k]() for p, k in _patterns(prog, norms).items()})
+    return [megatron, sequence]
 
 
 def _comm_seconds(report):
@@ -78,12 +91,15 @@ def auto_parallelize(prog, mesh, memory_budget=None):
     - An axis named ``tp`` (or ``model``, ``mp``, ``tensor``) is tensor
       parallel: the linear layers the forward pairs (tdx-linear-pairs:
       attention's q, k, v and output projections, an MLP's up, gate and
-      down projections) are split Megatron's way, column then row; the
-      layers of one name in every block share one decision (``"h.*.c_attn"``).
+      down projections) are split Megatron's way, column then row, with or
+      without sequence parallelism on the norms before the column-parallel
+      layers (both are candidates); the layers of one name in every block
+      share one decision (``"h.*.c_attn"``).
     - Every candidate is placed on a copy and scored by the cost model:
-      its collectives' seconds (alpha-beta, ``comm_report()``) plus its
-      peak bytes per rank (``memory_report()``) at the price propagation
-      charges for memory. Under ``memory_budget`` (bytes per rank) only
+      its collectives' seconds (alpha-beta, ``comm_report()``), the
+      seconds of what it recomputes to fit a budget, and its peak bytes
+      per rank (``memory_report()``) at the price propagation charges for
+      memory. Under ``memory_budget`` (bytes per rank) only
       candidates whose peak fits count (the compiler recomputes to fit,
       tdx-recompute); if none fits, the one with the lowest peak is kept
       (tdx.compile then refuses it, naming what holds the memory).
@@ -92,6 +108,7 @@ def auto_parallelize(prog, mesh, memory_budget=None):
 
     A ``pp`` axis (pipeline parallelism) is not handled yet."""
     from .program import Program
+    from .errors import TdxError
     from .sharding import DeviceMesh, _json_report, parallelize
     if not isinstance(prog, Program):
         raise TypeError(f"auto_parallelize places a tdx.Program, got {type(prog).__name__}")
@@ -116,29 +133,38 @@ def auto_parallelize(prog, mesh, memory_budget=None):
         raise ValueError(f"auto_parallelize takes at most one data-parallel and one "
                          f"tensor-parallel axis, got {list(mesh.mesh_dim_names)}")
     dp = data[0] if data else None
-    plan = {}
+    plans = [{}]
     if tensor:
-        plan = _tensor_parallel_plan(prog, tensor[0])
-        if not plan:
+        plans = _tensor_parallel_plans(prog, tensor[0])
+        if not plans:
             raise ValueError(f"auto_parallelize found no pair of linear layers to split over "
                              f"{tensor[0]!r} (a linear feeding another); give tdx.parallelize "
                              f"a plan, or use a mesh without a tensor-parallel axis")
     training = prog._module.entry() == "train_step"
     zeros = (0, 1, 3) if dp is not None and training else (0,)
-    best = None
-    for zero in zeros:
-        # One copy, partitioned once, for both reports (the comm report
-        # reads it; the memory report plans it as tdx.compile does).
-        work = parallelize(prog.copy(), mesh, plan, data_parallel=dp, zero=zero,
-                           memory_budget=memory_budget).partition()
-        comm = _json_report(work, "tdx-comm-report")
-        work.run_pipeline("tdx-backend{check-budget=0}")
-        memory = _json_report(work, "tdx-memory-report")
-        score = _comm_seconds(comm) + SECONDS_PER_BYTE_HELD * memory["peak"]
-        fits = memory_budget is None or memory["peak"] <= memory_budget
-        key = (not fits, score if fits else memory["peak"])
-        if best is None or key < best[0]:
-            best = (key, zero)
-    chosen = {"plan": plan, "data_parallel": dp, "zero": best[1]}
+    best, failed = None, []
+    for plan in plans:
+        for zero in zeros:
+            # One copy, partitioned once, for both reports (the comm report
+            # reads it; the memory report plans it as tdx.compile does).
+            try:
+                work = parallelize(prog.copy(), mesh, plan, data_parallel=dp, zero=zero,
+                                   memory_budget=memory_budget).partition()
+                comm = _json_report(work, "tdx-comm-report")
+                work.run_pipeline("tdx-backend{check-budget=0}")
+                memory = _json_report(work, "tdx-memory-report")
+            except TdxError as e:  # a candidate the compiler cannot place
+                failed.append(f"{plan}, zero={zero}: {e}")
+                continue
+            score = (_comm_seconds(comm) + memory["recomputed"]["seconds"] +
+                     SECONDS_PER_BYTE_HELD * memory["peak"])
+            fits = memory_budget is None or memory["peak"] <= memory_budget
+            key = (not fits, score if fits else memory["peak"])
+            if best is None or key < best[0]:
+                best = (key, plan, zero)
+    if best is None:
+        raise TdxError("auto_parallelize could place no candidate plan:\n  " +
+                       "\n  ".join(failed))
+    chosen = {"plan": best[1], "data_parallel": dp, "zero": best[2]}
     parallelize(prog, mesh, memory_budget=memory_budget, **chosen)
     return chosen

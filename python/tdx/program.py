@@ -162,10 +162,13 @@ class Program:
         ``activations`` (the rest of the step's working memory at its peak)
         and ``peak`` (parameters + optimizer + inputs + working memory, the
         most bytes of the step's own tensors alive at once as the compiled
-        step's memory plan has them); ``working``, and ``largest``: the
-        states and tensors that hold the most, as ``{"name", "bytes"}``.
-        The program itself is not changed; ``tdx-opt --tdx-memory-report``
-        prints the same."""
+        step's memory plan has them); ``working``; ``largest``: the states
+        and tensors that hold the most, as ``{"name", "bytes"}``;
+        ``recomputed``: what the compiler runs again to fit a
+        ``memory_budget`` (``ops``, ``bytes``, ``seconds`` by the cost
+        model, ``kinds``); and ``budget`` when there is one. The program
+        itself is not changed; ``tdx-opt --tdx-memory-report`` prints the
+        same."""
         from .sharding import _memory_report
         return _memory_report(self)
 

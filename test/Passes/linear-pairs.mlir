@@ -4,7 +4,9 @@
 // the transposed weight, nn.Linear without bias) feed down through the
 // activation: up and gate are column parallel, down row parallel. The head
 // after the residual is fed by a row-parallel layer and feeds none: whole.
-// CHECK: {"column":["gate","up"],"row":["down"]}
+// The scale the column-parallel layers' input is made with (an RMSNorm's)
+// is the norm sequence parallelism would keep split.
+// CHECK: {"column":["gate","up"],"norm":["scale"],"row":["down"]}
 module {
   tdx.parameter @up : tensor<16x8xf32> init {
     %0 = tdx.full 0.0 : tensor<16x8xf32>
@@ -22,7 +24,13 @@ module {
     %0 = tdx.full 0.0 : tensor<4x8xf32>
     tdx.yield %0 : tensor<4x8xf32>
   }
-  func.func @forward(%x: tensor<2x8xf32>) -> tensor<2x4xf32> {
+  tdx.parameter @scale : tensor<8xf32> init {
+    %0 = tdx.full 1.0 : tensor<8xf32>
+    tdx.yield %0 : tensor<8xf32>
+  }
+  func.func @forward(%x0: tensor<2x8xf32>) -> tensor<2x4xf32> {
+    %scale = tdx.param_ref @scale : tensor<8xf32>
+    %x = tdx.mul %x0, %scale : (tensor<2x8xf32>, tensor<8xf32>) -> tensor<2x8xf32>
     %up = tdx.param_ref @up : tensor<16x8xf32>
     %u = tdx.linear %x, %up : (tensor<2x8xf32>, tensor<16x8xf32>) -> tensor<2x16xf32>
     %gate = tdx.param_ref @gate : tensor<16x8xf32>
@@ -42,7 +50,7 @@ module {
 // -----
 
 // A lone linear pairs with nothing.
-// CHECK: {"column":[],"row":[]}
+// CHECK: {"column":[],"norm":[],"row":[]}
 module {
   tdx.parameter @w : tensor<4x8xf32> init {
     %0 = tdx.full 0.0 : tensor<4x8xf32>

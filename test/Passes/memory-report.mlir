@@ -16,7 +16,7 @@
 // CHECK-NEXT: gradients               64 bytes
 // CHECK-NEXT: activations            160 bytes
 // CHECK-NEXT: peak                   404 bytes
-// JSON: {"activations":160,"gradients":64,"inputs":32,"largest":[{"bytes":128,"name":"the result of tdx.all_gather at {{.*}}memory-report.mlir:{{[0-9]+}} (tensor<8x4xf32>)"},{"bytes":64,"name":"state w"},{{.*}}],"optimizer":68,"parameters":80,"peak":404,"recomputed":{"bytes":0,"kinds":{},"ops":0},"working":224}
+// JSON: {"activations":160,"gradients":64,"inputs":32,"largest":[{"bytes":128,"name":"the result of tdx.all_gather at {{.*}}memory-report.mlir:{{[0-9]+}} (tensor<8x4xf32>)"},{"bytes":64,"name":"state w"},{{.*}}],"optimizer":68,"parameters":80,"peak":404,"recomputed":{"bytes":0,"kinds":{},"ops":0,"seconds":0},"working":224}
 // FORMAT: error: tdx-memory-report: unknown format 'xml'; use 'table', 'json' or 'none'
 module attributes {tdx.partitioned} {
   tdx.mesh @mesh shape = [2] axes = ["dp"]

@@ -15,7 +15,7 @@
 // REPORT:      peak                  1024 bytes
 // REPORT-NEXT: budget                1100 bytes
 // REPORT-NEXT: recomputed   1 ops run again after the peak, making 256 bytes again
-// JSON:        "recomputed":{"bytes":256,"kinds":{"tdx.exp":1},"ops":1}
+// JSON:        "recomputed":{"bytes":256,"kinds":{"tdx.exp":1},"ops":1,"seconds":5.12{{[0-9]*}}e-08}
 module attributes {tdx.partitioned, tdx.memory_budget = 1100 : i64} {
   func.func @train_step(%x: tensor<64xf32>) -> tensor<64xf32> {
     %a = tdx.exp %x : tensor<64xf32>
@@ -35,7 +35,7 @@ module attributes {tdx.partitioned, tdx.memory_budget = 1100 : i64} {
 // REPORT:      peak                  1280 bytes
 // REPORT-NEXT: budget                1280 bytes
 // REPORT-NOT:  recomputed
-// JSON:        "recomputed":{"bytes":0,"kinds":{},"ops":0}
+// JSON:        "recomputed":{"bytes":0,"kinds":{},"ops":0,"seconds":0}
 module attributes {tdx.partitioned, tdx.memory_budget = 1280 : i64} {
   func.func @train_step(%x: tensor<64xf32>) -> tensor<64xf32> {
     %a = tdx.exp %x : tensor<64xf32>
@@ -70,7 +70,7 @@ module attributes {tdx.partitioned, tdx.memory_budget = 1280 : i64} {
 // REPORT:      peak                 10240 bytes
 // REPORT-NEXT: budget               11000 bytes
 // REPORT-NEXT: recomputed   2 ops run again after the peak, making 5120 bytes again
-// JSON:        "recomputed":{"bytes":5120,"kinds":{"tdx.all_gather":1,"tdx.exp":1},"ops":2}
+// JSON:        "recomputed":{"bytes":5120,"kinds":{"tdx.all_gather":1,"tdx.exp":1},"ops":2,"seconds":1.07168e-05}
 module attributes {tdx.partitioned, tdx.memory_budget = 11000 : i64} {
   tdx.mesh @mesh shape = [4] axes = ["sp"]
   func.func @train_step(%x: tensor<256xf32>) -> tensor<256xf32> {

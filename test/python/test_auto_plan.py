@@ -6,7 +6,7 @@ import torch
 
 import tdx
 from test_sharding import GPT2_PLAN, LLAMA_PLAN
-from test_training import MODELS, OPTIMIZERS, batches, compiled
+from test_training import LLAMA_SP_PLAN, MODELS, OPTIMIZERS, batches, compiled
 
 PLANS = {"gpt2": GPT2_PLAN, "llama": LLAMA_PLAN}
 
@@ -28,10 +28,21 @@ def test_the_tensor_parallel_plan_found_is_megatrons(model):
     # The pairs tdx-linear-pairs finds in the traced step (GPT-2's fused
     # qkv and MLP; LLaMA's q, k, v, o and SwiGLU's gate, up, down) are the
     # hand plans the other tests use, one decision per repeated layer.
+    # The other candidate adds sequence parallelism on the norms before the
+    # column-parallel layers: LLaMA's is the hand plan of the SP tests; at
+    # these sizes its extra collectives cost more than the memory it saves,
+    # and Megatron's plan is chosen.
     mesh = tdx.init_device_mesh("cpu", (2, 2), ("dp", "tp"))
     chosen = tdx.auto_parallelize(fresh(model), mesh)
     assert styles(chosen["plan"]) == styles(PLANS[model]), chosen
     assert chosen["data_parallel"] == "dp" and chosen["zero"] in (0, 1, 3)
+    from tdx.auto import _tensor_parallel_plans
+    candidates = _tensor_parallel_plans(fresh(model), "tp")
+    assert len(candidates) == 2 and styles(candidates[0]) == styles(PLANS[model])
+    assert {type(s).__name__ for s in candidates[1].values()} == {
+        "ColwiseParallel", "RowwiseParallel", "SequenceParallel"}
+    if model == "llama":
+        assert styles(candidates[1]) == styles(LLAMA_SP_PLAN)
 
 
 def test_an_auto_plan_trains_as_the_same_hand_plan():

@@ -11,6 +11,7 @@
 
 #include "mlir/Dialect/Func/IR/FuncOps.h"
 #include "mlir/IR/BuiltinOps.h"
+#include "llvm/ADT/SmallVector.h"
 
 #include <string>
 #include <utility>
@@ -39,6 +40,18 @@ struct StepMemory {
   int64_t fixed() const { return parameters + optimizer + inputs; }
 };
 StepMemory stepMemory(ModuleOp module, func::FuncOp step);
+
+/// The bytes of a static tensor value (0: not one).
+int64_t tensorBytes(Value v);
+/// The values an op reads: a tdx.start's and its tdx.wait's are those of
+/// the collective started.
+SmallVector<Value> readsOf(Operation *op);
+/// The seconds `op` takes by the cost model's defaults: a matmul, linear or
+/// convolution by its FLOPs, a collective (or its tdx.wait) by latency and
+/// bytes, anything else by the bytes it reads and writes. What
+/// tdx-recompute prices running an op again with, and tdx-memory-report
+/// reports for what it ran again.
+double opSeconds(Operation *op);
 
 } // namespace mlir::tdx
 
