@@ -103,8 +103,9 @@ def auto_parallelize(prog, mesh, memory_budget=None):
       candidates whose peak fits count (the compiler recomputes to fit,
       tdx-recompute); if none fits, the one with the lowest peak is kept
       (tdx.compile then refuses it, naming what holds the memory).
-    - The choice is deterministic: candidates are scored in a fixed order
-      and a tie keeps the first.
+    - The ZeRO stage is chosen with Megatron's plan, then sequence
+      parallelism at that stage. The choice is deterministic: candidates
+      are scored in a fixed order and a tie keeps the first.
 
     A ``pp`` axis (pipeline parallelism) is not handled yet."""
     from .program import Program
@@ -143,25 +144,36 @@ def auto_parallelize(prog, mesh, memory_budget=None):
     training = prog._module.entry() == "train_step"
     zeros = (0, 1, 3) if dp is not None and training else (0,)
     best, failed = None, []
-    for plan in plans:
-        for zero in zeros:
-            # One copy, partitioned once, for both reports (the comm report
-            # reads it; the memory report plans it as tdx.compile does).
-            try:
-                work = parallelize(prog.copy(), mesh, plan, data_parallel=dp, zero=zero,
-                                   memory_budget=memory_budget).partition()
-                comm = _json_report(work, "tdx-comm-report")
-                work.run_pipeline("tdx-backend{check-budget=0}")
-                memory = _json_report(work, "tdx-memory-report")
-            except TdxError as e:  # a candidate the compiler cannot place
-                failed.append(f"{plan}, zero={zero}: {e}")
-                continue
-            score = (_comm_seconds(comm) + memory["recomputed"]["seconds"] +
-                     SECONDS_PER_BYTE_HELD * memory["peak"])
-            fits = memory_budget is None or memory["peak"] <= memory_budget
-            key = (not fits, score if fits else memory["peak"])
-            if best is None or key < best[0]:
-                best = (key, plan, zero)
+
+    def score(plan, zero):
+        """Places a copy with `plan` and `zero` and keeps it if it beats the
+        best so far: (over the budget, its cost)."""
+        nonlocal best
+        # One copy, partitioned once, for both reports (the comm report
+        # reads it; the memory report plans it as tdx.compile does).
+        try:
+            work = parallelize(prog.copy(), mesh, plan, data_parallel=dp, zero=zero,
+                               memory_budget=memory_budget).partition()
+            comm = _json_report(work, "tdx-comm-report")
+            work.run_pipeline("tdx-backend{check-budget=0}")
+            memory = _json_report(work, "tdx-memory-report")
+        except TdxError as e:  # a candidate the compiler cannot place
+            failed.append(f"{plan}, zero={zero}: {e}")
+            return
+        seconds = (_comm_seconds(comm) + memory["recomputed"]["seconds"] +
+                   SECONDS_PER_BYTE_HELD * memory["peak"])
+        fits = memory_budget is None or memory["peak"] <= memory_budget
+        key = (not fits, seconds if fits else memory["peak"])
+        if best is None or key < best[0]:
+            best = (key, plan, zero)
+
+    # The ZeRO stage with the first plan, then the other plans at that
+    # stage: the two choices barely interact, and each candidate costs a
+    # whole placement.
+    for zero in zeros:
+        score(plans[0], zero)
+    for plan in plans[1:]:
+        score(plan, best[2] if best else 0)
     if best is None:
         raise TdxError("auto_parallelize could place no candidate plan:\n  " +
                        "\n  ".join(failed))
