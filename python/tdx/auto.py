@@ -16,7 +16,8 @@ BANDWIDTH, LATENCY, SECONDS_PER_BYTE_HELD = 1e10, 1e-5, 1e-10
 
 
 def _linear_pairs(prog):
-    """{"column": [weight names], "row": [...]}: tdx-linear-pairs."""
+    """{"column": [weight names], "row": [...], "norm": [...]}: what
+    tdx-linear-pairs finds in the program's forward."""
     with tempfile.TemporaryDirectory() as tmp:
         path = os.path.join(tmp, "pairs.json")
         prog.run_pipeline(f"tdx-linear-pairs{{output={path}}}")  # reads, changes nothing
