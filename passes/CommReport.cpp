@@ -3,8 +3,8 @@
 #include "tdx/IR/TdxOps.h"
 #include "tdx/Transforms/Passes.h"
 #include "tdx/Target/Collectives.h"
+#include "ReportPass.h"
 
-#include "mlir/Support/FileUtilities.h"
 #include "llvm/Support/JSON.h"
 #include "llvm/Support/ToolOutputFile.h"
 
@@ -38,13 +38,9 @@ struct CommReportPass : public mlir::tdx::impl::CommReportBase<CommReportPass> {
       return signalPassFailure();
     std::vector<CollectiveUse> entries = collectivesIn(module);
 
-    std::string error;
-    std::unique_ptr<llvm::ToolOutputFile> file = openOutputFile(outputFile, &error);
-    if (!file) {
-      module.emitError() << "tdx-comm-report: cannot open '" << outputFile
-                         << "': " << error;
+    std::unique_ptr<llvm::ToolOutputFile> file = openReport(module, getArgument(), outputFile);
+    if (!file)
       return signalPassFailure();
-    }
     llvm::raw_ostream &os = file->os();
     int64_t total = 0;
     for (const CollectiveUse &e : entries)

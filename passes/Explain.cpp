@@ -13,9 +13,9 @@
 #include "tdx/Target/Lifetimes.h"
 #include "tdx/Target/StepMemory.h"
 #include "tdx/Transforms/Passes.h"
+#include "ReportPass.h"
 
 #include "mlir/Dialect/Func/IR/FuncOps.h"
-#include "mlir/Support/FileUtilities.h"
 #include "llvm/ADT/StringExtras.h"
 #include "llvm/Support/ToolOutputFile.h"
 
@@ -46,14 +46,8 @@ const std::pair<const char *, const char *> kMemoryColors[] = {
 
 std::string escape(StringRef s) {
   std::string out;
-  for (char c : s)
-    switch (c) {
-    case '&': out += "&amp;"; break;
-    case '<': out += "&lt;"; break;
-    case '>': out += "&gt;"; break;
-    case '"': out += "&quot;"; break;
-    default: out += c;
-    }
+  llvm::raw_string_ostream os(out);
+  llvm::printHTMLEscaped(s, os);
   return out;
 }
 
@@ -109,17 +103,12 @@ struct ExplainPass : public mlir::tdx::impl::ExplainBase<ExplainPass> {
                        "Python, which partitions a copy");
       return signalPassFailure();
     }
-    func::FuncOp fn = stepFunction(module);
-    if (!fn || !fn.getBody().hasOneBlock()) {
-      module.emitError("tdx-explain: the module has no function with a body to draw");
+    func::FuncOp fn = stepWithBody(module, getArgument(), "draw");
+    if (!fn)
       return signalPassFailure();
-    }
-    std::string error;
-    std::unique_ptr<llvm::ToolOutputFile> file = openOutputFile(outputFile, &error);
-    if (!file) {
-      module.emitError() << "tdx-explain: cannot open '" << outputFile << "': " << error;
+    std::unique_ptr<llvm::ToolOutputFile> file = openReport(module, getArgument(), outputFile);
+    if (!file)
       return signalPassFailure();
-    }
     MeshOp mesh;
     for (auto m : module.getOps<MeshOp>()) {
       mesh = m;
@@ -130,9 +119,7 @@ struct ExplainPass : public mlir::tdx::impl::ExplainBase<ExplainPass> {
     Block &block = fn.getBody().front();
     Lifetimes lifetimes(block);
     StepMemory held = stepMemory(module, fn);
-    int64_t working = lifetimes.peakBytes();
-    if (auto planned = fn->getAttrOfType<IntegerAttr>(TdxDialect::kStepBytesAttrName))
-      working = planned.getInt();
+    int64_t working = workingBytes(fn, lifetimes);
     int64_t peak = held.fixed() + working;
 
     os << "<!doctype html>\n<html><head><meta charset=\"utf-8\">\n<title>tdx plan: @"
@@ -154,11 +141,12 @@ struct ExplainPass : public mlir::tdx::impl::ExplainBase<ExplainPass> {
     } else {
       os << "One rank. ";
     }
-    os << lifetimes.liveBytes().size() - 1 << " ops per rank, " << collectivesIn(fn).size()
+    std::vector<CollectiveUse> uses = collectivesIn(fn);
+    os << lifetimes.liveBytes().size() - 1 << " ops per rank, " << uses.size()
        << " collectives, " << human(peak) << " per rank at the peak.</p>\n";
 
     drawPlacements(os, module, mesh);
-    drawStep(os, block, lifetimes);
+    drawStep(os, block, lifetimes, uses);
     drawMemory(os, module, held, working, peak);
     os << "<p style=\"color:#888;font-size:12px\">Drawn by tdx-explain from the per-rank "
           "program (its most loaded rank where shards are uneven).</p>\n</body></html>\n";
@@ -284,12 +272,12 @@ struct ExplainPass : public mlir::tdx::impl::ExplainBase<ExplainPass> {
 
   /// The step from start to end: its live bytes, and each collective where
   /// it runs, tall by its bytes; then the collectives by kind and axes.
-  void drawStep(llvm::raw_ostream &os, Block &block, const Lifetimes &lifetimes) {
+  void drawStep(llvm::raw_ostream &os, Block &block, const Lifetimes &lifetimes,
+                ArrayRef<CollectiveUse> uses) {
     os << "<h2>The step: memory and collectives over time</h2>\n";
     ArrayRef<int64_t> live = lifetimes.liveBytes();
     int64_t points = std::max<int64_t>(static_cast<int64_t>(live.size()) - 1, 1);
     int64_t most = std::max<int64_t>(1, *std::max_element(live.begin(), live.end()));
-    std::vector<CollectiveUse> uses = collectivesIn(block.getParentOp());
     int64_t largest = 1;
     for (const CollectiveUse &u : uses)
       largest = std::max(largest, u.bytes);
@@ -360,7 +348,7 @@ struct ExplainPass : public mlir::tdx::impl::ExplainBase<ExplainPass> {
   void drawMemory(llvm::raw_ostream &os, ModuleOp module, const StepMemory &held,
                   int64_t working, int64_t peak) {
     os << "<h2>Memory per rank</h2>\n";
-    int64_t activations = std::max<int64_t>(working - held.gradients, 0);
+    int64_t activations = held.activations(working);
     int64_t values[] = {held.parameters, held.optimizer, held.inputs, held.gradients, activations};
     auto budget = module->getAttrOfType<IntegerAttr>(TdxDialect::kMemoryBudgetAttrName);
     int64_t scale = std::max<int64_t>(1, std::max(peak, budget ? budget.getInt() : 0));

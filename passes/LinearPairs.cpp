@@ -14,9 +14,9 @@
 #include "tdx/IR/TdxOps.h"
 #include "tdx/Target/StepMemory.h"
 #include "tdx/Transforms/Passes.h"
+#include "ReportPass.h"
 
 #include "mlir/Dialect/Func/IR/FuncOps.h"
-#include "mlir/Support/FileUtilities.h"
 #include "llvm/Support/JSON.h"
 #include "llvm/Support/ToolOutputFile.h"
 
@@ -59,17 +59,12 @@ struct LinearPairsPass : public mlir::tdx::impl::LinearPairsBase<LinearPairsPass
 
   void runOnOperation() override {
     ModuleOp module = getOperation();
-    func::FuncOp fn = stepFunction(module);
-    if (!fn || !fn.getBody().hasOneBlock()) {
-      module.emitError("tdx-linear-pairs: the module has no function with a body to read");
+    func::FuncOp fn = stepWithBody(module, getArgument(), "read");
+    if (!fn)
       return signalPassFailure();
-    }
-    std::string error;
-    std::unique_ptr<llvm::ToolOutputFile> file = openOutputFile(outputFile, &error);
-    if (!file) {
-      module.emitError() << "tdx-linear-pairs: cannot open '" << outputFile << "': " << error;
+    std::unique_ptr<llvm::ToolOutputFile> file = openReport(module, getArgument(), outputFile);
+    if (!file)
       return signalPassFailure();
-    }
     Block &block = fn.getBody().front();
     // The forward: what the first result (a step's loss) is computed from;
     // a backward's matmuls by a transposed weight are not linear layers.

@@ -4,9 +4,9 @@
 #include "tdx/Target/Lifetimes.h"
 #include "tdx/Target/StepMemory.h"
 #include "tdx/Transforms/Passes.h"
+#include "ReportPass.h"
 
 #include "mlir/Dialect/Func/IR/FuncOps.h"
-#include "mlir/Support/FileUtilities.h"
 #include "llvm/Support/JSON.h"
 #include "llvm/Support/ToolOutputFile.h"
 
@@ -67,11 +67,9 @@ struct MemoryReportPass : public mlir::tdx::impl::MemoryReportBase<MemoryReportP
                        "tdx-spmd (tdx-insert-collectives, tdx-partition) first");
       return signalPassFailure();
     }
-    func::FuncOp fn = stepFunction(module);
-    if (!fn || !fn.getBody().hasOneBlock()) {
-      module.emitError("tdx-memory-report: the module has no function with a body to report");
+    func::FuncOp fn = stepWithBody(module, getArgument(), "report");
+    if (!fn)
       return signalPassFailure();
-    }
     StepMemory held = stepMemory(module, fn);
     int64_t parameters = held.parameters, optimizer = held.optimizer, inputs = held.inputs,
             gradients = held.gradients;
@@ -79,16 +77,14 @@ struct MemoryReportPass : public mlir::tdx::impl::MemoryReportBase<MemoryReportP
     for (auto &[name, bytes] : held.states)
       consumers.push_back({"state " + name, bytes});
     Lifetimes lifetimes(fn.getBody().front());
-    int64_t working = lifetimes.peakBytes();
-    if (auto planned = fn->getAttrOfType<IntegerAttr>(TdxDialect::kStepBytesAttrName))
-      working = planned.getInt();
+    int64_t working = workingBytes(fn, lifetimes);
     for (auto [v, bytes] : lifetimes.liveAtPeak())
       consumers.push_back({describe(v), bytes});
     std::stable_sort(consumers.begin(), consumers.end(),
                      [](const Consumer &a, const Consumer &b) { return a.bytes > b.bytes; });
     if (consumers.size() > 5)
       consumers.resize(5);
-    int64_t activations = std::max<int64_t>(working - gradients, 0);
+    int64_t activations = held.activations(working);
     int64_t peak = parameters + optimizer + inputs + working;
 
     // What tdx-recompute runs again.
@@ -104,8 +100,7 @@ struct MemoryReportPass : public mlir::tdx::impl::MemoryReportBase<MemoryReportP
         recomputedSeconds += opSeconds(kind);
         ++recomputedKinds[kind->getName().getStringRef().str()];
         for (Value r : kind->getResults())
-          if (auto t = dyn_cast<RankedTensorType>(r.getType()); t && t.hasStaticShape())
-            recomputedBytes += t.getNumElements() * elementBytes(t.getElementType());
+          recomputedBytes += tensorBytes(r);
       }
     auto budget = module->getAttrOfType<IntegerAttr>(TdxDialect::kMemoryBudgetAttrName);
     if (format == "none" && budget && peak > budget.getInt()) {
@@ -127,12 +122,9 @@ struct MemoryReportPass : public mlir::tdx::impl::MemoryReportBase<MemoryReportP
     }
     if (format == "none")
       return markAllAnalysesPreserved();
-    std::string error;
-    std::unique_ptr<llvm::ToolOutputFile> file = openOutputFile(outputFile, &error);
-    if (!file) {
-      module.emitError() << "tdx-memory-report: cannot open '" << outputFile << "': " << error;
+    std::unique_ptr<llvm::ToolOutputFile> file = openReport(module, getArgument(), outputFile);
+    if (!file)
       return signalPassFailure();
-    }
     llvm::raw_ostream &os = file->os();
     std::pair<const char *, int64_t> rows[] = {
         {"parameters", parameters}, {"optimizer", optimizer}, {"inputs", inputs},

@@ -2,8 +2,8 @@
 
 #include "tdx/IR/TdxOps.h"
 #include "tdx/Transforms/Passes.h"
+#include "ReportPass.h"
 
-#include "mlir/Support/FileUtilities.h"
 #include "llvm/ADT/MapVector.h"
 #include "llvm/Support/Format.h"
 #include "llvm/Support/ToolOutputFile.h"
@@ -96,14 +96,9 @@ struct ModelSummaryPass
 
   void runOnOperation() override {
     ModuleOp module = getOperation();
-    std::string error;
-    std::unique_ptr<llvm::ToolOutputFile> file =
-        openOutputFile(outputFile, &error);
-    if (!file) {
-      module.emitError() << "tdx-model-summary: cannot open '" << outputFile
-                         << "': " << error;
+    std::unique_ptr<llvm::ToolOutputFile> file = openReport(module, getArgument(), outputFile);
+    if (!file)
       return signalPassFailure();
-    }
     llvm::raw_ostream &os = file->os();
 
     std::vector<Row> rows;

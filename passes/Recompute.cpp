@@ -39,7 +39,6 @@ using namespace mlir::tdx;
 namespace {
 
 constexpr int64_t kInfinite = std::numeric_limits<int64_t>::max() / 4;
-bool isView(Operation *op) { return isa<ReshapeOp, TransposeOp, PermuteOp, SliceOp, ExpandOp>(op); }
 
 /// A generic aten op whose result a second run would not reproduce.
 bool isRandom(AtenOp op) {

@@ -12,15 +12,14 @@
 using namespace mlir;
 using namespace mlir::tdx;
 
-namespace {
-bool isView(Operation *op) { return isa<ReshapeOp, TransposeOp, PermuteOp, SliceOp, ExpandOp>(op); }
+bool mlir::tdx::isView(Operation *op) {
+  return isa<ReshapeOp, TransposeOp, PermuteOp, SliceOp, ExpandOp>(op);
+}
 
-int64_t bytesOf(Value v) {
+int64_t mlir::tdx::tensorBytes(Value v) {
   auto t = dyn_cast<RankedTensorType>(v.getType());
   return t && t.hasStaticShape() ? t.getNumElements() * elementBytes(t.getElementType()) : 0;
 }
-
-} // namespace
 
 SmallVector<Value> mlir::tdx::allocatedTensors(Operation *op) {
   if (auto start = dyn_cast<StartOp>(op))
@@ -116,8 +115,8 @@ void Lifetimes::plan(ArrayRef<Value> made, const DenseSet<Value> &kept,
   std::vector<int64_t> grow(end + 1, 0), shrink(end + 1, 0);
   for (Value v : made)
     if (root.lookup(v) == v) {
-      grow[madeAt.lookup(v)] += bytesOf(v);
-      shrink[until.lookup(v)] += bytesOf(v);
+      grow[madeAt.lookup(v)] += tensorBytes(v);
+      shrink[until.lookup(v)] += tensorBytes(v);
     }
   for (auto &[key, ops] : assigns) {
     Value value = ops.front().getValue();
@@ -133,7 +132,7 @@ void Lifetimes::plan(ArrayRef<Value> made, const DenseSet<Value> &kept,
     writes[points[at]].push_back(ops.front());
     // The old tensor (of the state's type, the value's) goes with its
     // last handle.
-    shrink[std::max(at, lastStateRead.count(key) ? lastStateRead[key] : at)] += bytesOf(value);
+    shrink[std::max(at, lastStateRead.count(key) ? lastStateRead[key] : at)] += tensorBytes(value);
   }
   int64_t live = 0;
   for (int64_t i = 0; i <= end; ++i) {
@@ -144,9 +143,9 @@ void Lifetimes::plan(ArrayRef<Value> made, const DenseSet<Value> &kept,
     live -= shrink[i];
   }
   for (Value v : made)
-    if (root.lookup(v) == v && bytesOf(v) > 0 && madeAt.lookup(v) <= peakAt &&
+    if (root.lookup(v) == v && tensorBytes(v) > 0 && madeAt.lookup(v) <= peakAt &&
         until.lookup(v) >= peakAt)
-      peakLive.push_back({v, bytesOf(v)});
+      peakLive.push_back({v, tensorBytes(v)});
   assignOffsets(made, kept, last, root, until);
 }
 
@@ -162,7 +161,7 @@ void Lifetimes::assignOffsets(ArrayRef<Value> made, const DenseSet<Value> &kept,
   int64_t end = static_cast<int64_t>(points.size());
   std::vector<Planned> planned;
   for (Value v : made) {
-    int64_t bytes = (bytesOf(v) + 63) / 64 * 64;
+    int64_t bytes = (tensorBytes(v) + 63) / 64 * 64;
     if (root.lookup(v) != v || bytes == 0 || until.lookup(v) >= end || kept.contains(v) ||
         unread.contains(v))
       continue;

@@ -77,6 +77,12 @@ StepMemory mlir::tdx::stepMemory(ModuleOp module, func::FuncOp fn) {
   return m;
 }
 
+int64_t mlir::tdx::workingBytes(func::FuncOp step, const Lifetimes &lifetimes) {
+  if (auto planned = step->getAttrOfType<IntegerAttr>(TdxDialect::kStepBytesAttrName))
+    return planned.getInt();
+  return lifetimes.peakBytes();
+}
+
 namespace {
 // The cost model's defaults (tdx/Sharding/Layout.h): FLOP/s, bytes/s of
 // memory and of a mesh axis, seconds per collective.
@@ -88,11 +94,6 @@ int64_t elementsOf(Value v) {
   return t && t.hasStaticShape() ? t.getNumElements() : 0;
 }
 } // namespace
-
-int64_t mlir::tdx::tensorBytes(Value v) {
-  auto t = dyn_cast<RankedTensorType>(v.getType());
-  return t && t.hasStaticShape() ? t.getNumElements() * elementBytes(t.getElementType()) : 0;
-}
 
 SmallVector<Value> mlir::tdx::readsOf(Operation *op) {
   if (auto wait = dyn_cast<WaitOp>(op))

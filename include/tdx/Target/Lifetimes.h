@@ -21,6 +21,12 @@
 
 namespace mlir::tdx {
 
+/// Whether `op` is a view (reshape, transpose, permute, slice, expand): its
+/// result holds no bytes of its own, only its base's.
+bool isView(Operation *op);
+/// The bytes of a static tensor value (0: not one).
+int64_t tensorBytes(Value v);
+
 /// The tensors an op allocates, in order: a tdx.start's is its collective's
 /// result (the tdx.wait only hands it over); other ops', their results.
 SmallVector<Value> allocatedTensors(Operation *op);

@@ -9,10 +9,13 @@
 #ifndef TDX_TARGET_STEPMEMORY_H
 #define TDX_TARGET_STEPMEMORY_H
 
+#include "tdx/Target/Lifetimes.h"
+
 #include "mlir/Dialect/Func/IR/FuncOps.h"
 #include "mlir/IR/BuiltinOps.h"
 #include "llvm/ADT/SmallVector.h"
 
+#include <algorithm>
 #include <string>
 #include <utility>
 #include <vector>
@@ -38,11 +41,16 @@ struct StepMemory {
 
   /// What the rank holds whatever the step does: state and batch.
   int64_t fixed() const { return parameters + optimizer + inputs; }
+  /// Of a working memory, what is not gradients: the activations and
+  /// temporaries held at the peak.
+  int64_t activations(int64_t working) const { return std::max<int64_t>(working - gradients, 0); }
 };
 StepMemory stepMemory(ModuleOp module, func::FuncOp step);
 
-/// The bytes of a static tensor value (0: not one).
-int64_t tensorBytes(Value v);
+/// The step's working memory: the memory plan's figure (tdx.step_bytes)
+/// where the step is planned, else the peak of its `lifetimes`.
+int64_t workingBytes(func::FuncOp step, const Lifetimes &lifetimes);
+
 /// The values an op reads: a tdx.start's and its tdx.wait's are those of
 /// the collective started.
 SmallVector<Value> readsOf(Operation *op);
