@@ -191,14 +191,11 @@ void Module::setReduceType(const std::string &type) {
 }
 
 void Module::setMemoryBudget(int64_t bytes) {
-  if (bytes < 0)
+  if (bytes <= 0)
     throw CaptureError("tdx: memory_budget must be a positive number of bytes, got " +
                        std::to_string(bytes));
-  if (bytes == 0)
-    (*impl->module)->removeAttr(TdxDialect::kMemoryBudgetAttrName);
-  else
-    (*impl->module)->setAttr(TdxDialect::kMemoryBudgetAttrName,
-                             IntegerAttr::get(IntegerType::get(&impl->ctx, 64), bytes));
+  (*impl->module)->setAttr(TdxDialect::kMemoryBudgetAttrName,
+                           IntegerAttr::get(IntegerType::get(&impl->ctx, 64), bytes));
 }
 
 void Module::annotate(const std::string &target, const std::string &meshName,

@@ -302,7 +302,8 @@ public:
   /// float sums in `type` ("f32", "f64"; the module's `tdx.reduce_type`).
   void setReduceType(const std::string &type);
   /// The bytes a rank may hold at the step's peak (`tdx.memory_budget`,
-  /// checked by tdx-memory-report when the step is compiled); 0 removes it.
+  /// which tdx-recompute fits and tdx-memory-report checks when the step
+  /// is compiled).
   void setMemoryBudget(int64_t bytes);
   struct MeshInfo {
     std::string name;
