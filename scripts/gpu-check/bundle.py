@@ -87,18 +87,15 @@ class BF16MLP(torch.nn.Module):
 def model(name):
     """(eager model with its weights, deferred model, example inputs, tp plan)."""
     from test_sharding import GPT2_PLAN, LLAMA_PLAN
-    if name == "narrow":
+    # The small modules of this file, by the rows of their one input.
+    small = {"narrow": (Narrow, 4), "bf16-mlp": (BF16MLP, 16)}
+    if name in small:
+        cls, rows = small[name]
         torch.manual_seed(0)
-        eager = Narrow()
+        eager = cls()
         torch.manual_seed(0)
-        x = torch.randn(4, 64, generator=torch.Generator().manual_seed(0))
-        return eager, tdx.deferred_init(Narrow), (x,), {}
-    if name == "bf16-mlp":
-        torch.manual_seed(0)
-        eager = BF16MLP()
-        torch.manual_seed(0)
-        x = torch.randn(16, 64, generator=torch.Generator().manual_seed(0))
-        return eager, tdx.deferred_init(BF16MLP), (x,), {}
+        x = torch.randn(rows, 64, generator=torch.Generator().manual_seed(0))
+        return eager, tdx.deferred_init(cls), (x,), {}
     if name == "resnet-tiny":
         from vision_models import resnet_tiny
         torch.manual_seed(0)

@@ -106,29 +106,37 @@ def test_bad_meshes_and_placements_are_named():
         tdx.parallelize(traced(Llama), MESH, LLAMA_PLAN).propagate(memory=-1)
 
 
+def matmul_placed(rows, inner, cols, memory, tail=False):
+    """exp(x) @ exp(w) for x [rows, inner] split on its columns and w
+    [inner, cols] on its columns over tp 2 (and, with `tail`, exp(y) + y
+    after it), propagated at memory price `memory`: (the matmul's line,
+    the placed program)."""
+    class Net(torch.nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.w = torch.nn.Parameter(torch.empty(inner, cols))
+
+        def forward(self, x):
+            y = x.exp() @ self.w.exp()
+            return y.exp() + y if tail else y
+
+    mesh = tdx.init_device_mesh("cpu", (2,), ("tp",))
+    torch.manual_seed(0)
+    prog = tdx.trace(tdx.deferred_init(Net), torch.zeros(rows, inner))
+    prog.annotate("input:0", mesh, [tdx.Shard(1)])
+    prog.annotate("w", mesh, [tdx.Shard(1)])
+    prog.propagate(memory=memory)
+    (line,) = [l for l in prog.mlir.splitlines() if "tdx.matmul" in l]
+    return line, prog
+
+
 def test_memory_term_keeps_a_large_product_from_being_held_whole():
     # x wants the matmul's reduction dim split and w its columns; reaching
     # either costs about the same, but the reduction leaves the 64 MiB
     # product Partial (whole on each rank). The memory term (default) splits
     # the columns; memory=0 keeps the reduction.
-    class Net(torch.nn.Module):
-        def __init__(self):
-            super().__init__()
-            self.w = torch.nn.Parameter(torch.empty(64, 4096))
-
-        def forward(self, x):
-            return x.exp() @ self.w.exp()
-
-    mesh = tdx.init_device_mesh("cpu", (2,), ("tp",))
-    layouts = {}
-    for memory in (None, 0):
-        torch.manual_seed(0)
-        prog = tdx.trace(tdx.deferred_init(Net), torch.zeros(4096, 64))
-        prog.annotate("input:0", mesh, [tdx.Shard(1)])
-        prog.annotate("w", mesh, [tdx.Shard(1)])
-        prog.propagate(memory=memory)
-        (line,) = [l for l in prog.mlir.splitlines() if "tdx.matmul" in l]
-        layouts[memory] = line.split("tdx.shardings = ")[1]
+    layouts = {memory: matmul_placed(4096, 64, 4096, memory)[0].split("tdx.shardings = ")[1]
+               for memory in (None, 0)}
     assert "[Shard(1)]" in layouts[None], layouts
     assert "[Partial(sum)]" in layouts[0], layouts
 
@@ -140,25 +148,10 @@ def test_memory_term_counts_the_copies_a_redistribution_makes():
     # saw only results chose it at 1e-9 s/byte and raised the measured
     # peak from 5308416 to 8454144 bytes. The gathered copy is charged too,
     # so a higher memory price never makes the plan hold more.
-    class Net(torch.nn.Module):
-        def __init__(self):
-            super().__init__()
-            self.w = torch.nn.Parameter(torch.empty(256, 64))
-
-        def forward(self, x):
-            y = x.exp() @ self.w.exp()
-            return y.exp() + y
-
-    mesh = tdx.init_device_mesh("cpu", (2,), ("tp",))
     peaks = []
     for memory in (0, 1e-10, 1e-9, 1e-8, 1e-7):
-        torch.manual_seed(0)
-        prog = tdx.trace(tdx.deferred_init(Net), torch.zeros(4096, 256))
-        prog.annotate("input:0", mesh, [tdx.Shard(1)])
-        prog.annotate("w", mesh, [tdx.Shard(1)])
-        prog.propagate(memory=memory)
+        line, prog = matmul_placed(4096, 256, 64, memory, tail=True)
         peaks.append(prog.memory_report()["peak"])
-        (line,) = [l for l in prog.mlir.splitlines() if "tdx.matmul" in l]
         assert "[Partial(sum)]" in line, (memory, line)
     assert peaks == sorted(peaks, reverse=True) and peaks[-1] == 5308416, peaks
 
