@@ -74,6 +74,15 @@ def Tdx_Dialect : Dialect {
     /// The part of the step an op is emitted in (tdx-split-parts): i64 >= 0,
     /// never less than the part of the op before it.
     static constexpr ::llvm::StringLiteral kPartAttrName = "tdx.part";
+    /// On the module: the pipeline tdx.parallelize's `pipeline=` asks for, a
+    /// dictionary {axis, microbatches, schedule, stages_per_rank} that
+    /// tdx-split-stages adds `stages` (each chunk's layers) and
+    /// `chunk_seconds` to, and tdx-schedule-pipeline `functions` (each
+    /// pipeline rank's step) and `timeline` (its schedule by the cost model).
+    static constexpr ::llvm::StringLiteral kPipelineAttrName = "tdx.pipeline";
+    /// The pipeline chunk an op of the step, or a state symbol, belongs to
+    /// (i64 >= 0; tdx-split-stages).
+    static constexpr ::llvm::StringLiteral kStageAttrName = "tdx.stage";
   }];
 }
 

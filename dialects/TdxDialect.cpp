@@ -82,6 +82,28 @@ static LogicalResult verifyTdxAttribute(Operation *op, NamedAttribute attr, bool
       return wrong("an i64 byte count > 0 on a module");
     return success();
   }
+  if (name == TdxDialect::kStageAttrName) {
+    auto i = dyn_cast<IntegerAttr>(value);
+    return i && i.getType().isInteger(64) && i.getInt() >= 0 ? success()
+                                                             : wrong("an i64 chunk index >= 0");
+  }
+  if (name == TdxDialect::kPipelineAttrName) {
+    auto d = dyn_cast<DictionaryAttr>(value);
+    if (!d || !isa<ModuleOp>(op))
+      return wrong("a dictionary {axis, microbatches, schedule, stages_per_rank} on a module");
+    auto axis = d.getAs<StringAttr>("axis");
+    auto micro = d.getAs<IntegerAttr>("microbatches");
+    auto schedule = d.getAs<StringAttr>("schedule");
+    auto perRank = d.getAs<IntegerAttr>("stages_per_rank");
+    if (!axis || !micro || micro.getInt() < 1 || !schedule || !perRank || perRank.getInt() < 1)
+      return wrong("a dictionary with axis (a string), microbatches (>= 1), schedule (a "
+                   "string) and stages_per_rank (>= 1)");
+    if (!llvm::is_contained({"gpipe", "1f1b", "interleaved-1f1b"}, schedule.getValue()))
+      return op->emitError() << "'" << name << "' has schedule \"" << schedule.getValue()
+                             << "\"; the schedules are \"gpipe\", \"1f1b\" and "
+                                "\"interleaved-1f1b\"";
+    return success();
+  }
   if (name == TdxDialect::kReduceTypeAttrName) {
     auto type = dyn_cast<TypeAttr>(value);
     auto f = type ? dyn_cast<FloatType>(type.getValue()) : FloatType();
@@ -126,9 +148,11 @@ static LogicalResult verifyTdxAttribute(Operation *op, NamedAttribute attr, bool
                          << TdxDialect::kArenaAttrName << "', '"
                          << TdxDialect::kArenaBytesAttrName << "', '"
                          << TdxDialect::kStepBytesAttrName << "', '"
-                         << TdxDialect::kRecomputedAttrName << "' and '"
+                         << TdxDialect::kRecomputedAttrName << "', '"
+                         << TdxDialect::kStageAttrName << "' and '"
                          << TdxDialect::kPartAttrName << "' on ops, and '"
-                         << TdxDialect::kReduceTypeAttrName << "' and '"
+                         << TdxDialect::kReduceTypeAttrName << "', '"
+                         << TdxDialect::kPipelineAttrName << "' and '"
                          << TdxDialect::kMemoryBudgetAttrName << "' on a module";
 }
 

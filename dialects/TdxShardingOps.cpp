@@ -73,6 +73,37 @@ TDX_GROUP_METHOD(AllToAllOp)
 TDX_GROUP_METHOD(BroadcastOp)
 #undef TDX_GROUP_METHOD
 
+/// A send's or recv's one axis, and its peer on it.
+template <typename Op>
+static LogicalResult verifyPointToPoint(Op op, SymbolTableCollection &symbols) {
+  FailureOr<int64_t> size = verifyCollectiveGroup(op, symbols);
+  if (failed(size))
+    return failure();
+  if (op.getMeshAxes().size() != 1)
+    return op.emitOpError() << "names " << op.getMeshAxes().size()
+                            << " mesh axes; a point-to-point message goes along one";
+  if (op.getPeer() < 0 || op.getPeer() >= *size)
+    return op.emitOpError() << "peer " << op.getPeer() << " is not a coordinate of axis "
+                            << op.getMeshAxes()[0] << " (size " << *size << ")";
+  if (op.getTag() < 0)
+    return op.emitOpError() << "tag " << op.getTag() << " must be >= 0";
+  return success();
+}
+
+LogicalResult SendOp::verifySymbolUses(SymbolTableCollection &symbols) {
+  return verifyPointToPoint(*this, symbols);
+}
+
+LogicalResult RecvOp::verifySymbolUses(SymbolTableCollection &symbols) {
+  if (failed(verifyPointToPoint(*this, symbols)))
+    return failure();
+  auto t = cast<RankedTensorType>(getType());
+  if (llvm::count_if(t.getShape(), ShapedType::isDynamic) > 1)
+    return emitOpError() << "receives " << t
+                         << ", with more than one `?` dim: the message's size gives one";
+  return success();
+}
+
 namespace {
 /// Checks the per-rank shapes of a collective: dims other than those it
 /// changes stay; `grow` dims are multiplied by the group size; `split` dims

@@ -135,6 +135,47 @@ def Tdx_BroadcastOp : Tdx_CollectiveOp<"broadcast", "broadcast",
   }];
 }
 
+/// Point to point over one mesh axis (pipeline stages): the peer is the
+/// rank whose coordinates differ from this one's only on `mesh_axes`' one
+/// axis, where it is `peer`. A send never waits for its receiver (the
+/// runtime copies the value and sends it in the background, so no schedule
+/// deadlocks on sends); a recv waits for its value with the collective
+/// deadline. Messages between two ranks match by `tag`.
+def Tdx_SendOp : Tdx_Op<"send", [Tdx_Collective,
+    DeclareOpInterfaceMethods<SymbolUserOpInterface>]> {
+  let summary = "send a value to the rank at `peer` on one mesh axis (local view)";
+  let description = [{
+    `tdx-schedule-pipeline` sends an activation, a gradient or the loss to
+    the pipeline stage that reads it.
+
+    ```mlir
+    tdx.send %x on @mesh axes = ["pp"] to 1 tag 3 : tensor<4x16xf32>
+    ```
+  }];
+  let arguments = (ins Tdx_Tensor:$input, FlatSymbolRefAttr:$mesh,
+                       StrArrayAttr:$mesh_axes, I64Attr:$peer, I64Attr:$tag);
+  let assemblyFormat =
+    "$input `on` $mesh `axes` `=` $mesh_axes `to` $peer `tag` $tag attr-dict `:` type($input)";
+}
+
+def Tdx_RecvOp : Tdx_Op<"recv", [Tdx_Collective,
+    DeclareOpInterfaceMethods<SymbolUserOpInterface>]> {
+  let summary = "receive a value from the rank at `peer` on one mesh axis (local view)";
+  let description = [{
+    Waits for the `tdx.send` with the same `tag` from `peer` (at most one
+    `?` dim, whose size the message gives).
+
+    ```mlir
+    %x = tdx.recv on @mesh axes = ["pp"] from 0 tag 3 : tensor<4x16xf32>
+    ```
+  }];
+  let arguments = (ins FlatSymbolRefAttr:$mesh, StrArrayAttr:$mesh_axes, I64Attr:$peer,
+                       I64Attr:$tag);
+  let results = (outs Tdx_Tensor:$result);
+  let assemblyFormat =
+    "`on` $mesh `axes` `=` $mesh_axes `from` $peer `tag` $tag attr-dict `:` type($result)";
+}
+
 def Tdx_MeshCoordOp : Tdx_Op<"mesh_coord", [Pure,
     DeclareOpInterfaceMethods<SymbolUserOpInterface>]> {
   let runtimeCall = "T::scalar_tensor(ctx.coord($axis), T::kLong)";

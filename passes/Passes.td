@@ -297,6 +297,51 @@ def ScheduleWaits : Pass<"tdx-schedule-waits", "::mlir::ModuleOp"> {
   }];
 }
 
+def SplitStages : Pass<"tdx-split-stages", "::mlir::ModuleOp"> {
+  let summary = "Split a training step into pipeline stages, balanced by cost";
+  let description = [{
+    On a partitioned module whose `tdx.pipeline` asks for a pipeline
+    (`tdx.parallelize(..., pipeline=tdx.Pipeline("pp", ...))`), cuts the
+    model's layers into `ranks x stages_per_rank` contiguous chunks whose
+    forward seconds (by the cost model) are as even as they can be, and gives
+    every op of `@train_step` and every state its chunk (`tdx.stage`). A
+    state's layer is its name up to its first number (`h.3.mlp.c_fc.weight`
+    is layer `h.3`), else its module (`ln_f.weight`: `ln_f`); optimizer state
+    goes with its parameter. Every layer is in exactly one chunk; a model
+    with fewer layers than chunks, or a plan that places anything on the
+    pipeline's axis, is refused. Adds each chunk's layers (`stages`) and
+    seconds (`chunk_seconds`) to `tdx.pipeline`. Without `tdx.pipeline` it
+    does nothing.
+
+    ```
+    tdx-opt step.mlir --tdx-place --tdx-spmd     # runs it, and tdx-schedule-pipeline
+    tdx-opt partitioned.mlir --tdx-split-stages
+    ```
+  }];
+}
+
+def SchedulePipeline : Pass<"tdx-schedule-pipeline", "::mlir::ModuleOp"> {
+  let summary = "Each pipeline rank's step, straight-line, in its schedule's order";
+  let description = [{
+    After `tdx-split-stages`, replaces `@train_step` by one function per rank
+    of the pipeline axis, `@train_step_pp<r>`, with the same signature: the
+    ops of its chunks (chunk c on rank c mod the axis size) in the order
+    the schedule (`gpipe`, `1f1b`, `interleaved-1f1b`) runs the forward and
+    backward of each chunk on each micro-batch, `tdx.send` right after a
+    value another rank reads is made and `tdx.recv` right before a rank
+    first reads a value made elsewhere. Summing the micro-batches and the
+    optimizer's update run as soon as their inputs are there. The loss
+    reaches every rank. All ranks' ops follow one order (the schedule timed
+    by the cost model), so no recv waits for a send made after it; that
+    timeline is kept as `tdx.pipeline`'s `timeline` (rank, F 0 / B 1, chunk,
+    micro-batch, start and end seconds per task).
+
+    ```
+    tdx-opt split.mlir --tdx-schedule-pipeline
+    ```
+  }];
+}
+
 def CommReport : Pass<"tdx-comm-report", "::mlir::ModuleOp"> {
   let summary = "Print every collective of one forward step and the total bytes";
   let description = [{

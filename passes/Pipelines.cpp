@@ -59,6 +59,9 @@ void mlir::tdx::buildSpmdPipeline(OpPassManager &pm) {
   pm.addPass(createPrefetchAllGathers());
   pm.addPass(createHoistCollectives());
   pm.addPass(createScheduleWaits());
+  // A pipeline's stages and each stage rank's step (nothing without one).
+  pm.addPass(createSplitStages());
+  pm.addPass(createSchedulePipeline());
 }
 
 void mlir::tdx::buildBackendPipeline(OpPassManager &pm, int64_t opsPerPart, bool checkBudget) {
@@ -103,7 +106,7 @@ void mlir::tdx::registerTdxPipelines() {
       "tdx-spmd",
       "tdx-insert-collectives, tdx-fold-mesh, tdx-partition, tdx-widen-reductions, "
       "tdx-regather-parameters, tdx-prefetch-all-gathers, tdx-hoist-collectives, "
-      "tdx-schedule-waits: the per-rank program",
+      "tdx-schedule-waits, tdx-split-stages, tdx-schedule-pipeline: the per-rank program",
       buildSpmdPipeline);
   PassPipelineRegistration<BackendOptions>(
       "tdx-backend",

@@ -198,6 +198,24 @@ void Module::setMemoryBudget(int64_t bytes) {
                            IntegerAttr::get(IntegerType::get(&impl->ctx, 64), bytes));
 }
 
+void Module::setPipeline(const std::string &axis, int64_t microbatches,
+                         const std::string &schedule, int64_t stagesPerRank) {
+  MLIRContext *ctx = &impl->ctx;
+  auto i64 = IntegerType::get(ctx, 64);
+  NamedAttrList entries;
+  entries.set("axis", StringAttr::get(ctx, axis));
+  entries.set("microbatches", IntegerAttr::get(i64, microbatches));
+  entries.set("schedule", StringAttr::get(ctx, schedule));
+  entries.set("stages_per_rank", IntegerAttr::get(i64, stagesPerRank));
+  Operation *module = *impl->module;
+  NamedAttribute attr(StringAttr::get(ctx, TdxDialect::kPipelineAttrName),
+                      entries.getDictionary(ctx));
+  impl->takeDiagnostics();
+  if (failed(ctx->getOrLoadDialect<TdxDialect>()->verifyOperationAttribute(module, attr)))
+    throw CaptureError("tdx: pipeline: " + impl->takeDiagnostics());
+  module->setAttr(attr.getName(), attr.getValue());
+}
+
 void Module::annotate(const std::string &target, const std::string &meshName,
                       const std::vector<int64_t> &shape, const std::vector<std::string> &axes,
                       const std::string &placements, int64_t priority) {

@@ -58,6 +58,8 @@ std::vector<int64_t> Mesh::coordsOf(int rank) const {
 }
 
 Mesh::~Mesh() {
+  for (Sending &s : sending_)
+    delete static_cast<MPI_Request *>(s.request);
   int finalized = 0;
   MPI_Finalized(&finalized);
   for (auto &[axes, comm] : groups_) {
@@ -127,6 +129,66 @@ void Mesh::timedOut(const char *what, const std::vector<std::string> &axes) cons
                            std::to_string(static_cast<int64_t>(timeout_)) +
                            " s: a rank of its group is lost or stuck (raise the limit with "
                            "--collective-timeout S)");
+}
+
+namespace {
+/// MPI guarantees tags up to 32767.
+int mpiTag(int64_t tag) { return static_cast<int>(tag % 32768); }
+} // namespace
+
+void Mesh::sendBytes(std::shared_ptr<const void> keep, const void *data, int64_t bytes,
+                     const std::vector<std::string> &axes, int64_t peer, int64_t tag) {
+  Group g = group(axes);
+  auto *request = new MPI_Request;
+  checkMpi(MPI_Isend(data, static_cast<int>(bytes), MPI_BYTE, static_cast<int>(peer),
+                     mpiTag(tag), *static_cast<MPI_Comm *>(g.comm), request),
+           "send");
+  addBytes(bytes);
+  sending_.push_back({std::move(keep), request, axes});
+}
+
+int64_t Mesh::probeBytes(const std::vector<std::string> &axes, int64_t peer, int64_t tag) {
+  Group g = group(axes);
+  auto start = std::chrono::steady_clock::now();
+  auto deadline = start + std::chrono::duration<double>(timeout_);
+  MPI_Status status;
+  for (int64_t spins = 0;; ++spins) {
+    int found = 0;
+    checkMpi(MPI_Iprobe(static_cast<int>(peer), mpiTag(tag), *static_cast<MPI_Comm *>(g.comm),
+                        &found, &status),
+             "recv");
+    if (found)
+      break;
+    if (spins % 1024 == 1023) {
+      if (std::chrono::steady_clock::now() > deadline)
+        timedOut("recv", axes);
+      std::this_thread::yield();
+    }
+  }
+  waited_ += std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+  int count = 0;
+  checkMpi(MPI_Get_count(&status, MPI_BYTE, &count), "recv");
+  return count;
+}
+
+void Mesh::recvBytes(void *data, int64_t bytes, const std::vector<std::string> &axes,
+                     int64_t peer, int64_t tag) {
+  Group g = group(axes);
+  auto start = std::chrono::steady_clock::now();
+  MPI_Request request;
+  checkMpi(MPI_Irecv(data, static_cast<int>(bytes), MPI_BYTE, static_cast<int>(peer), mpiTag(tag),
+                     *static_cast<MPI_Comm *>(g.comm), &request),
+           "recv");
+  complete(&request, "recv", axes);
+  waited_ += std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+}
+
+void Mesh::finishSends() {
+  for (Sending &s : sending_) {
+    std::unique_ptr<MPI_Request> request(static_cast<MPI_Request *>(s.request));
+    complete(request.get(), "send", s.axes);
+  }
+  sending_.clear();
 }
 
 int64_t Mesh::sumOverWorld(int64_t value) {
@@ -243,11 +305,13 @@ std::vector<char> Mesh::gather(const void *local, int64_t localBytes,
     throw std::runtime_error(std::string("tdx: cannot sum partial ") + dtypeName(dtype) +
                              " outputs on the host; return them reduced");
   for (int r = 0; r < world_; ++r) {
-    // Replicated copies beyond coordinate 0 hold nothing new.
+    // Replicated copies beyond coordinate 0 hold nothing new; a pipeline
+    // stage's state is current on its stage's ranks only.
     std::vector<int64_t> coords = coordsOf(r);
     bool duplicate = false;
     for (size_t a = 0; a < layout.size(); ++a)
-      duplicate |= layout[a].kind == 'R' && coords[a] != 0;
+      duplicate |= (layout[a].kind == 'R' && coords[a] != 0) ||
+                   (layout[a].kind == 'T' && coords[a] != layout[a].value);
     if (duplicate)
       continue;
     std::vector<int64_t> offset, size;

@@ -11,7 +11,10 @@ Layout tdx::rt::parseLayout(const std::string &text) {
   Layout out;
   size_t i = 0;
   while ((i = text.find_first_of("SRP", i)) != std::string::npos) {
-    if (text.compare(i, 6, "Shard(") == 0) {
+    if (text.compare(i, 6, "Stage(") == 0) {
+      out.push_back({'T', std::stoll(text.substr(i + 6))});
+      i += 6;
+    } else if (text.compare(i, 6, "Shard(") == 0) {
       out.push_back({'S', std::stoll(text.substr(i + 6))});
       i += 6;
     } else if (text.compare(i, 9, "Replicate") == 0) {

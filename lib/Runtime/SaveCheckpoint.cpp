@@ -59,6 +59,9 @@ bool owns(const Mesh &mesh, const std::string &name, const Layout &layout, size_
     if (kind == 'P')
       throw std::runtime_error("tdx: cannot checkpoint '" + name +
                                "': its layout is Partial (a state is stored reduced)");
+    // A pipeline stage's state is written by that stage's ranks.
+    if (kind == 'T' && mesh.coords()[a] != layout[a].value)
+      return false;
     if (kind == 'R')
       position = position * mesh.meshShape()[a] + mesh.coords()[a], group *= mesh.meshShape()[a];
   }

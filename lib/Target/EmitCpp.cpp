@@ -73,6 +73,17 @@ FailureOr<Signature> signatureOf(func::FuncOp fn, int64_t meshRank) {
   return sig;
 }
 
+/// `layout` ("[Replicate, Shard(0)]") with axis `axis` as `Stage(rank)`.
+std::string stageLayout(StringRef layout, int64_t axis, int64_t rank) {
+  SmallVector<StringRef> parts;
+  layout.drop_front().drop_back().split(parts, ", ");
+  std::string out = "[";
+  for (auto [i, part] : llvm::enumerate(parts))
+    out += (i ? ", " : "") +
+           (static_cast<int64_t>(i) == axis ? "Stage(" + std::to_string(rank) + ")" : part.str());
+  return out + "]";
+}
+
 } // namespace
 
 LogicalResult mlir::tdx::emitCpp(ModuleOp module, llvm::raw_ostream &os, Backend backend,
@@ -90,9 +101,27 @@ LogicalResult mlir::tdx::emitCpp(ModuleOp module, llvm::raw_ostream &os, Backend
   // The main entry (@forward, else @train_step, else the only function) and
   // the others (prog.add_entry), which read the state: entries[k-1].
   SmallVector<func::FuncOp> fns(module.getOps<func::FuncOp>());
+  // A pipeline's step is one function per rank of its axis
+  // (tdx-schedule-pipeline); `forward` calls this rank's.
+  auto pipeline = module->getAttrOfType<DictionaryAttr>(TdxDialect::kPipelineAttrName);
+  SmallVector<func::FuncOp> stages;
+  if (pipeline) {
+    auto names = pipeline.getAs<ArrayAttr>("functions");
+    if (!names)
+      return module.emitError() << "the pipeline is not scheduled yet; run `tdx-opt --tdx-spmd` "
+                                   "(tdx-split-stages, tdx-schedule-pipeline) first";
+    for (auto name : names.getAsRange<FlatSymbolRefAttr>()) {
+      auto f = module.lookupSymbol<func::FuncOp>(name.getAttr());
+      if (!f)
+        return module.emitError() << "the pipeline's function " << name << " is missing";
+      stages.push_back(f);
+    }
+  }
   func::FuncOp fn = module.lookupSymbol<func::FuncOp>("forward");
   if (!fn)
     fn = module.lookupSymbol<func::FuncOp>("train_step");
+  if (!fn && !stages.empty())
+    fn = stages.front();
   if (!fn) {
     if (fns.size() != 1)
       return module.emitError() << backendName
@@ -102,8 +131,10 @@ LogicalResult mlir::tdx::emitCpp(ModuleOp module, llvm::raw_ostream &os, Backend
   }
   SmallVector<func::FuncOp> functions = {fn};
   for (func::FuncOp f : fns)
-    if (f != fn)
+    if (f != fn && !llvm::is_contained(stages, f))
       functions.push_back(f);
+  if (!stages.empty() && functions.size() > 1)
+    return functions[1].emitError() << "a pipelined program has one entry (its training step)";
   int64_t meshRank = mesh ? mesh.getShape().size() : 0;
   SmallVector<Signature> sigs;
   int64_t plannedStepBytes = 0, arenaBytes = 0;
@@ -116,8 +147,9 @@ LogicalResult mlir::tdx::emitCpp(ModuleOp module, llvm::raw_ostream &os, Backend
     if (!stepBytes || !arenaAttr)
       return f.emitError() << "has no memory plan; run `tdx-opt --tdx-backend` first "
                               "(tdx-translate and tdx-compile run it for you)";
-    // The main entry's plan is the step's; the entries take turns in one
-    // arena, as large as the largest asks.
+    // The main entry's plan is the step's (a pipeline's: its largest
+    // rank's); the entries take turns in one arena, as large as the largest
+    // asks.
     if (f == fn)
       plannedStepBytes = stepBytes.getInt();
     arenaBytes = std::max<int64_t>(arenaBytes, arenaAttr.getInt());
@@ -147,7 +179,13 @@ LogicalResult mlir::tdx::emitCpp(ModuleOp module, llvm::raw_ostream &os, Backend
     if (dtype(type.getElementType()).empty())
       return op.emitOpError() << "has element type " << type.getElementType()
                               << ", which the CPU backend does not support";
-    params.push_back({name.str(), type, layoutText(sharding, meshRank)});
+    std::string layout = layoutText(sharding, meshRank);
+    // A pipeline stage's state is current on its stage's ranks only.
+    if (auto chunk = op.getAttrOfType<IntegerAttr>(TdxDialect::kStageAttrName); chunk && pipeline)
+      layout = stageLayout(layout, mesh.getAxisIndex(pipeline.getAs<StringAttr>("axis")),
+                           chunk.getInt() % mesh.getShape()[mesh.getAxisIndex(
+                                                pipeline.getAs<StringAttr>("axis"))]);
+    params.push_back({name.str(), type, layout});
     if (failed(e.emitInit(&op, name, type, sharding)))
       return failure();
   }
@@ -233,8 +271,35 @@ LogicalResult mlir::tdx::emitCpp(ModuleOp module, llvm::raw_ostream &os, Backend
     }
     return success();
   };
-  if (failed(emitFunction(fn, e, "forward")))
-    return failure();
+  if (stages.empty()) {
+    if (failed(emitFunction(fn, e, "forward")))
+      return failure();
+  } else {
+    // Each pipeline rank's step, and the step that runs this rank's.
+    for (auto [r, f] : llvm::enumerate(stages)) {
+      for (const char *attr : {TdxDialect::kStepBytesAttrName.data(),
+                               TdxDialect::kArenaBytesAttrName.data()})
+        if (!f->getAttrOfType<IntegerAttr>(attr))
+          return f.emitError() << "has no memory plan; run `tdx-opt --tdx-backend` first";
+      plannedStepBytes = std::max<int64_t>(
+          plannedStepBytes, f->getAttrOfType<IntegerAttr>(TdxDialect::kStepBytesAttrName).getInt());
+      arenaBytes = std::max<int64_t>(
+          arenaBytes, f->getAttrOfType<IntegerAttr>(TdxDialect::kArenaBytesAttrName).getInt());
+      Emitter stage(meshRank, backend, bs);
+      stage.text = &body;
+      stage.tables = &tables;
+      if (r)
+        bs << "\n";
+      if (failed(emitFunction(f, r ? stage : e, "forward_pp" + std::to_string(r) + "_")))
+        return failure();
+    }
+    bs << "\nstatic std::vector<T::Tensor> forward(Context &ctx, State &s, "
+          "const std::vector<T::Tensor> &in) {\n  switch (ctx.coord("
+       << quoted(pipeline.getAs<StringAttr>("axis").getValue()) << ")) {\n";
+    for (size_t r = 0; r < stages.size(); ++r)
+      bs << "  case " << r << ": return forward_pp" << r << "_(ctx, s, in);\n";
+    bs << "  }\n  throw std::logic_error(\"tdx: no pipeline stage for this rank\");\n}\n";
+  }
   for (size_t k = 1; k < functions.size(); ++k) {
     Emitter other(meshRank, backend, bs);
     other.text = &body;

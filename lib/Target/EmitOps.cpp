@@ -271,6 +271,21 @@ LogicalResult Emitter::emitOp(Operation *op) {
                       ", " + dtypeOf(o.getResult()) + ")");
       })
 
+      // A pipeline's messages (tdx-schedule-pipeline).
+      .Case([&](SendOp o) {
+        sends = true;
+        os << "  ctx.send(" << in(0) << ", " << strings(o.getMeshAxes()) << ", " << o.getPeer()
+           << ", " << o.getTag() << ");\n";
+        return success();
+      })
+      .Case([&](RecvOp o) {
+        std::string shape = "{";
+        for (auto [i, d] : llvm::enumerate(type().getShape()))
+          shape += (i ? ", " : "") + std::to_string(ShapedType::isDynamic(d) ? -1 : d);
+        return assign("ctx.recv(" + shape + "}, " + dtypeOf(o.getResult()) + ", " +
+                      strings(o.getMeshAxes()) + ", " + std::to_string(o.getPeer()) + ", " +
+                      std::to_string(o.getTag()) + ")");
+      })
       .Case([&](AllGatherOp o) {
         // The gathered size, when the program knows it, spares the runtime
         // exchanging the pieces' sizes.
@@ -341,6 +356,9 @@ LogicalResult Emitter::emitOp(Operation *op) {
         return success();
       })
       .Case([&](func::ReturnOp o) {
+        // A pipeline rank's sends are received before its step ends.
+        if (sends)
+          os << "  ctx.finishSends();\n";
         os << "  return {";
         for (auto [i, v] : llvm::enumerate(o.getOperands()))
           os << (i ? ", " : "") << name(v);

@@ -225,6 +225,8 @@ public:
   /// Collectives started and not yet waited for: result -> handle variable.
   SmallVector<std::pair<Value, std::string>> inFlight;
   int tmps = 0;
+  /// Whether the step sent a pipeline message (its return waits for them).
+  bool sends = false;
 };
 
 

@@ -317,8 +317,88 @@ class SequenceParallel(_Style):
         self.seq_dim = seq_dim
 
 
+class Pipeline:
+    """Pipeline parallelism over mesh axis ``mesh_axis``: the training step's
+    layers are cut into stages balanced by the cost model (``stages_per_rank``
+    of them per rank of the axis, for the interleaved schedule), the batch
+    into ``microbatches`` micro-batches along dim 0 (the step then equals
+    the full-batch step), and each rank runs its stages' forward and
+    backward on them in the order of ``schedule``: ``"gpipe"`` (every
+    forward, then every backward), ``"1f1b"`` (one forward, one backward in
+    turn after a warm-up: at most as many micro-batches in flight as
+    stages) or ``"interleaved-1f1b"`` (Megatron's, ``stages_per_rank`` >= 2:
+    the bubble shrinks by that factor). Activations and their gradients go
+    point to point between the stages; the loss reaches every rank."""
+
+    SCHEDULES = ("gpipe", "1f1b", "interleaved-1f1b")
+
+    def __init__(self, mesh_axis="pp", microbatches=1, schedule="1f1b", stages_per_rank=1):
+        if not isinstance(mesh_axis, str):
+            raise TypeError(f"Pipeline's mesh_axis is a mesh axis name, got {mesh_axis!r}")
+        if not (isinstance(microbatches, int) and microbatches >= 1):
+            raise ValueError(f"microbatches must be a positive int, got {microbatches!r}")
+        if schedule not in self.SCHEDULES:
+            raise ValueError(f"schedule must be one of {list(self.SCHEDULES)}, got {schedule!r}")
+        if not (isinstance(stages_per_rank, int) and stages_per_rank >= 1):
+            raise ValueError(f"stages_per_rank must be a positive int, got {stages_per_rank!r}")
+        if stages_per_rank > 1 and schedule != "interleaved-1f1b":
+            raise ValueError(f"stages_per_rank={stages_per_rank} is for "
+                             f"schedule='interleaved-1f1b'; {schedule!r} runs one stage per rank")
+        self.mesh_axis = mesh_axis
+        self.microbatches = microbatches
+        self.schedule = schedule
+        self.stages_per_rank = stages_per_rank
+
+    def __repr__(self):
+        return (f"Pipeline({self.mesh_axis!r}, microbatches={self.microbatches}, "
+                f"schedule={self.schedule!r}, stages_per_rank={self.stages_per_rank})")
+
+
+def _place_pipeline(prog, mesh, pipeline, data_parallel, fold):
+    """Checks `pipeline` against the mesh and the program, and records the
+    step with its micro-batches when it was traced without them."""
+    if not isinstance(pipeline, Pipeline):
+        raise TypeError(f"pipeline takes a tdx.Pipeline, got {type(pipeline).__name__}")
+    if pipeline.mesh_axis not in mesh.mesh_dim_names:
+        raise ValueError(f"the pipeline's axis {pipeline.mesh_axis!r} is not an axis of the mesh "
+                         f"{list(mesh.mesh_dim_names)}")
+    if pipeline.mesh_axis in (data_parallel,) + tuple(fold):
+        raise ValueError(f"the pipeline's axis {pipeline.mesh_axis!r} cannot also be "
+                         f"data_parallel or folded; give the stages an axis of their own")
+    if prog._module.entry() != "train_step":
+        raise ValueError("a pipeline splits a training step: trace it with "
+                         "tdx.trace_train_step first")
+    size = mesh.shape[mesh.axis(pipeline.mesh_axis)]
+    if pipeline.schedule == "interleaved-1f1b" and pipeline.microbatches % size:
+        raise ValueError(f"interleaved-1f1b runs micro-batches in rounds of the {size} pipeline "
+                         f"ranks: microbatches={pipeline.microbatches} is not a multiple of "
+                         f"{size}")
+    k = getattr(prog, "accumulation_steps", 1)
+    if k != pipeline.microbatches:
+        if k != 1:
+            raise ValueError(f"the step was traced with accumulation_steps={k}, but the "
+                             f"pipeline asks for microbatches={pipeline.microbatches}; trace "
+                             f"it with accumulation_steps={pipeline.microbatches} (or 1)")
+        again = getattr(prog, "_retrace", None)
+        module = prog._module
+        if again is None or module.is_partitioned() or module.is_placed() or module.meshes():
+            raise ValueError(f"the pipeline's {pipeline.microbatches} micro-batches need the "
+                             f"step recorded with them: trace it with accumulation_steps="
+                             f"{pipeline.microbatches}, or give pipeline= to the first "
+                             f"parallelize of a freshly traced step")
+        fresh = again(getattr(prog, "mixed_precision", None),
+                      accumulation_steps=pipeline.microbatches)
+        prog._module = fresh._module
+        for key, value in vars(fresh).items():
+            if key != "_module":
+                setattr(prog, key, value)
+    prog._module.set_pipeline(pipeline.mesh_axis, pipeline.microbatches, pipeline.schedule,
+                              pipeline.stages_per_rank)
+    prog.pipeline = pipeline
+
+
 def parallelize(prog, mesh, plan, *, data_parallel=None, zero=0, fold=(), mixed_precision=None,
-                memory_budget=None):
+                memory_budget=None, pipeline=None):
     """Places a traced program by a plan: ``plan`` maps module name patterns
     (fnmatch, ``"layers.*.attn.wq"``) to ColwiseParallel(), RowwiseParallel(),
     SequenceParallel() or VocabParallel() over their mesh axis (default
@@ -361,7 +441,13 @@ def parallelize(prog, mesh, plan, *, data_parallel=None, zero=0, fold=(), mixed_
     ``memory_budget`` (bytes per rank) is checked when the program is
     compiled: a step whose peak (``prog.memory_report()["peak"]``) exceeds
     it is refused with its largest consumers named, before any C++ is
-    compiled. Returns the program."""
+    compiled.
+
+    ``pipeline`` (a :class:`tdx.Pipeline`) runs the training step as a
+    pipeline over its mesh axis, which the plan, ``data_parallel`` and
+    ``zero`` leave alone: they place each stage over the other axes. A step
+    traced without micro-batches is recorded again with the pipeline's
+    (``accumulation_steps``). Returns the program."""
     if not isinstance(mesh, DeviceMesh):
         raise TypeError(f"parallelize takes a tdx.DeviceMesh, got {type(mesh).__name__}")
     if zero not in (0, 1, 2, 3):
@@ -386,6 +472,8 @@ def parallelize(prog, mesh, plan, *, data_parallel=None, zero=0, fold=(), mixed_
                          "tdx.trace_train_step first")
     if mixed_precision is not None:
         retraced(prog, mixed_precision)
+    if pipeline is not None:
+        _place_pipeline(prog, mesh, pipeline, data_parallel, fold)
     params = prog.parameters()
     placed = {}
     used = set()

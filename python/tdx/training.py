@@ -316,7 +316,7 @@ def trace_train_step(model, optimizer, loss_fn, *batch, max_grad_norm=None, hype
                             for n in names_hp}
     prog.accumulation_steps = k
     prog._model = model
-    prog._retrace = lambda policy: trace_train_step(
+    prog._retrace = lambda policy, accumulation_steps=accumulation_steps: trace_train_step(
         model, optimizer, loss_fn, *given, max_grad_norm=max_grad_norm,
         hyperparameters=hyperparameters, accumulation_steps=accumulation_steps,
         _mixed_precision=policy)

@@ -305,6 +305,10 @@ public:
   /// which tdx-recompute fits and tdx-memory-report checks when the step
   /// is compiled).
   void setMemoryBudget(int64_t bytes);
+  /// A pipeline over mesh axis `axis` (the module's `tdx.pipeline`, which
+  /// tdx-split-stages and tdx-schedule-pipeline read; the dialect checks it).
+  void setPipeline(const std::string &axis, int64_t microbatches, const std::string &schedule,
+                   int64_t stagesPerRank);
   struct MeshInfo {
     std::string name;
     std::vector<int64_t> shape;

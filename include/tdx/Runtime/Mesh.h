@@ -19,6 +19,7 @@
 #include <cstdint>
 #include <exception>
 #include <map>
+#include <memory>
 #include <string>
 #include <utility>
 #include <vector>
@@ -100,6 +101,25 @@ public:
                            const std::vector<int64_t> &globalShape, DType dtype,
                            const Layout &layout);
 
+  /// Pipeline messages (tdx.send / tdx.recv) along one mesh axis to the
+  /// rank at coordinate `peer` there. A send never waits: `keep` owns the
+  /// bytes until finishSends() (the receiver may post its recv much later;
+  /// a send that waited could deadlock a 1F1B schedule).
+  void sendBytes(std::shared_ptr<const void> keep, const void *data, int64_t bytes,
+                 const std::vector<std::string> &axes, int64_t peer, int64_t tag);
+  /// Waits (with the collective deadline) for the message with `tag` from
+  /// `peer` and returns its size in bytes, without receiving it.
+  int64_t probeBytes(const std::vector<std::string> &axes, int64_t peer, int64_t tag);
+  /// Receives it into `data` (with the collective deadline).
+  void recvBytes(void *data, int64_t bytes, const std::vector<std::string> &axes, int64_t peer,
+                 int64_t tag);
+  /// Waits for this rank's sends to be received; a pipelined step calls it
+  /// before it returns.
+  void finishSends();
+  /// Seconds spent waiting in recvBytes and probeBytes so far: the
+  /// pipeline's bubbles as this rank measured them.
+  double pipelineWaitSeconds() const { return waited_; }
+
   /// Bytes this rank sent through collectives so far.
   int64_t bytesCommunicated() const { return bytes_; }
   void addBytes(int64_t n) { bytes_ += n; }
@@ -116,6 +136,13 @@ private:
   uint64_t calls_ = 0;
   double timeout_ = 300;
   bool overlap_ = true;
+  double waited_ = 0;
+  struct Sending {
+    std::shared_ptr<const void> keep;
+    void *request; // MPI_Request*
+    std::vector<std::string> axes;
+  };
+  std::vector<Sending> sending_;
   std::map<std::vector<std::string>, void *> groups_; // axes -> MPI_Comm*
 };
 

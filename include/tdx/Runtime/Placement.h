@@ -16,13 +16,16 @@
 
 namespace tdx::rt {
 
-/// One placement per mesh axis: {'S', dim}, {'R', 0} or {'P', reduce}.
+/// One placement per mesh axis: {'S', dim}, {'R', 0}, {'P', reduce}, or
+/// {'T', stage}: a pipeline stage's state on the pipeline axis, whole on
+/// every rank there but kept current only by the ranks at coordinate
+/// `stage` (gathering and checkpoints read it from them).
 struct Placement {
   char kind;
   int64_t value;
 };
 using Layout = std::vector<Placement>;
-/// Parses "[Shard(0), Replicate, Partial(sum)]".
+/// Parses "[Shard(0), Replicate, Partial(sum), Stage(1)]".
 Layout parseLayout(const std::string &text);
 
 enum Reduce : int64_t { Sum = 0, Avg = 1, Max = 2, Min = 3 };

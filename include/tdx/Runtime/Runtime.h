@@ -70,6 +70,11 @@ public:
                            int64_t reduce, int64_t dim);
   at::Tensor allToAll(const at::Tensor &x, const std::vector<std::string> &axes, int64_t split,
                       int64_t concat);
+  /// tdx.send and tdx.recv (Mesh::sendBytes): `shape` may have one -1 dim,
+  /// which the message's size gives.
+  void send(const at::Tensor &x, const std::vector<std::string> &axes, int64_t peer, int64_t tag);
+  at::Tensor recv(std::vector<int64_t> shape, at::ScalarType dtype,
+                  const std::vector<std::string> &axes, int64_t peer, int64_t tag);
   /// This rank's torch.chunk piece of dim `dim` over `chunks` pieces.
   static at::Tensor chunk(const at::Tensor &x, int64_t chunks, int64_t index, int64_t dim);
 

@@ -136,6 +136,30 @@ int64_t Context::startReduceScatter(const at::Tensor &x, const std::vector<std::
   return track(std::move(f));
 }
 
+void Context::send(const at::Tensor &x, const std::vector<std::string> &axes, int64_t peer,
+                   int64_t tag) {
+  Profile::Scope timed(&Profile::collectives);
+  auto keep = std::make_shared<at::Tensor>(x.contiguous().clone());
+  const void *data = keep->data_ptr();
+  sendBytes(std::move(keep), data, static_cast<int64_t>(x.nbytes()), axes, peer, tag);
+}
+
+at::Tensor Context::recv(std::vector<int64_t> shape, at::ScalarType dtype,
+                         const std::vector<std::string> &axes, int64_t peer, int64_t tag) {
+  Profile::Scope timed(&Profile::collectives);
+  auto open = std::find(shape.begin(), shape.end(), -1);
+  if (open != shape.end()) {
+    int64_t rest = 1;
+    for (int64_t d : shape)
+      rest *= d == -1 ? 1 : d;
+    int64_t bytes = probeBytes(axes, peer, tag), item = c10::elementSize(dtype);
+    *open = rest ? bytes / item / rest : 0;
+  }
+  at::Tensor out = at::empty(shape, at::TensorOptions().dtype(dtype));
+  recvBytes(out.data_ptr(), static_cast<int64_t>(out.nbytes()), axes, peer, tag);
+  return out;
+}
+
 void Context::progress() {
   Profile::Scope timed(&Profile::collectives);
   // One MPI_Testsome drives MPI's progress engine once for all of them.

@@ -13,7 +13,9 @@
 
 #include <mpi.h>
 
+#include <algorithm>
 #include <climits>
+#include <memory>
 #include <cstring>
 #include <stdexcept>
 
@@ -110,4 +112,35 @@ void Context::hostExchange(const std::vector<Tensor> &pieces, const std::vector<
       checkCuda(cudaMemcpy(received[r].data(), in.data() + recvAt[r],
                            static_cast<size_t>(recvCounts[r]), cudaMemcpyHostToDevice),
                 "copy to the device");
+}
+
+void Context::send(const Tensor &x, const std::vector<std::string> &axes, int64_t peer,
+                   int64_t tag) {
+  synchronize("send", axes);
+  auto keep = std::make_shared<std::vector<char>>(static_cast<size_t>(x.nbytes()));
+  if (!keep->empty())
+    checkCuda(cudaMemcpy(keep->data(), x.contiguous().data(), keep->size(),
+                         cudaMemcpyDeviceToHost),
+              "copy to the host");
+  const void *data = keep->data();
+  sendBytes(std::move(keep), data, x.nbytes(), axes, peer, tag);
+}
+
+Tensor Context::recv(std::vector<int64_t> shape, DType dtype, const std::vector<std::string> &axes,
+                     int64_t peer, int64_t tag) {
+  auto open = std::find(shape.begin(), shape.end(), -1);
+  if (open != shape.end()) {
+    int64_t rest = 1;
+    for (int64_t d : shape)
+      rest *= d == -1 ? 1 : d;
+    int64_t bytes = probeBytes(axes, peer, tag), item = rt::dtypeSize(dtype);
+    *open = rest ? bytes / item / rest : 0;
+  }
+  Tensor out = Tensor::empty(shape, dtype);
+  std::vector<char> host(static_cast<size_t>(out.nbytes()));
+  recvBytes(host.data(), out.nbytes(), axes, peer, tag);
+  if (!host.empty())
+    checkCuda(cudaMemcpy(out.data(), host.data(), host.size(), cudaMemcpyHostToDevice),
+              "copy to the device");
+  return out;
 }

@@ -198,6 +198,12 @@ public:
   Tensor allToAll(const Tensor &x, const std::vector<std::string> &axes, int64_t split,
                   int64_t concat);
   static Tensor chunk(const Tensor &x, int64_t chunks, int64_t index, int64_t dim);
+  /// tdx.send and tdx.recv, through host memory on MPI (rt::Mesh::sendBytes,
+  /// the CPU runtime's code): a send copies the value to the host and never
+  /// waits for its receiver. (NCCL point-to-point is not used yet.)
+  void send(const Tensor &x, const std::vector<std::string> &axes, int64_t peer, int64_t tag);
+  Tensor recv(std::vector<int64_t> shape, DType dtype, const std::vector<std::string> &axes,
+              int64_t peer, int64_t tag);
 
   /// Sharded init: this rank's box of the global tensor `program` makes
   /// (seeds mixed with --seed). One random or constant F32 op runs on the

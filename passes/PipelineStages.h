@@ -1,0 +1,57 @@
+//===- PipelineStages.h - what the pipeline passes share ---------*- C++ -*-===//
+//
+// tdx-split-stages and tdx-schedule-pipeline read the module's
+// `tdx.pipeline` dictionary (tdx.parallelize's pipeline=) the same way, and
+// agree on which ops of the step are a stage's and which every stage makes
+// for itself.
+//
+//===----------------------------------------------------------------------===//
+
+#ifndef TDX_PASSES_PIPELINESTAGES_H
+#define TDX_PASSES_PIPELINESTAGES_H
+
+#include "tdx/IR/TdxOps.h"
+
+#include "mlir/Dialect/Func/IR/FuncOps.h"
+#include "mlir/IR/BuiltinOps.h"
+#include "llvm/ADT/SetVector.h"
+
+#include <string>
+
+namespace mlir::tdx {
+
+/// The pipeline a module asks for.
+struct PipelineSpec {
+  std::string axis;         // the mesh axis the stages are on
+  int64_t ranks = 1;        // its size
+  int64_t microbatches = 1; // the step's micro-batches
+  std::string schedule;     // "gpipe", "1f1b" or "interleaved-1f1b"
+  int64_t stagesPerRank = 1;
+  MeshOp mesh;
+  /// Stages in all: the model's chunks, chunk c on pipeline rank c % ranks.
+  int64_t chunks() const { return ranks * stagesPerRank; }
+};
+
+/// The module's pipeline (null: it has none), or failure after a
+/// diagnostic naming `pass`.
+FailureOr<std::optional<PipelineSpec>> pipelineOf(ModuleOp module, StringRef pass);
+
+/// The step a pipeline splits: @train_step, alone in the module; null
+/// after a diagnostic naming `pass`.
+func::FuncOp pipelinedStep(ModuleOp module, StringRef pass);
+
+/// The chunk an op or a state symbol was given by tdx-split-stages; none:
+/// every stage that reads it makes it for itself (it reads only the batch
+/// and constants).
+inline std::optional<int64_t> stageOf(Operation *op) {
+  if (auto a = op->getAttrOfType<IntegerAttr>(TdxDialect::kStageAttrName))
+    return a.getInt();
+  return std::nullopt;
+}
+
+/// The ops the step's result (the loss) is computed from: its forward.
+llvm::SetVector<Operation *> forwardOf(func::FuncOp step);
+
+} // namespace mlir::tdx
+
+#endif // TDX_PASSES_PIPELINESTAGES_H
