@@ -7,11 +7,16 @@ using namespace mlir;
 using namespace mlir::tdx;
 
 namespace {
+/// What a collective moves: its input (a recv's: its result).
+Value messageOf(Operation *op) {
+  return op->getNumOperands() ? op->getOperand(0) : op->getResult(0);
+}
+
 /// The payload recorded by tdx-partition, or the size of a static input.
 int64_t payloadBytes(Operation *op) {
   if (auto attr = op->getAttrOfType<IntegerAttr>(TdxDialect::kPayloadBytesAttrName))
     return attr.getInt();
-  auto t = cast<RankedTensorType>(op->getOperand(0).getType());
+  auto t = cast<RankedTensorType>(messageOf(op).getType());
   if (!t.hasStaticShape())
     return -1;
   return t.getNumElements() * elementBytes(t.getElementType());
@@ -38,7 +43,7 @@ std::vector<CollectiveUse> mlir::tdx::collectivesIn(Operation *root) {
     }
     u.bytes = payloadBytes(op);
     llvm::raw_string_ostream(u.dtype)
-        << cast<ShapedType>(op->getOperand(0).getType()).getElementType();
+        << cast<ShapedType>(messageOf(op).getType()).getElementType();
     llvm::raw_string_ostream os(u.location);
     if (auto fl = dyn_cast<FileLineColLoc>(op->getLoc()))
       os << fl.getFilename().getValue() << ":" << fl.getLine() << ":" << fl.getColumn();

@@ -21,6 +21,7 @@
 #include <algorithm>
 #include <cmath>
 #include <map>
+#include <set>
 #include <utility>
 
 using namespace mlir;
@@ -293,8 +294,20 @@ LogicalResult mlir::tdx::emitCpp(ModuleOp module, llvm::raw_ostream &os, Backend
       if (failed(emitFunction(f, r ? stage : e, "forward_pp" + std::to_string(r) + "_")))
         return failure();
     }
+    // The ranks of different stages run different collectives first, but
+    // making a group (MPI_Comm_split) takes every rank: each makes them all,
+    // in one order, before its stage runs.
+    std::set<std::string> groups;
+    for (func::FuncOp f : stages)
+      f.walk([&](Operation *op) {
+        if (auto axes = op->getAttrOfType<ArrayAttr>("mesh_axes"))
+          groups.insert(strings(axes));
+      });
     bs << "\nstatic std::vector<T::Tensor> forward(Context &ctx, State &s, "
-          "const std::vector<T::Tensor> &in) {\n  switch (ctx.coord("
+          "const std::vector<T::Tensor> &in) {\n";
+    for (const std::string &g : groups)
+      bs << "  ctx.group(" << g << ");\n";
+    bs << "  switch (ctx.coord("
        << quoted(pipeline.getAs<StringAttr>("axis").getValue()) << ")) {\n";
     for (size_t r = 0; r < stages.size(); ++r)
       bs << "  case " << r << ": return forward_pp" << r << "_(ctx, s, in);\n";
