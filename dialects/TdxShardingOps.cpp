@@ -82,11 +82,12 @@ static LogicalResult verifyPointToPoint(Op op, SymbolTableCollection &symbols) {
   if (op.getMeshAxes().size() != 1)
     return op.emitOpError() << "names " << op.getMeshAxes().size()
                             << " mesh axes; a point-to-point message goes along one";
-  if (op.getPeer() < 0 || op.getPeer() >= *size)
-    return op.emitOpError() << "peer " << op.getPeer() << " is not a coordinate of axis "
+  int64_t peer = static_cast<int64_t>(op.getPeer()), tag = static_cast<int64_t>(op.getTag());
+  if (peer < 0 || peer >= *size)
+    return op.emitOpError() << "peer " << peer << " is not a coordinate of axis "
                             << op.getMeshAxes()[0] << " (size " << *size << ")";
-  if (op.getTag() < 0)
-    return op.emitOpError() << "tag " << op.getTag() << " must be >= 0";
+  if (tag < 0)
+    return op.emitOpError() << "tag " << tag << " must be >= 0";
   return success();
 }
 

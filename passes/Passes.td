@@ -310,7 +310,8 @@ def SplitStages : Pass<"tdx-split-stages", "::mlir::ModuleOp"> {
     goes with its parameter. Every layer is in exactly one chunk; a model
     with fewer layers than chunks, or a plan that places anything on the
     pipeline's axis, is refused. Adds each chunk's layers (`stages`) and
-    seconds (`chunk_seconds`) to `tdx.pipeline`. Without `tdx.pipeline` it
+    seconds (`chunk_seconds`), and each layer's seconds in order
+    (`layer_seconds`), to `tdx.pipeline`. Without `tdx.pipeline` it
     does nothing.
 
     ```

@@ -10,9 +10,11 @@
 //
 // Every op of the step is then given its chunk (`tdx.stage`): a state's
 // read and write are its layer's chunk; a forward op runs at the latest
-// chunk of what it reads; a backward or update op runs where most of the
-// bytes it reads already are (a gradient where its activations and
-// parameter live), ties broken toward the chunk the gradient flows to. Ops
+// chunk of what it reads; a backward or update op runs where it moves the
+// fewest bytes: what it reads that is not there yet, and its results when
+// they only go into one other chunk's state (a weight's gradient goes to
+// its parameter's chunk unless its inputs are larger), ties broken toward
+// the chunk the gradient flows to. Ops
 // that read only the batch and constants get no chunk: each stage that
 // needs them makes them itself (tdx-schedule-pipeline).
 //
@@ -23,6 +25,7 @@
 #include "tdx/Target/StepMemory.h"
 #include "tdx/Transforms/Passes.h"
 
+#include "llvm/ADT/BitVector.h"
 #include "llvm/ADT/DenseSet.h"
 #include "llvm/ADT/StringMap.h"
 
@@ -217,6 +220,29 @@ private:
                  IntegerAttr::get(IntegerType::get(&getContext(), 64), runOfLayer[it->second]));
     }
 
+    // The chunks whose state each op's results go into (a weight's gradient:
+    // its parameter's, through the optimizer's update), from the writes back.
+    DenseMap<Operation *, llvm::BitVector> into;
+    for (Operation &op : llvm::reverse(body)) {
+      llvm::BitVector chunks(spec.chunks());
+      if (isa<AssignOp>(op)) {
+        if (auto it = chunkOfState.find(ownerName(&op)); it != chunkOfState.end())
+          chunks.set(it->second);
+      } else {
+        for (Operation *user : op.getUsers())
+          if (auto it = into.find(user); it != into.end())
+            chunks |= it->second;
+      }
+      if (chunks.any())
+        into[&op] = std::move(chunks);
+    }
+    auto soleDestination = [&](Operation *op) -> std::optional<int64_t> {
+      auto it = into.find(op);
+      if (it == into.end() || it->second.count() != 1)
+        return std::nullopt;
+      return it->second.find_first();
+    };
+
     // Each op's chunk, in program order.
     DenseMap<Value, int64_t> chunkOf;          // where a value is made
     DenseMap<Value, std::set<int64_t>> heldAt; // and where it is read
@@ -260,27 +286,40 @@ private:
         place(&op, chunk);
         continue;
       }
-      // Where most of its bytes already are; ties toward where the gradient
-      // flows (the earliest chunk a backward operand comes from, not before
-      // the latest forward value it reads).
-      std::map<int64_t, int64_t> bytesAt;
+      // Where it moves the fewest bytes: the operands not held there yet,
+      // and its results, when they go into the state of one other chunk
+      // only (a weight's gradient: made where its parameter lives unless
+      // what it reads is larger). Ties toward where the gradient flows
+      // (the earliest chunk a backward operand comes from, not before the
+      // latest forward value it reads).
       int64_t latestForward = -1, earliestBackward = std::numeric_limits<int64_t>::max();
+      std::set<int64_t> candidates;
       for (Value v : staged) {
-        for (int64_t c : heldAt[v])
-          bytesAt[c] += std::max<int64_t>(tensorBytes(v), 1);
+        candidates.insert(heldAt[v].begin(), heldAt[v].end());
         Operation *def = v.getDefiningOp();
         if (def && forward.contains(def))
           latestForward = std::max(latestForward, chunkOf[v]);
         else
           earliestBackward = std::min(earliestBackward, chunkOf[v]);
       }
+      std::optional<int64_t> into = soleDestination(&op);
+      if (into)
+        candidates.insert(*into);
       int64_t prefer = earliestBackward == std::numeric_limits<int64_t>::max()
                            ? latestForward
                            : std::max(latestForward, earliestBackward);
-      int64_t chunk = -1, most = -1;
-      for (auto [c, bytes] : bytesAt)
-        if (bytes > most || (bytes == most && std::abs(c - prefer) < std::abs(chunk - prefer)))
-          chunk = c, most = bytes;
+      int64_t chunk = -1, least = std::numeric_limits<int64_t>::max();
+      for (int64_t c : candidates) {
+        int64_t moved = 0;
+        for (Value v : staged)
+          if (!heldAt[v].count(c))
+            moved += tensorBytes(v);
+        if (into && *into != c)
+          for (Value r : op.getResults())
+            moved += tensorBytes(r);
+        if (moved < least || (moved == least && std::abs(c - prefer) < std::abs(chunk - prefer)))
+          chunk = c, least = moved;
+      }
       place(&op, chunk);
     }
 
@@ -298,6 +337,7 @@ private:
     NamedAttrList entries(module->getAttrOfType<DictionaryAttr>(TdxDialect::kPipelineAttrName));
     entries.set("stages", ArrayAttr::get(ctx, stages));
     entries.set("chunk_seconds", DenseF64ArrayAttr::get(ctx, seconds));
+    entries.set("layer_seconds", DenseF64ArrayAttr::get(ctx, costs));
     module->setAttr(TdxDialect::kPipelineAttrName, entries.getDictionary(ctx));
     return success();
   }

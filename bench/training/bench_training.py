@@ -24,7 +24,13 @@ model, tdx next to its peers, in one run:
   - tdx.auto_parallelize on (dp 2) and (dp 2, tp 2) for the GPT and the
     LLaMA, next to every hand plan of that mesh (data parallel with ZeRO 0,
     1 and 3, with the Megatron plan on tp), all timed in the same rounds,
-    and the planner's time at 4, 32 and 80 layers (--part auto).
+    and the planner's time at 4, 32 and 80 layers (--part auto);
+  - pipeline parallelism on 2 ranks (tdx.Pipeline: gpipe and 1f1b with 1 to
+    8 micro-batches, interleaved-1f1b with 2 stages per rank): the step time
+    next to eager's and tdx's on 1 rank, and the bubble each rank measured
+    (the time it waited for its peers over the time it computed, mean of
+    the ranks) next to the ideal (p-1)/m ((p-1)/(v m) interleaved) and the
+    cost model's timeline (--part pipeline).
 
 Every process uses one ATen thread. A step time is the mean of --steps steps
 after one warm-up step, best of --rounds rounds that alternate between them.
@@ -35,7 +41,7 @@ the peers' bytes are the payload their algorithm moves (gradients for DDP,
 share them, so 4-rank times measure oversubscription as much as anything.
 
     . build/env.sh && /usr/bin/python3 bench/training/bench_training.py [--steps 10]
-        [--part all|features|auto]
+        [--part all|features|auto|pipeline]
 """
 
 import os
@@ -296,6 +302,9 @@ def main():
     if args.part == "auto":
         print_auto(args.rounds, args.steps)
         return
+    if args.part == "pipeline":
+        print_pipeline(args.rounds, args.steps)
+        return
     data = batches(args.steps + 1)
     weights = {k: v.detach() for k, v in model().state_dict().items()}
     exes = {name: compile_tdx(*config) for name, config in CONFIGS.items()}
@@ -350,6 +359,7 @@ def main():
     print_llama(args.rounds, args.steps)
     print_features(args.rounds, args.steps)
     print_auto(args.rounds, args.steps)
+    print_pipeline(args.rounds, args.steps)
 
 
 LLAMA = dict(vocab=512, d=128, heads=4, hidden=344, layers=4, context=64)
@@ -529,6 +539,67 @@ def print_auto(rounds, steps):
         t0 = time.perf_counter()
         tdx.auto_parallelize(prog, tdx.init_device_mesh("cpu", (2, 2), ("dp", "tp")))
         print(f"  {layers:>3} layers: {time.perf_counter() - t0:.2f} s")
+
+
+def model_bubble(prog):
+    """The idle over the busy time of the pipeline's ranks (mean) in the
+    schedule tdx-schedule-pipeline timed by the cost model."""
+    work = prog.copy().partition().mlir
+    tasks = [[float(x) for x in t.split(",")] for t in
+             re.findall(r"array<f64: ([-\d.eE+, ]+)>", work.split("timeline = [")[1].split("]")[0])]
+    end = max(t[5] for t in tasks)
+    ranks = sorted({int(t[0]) for t in tasks})
+    busy = {r: sum(t[5] - t[4] for t in tasks if int(t[0]) == r) for r in ranks}
+    return sum((end - busy[r]) / busy[r] for r in ranks) / len(ranks)
+
+
+def print_pipeline(rounds, steps):
+    """The bench GPT on 2 pipeline ranks by schedule and micro-batches: step
+    time, and the bubble measured by the ranks next to the ideal and the
+    cost model's."""
+    data = batches(steps + 1)
+    weights = {k: v.detach() for k, v in model().state_dict().items()}
+    configs = [("gpipe", m, 1) for m in (1, 2, 4, 8)] + [("1f1b", m, 1) for m in (2, 4, 8)] + \
+        [("interleaved-1f1b", m, 2) for m in (2, 4, 8)]
+    p = 2
+    exes = {}
+    for schedule, m, v in configs:
+        torch.manual_seed(0)
+        deferred = tdx.deferred_init(lambda: GPT(**CONFIG))
+        prog = tdx.trace_train_step(deferred, optimizer(deferred.parameters()), loss_fn,
+                                    *batches(1)[0])
+        tdx.parallelize(prog, tdx.init_device_mesh("cpu", (p,), ("pp",)), {},
+                        pipeline=tdx.Pipeline("pp", microbatches=m, schedule=schedule,
+                                              stages_per_rank=v))
+        exes[(schedule, m, v)] = (tdx.compile(prog), model_bubble(prog))
+    one, _ = compile_tdx()
+    best, bubble = {}, {}
+    for _ in range(rounds):
+        e_ms, want, _ = eager(data)
+        best["eager"] = min(best.get("eager", e_ms), e_ms)
+        ms, got, _, _ = run_tdx(one, data, weights)
+        best["tdx 1 rank"] = min(best.get("tdx 1 rank", ms), ms)
+        for key, (exe, _) in exes.items():
+            ms, got, _, _ = run_tdx(exe, data, weights)
+            worst = max(abs(a - b) / abs(b) for a, b in zip(got, want))
+            assert worst < 1e-4, f"{key}: loss off eager's by {worst:.2e}"
+            if ms < best.get(key, float("inf")):
+                best[key] = ms
+                waits = [float(w) for w in re.findall(
+                    r"waited ([\d.]+) ms per step for its pipeline peers", exe.last_log)]
+                bubble[key] = sum(w / max(ms - w, 1e-9) for w in waits) / len(waits)
+    print(f"\nPipeline parallelism on {p} ranks (tdx.Pipeline), GPT {CONFIG}, batch "
+          f"{BATCH}x{SEQ} in m micro-batches, AdamW, {steps} steps x best of {rounds} rounds; "
+          f"eager (1 process, whole batch) {best['eager']:.2f} ms, tdx 1 rank "
+          f"{best['tdx 1 rank']:.2f} ms")
+    print("bubble: a rank's time waiting for its peers over its time computing, mean of the "
+          "ranks (measured), next to (p-1)/m ((p-1)/(v m) interleaved) and the cost model's")
+    print(f"{'schedule':>17} {'m':>3} {'v':>2} | {'tdx ms':>8} {'eager/tdx':>9} | "
+          f"{'bubble':>7} {'(p-1)/vm':>8} {'model':>7}")
+    for key, (_, modeled) in exes.items():
+        schedule, m, v = key
+        print(f"{schedule:>17} {m:>3} {v:>2} | {best[key]:>8.2f} {best['eager'] / best[key]:>9.2f} | "
+              f"{bubble[key]:>7.3f} {(p - 1) / (v * m):>8.3f} {modeled:>7.3f}")
 
 
 if __name__ == "__main__":

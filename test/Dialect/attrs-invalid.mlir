@@ -119,3 +119,23 @@ func.func @recomputed_is_a_unit(%x: tensor<4xf32>) -> tensor<4xf32> {
   %y = tdx.exp %x {tdx.recomputed = 1 : i64} : tensor<4xf32>
   return %y : tensor<4xf32>
 }
+
+// -----
+
+// expected-error @+1 {{'tdx.pipeline' has schedule "zb"; the schedules are "gpipe", "1f1b" and "interleaved-1f1b"}}
+module attributes {tdx.pipeline = {axis = "pp", microbatches = 2 : i64, schedule = "zb", stages_per_rank = 1 : i64}} {
+}
+
+// -----
+
+// expected-error @+1 {{'tdx.pipeline' must be a dictionary with axis (a string), microbatches (>= 1), schedule (a string) and stages_per_rank (>= 1)}}
+module attributes {tdx.pipeline = {axis = "pp", microbatches = 0 : i64, schedule = "1f1b", stages_per_rank = 1 : i64}} {
+}
+
+// -----
+
+func.func @stage_is_a_chunk(%x: tensor<4xf32>) -> tensor<4xf32> {
+  // expected-error @+1 {{'tdx.stage' must be an i64 chunk index >= 0, got -1 : i64}}
+  %y = tdx.exp %x {tdx.stage = -1 : i64} : tensor<4xf32>
+  return %y : tensor<4xf32>
+}

@@ -159,3 +159,48 @@ func.func @broadcast_root_count(%x: tensor<8xf32>) {
   %0 = tdx.broadcast %x on @mesh axes = ["tp"] root = [0, 0] : tensor<8xf32> -> tensor<8xf32>
   return
 }
+
+// -----
+
+tdx.mesh @mesh shape = [2, 4] axes = ["pp", "tp"]
+func.func @send_two_axes(%x: tensor<2xf32>) {
+  // expected-error @+1 {{'tdx.send' op names 2 mesh axes; a point-to-point message goes along one}}
+  tdx.send %x on @mesh axes = ["pp", "tp"] to 1 tag 0 : tensor<2xf32>
+  return
+}
+
+// -----
+
+tdx.mesh @mesh shape = [2, 4] axes = ["pp", "tp"]
+func.func @send_peer(%x: tensor<2xf32>) {
+  // expected-error @+1 {{'tdx.send' op peer 2 is not a coordinate of axis "pp" (size 2)}}
+  tdx.send %x on @mesh axes = ["pp"] to 2 tag 0 : tensor<2xf32>
+  return
+}
+
+// -----
+
+tdx.mesh @mesh shape = [2] axes = ["pp"]
+func.func @recv_tag() -> tensor<2xf32> {
+  // expected-error @+1 {{'tdx.recv' op tag -1 must be >= 0}}
+  %0 = tdx.recv on @mesh axes = ["pp"] from 1 tag -1 : tensor<2xf32>
+  return %0 : tensor<2xf32>
+}
+
+// -----
+
+tdx.mesh @mesh shape = [2] axes = ["pp"]
+func.func @recv_two_open_dims() -> tensor<?x?xf32> {
+  // expected-error @+1 {{'tdx.recv' op receives 'tensor<?x?xf32>', with more than one `?` dim: the message's size gives one}}
+  %0 = tdx.recv on @mesh axes = ["pp"] from 1 tag 0 : tensor<?x?xf32>
+  return %0 : tensor<?x?xf32>
+}
+
+// -----
+
+tdx.mesh @mesh shape = [2] axes = ["pp"]
+func.func @recv_axis() -> tensor<2xf32> {
+  // expected-error @+1 {{'tdx.recv' op names axis "dp", which mesh @mesh does not have; its axes are "pp"}}
+  %0 = tdx.recv on @mesh axes = ["dp"] from 1 tag 0 : tensor<2xf32>
+  return %0 : tensor<2xf32>
+}

@@ -43,3 +43,14 @@ func.func @collectives(%x: tensor<2x16xf32>, %y: tensor<8x16xf32>, %u: tensor<5x
   %10 = tdx.broadcast %y on @mesh axes = ["dp", "tp"] root = [0, 3] : tensor<8x16xf32> -> tensor<8x16xf32>
   return
 }
+
+// Pipeline messages: along one axis, to or from a coordinate on it; a recv
+// may leave one dim to the message.
+// CHECK-LABEL: func.func @point_to_point
+func.func @point_to_point(%x: tensor<2x16xf32>) -> tensor<?x16xf32> {
+  // CHECK: tdx.send %{{.*}} on @mesh axes = ["dp"] to 1 tag 7 : tensor<2x16xf32>
+  tdx.send %x on @mesh axes = ["dp"] to 1 tag 7 : tensor<2x16xf32>
+  // CHECK: tdx.recv on @mesh axes = ["tp"] from 3 tag 0 : tensor<?x16xf32>
+  %0 = tdx.recv on @mesh axes = ["tp"] from 3 tag 0 : tensor<?x16xf32>
+  return %0 : tensor<?x16xf32>
+}

@@ -235,6 +235,11 @@ int tdx::rt::runMain(int argc, char **argv, const Program &program) {
                     static_cast<long long>(stateBytes), static_cast<long long>(optimizerBytes),
                     static_cast<long long>(peakStep));
         memory.report(rank, program);
+        // A pipeline's bubbles, as this rank measured them.
+        if (ctx.pipelineWaitSeconds() > 0)
+          std::printf("tdx: rank %d: waited %.3f ms per step for its pipeline peers\n", rank,
+                      ctx.pipelineWaitSeconds() * 1e3 /
+                          static_cast<double>(std::max<int64_t>(1, o.steps - firstStep)));
       }
       if (rank == 0 && !o.outputs.empty())
         save(o.outputs, saved);
