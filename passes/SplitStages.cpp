@@ -53,8 +53,9 @@ std::string layerOf(StringRef name) {
     if (!part.empty() && llvm::all_of(part, [](char c) { return c >= '0' && c <= '9'; }))
       return out;
   }
+  // A parameter of the root module ("weight") is in the root's layer ("").
   size_t dot = name.rfind('.');
-  return (dot == StringRef::npos ? name : name.take_front(dot)).str();
+  return (dot == StringRef::npos ? StringRef() : name.take_front(dot)).str();
 }
 
 /// The state an optimizer state is kept for ("optimizer.<param>.<key>").

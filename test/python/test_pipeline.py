@@ -100,3 +100,126 @@ def test_pipeline_matches_eager(model, mesh, schedule):
     assert_losses_match(losses, want)
     for name, p in eager.named_parameters():
         assert rel(state[name], p.detach()) < 1e-4, f"{name} after {STEPS} steps"
+
+
+def stage_model():
+    """Five layers of different widths written as any nn.Sequential is."""
+    widths = [16, 128, 16, 16, 16, 16]
+    layers = []
+    for a, b in zip(widths, widths[1:]):
+        layers += [torch.nn.Linear(a, b), torch.nn.Tanh()]
+    return torch.nn.Sequential(*layers[:-1])
+
+
+def pipeline_attribute(prog):
+    """The partitioned program's tdx.pipeline entries tdx-split-stages
+    wrote: stages (each chunk's layers), layer_seconds, chunk_seconds."""
+    text = prog.copy().partition().mlir
+    attr = re.search(r"tdx\.pipeline = \{(.*?)\}\}", text).group(1)
+    numbers = lambda key: [float(x) for x in
+                           re.search(key + r" = array<f64: ([^>]*)>", attr).group(1).split(",")]
+    stages = [re.findall(r'"([^"]+)"', chunk) for chunk in
+              re.findall(r"\[([^\[\]]*)\]", re.search(r"stages = \[(.*?\])\]", attr).group(1))]
+    return {"stages": stages, "layer_seconds": numbers("layer_seconds"),
+            "chunk_seconds": numbers("chunk_seconds")}
+
+
+def test_five_layers_on_two_stages_are_balanced_by_cost():
+    """The layers' cut minimizes the costlier stage (checked against every
+    cut), keeps every layer once and in order; with the wide second layer
+    that is not the 3 + 2 split of equal layer counts."""
+    torch.manual_seed(0)
+    model = tdx.deferred_init(stage_model)
+    prog = tdx.trace_train_step(model, OPTIMIZER(model.parameters()),
+                                lambda m, x, y: F.cross_entropy(m(x), y),
+                                torch.randn(8, 16), torch.randint(0, 16, (8,)))
+    tdx.parallelize(prog, tdx.init_device_mesh("cpu", (2,), ("pp",)), {},
+                    pipeline=tdx.Pipeline("pp", microbatches=2))
+    got = pipeline_attribute(prog)
+    layers = [name for name, _ in stage_model().named_children() if name.isdigit()
+              and any(True for _ in getattr(stage_model(), name).parameters())]
+    assert sum(got["stages"], []) == layers == ["0", "2", "4", "6", "8"]
+    costs = got["layer_seconds"]
+    assert len(costs) == 5
+    best = min(max(sum(costs[:k]), sum(costs[k:])) for k in range(1, 5))
+    assert max(got["chunk_seconds"]) == pytest.approx(best, rel=1e-9)
+    assert [len(s) for s in got["stages"]] != [3, 2]
+
+
+def test_pipeline_refusals():
+    mesh = tdx.init_device_mesh("cpu", (2, 2), ("pp", "dp"))
+    with pytest.raises(ValueError, match="schedule must be one of"):
+        tdx.Pipeline("pp", schedule="zero-bubble")
+    with pytest.raises(ValueError, match="stages_per_rank=2 is for schedule='interleaved-1f1b'"):
+        tdx.Pipeline("pp", stages_per_rank=2)
+    _, prog = build("gpt2")
+    with pytest.raises(ValueError, match="the pipeline's axis 'stages' is not an axis"):
+        tdx.parallelize(prog, mesh, {}, pipeline=tdx.Pipeline("stages"))
+    with pytest.raises(ValueError, match="cannot also be data_parallel"):
+        tdx.parallelize(prog, mesh, {}, data_parallel="pp", pipeline=tdx.Pipeline("pp"))
+    with pytest.raises(ValueError, match="not a multiple of 2"):
+        tdx.parallelize(prog, mesh, {}, pipeline=tdx.Pipeline(
+            "pp", microbatches=3, schedule="interleaved-1f1b", stages_per_rank=2))
+    forward = tdx.trace(tdx.deferred_init(MODELS["gpt2"]), torch.zeros(2, 8, dtype=torch.long))
+    with pytest.raises(ValueError, match="a pipeline splits a training step"):
+        tdx.parallelize(forward, mesh, {}, pipeline=tdx.Pipeline("pp"))
+    # A model with fewer layers than stages: named by the compiler.
+    torch.manual_seed(0)
+    small = tdx.deferred_init(torch.nn.Linear, 4, 4)
+    prog = tdx.trace_train_step(small, OPTIMIZER(small.parameters()),
+                                lambda m, x: m(x).sum(), torch.randn(4, 4))
+    tdx.parallelize(prog, tdx.init_device_mesh("cpu", (2,), ("pp",)), {},
+                    pipeline=tdx.Pipeline("pp", microbatches=2))
+    with pytest.raises(tdx.TdxError, match="too few for 2 pipeline stages"):
+        tdx.compile(prog)
+
+
+@pytest.mark.parametrize("signal_name", ["SIGKILL", "SIGSTOP"])
+def test_a_stage_that_dies_ends_the_run(tmp_path, signal_name):
+    """A pipeline rank killed (or stopped) mid-run: the job ends within 30 s
+    with an error naming it (a lost rank), or the recv that waits for it
+    (a stuck one), never hangs."""
+    import os
+    import signal
+    import subprocess
+    import threading
+    import time
+    from test_runtime import end_within_30s
+    prog = pipelined("gpt2", "pp2", "1f1b", microbatches=2)
+    exe = tdx.compile(prog, opt_level=0)
+    steps = 5000
+    ids = torch.randint(0, 96, (2, 4, 8))
+    tdx.safetensors.save({f"{k}:input:{i}": ids for k in range(steps) for i in (0, 1)},
+                         str(tmp_path / "batches.safetensors"))
+    job = subprocess.Popen(["mpirun", "--oversubscribe", "--allow-run-as-root", "-np", "2",
+                            exe.path, "--batches", str(tmp_path / "batches.safetensors"),
+                            "--steps", str(steps), "--collective-timeout", "3", "--verbose"],
+                           stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    out, err = [], []
+    job.readers = [threading.Thread(target=lambda: out.extend(job.stdout), daemon=True),
+                   threading.Thread(target=lambda: err.extend(job.stderr), daemon=True)]
+    for r in job.readers:
+        r.start()
+    job.stderr_lines = err
+    deadline = time.monotonic() + 60
+    while time.monotonic() < deadline:
+        ranks = subprocess.run(["pgrep", "-P", str(job.pid)], capture_output=True,
+                               text=True).stdout.split()
+        if len(ranks) == 2 and sum(": init " in line for line in list(out)) == 2:
+            break
+        time.sleep(0.1)
+    else:
+        job.kill()
+        pytest.fail("the ranks did not start: " + "".join(out + err)[-2000:])
+    time.sleep(0.5)
+    assert job.poll() is None, "the run ended before a stage was lost"
+    # The last stage's rank (pp coordinate 1).
+    stage = [int(r) for r in ranks if b"OMPI_COMM_WORLD_RANK=1" in
+             open(f"/proc/{r}/environ", "rb").read().split(b"\0")][0]
+    os.kill(stage, getattr(signal, signal_name))
+    text = end_within_30s(job, [int(r) for r in ranks])
+    assert job.returncode != 0
+    if signal_name == "SIGKILL":
+        assert re.search(r"process rank 1 with PID \d+ on node \S+ exited on signal 9", text), text
+    else:
+        assert "recv over mesh axes {pp} did not complete in 3 s" in text, text
