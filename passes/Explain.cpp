@@ -17,6 +17,7 @@
 
 #include "mlir/Dialect/Func/IR/FuncOps.h"
 #include "llvm/ADT/StringExtras.h"
+#include "llvm/Support/Format.h"
 #include "llvm/Support/ToolOutputFile.h"
 
 #include <algorithm>
@@ -40,6 +41,8 @@ constexpr const char *kShardColor = "#4e79a7", *kReplicateColor = "#bab0ac",
 const std::pair<const char *, const char *> kCollectiveColors[] = {
     {"all_gather", "#59a14f"},     {"all_reduce", "#e15759"}, {"reduce_scatter", "#b07aa1"},
     {"all_to_all", "#9c755f"},     {"broadcast", "#76b7b2"}};
+// A pipeline's forward and backward blocks.
+constexpr const char *kForwardColor = "#1f77b4", *kBackwardColor = "#9467bd";
 const std::pair<const char *, const char *> kMemoryColors[] = {
     {"parameters", "#8cd17d"}, {"optimizer", "#86bcb6"}, {"inputs", "#f1ce63"},
     {"gradients", "#ff9d9a"},  {"activations", "#d4a6c8"}};
@@ -146,6 +149,7 @@ struct ExplainPass : public mlir::tdx::impl::ExplainBase<ExplainPass> {
        << " collectives, " << human(peak) << " per rank at the peak.</p>\n";
 
     drawPlacements(os, module, mesh);
+    drawPipeline(os, module);
     drawStep(os, block, lifetimes, uses);
     drawMemory(os, module, held, working, peak);
     os << "<p style=\"color:#888;font-size:12px\">Drawn by tdx-explain from the per-rank "
@@ -268,6 +272,72 @@ struct ExplainPass : public mlir::tdx::impl::ExplainBase<ExplainPass> {
        << "\"></span>Shard(d): split on dim d<span class=\"key\" style=\"background:"
        << kReplicateColor << "\"></span>Replicate<span class=\"key\" style=\"background:"
        << kPartialColor << "\"></span>Partial: a partial sum on each rank</p>\n";
+  }
+
+  /// A pipeline's stages (each chunk's layers and seconds) and its schedule
+  /// as tdx-schedule-pipeline timed it: one row per pipeline rank, a block
+  /// per forward (F) or backward (B) of a chunk on a micro-batch, the gaps
+  /// its bubbles, with each rank's idle over busy time next to (p-1)/(v m).
+  void drawPipeline(llvm::raw_ostream &os, ModuleOp module) {
+    auto pipeline = module->getAttrOfType<DictionaryAttr>(TdxDialect::kPipelineAttrName);
+    auto timeline = pipeline ? pipeline.getAs<ArrayAttr>("timeline") : ArrayAttr();
+    if (!timeline)
+      return;
+    int64_t m = pipeline.getAs<IntegerAttr>("microbatches").getInt();
+    int64_t v = pipeline.getAs<IntegerAttr>("stages_per_rank").getInt();
+    auto stages = pipeline.getAs<ArrayAttr>("stages");
+    auto seconds = pipeline.getAs<DenseF64ArrayAttr>("chunk_seconds");
+    int64_t p = stages ? static_cast<int64_t>(stages.size()) / v : 1;
+    os << "<h2>Pipeline: " << p << " ranks on \""
+       << escape(pipeline.getAs<StringAttr>("axis").getValue()) << "\", "
+       << escape(pipeline.getAs<StringAttr>("schedule").getValue()) << ", " << m
+       << " micro-batches" << (v > 1 ? ", " + std::to_string(v) + " stages per rank" : "")
+       << "</h2>\n<table><tr><th>stage</th><th>rank</th><th>layers</th><th>forward "
+          "seconds (cost model)</th></tr>\n";
+    for (auto [c, layers] : llvm::enumerate(stages ? stages.getValue() : ArrayRef<Attribute>())) {
+      std::string names;
+      for (auto l : cast<ArrayAttr>(layers).getAsValueRange<StringAttr>())
+        names += (names.empty() ? "" : ", ") + (l.empty() ? std::string("(root)") : l.str());
+      os << "<tr><td>" << c << "</td><td>" << c % p << "</td><td>" << escape(names)
+         << "</td><td>" << llvm::format("%.3g", seconds ? seconds[c] : 0.0) << "</td></tr>\n";
+    }
+    os << "</table>\n";
+    double end = 0;
+    std::map<int64_t, double> busy;
+    for (auto t : timeline.getAsRange<DenseF64ArrayAttr>()) {
+      end = std::max(end, t[5]);
+      busy[static_cast<int64_t>(t[0])] += t[5] - t[4];
+    }
+    const int64_t left = 90, plotW = 1000, rowH = 28;
+    double scale = end > 0 ? plotW / end : 0;
+    os << "<svg xmlns=\"http://www.w3.org/2000/svg\" width=\"" << left + plotW + 20
+       << "\" height=\"" << rowH * (p + 1) << "\">\n";
+    for (int64_t r = 0; r < p; ++r)
+      os << "<rect x=\"" << left << "\" y=\"" << r * rowH + 2 << "\" width=\"" << plotW
+         << "\" height=\"" << rowH - 4 << "\" fill=\"#eeeeee\"/><text x=\"2\" y=\""
+         << r * rowH + rowH - 10 << "\">rank " << r << "</text>\n";
+    for (auto t : timeline.getAsRange<DenseF64ArrayAttr>()) {
+      int64_t r = t[0], phase = t[1], chunk = t[2], mb = t[3];
+      double x = left + t[4] * scale, w = std::max((t[5] - t[4]) * scale - 1, 1.0);
+      std::string label = (phase ? "B" : "F") + std::to_string(mb) +
+                          (v > 1 ? " s" + std::to_string(chunk) : "");
+      os << "<rect x=\"" << llvm::format("%.1f", x) << "\" y=\"" << r * rowH + 2
+         << "\" width=\"" << llvm::format("%.1f", w) << "\" height=\"" << rowH - 4
+         << "\" fill=\"" << (phase ? kBackwardColor : kForwardColor) << "\"><title>"
+         << (phase ? "backward" : "forward") << " of stage " << chunk << ", micro-batch " << mb
+         << "</title></rect>\n";
+      if (w > 24)
+        os << "<text x=\"" << llvm::format("%.1f", x + 3) << "\" y=\"" << r * rowH + rowH - 10
+           << "\" fill=\"#fff\">" << label << "</text>\n";
+    }
+    os << "<text x=\"" << left << "\" y=\"" << rowH * p + 16 << "\">time (cost model), "
+       << "gray: the bubbles</text>\n</svg>\n<p><span class=\"key\" style=\"background:"
+       << kForwardColor << "\"></span>forward<span class=\"key\" style=\"background:"
+       << kBackwardColor << "\"></span>backward. Bubble (idle over busy time) by rank:";
+    for (auto [r, b] : busy)
+      os << " " << r << ": " << llvm::format("%.2f", b > 0 ? (end - b) / b : 0.0);
+    os << "; (p-1)/(v m) = " << llvm::format("%.2f", double(p - 1) / double(v * m))
+       << ".</p>\n";
   }
 
   /// The step from start to end: its live bytes, and each collective where

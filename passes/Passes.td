@@ -411,6 +411,12 @@ def Explain : Pass<"tdx-explain", "::mlir::ModuleOp"> {
     - **Memory per rank**: parameters, optimizer state, inputs, gradients
       and activations as tdx-memory-report counts them, against
       `tdx.memory_budget` when the module has one.
+    - **Pipeline** (a module scheduled by `tdx-schedule-pipeline`): each
+      stage's layers and forward seconds, and the schedule's `timeline` as
+      one row per pipeline rank of forward (F) and backward (B) blocks per
+      stage and micro-batch, the gaps between them its bubbles, with each
+      rank's idle over busy time next to (p-1)/(v m). The other sections
+      show pipeline rank 0's step.
 
     `tdx.explain(prog, "plan.html")` runs it on a partitioned, planned copy
     of a program.

@@ -16,7 +16,13 @@ def explain(prog, path):
       peak marked, and every collective where it runs, tall by its bytes;
       then the collectives by kind, mesh axes and element type;
     - a rank's memory by kind (``prog.memory_report()``), against its
-      ``memory_budget``.
+      ``memory_budget``;
+    - for a pipeline (``parallelize(..., pipeline=...)``), its stages (each
+      one's layers and forward seconds) and its schedule as a timeline:
+      one row per pipeline rank, a forward (F) or backward (B) block per
+      stage and micro-batch, the bubbles between, each rank's bubble
+      fraction next to (p-1)/(v m). The rest of the page is pipeline rank
+      0's step.
 
     ``prog`` is not changed: a copy is partitioned and planned as
     ``tdx.compile`` plans it (tdx-explain on that copy; ``tdx-opt

@@ -96,3 +96,47 @@ def test_explain_refuses_what_it_cannot_draw(tmp_path):
         tdx.explain("step.mlir", tmp_path / "plan.html")
     with pytest.raises(FileNotFoundError, match="does not exist; create it first"):
         tdx.explain(bench_gpt_2x2(), tmp_path / "missing" / "plan.html")
+
+
+FORWARD, BACKWARD = (0x1F, 0x77, 0xB4), (0x94, 0x67, 0xBD)
+
+
+def test_a_pipeline_page_shows_its_stages_and_schedule(tmp_path):
+    """The bench GPT on (pp 2, dp 2), 1F1B over 4 micro-batches: the stages
+    with every layer once, and the schedule as rank rows of F and B blocks
+    (one per stage and micro-batch) with the bubbles between, rendered."""
+    chromium = shutil.which("chromium") or shutil.which("chromium-browser")
+    assert chromium, "the screenshot test needs Debian's chromium: run scripts/setup.sh"
+    from PIL import Image
+    torch.manual_seed(0)
+    model = tdx.deferred_init(GPT2, vocab=512, d=128, heads=4, layers=4, context=64)
+    ids = torch.zeros(8, 64, dtype=torch.long)
+    prog = tdx.trace_train_step(model, torch.optim.AdamW(model.parameters(), lr=1e-3), lm_loss,
+                                ids, ids)
+    tdx.parallelize(prog, tdx.init_device_mesh("cpu", (2, 2), ("pp", "dp")), {},
+                    data_parallel="dp", zero=1,
+                    pipeline=tdx.Pipeline("pp", microbatches=4, schedule="1f1b"))
+    page = tdx.explain(prog, tmp_path / "plan.html")
+    html = open(page).read()
+    assert '<h2>Pipeline: 2 ranks on "pp", 1f1b, 4 micro-batches</h2>' in html
+    rows = re.findall(r"<tr><td>(\d)</td><td>(\d)</td><td>([^<]*)</td>", html)
+    layers = [name for _, _, names in rows for name in names.split(", ")]
+    assert layers == ["wte", "wpe", "h.0", "h.1", "h.2", "h.3", "ln_f"]
+    assert [(s, r) for s, r, _ in rows] == [("0", "0"), ("1", "1")]
+    for phase in ("forward", "backward"):
+        blocks = re.findall(rf"<title>{phase} of stage (\d), micro-batch (\d)</title>", html)
+        assert sorted(blocks) == sorted((s, m) for s in "01" for m in "0123"), phase
+    bubble = re.search(r"Bubble \(idle over busy time\) by rank: 0: ([\d.]+) 1: ([\d.]+); "
+                       r"\(p-1\)/\(v m\) = 0.25", html)
+    assert bubble and all(float(b) > 0 for b in bubble.groups()), html[-3000:]
+    shot = tmp_path / "plan.png"
+    done = subprocess.run([chromium, "--headless", "--no-sandbox", "--disable-gpu",
+                           "--hide-scrollbars", "--window-size=1280,1800",
+                           f"--screenshot={shot}", f"file://{page}"],
+                          capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0 and os.path.exists(shot), done.stderr[-2000:]
+    counts = {}
+    for color in Image.open(shot).convert("RGB").getdata():
+        counts[color] = counts.get(color, 0) + 1
+    for name, color in [("forward", FORWARD), ("backward", BACKWARD)]:
+        assert counts.get(color, 0) >= 3000, f"{name} blocks: {counts.get(color, 0)} pixels"
