@@ -10,6 +10,7 @@ import tempfile
 # Mesh axis names auto_parallelize reads as data and tensor parallel.
 DATA_AXES = ("dp", "data", "ddp", "fsdp")
 TENSOR_AXES = ("tp", "model", "mp", "tensor")
+PIPELINE_AXES = ("pp", "pipe", "pipeline")
 # The cost model's defaults (tdx/Sharding/Layout.h): bytes/s and seconds per
 # step of a collective on a mesh axis, and seconds per byte a rank holds.
 BANDWIDTH, LATENCY, SECONDS_PER_BYTE_HELD = 1e10, 1e-5, 1e-10
@@ -62,6 +63,35 @@ def _tensor_parallel_plans(prog, axis):
     return [megatron, sequence]
 
 
+def _pipeline_candidates(prog, axis, ranks):
+    """The pipelines to score on `ranks` ranks of `axis`: 1F1B and (two
+    stages per rank) interleaved 1F1B, with the step's micro-batches when it
+    was traced with some, else p, 2p or 4p of them where the batch splits
+    so."""
+    from .sharding import Pipeline
+    k = getattr(prog, "accumulation_steps", 1)
+    if k > 1:
+        counts = [k]
+    else:
+        head = re.search(r"func\.func @train_step\(%\w+: tensor<(\d+)x", prog.mlir)
+        batch = int(head.group(1)) if head else 1
+        counts = [m for m in (ranks, 2 * ranks, 4 * ranks) if batch % m == 0] or [1]
+    candidates = [Pipeline(axis, microbatches=m, schedule="1f1b") for m in counts]
+    candidates += [Pipeline(axis, microbatches=m, schedule="interleaved-1f1b", stages_per_rank=2)
+                   for m in counts if m % ranks == 0]
+    return candidates
+
+
+def _schedule_seconds(work):
+    """The end of the pipeline's last forward or backward in the schedule
+    tdx-schedule-pipeline timed by the cost model (0 without a pipeline)."""
+    timeline = re.search(r"timeline = \[(.*?)\]\}", work.mlir)
+    if not timeline:
+        return 0.0
+    ends = [float(t.split(",")[5]) for t in re.findall(r"array<f64: ([^>]*)>", timeline.group(1))]
+    return max(ends, default=0.0)
+
+
 def _comm_seconds(report):
     """The seconds a step's collectives take under the alpha-beta model
     (comm_report's bytes: what a rank passes in)."""
@@ -74,6 +104,8 @@ def _comm_seconds(report):
             seconds += 2 * (g - 1) * LATENCY + 2 * (g - 1) / g * n / BANDWIDTH
         elif c["kind"] == "all_gather":
             seconds += (g - 1) * LATENCY + (g - 1) * n / BANDWIDTH
+        elif c["kind"] in ("send", "recv"):  # a pipeline's messages
+            seconds += LATENCY + n / BANDWIDTH
         else:  # reduce_scatter, all_to_all, broadcast
             seconds += (g - 1) * LATENCY + (g - 1) / g * n / BANDWIDTH
     return seconds
@@ -104,11 +136,17 @@ def auto_parallelize(prog, mesh, memory_budget=None):
       candidates whose peak fits count (the compiler recomputes to fit,
       tdx-recompute); if none fits, the one with the lowest peak is kept
       (tdx.compile then refuses it, naming what holds the memory).
-    - The ZeRO stage is chosen with Megatron's plan, then sequence
-      parallelism at that stage. The choice is deterministic: candidates
-      are scored in a fixed order and a tie keeps the first.
-
-    A ``pp`` axis (pipeline parallelism) is not handled yet."""
+    - An axis named ``pp`` (or ``pipe``, ``pipeline``) of a training step
+      is a pipeline (``tdx.Pipeline``): its stages are split by cost
+      (tdx-split-stages); the schedule (1F1B, or interleaved 1F1B with two
+      stages per rank) and the micro-batches (the step's accumulation
+      steps, else p, 2p or 4p where the batch splits so) are chosen by the
+      end of the schedule timed by the cost model, plus its messages.
+    - The pipeline is chosen first, then the ZeRO stage with Megatron's
+      plan, then sequence parallelism at that stage. The choice is
+      deterministic: candidates are scored in a fixed order and a tie keeps
+      the first. The result has ``"pipeline"`` when the mesh has a
+      pipeline axis."""
     from .program import Program
     from .errors import TdxError
     from .sharding import DeviceMesh, _json_report, parallelize
@@ -124,16 +162,19 @@ def auto_parallelize(prog, mesh, memory_budget=None):
                          f"{memory_budget!r}")
     data = [a for a in mesh.mesh_dim_names if a in DATA_AXES]
     tensor = [a for a in mesh.mesh_dim_names if a in TENSOR_AXES]
+    stages = [a for a in mesh.mesh_dim_names if a in PIPELINE_AXES]
     for axis in mesh.mesh_dim_names:
-        if axis == "pp":
-            raise ValueError("auto_parallelize: mesh axis 'pp' asks for pipeline parallelism, "
-                             "which tdx does not build yet; use data- and tensor-parallel axes")
-        if axis not in DATA_AXES + TENSOR_AXES:
+        if axis not in DATA_AXES + TENSOR_AXES + PIPELINE_AXES:
             raise ValueError(f"auto_parallelize: mesh axis {axis!r} is neither data parallel "
-                             f"{DATA_AXES} nor tensor parallel {TENSOR_AXES}; name it as one")
-    if len(data) > 1 or len(tensor) > 1:
-        raise ValueError(f"auto_parallelize takes at most one data-parallel and one "
-                         f"tensor-parallel axis, got {list(mesh.mesh_dim_names)}")
+                             f"{DATA_AXES}, tensor parallel {TENSOR_AXES} nor a pipeline "
+                             f"{PIPELINE_AXES}; name it as one")
+    if len(data) > 1 or len(tensor) > 1 or len(stages) > 1:
+        raise ValueError(f"auto_parallelize takes at most one data-parallel, one "
+                         f"tensor-parallel and one pipeline axis, got "
+                         f"{list(mesh.mesh_dim_names)}")
+    if stages and prog._module.entry() != "train_step":
+        raise ValueError(f"auto_parallelize: mesh axis {stages[0]!r} is a pipeline, which "
+                         f"splits a training step; trace one with tdx.trace_train_step")
     dp = data[0] if data else None
     plans = [{}]
     if tensor:
@@ -146,38 +187,47 @@ def auto_parallelize(prog, mesh, memory_budget=None):
     zeros = (0, 1, 3) if dp is not None and training else (0,)
     best, failed = None, []
 
-    def score(plan, zero):
-        """Places a copy with `plan` and `zero` and keeps it if it beats the
-        best so far: (over the budget, its cost)."""
+    def score(plan, zero, pipeline=None):
+        """Places a copy with `plan`, `zero` and `pipeline` and keeps it if
+        it beats the best so far: (over the budget, its cost)."""
         nonlocal best
         # One copy, partitioned once, for both reports (the comm report
         # reads it; the memory report plans it as tdx.compile does).
         try:
             work = parallelize(prog.copy(), mesh, plan, data_parallel=dp, zero=zero,
-                               memory_budget=memory_budget).partition()
+                               memory_budget=memory_budget, pipeline=pipeline).partition()
             comm = _json_report(work, "tdx-comm-report")
             work.run_pipeline("tdx-backend{check-budget=0}")
             memory = _json_report(work, "tdx-memory-report")
-        except TdxError as e:  # a candidate the compiler cannot place
-            failed.append(f"{plan}, zero={zero}: {e}")
+        except (TdxError, ValueError) as e:  # a candidate the compiler cannot place
+            failed.append(f"{plan}, zero={zero}, pipeline={pipeline}: {e}")
             return
         seconds = (_comm_seconds(comm) + memory["recomputed"]["seconds"] +
-                   SECONDS_PER_BYTE_HELD * memory["peak"])
+                   SECONDS_PER_BYTE_HELD * memory["peak"] + _schedule_seconds(work))
         fits = memory_budget is None or memory["peak"] <= memory_budget
         key = (not fits, seconds if fits else memory["peak"])
         if best is None or key < best[0]:
-            best = (key, plan, zero)
+            best = (key, plan, zero, pipeline)
 
-    # The ZeRO stage with the first plan, then the other plans at that
-    # stage: the two choices barely interact, and each candidate costs a
-    # whole placement.
+    # The pipeline, then the ZeRO stage with the first plan, then the other
+    # plans at that stage: the choices barely interact, and each candidate
+    # costs a whole placement.
+    pipeline = None
+    if stages:
+        for candidate in _pipeline_candidates(prog, stages[0],
+                                              mesh.shape[mesh.axis(stages[0])]):
+            score(plans[0], 0, candidate)
+        pipeline = best[3] if best else None
     for zero in zeros:
-        score(plans[0], zero)
+        if not (stages and zero == 0):  # scored with the pipelines
+            score(plans[0], zero, pipeline)
     for plan in plans[1:]:
-        score(plan, best[2] if best else 0)
+        score(plan, best[2] if best else 0, pipeline)
     if best is None:
         raise TdxError("auto_parallelize could place no candidate plan:\n  " +
                        "\n  ".join(failed))
     chosen = {"plan": best[1], "data_parallel": dp, "zero": best[2]}
+    if stages:
+        chosen["pipeline"] = best[3]
     parallelize(prog, mesh, memory_budget=memory_budget, **chosen)
     return chosen

@@ -39,10 +39,13 @@ class Program:
     def copy(self):
         """An independent copy of the program."""
         prog = Program.__new__(Program)
+        # What the Python side knows of it (hyperparameters, accumulation
+        # steps, the model and how to record it again, a pipeline) goes along.
+        for key, value in vars(self).items():
+            if key != "_module":
+                setattr(prog, key, value)
         prog._module = self._module.clone()
         prog.hyperparameters = dict(getattr(self, "hyperparameters", {}))
-        prog._model = getattr(self, "_model", None)
-        prog._retrace = getattr(self, "_retrace", None)
         return prog
 
     def __repr__(self):

@@ -88,9 +88,27 @@ def test_a_memory_budget_moves_the_choice_to_what_fits():
     assert again.mlir == tight.mlir
 
 
+def test_a_pipeline_axis_gets_a_pipeline():
+    """(pp 2, dp 2): the pipeline (schedule, micro-batches) is chosen by the
+    cost model's timeline, the stages by cost; what is returned places a
+    fresh program exactly as auto_parallelize placed this one, and a forward
+    (no training step) is refused."""
+    mesh = tdx.init_device_mesh("cpu", (2, 2), ("pp", "dp"))
+    prog = fresh("gpt2")
+    chosen = tdx.auto_parallelize(prog, mesh)
+    pipeline = chosen["pipeline"]
+    assert isinstance(pipeline, tdx.Pipeline) and pipeline.mesh_axis == "pp"
+    # The batch of 4 splits into 2 or 4 micro-batches; more micro-batches
+    # shrink the bubble, so the cost model takes 4.
+    assert pipeline.microbatches == 4 and chosen["data_parallel"] == "dp"
+    again = tdx.parallelize(fresh("gpt2"), mesh, **chosen)
+    assert again.mlir == prog.mlir
+    forward = tdx.trace(tdx.deferred_init(MODELS["gpt2"][0]), torch.zeros(2, 8, dtype=torch.long))
+    with pytest.raises(ValueError, match="'pp' is a pipeline, which splits a training step"):
+        tdx.auto_parallelize(forward, mesh)
+
+
 def test_auto_parallelize_names_what_it_cannot_do():
-    with pytest.raises(ValueError, match="'pp' asks for pipeline parallelism"):
-        tdx.auto_parallelize(fresh("gpt2"), tdx.init_device_mesh("cpu", (2, 2), ("pp", "dp")))
     with pytest.raises(ValueError, match="axis 'x' is neither data parallel"):
         tdx.auto_parallelize(fresh("gpt2"), tdx.init_device_mesh("cpu", (2,), ("x",)))
     placed = tdx.parallelize(fresh("gpt2"), tdx.init_device_mesh("cpu", (2,), ("dp",)), {},
