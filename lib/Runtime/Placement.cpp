@@ -44,11 +44,16 @@ void tdx::rt::boxOf(const std::vector<int64_t> &meshShape, const std::vector<int
                                 " axes");
   offset.assign(globalShape.size(), 0);
   size = globalShape;
+  bool elsewhere = false;
   for (size_t a = 0; a < layout.size() && a < meshShape.size(); ++a) {
     if (coords[a] < 0 || coords[a] >= meshShape[a])
       throw std::invalid_argument("tdx: coordinate " + std::to_string(coords[a]) +
                                   " is outside mesh axis " + std::to_string(a) + " of size " +
                                   std::to_string(meshShape[a]));
+    // A pipeline stage's state: the other stages' ranks hold none of it
+    // (a 0-D state, a few bytes, is held whole).
+    if (layout[a].kind == 'T' && coords[a] != layout[a].value)
+      elsewhere = true;
     if (layout[a].kind != 'S')
       continue;
     int64_t d = layout[a].value;
@@ -59,4 +64,6 @@ void tdx::rt::boxOf(const std::vector<int64_t> &meshShape, const std::vector<int
     offset[d] += start;
     size[d] = end - start;
   }
+  if (elsewhere && !size.empty())
+    size[0] = 0;
 }

@@ -187,7 +187,7 @@ LogicalResult mlir::tdx::emitCpp(ModuleOp module, llvm::raw_ostream &os, Backend
                            chunk.getInt() % mesh.getShape()[mesh.getAxisIndex(
                                                 pipeline.getAs<StringAttr>("axis"))]);
     params.push_back({name.str(), type, layout});
-    if (failed(e.emitInit(&op, name, type, sharding)))
+    if (failed(e.emitInit(&op, name, type, layout)))
       return failure();
   }
   if (!tables.entries.empty())

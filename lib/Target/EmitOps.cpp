@@ -14,7 +14,7 @@ using namespace mlir::tdx;
 namespace mlir::tdx::cpp {
 
 LogicalResult Emitter::emitInit(Operation *decl, StringRef name, RankedTensorType type,
-                                ShardingAttr sharding) {
+                                StringRef layout) {
   // A program that is not pointwise in the global index makes a binary that
   // needs --params for this parameter; the reason is kept for the message.
   std::string why;
@@ -36,7 +36,7 @@ LogicalResult Emitter::emitInit(Operation *decl, StringRef name, RankedTensorTyp
   std::string var = programVar(*program);
   tables->entries.push_back("{" + quoted(name) + ", " +
                             var.substr(var.find('(') + 1, var.size() - var.find('(') - 2) +
-                            ", " + quoted(layoutText(sharding, meshRank)) + "}");
+                            ", " + quoted(layout) + "}");
   return success();
 }
 

@@ -200,8 +200,9 @@ public:
   /// The kernel each tdx.fused runs (kernels of one text share one).
   DenseMap<Operation *, FusedKernel> kernels;
   FailureOr<std::string> atenArgument(AtenOp o, NamedAttribute kv);
+  /// The init program of state `decl`, made in the box of `layout`.
   LogicalResult emitInit(Operation *decl, StringRef name, RankedTensorType type,
-                         ShardingAttr sharding);
+                         StringRef layout);
   /// Writes `program` with the init programs; returns its variable's name.
   std::string programVar(const ::tdx::rt::InitProgram &program);
 

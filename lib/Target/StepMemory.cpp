@@ -36,9 +36,21 @@ StepMemory mlir::tdx::stepMemory(ModuleOp module, func::FuncOp fn) {
   StepMemory m;
   std::map<std::string, int64_t> stateBytes;
   std::map<std::string, RankedTensorType> stateType;
+  // A pipeline rank's step (tdx-schedule-pipeline's functions, in rank
+  // order) holds the state of its own stages only (Stage(r) layouts).
+  int64_t pipelineRank = -1, pipelineRanks = 1;
+  if (auto pipeline = module->getAttrOfType<DictionaryAttr>(TdxDialect::kPipelineAttrName))
+    if (auto functions = pipeline.getAs<ArrayAttr>("functions"))
+      for (auto [r, name] : llvm::enumerate(functions.getAsRange<FlatSymbolRefAttr>()))
+        if (name.getValue() == fn.getSymName())
+          pipelineRank = r, pipelineRanks = functions.size();
   for (Operation &op : module.getOps()) {
     auto state = dyn_cast<StateOpInterface>(&op);
     if (!state || state.getTiedState())
+      continue;
+    if (auto chunk = op.getAttrOfType<IntegerAttr>(TdxDialect::kStageAttrName);
+        chunk && pipelineRank >= 0 && chunk.getInt() % pipelineRanks != pipelineRank &&
+        state.getStateType().getRank() > 0)
       continue;
     std::string name = SymbolTable::getSymbolName(&op).str();
     int64_t bytes = heldBytes(&op, state.getStateType(), state.getStateSharding());

@@ -223,3 +223,29 @@ def test_a_stage_that_dies_ends_the_run(tmp_path, signal_name):
         assert re.search(r"process rank 1 with PID \d+ on node \S+ exited on signal 9", text), text
     else:
         assert "recv over mesh axes {pp} did not complete in 3 s" in text, text
+
+
+def test_each_pipeline_rank_holds_its_own_stages_state():
+    """State is laid out Stage(r): a rank allocates its stages' parameters
+    and optimizer state only (the others' boxes are empty), the ranks'
+    states add up to the model's, and prog.memory_report() (pipeline rank
+    0's step) counts rank 0's."""
+    prog = pipelined("gpt2", "pp2", "1f1b", microbatches=2)
+    exe = tdx.compile(prog, opt_level=0)
+    batches = data(2)
+    _, start, want = eager_steps("gpt2", batches)
+    losses, _ = exe.train(batches, params=start, verbose=True)
+    assert_losses_match(losses, want)
+    held = {int(r): int(b) for r, b in
+            re.findall(r"rank (\d): state (\d+) bytes", exe.last_log)}
+    torch.manual_seed(0)
+    eager = MODELS["gpt2"]()
+    params = sum(p.numel() * 4 for p in eager.parameters())
+    buffers = sum(b.numel() * b.element_size() for b in eager.buffers())
+    # SGD with momentum: one buffer per parameter.
+    total = 2 * params + buffers
+    assert sorted(held) == [0, 1]
+    assert all(b < 0.75 * total for b in held.values()), (held, total)
+    assert abs(sum(held.values()) - total) <= 64, (held, total)
+    report = prog.memory_report()
+    assert report["parameters"] + report["optimizer"] == held[0], (report, held)

@@ -17,9 +17,9 @@
 namespace tdx::rt {
 
 /// One placement per mesh axis: {'S', dim}, {'R', 0}, {'P', reduce}, or
-/// {'T', stage}: a pipeline stage's state on the pipeline axis, whole on
-/// every rank there but kept current only by the ranks at coordinate
-/// `stage` (gathering and checkpoints read it from them).
+/// {'T', stage}: a pipeline stage's state on the pipeline axis, held by the
+/// ranks at coordinate `stage` only (the others' box is empty; a 0-D state
+/// they hold whole, unused): gathering and checkpoints read it from them.
 struct Placement {
   char kind;
   int64_t value;
