@@ -5,7 +5,9 @@
 using namespace mlir;
 using namespace mlir::tdx;
 
-FailureOr<std::optional<PipelineSpec>> mlir::tdx::pipelineOf(ModuleOp module, StringRef pass) {
+/// The module's pipeline (null: it has none), or failure after a
+/// diagnostic naming `pass`.
+static FailureOr<std::optional<PipelineSpec>> pipelineOf(ModuleOp module, StringRef pass) {
   auto d = module->getAttrOfType<DictionaryAttr>(TdxDialect::kPipelineAttrName);
   if (!d)
     return std::optional<PipelineSpec>();
@@ -37,20 +39,22 @@ FailureOr<std::optional<PipelineSpec>> mlir::tdx::pipelineOf(ModuleOp module, St
   return std::optional<PipelineSpec>(spec);
 }
 
-func::FuncOp mlir::tdx::pipelinedStep(ModuleOp module, StringRef pass) {
+FailureOr<std::optional<Pipelined>> mlir::tdx::pipelinedStep(ModuleOp module, StringRef pass) {
+  FailureOr<std::optional<PipelineSpec>> spec = pipelineOf(module, pass);
+  if (failed(spec))
+    return failure();
+  if (!*spec)
+    return std::optional<Pipelined>();
   auto fn = module.lookupSymbol<func::FuncOp>("train_step");
-  if (!fn || !fn.getBody().hasOneBlock()) {
-    module.emitError() << pass << ": a pipeline splits a training step "
-                       << "(tdx.trace_train_step's @train_step), which the module does not have";
-    return {};
-  }
+  if (!fn || !fn.getBody().hasOneBlock())
+    return module.emitError() << pass << ": a pipeline splits a training step "
+                              << "(tdx.trace_train_step's @train_step), which the module "
+                                 "does not have";
   for (auto other : module.getOps<func::FuncOp>())
-    if (other != fn) {
-      other.emitError() << pass << ": a pipelined program has one entry, @train_step; "
-                        << "compile other entries (prog.add_entry) without pipeline=";
-      return {};
-    }
-  return fn;
+    if (other != fn)
+      return other.emitError() << pass << ": a pipelined program has one entry, @train_step; "
+                               << "compile other entries (prog.add_entry) without pipeline=";
+  return std::optional<Pipelined>(Pipelined{**spec, fn});
 }
 
 llvm::SetVector<Operation *> mlir::tdx::forwardOf(func::FuncOp step) {

@@ -32,13 +32,14 @@ struct PipelineSpec {
   int64_t chunks() const { return ranks * stagesPerRank; }
 };
 
-/// The module's pipeline (null: it has none), or failure after a
+/// The module's pipeline and the step it splits (@train_step, alone in the
+/// module): none when the module asks for no pipeline, failure after a
 /// diagnostic naming `pass`.
-FailureOr<std::optional<PipelineSpec>> pipelineOf(ModuleOp module, StringRef pass);
-
-/// The step a pipeline splits: @train_step, alone in the module; null
-/// after a diagnostic naming `pass`.
-func::FuncOp pipelinedStep(ModuleOp module, StringRef pass);
+struct Pipelined {
+  PipelineSpec spec;
+  func::FuncOp step;
+};
+FailureOr<std::optional<Pipelined>> pipelinedStep(ModuleOp module, StringRef pass);
 
 /// The chunk an op or a state symbol was given by tdx-split-stages; none:
 /// every stage that reads it makes it for itself (it reads only the batch

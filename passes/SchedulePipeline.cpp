@@ -103,15 +103,10 @@ class SchedulePipelinePass : public mlir::tdx::impl::SchedulePipelineBase<Schedu
 public:
   void runOnOperation() override {
     ModuleOp module = getOperation();
-    FailureOr<std::optional<PipelineSpec>> spec = pipelineOf(module, getArgument());
-    if (failed(spec))
+    FailureOr<std::optional<Pipelined>> pipelined = pipelinedStep(module, getArgument());
+    if (failed(pipelined))
       return signalPassFailure();
-    if (!*spec)
-      return;
-    func::FuncOp step = pipelinedStep(module, getArgument());
-    if (!step)
-      return signalPassFailure();
-    if (failed(schedule(module, step, **spec)))
+    if (*pipelined && failed(schedule(module, (*pipelined)->step, (*pipelined)->spec)))
       return signalPassFailure();
   }
 

@@ -104,20 +104,20 @@ class SplitStagesPass : public mlir::tdx::impl::SplitStagesBase<SplitStagesPass>
 public:
   void runOnOperation() override {
     ModuleOp module = getOperation();
-    FailureOr<std::optional<PipelineSpec>> spec = pipelineOf(module, getArgument());
-    if (failed(spec))
-      return signalPassFailure();
-    if (!*spec)
-      return;
-    if (!module->hasAttr(TdxDialect::kPartitionedAttrName)) {
+    if (module->hasAttr(TdxDialect::kPipelineAttrName) &&
+        !module->hasAttr(TdxDialect::kPartitionedAttrName)) {
       module.emitError() << getArgument()
                          << ": split stages after tdx-partition (`--tdx-spmd`): it splits the "
                             "per-rank program";
       return signalPassFailure();
     }
-    func::FuncOp step = pipelinedStep(module, getArgument());
-    if (!step || failed(checkAxisUnused(module, step, **spec)) ||
-        failed(split(module, step, **spec)))
+    FailureOr<std::optional<Pipelined>> pipelined = pipelinedStep(module, getArgument());
+    if (failed(pipelined))
+      return signalPassFailure();
+    if (!*pipelined)
+      return;
+    auto &[spec, step] = **pipelined;
+    if (failed(checkAxisUnused(module, step, spec)) || failed(split(module, step, spec)))
       return signalPassFailure();
   }
 

@@ -32,7 +32,7 @@ quick=(test_capture.py test_deferred_init.py test_sharding.py test_checkpoint.py
 # The models tier's files, the longest first (measured on this machine's
 # kind): its processes take whole files, so that the tests of one file share
 # what they compile, and the longest first share the work out evenly.
-models=(test_training.py test_real_models.py test_gpu_check.py test_runtime.py test_spmd.py
+models=(test_training.py test_pipeline.py test_real_models.py test_gpu_check.py test_runtime.py test_spmd.py
         test_runner.py test_examples.py)
 for f in "$root"/test/python/test_*.py; do
   name="$(basename "$f")"

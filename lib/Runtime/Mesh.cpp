@@ -5,6 +5,7 @@
 
 #include <mpi.h>
 
+#include <algorithm>
 #include <chrono>
 #include <cstdio>
 #include <cstring>
@@ -169,6 +170,18 @@ int64_t Mesh::probeBytes(const std::vector<std::string> &axes, int64_t peer, int
   int count = 0;
   checkMpi(MPI_Get_count(&status, MPI_BYTE, &count), "recv");
   return count;
+}
+
+void Mesh::completeShape(std::vector<int64_t> &shape, int64_t itemBytes,
+                         const std::vector<std::string> &axes, int64_t peer, int64_t tag) {
+  auto open = std::find(shape.begin(), shape.end(), -1);
+  if (open == shape.end())
+    return;
+  int64_t rest = 1;
+  for (int64_t d : shape)
+    rest *= d == -1 ? 1 : d;
+  int64_t bytes = probeBytes(axes, peer, tag);
+  *open = rest ? bytes / itemBytes / rest : 0;
 }
 
 void Mesh::recvBytes(void *data, int64_t bytes, const std::vector<std::string> &axes,

@@ -65,11 +65,11 @@ def test_the_plan_page_shows_placements_collectives_and_memory(tmp_path):
     assert "within it" in html
 
 
-def test_the_plan_page_renders_in_chromium(tmp_path):
+def screenshot(page, tmp_path):
+    """The page rendered by headless Chromium at 1280 x 1800: {color: pixels}."""
     chromium = shutil.which("chromium") or shutil.which("chromium-browser")
     assert chromium, "the screenshot test needs Debian's chromium: run scripts/setup.sh"
     from PIL import Image
-    page = tdx.explain(bench_gpt_2x2(), tmp_path / "plan.html")
     shot = tmp_path / "plan.png"
     done = subprocess.run([chromium, "--headless", "--no-sandbox", "--disable-gpu",
                            "--hide-scrollbars", "--window-size=1280,1800",
@@ -81,6 +81,11 @@ def test_the_plan_page_renders_in_chromium(tmp_path):
     counts = {}
     for color in image.getdata():
         counts[color] = counts.get(color, 0) + 1
+    return counts
+
+
+def test_the_plan_page_renders_in_chromium(tmp_path):
+    counts = screenshot(tdx.explain(bench_gpt_2x2(), tmp_path / "plan.html"), tmp_path)
     # The placement cells and the collectives' marks are drawn: each color
     # covers at least a few cells' worth of pixels.
     for name, color, least in [("Shard", SHARD, 2000), ("Replicate", REPLICATE, 2000),
@@ -105,9 +110,6 @@ def test_a_pipeline_page_shows_its_stages_and_schedule(tmp_path):
     """The bench GPT on (pp 2, dp 2), 1F1B over 4 micro-batches: the stages
     with every layer once, and the schedule as rank rows of F and B blocks
     (one per stage and micro-batch) with the bubbles between, rendered."""
-    chromium = shutil.which("chromium") or shutil.which("chromium-browser")
-    assert chromium, "the screenshot test needs Debian's chromium: run scripts/setup.sh"
-    from PIL import Image
     torch.manual_seed(0)
     model = tdx.deferred_init(GPT2, vocab=512, d=128, heads=4, layers=4, context=64)
     ids = torch.zeros(8, 64, dtype=torch.long)
@@ -129,14 +131,6 @@ def test_a_pipeline_page_shows_its_stages_and_schedule(tmp_path):
     bubble = re.search(r"Bubble \(idle over busy time\) by rank: 0: ([\d.]+) 1: ([\d.]+); "
                        r"\(p-1\)/\(v m\) = 0.25", html)
     assert bubble and all(float(b) > 0 for b in bubble.groups()), html[-3000:]
-    shot = tmp_path / "plan.png"
-    done = subprocess.run([chromium, "--headless", "--no-sandbox", "--disable-gpu",
-                           "--hide-scrollbars", "--window-size=1280,1800",
-                           f"--screenshot={shot}", f"file://{page}"],
-                          capture_output=True, text=True, timeout=120)
-    assert done.returncode == 0 and os.path.exists(shot), done.stderr[-2000:]
-    counts = {}
-    for color in Image.open(shot).convert("RGB").getdata():
-        counts[color] = counts.get(color, 0) + 1
+    counts = screenshot(page, tmp_path)
     for name, color in [("forward", FORWARD), ("backward", BACKWARD)]:
         assert counts.get(color, 0) >= 3000, f"{name} blocks: {counts.get(color, 0)} pixels"

@@ -146,18 +146,24 @@ def test_save_and_load(tmp_path):
 
 
 def start_two_ranks(tmp_path, *options):
-    """Starts the 2-rank GPT-2 binary in a long forward loop; returns the
-    mpirun process, the two rank pids once both are past their start-up
-    (MPI_Init cannot time out: a rank stopped there would hang the other),
-    and the list its stderr lines go to."""
+    """Starts the 2-rank GPT-2 binary in a long forward loop (launch_two)."""
+    exe = compiled("gpt2", "tp2")
+    tdx.safetensors.save({"input:0": IDS}, str(tmp_path / "in.safetensors"))
+    return launch_two([exe.path, "--inputs", str(tmp_path / "in.safetensors"),
+                       "--steps", "1000000", "--verbose", *options])
+
+
+def launch_two(command):
+    """Starts `command` (a model binary and its arguments, with --verbose)
+    on 2 ranks; returns the mpirun process and the two rank pids once both
+    are past their start-up (MPI_Init cannot time out: a rank stopped there
+    would hang the other). The process's `stderr_lines` collects its
+    stderr."""
     import subprocess
     import threading
     import time
-    exe = compiled("gpt2", "tp2")
-    tdx.safetensors.save({"input:0": IDS}, str(tmp_path / "in.safetensors"))
     job = subprocess.Popen(["mpirun", "--oversubscribe", "--allow-run-as-root", "-np", "2",
-                            exe.path, "--inputs", str(tmp_path / "in.safetensors"),
-                            "--steps", "1000000", "--verbose", *options],
+                            *command],
                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     out, err = [], []
     readers = [threading.Thread(target=lambda: out.extend(job.stdout), daemon=True),
@@ -176,7 +182,7 @@ def start_two_ranks(tmp_path, *options):
     else:
         job.kill()
         pytest.fail("the ranks did not start: " + "".join(out + err)[-2000:])
-    time.sleep(0.5)  # mid-run: both ranks are in their forward loop
+    time.sleep(0.5)  # mid-run: both ranks are in their loop
     return job, [int(r) for r in ranks]
 
 

@@ -845,7 +845,8 @@ def activation_bound(model, mesh, budget=None):
     return prog, data
 
 
-@pytest.mark.parametrize("model,mesh", [("gpt2", "1"), ("llama", "dp2"),
+@pytest.mark.parametrize("model,mesh", [("gpt2", "1"),
+                                        pytest.param("llama", "dp2", marks=pytest.mark.slow),
                                         pytest.param("gpt2", "tp2", marks=pytest.mark.slow)])
 def test_a_memory_budget_recomputes_to_fit(model, mesh):
     # memory_budget = the unconstrained step's peak less 40% of its

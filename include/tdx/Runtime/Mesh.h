@@ -110,6 +110,10 @@ public:
   /// Waits (with the collective deadline) for the message with `tag` from
   /// `peer` and returns its size in bytes, without receiving it.
   int64_t probeBytes(const std::vector<std::string> &axes, int64_t peer, int64_t tag);
+  /// Gives the -1 dim of `shape` (at most one) the size the message with
+  /// `tag` from `peer` has, elements of `itemBytes` (probeBytes).
+  void completeShape(std::vector<int64_t> &shape, int64_t itemBytes,
+                     const std::vector<std::string> &axes, int64_t peer, int64_t tag);
   /// Receives it into `data` (with the collective deadline).
   void recvBytes(void *data, int64_t bytes, const std::vector<std::string> &axes, int64_t peer,
                  int64_t tag);

@@ -147,14 +147,7 @@ void Context::send(const at::Tensor &x, const std::vector<std::string> &axes, in
 at::Tensor Context::recv(std::vector<int64_t> shape, at::ScalarType dtype,
                          const std::vector<std::string> &axes, int64_t peer, int64_t tag) {
   Profile::Scope timed(&Profile::collectives);
-  auto open = std::find(shape.begin(), shape.end(), -1);
-  if (open != shape.end()) {
-    int64_t rest = 1;
-    for (int64_t d : shape)
-      rest *= d == -1 ? 1 : d;
-    int64_t bytes = probeBytes(axes, peer, tag), item = c10::elementSize(dtype);
-    *open = rest ? bytes / item / rest : 0;
-  }
+  completeShape(shape, static_cast<int64_t>(c10::elementSize(dtype)), axes, peer, tag);
   at::Tensor out = at::empty(shape, at::TensorOptions().dtype(dtype));
   recvBytes(out.data_ptr(), static_cast<int64_t>(out.nbytes()), axes, peer, tag);
   return out;

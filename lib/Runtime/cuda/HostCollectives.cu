@@ -13,7 +13,6 @@
 
 #include <mpi.h>
 
-#include <algorithm>
 #include <climits>
 #include <memory>
 #include <cstring>
@@ -128,14 +127,7 @@ void Context::send(const Tensor &x, const std::vector<std::string> &axes, int64_
 
 Tensor Context::recv(std::vector<int64_t> shape, DType dtype, const std::vector<std::string> &axes,
                      int64_t peer, int64_t tag) {
-  auto open = std::find(shape.begin(), shape.end(), -1);
-  if (open != shape.end()) {
-    int64_t rest = 1;
-    for (int64_t d : shape)
-      rest *= d == -1 ? 1 : d;
-    int64_t bytes = probeBytes(axes, peer, tag), item = rt::dtypeSize(dtype);
-    *open = rest ? bytes / item / rest : 0;
-  }
+  completeShape(shape, rt::dtypeSize(dtype), axes, peer, tag);
   Tensor out = Tensor::empty(shape, dtype);
   std::vector<char> host(static_cast<size_t>(out.nbytes()));
   recvBytes(host.data(), out.nbytes(), axes, peer, tag);
