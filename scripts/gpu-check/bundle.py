@@ -28,13 +28,15 @@ from models import GPT2, Llama  # noqa: E402
 # Program name -> (model, ranks, kind); tp2 runs two ranks on one GPU where
 # NCCL allows it. "forward" programs compare their output, "train" ones
 # (tdx.trace_train_step with OPTIMIZERS' optimizer, TRAIN_STEPS steps) their loss per step
-# and the final state.
+# and the final state; "train-pp" is a training step pipelined over its
+# ranks (1F1B, PIPELINE_MICROBATCHES micro-batches).
 PROGRAMS = {
     "gpt2-1": ("gpt2", 1, "forward"), "gpt2-tp2": ("gpt2", 2, "forward"),
     "llama-1": ("llama", 1, "forward"), "llama-tp2": ("llama", 2, "forward"),
     "resnet18-1": ("resnet18", 1, "forward"),
     "gpt2-train-1": ("gpt2", 1, "train"), "llama-train-tp2": ("llama", 2, "train"),
     "resnet-tiny-train-1": ("resnet-tiny", 1, "train"),
+    "gpt2-train-pp2": ("gpt2", 2, "train-pp"),
     "narrow-1": ("narrow", 1, "forward"), "bf16-mlp-1": ("bf16-mlp", 1, "forward"),
 }
 # Relative error allowed against eager on the CPU: bf16 and f16 kernels round
@@ -42,6 +44,7 @@ PROGRAMS = {
 # ulp, which can move a bf16 result by one of its own ulps.
 TOLERANCE = {"narrow": 1e-2, "bf16-mlp": 1e-2}
 TRAIN_STEPS = 5
+PIPELINE_MICROBATCHES = 2
 # The runtime a model binary links: tdx/Runtime without LLVM, MLIR or ATen.
 RUNTIME = ["Mesh.cpp", "Options.cpp", "SaveCheckpoint.cpp", "InitProgram.cpp", "Safetensors.cpp",
            "Checkpoint.cpp", "Crc32c.cpp", "Json.cpp", "Placement.cpp", "Arena.cpp"]
@@ -169,7 +172,7 @@ def optimizer(model_name, params):
 def write_train_program(out, name, cpu_expected):
     """A whole training step: eager's losses and final parameters after
     TRAIN_STEPS steps of the model's optimizer from the weights in params.safetensors."""
-    model_name, ranks, _ = PROGRAMS[name]
+    model_name, ranks, kind = PROGRAMS[name]
     eager, deferred, _, plan = model(model_name)
     folder = os.path.join(out, "programs", name)
     os.makedirs(folder)
@@ -182,16 +185,24 @@ def write_train_program(out, name, cpu_expected):
     else:
         batches = [(torch.randint(0, 96, (4, 8), generator=g),
                     torch.randint(0, 96, (4, 8), generator=g)) for _ in range(TRAIN_STEPS)]
-    prog = placed(tdx.trace_train_step(deferred, optimizer(model_name, deferred.parameters()), lm_loss,
-                                       *batches[0]), ranks, plan)
+    prog = tdx.trace_train_step(deferred, optimizer(model_name, deferred.parameters()), lm_loss,
+                                *batches[0])
+    if kind == "train-pp":
+        tdx.parallelize(prog, tdx.init_device_mesh("cpu", (ranks,), ("pp",)), {},
+                        pipeline=tdx.Pipeline("pp", microbatches=PIPELINE_MICROBATCHES))
+    else:
+        placed(prog, ranks, plan)
     cpu_prog = prog.copy()
     emit_cuda(prog, folder)
     weights = {k: v.clone() for k, v in state(eager).items()}
     tdx.safetensors.save(weights, os.path.join(folder, "params.safetensors"))
     with open(os.path.join(folder, "optimizer.json"), "w") as f:
         json.dump(OPTIMIZERS[model_name], f)
-    tdx.safetensors.save({f"{k}:input:{i}": x for k, b in enumerate(batches)
-                          for i, x in enumerate(b)}, os.path.join(folder, "batches.safetensors"))
+    # A pipeline's binary takes each input as its micro-batches stacked.
+    k = PIPELINE_MICROBATCHES if kind == "train-pp" else 1
+    tdx.safetensors.save({f"{s}:input:{i}": x.reshape(k, x.shape[0] // k, *x.shape[1:])
+                          if k > 1 else x for s, b in enumerate(batches) for i, x in enumerate(b)},
+                         os.path.join(folder, "batches.safetensors"))
     opt, losses = optimizer(model_name, eager.parameters()), []
     for batch in batches:
         opt.zero_grad()
@@ -218,7 +229,7 @@ def write_train_program(out, name, cpu_expected):
 
 def write_program(out, name, cpu_expected):
     model_name, ranks, kind = PROGRAMS[name]
-    if kind == "train":
+    if kind in ("train", "train-pp"):
         return write_train_program(out, name, cpu_expected)
     eager, deferred, inputs, plan = model(model_name)
     folder = os.path.join(out, "programs", name)
