@@ -45,6 +45,9 @@ def test_the_tensor_parallel_plan_found_is_megatrons(model):
         assert styles(candidates[1]) == styles(LLAMA_SP_PLAN)
 
 
+# Slow (two GPT-2 binaries at -O2): the default tier trains an auto plan in
+# test_a_memory_budget_moves_the_choice_to_what_fits.
+@pytest.mark.slow
 def test_an_auto_plan_trains_as_the_same_hand_plan():
     # GPT-2's step on (dp 2, tp 2): the auto plan, compiled and run, gives
     # bitwise the losses and state of the hand plan it chose (the hand
