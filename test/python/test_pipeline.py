@@ -246,3 +246,16 @@ def test_a_pipeline_checkpoint_resumes_on_another_layout(tmp_path):
     assert_losses_match(losses + rest, want)
     for name, p in eager.named_parameters():
         assert rel(state[name], p.detach()) < 1e-4, name
+
+
+@pytest.mark.parametrize("zero", [pytest.param(1, marks=slow), 3])
+def test_pipeline_composes_with_zero(zero):
+    """pp x dp with ZeRO on the dp axis: each stage's optimizer state (and,
+    ZeRO-3, its parameters) split over dp, the step still eager's."""
+    batches = data()
+    exe = tdx.compile(pipelined("gpt2", "pp2xdp2", "1f1b", zero=zero), opt_level=0)
+    eager, start, want = eager_steps("gpt2", batches)
+    losses, state = exe.train(batches, params=start)
+    assert_losses_match(losses, want)
+    for name, p in eager.named_parameters():
+        assert rel(state[name], p.detach()) < 1e-4, name
