@@ -259,3 +259,33 @@ def test_pipeline_composes_with_zero(zero):
     assert_losses_match(losses, want)
     for name, p in eager.named_parameters():
         assert rel(state[name], p.detach()) < 1e-4, name
+
+
+@slow
+def test_gradient_clipping_across_stages():
+    """max_grad_norm: the global norm sums every stage's gradients (sent
+    between the stages) and the scale goes back to each; pp2 x dp2 matches
+    eager's clip_grad_norm_."""
+    batches = data()
+    torch.manual_seed(0)
+    deferred = tdx.deferred_init(MODELS["gpt2"])
+    prog = tdx.trace_train_step(deferred, OPTIMIZER(deferred.parameters()), lm_loss, *batches[0],
+                                max_grad_norm=0.5)
+    tdx.parallelize(prog, tdx.init_device_mesh("cpu", (2, 2), ("pp", "dp")), {},
+                    data_parallel="dp", pipeline=tdx.Pipeline("pp", microbatches=4))
+    exe = tdx.compile(prog, opt_level=0)
+    torch.manual_seed(0)
+    eager = MODELS["gpt2"]()
+    start = {k: v.detach().clone() for k, v in eager.state_dict().items()}
+    optimizer, want = OPTIMIZER(eager.parameters()), []
+    for ids, targets in batches:
+        optimizer.zero_grad()
+        loss = lm_loss(eager, ids, targets)
+        loss.backward()
+        torch.nn.utils.clip_grad_norm_(eager.parameters(), 0.5)
+        optimizer.step()
+        want.append(loss.item())
+    losses, state = exe.train(batches, params=start)
+    assert_losses_match(losses, want)
+    for name, p in eager.named_parameters():
+        assert rel(state[name], p.detach()) < 1e-4, name
