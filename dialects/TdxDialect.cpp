@@ -98,10 +98,11 @@ static LogicalResult verifyTdxAttribute(Operation *op, NamedAttribute attr, bool
     if (!axis || !micro || micro.getInt() < 1 || !schedule || !perRank || perRank.getInt() < 1)
       return wrong("a dictionary with axis (a string), microbatches (>= 1), schedule (a "
                    "string) and stages_per_rank (>= 1)");
-    if (!llvm::is_contained({"gpipe", "1f1b", "interleaved-1f1b"}, schedule.getValue()))
+    if (!llvm::is_contained({"gpipe", "1f1b", "interleaved-1f1b", "zb-h1"},
+                            schedule.getValue()))
       return op->emitError() << "'" << name << "' has schedule \"" << schedule.getValue()
-                             << "\"; the schedules are \"gpipe\", \"1f1b\" and "
-                                "\"interleaved-1f1b\"";
+                             << "\"; the schedules are \"gpipe\", \"1f1b\", "
+                                "\"interleaved-1f1b\" and \"zb-h1\"";
     return success();
   }
   if (name == TdxDialect::kReduceTypeAttrName) {

@@ -42,7 +42,8 @@ const std::pair<const char *, const char *> kCollectiveColors[] = {
     {"all_gather", "#59a14f"},     {"all_reduce", "#e15759"}, {"reduce_scatter", "#b07aa1"},
     {"all_to_all", "#9c755f"},     {"broadcast", "#76b7b2"}};
 // A pipeline's forward and backward blocks.
-constexpr const char *kForwardColor = "#1f77b4", *kBackwardColor = "#9467bd";
+constexpr const char *kForwardColor = "#1f77b4", *kBackwardColor = "#9467bd",
+                     *kWeightsColor = "#17becf";
 const std::pair<const char *, const char *> kMemoryColors[] = {
     {"parameters", "#8cd17d"}, {"optimizer", "#86bcb6"}, {"inputs", "#f1ce63"},
     {"gradients", "#ff9d9a"},  {"activations", "#d4a6c8"}};
@@ -319,13 +320,15 @@ struct ExplainPass : public mlir::tdx::impl::ExplainBase<ExplainPass> {
     for (auto t : timeline.getAsRange<DenseF64ArrayAttr>()) {
       int64_t r = t[0], phase = t[1], chunk = t[2], mb = t[3];
       double x = left + t[4] * scale, w = std::max((t[5] - t[4]) * scale - 1, 1.0);
-      std::string label = (phase ? "B" : "F") + std::to_string(mb) +
+      const char *kinds[] = {"F", "B", "W"}, *names[] = {"forward", "backward", "weights"},
+                 *colors[] = {kForwardColor, kBackwardColor, kWeightsColor};
+      phase = std::clamp<int64_t>(phase, 0, 2);
+      std::string label = kinds[phase] + std::to_string(mb) +
                           (v > 1 ? " s" + std::to_string(chunk) : "");
       os << "<rect x=\"" << llvm::format("%.1f", x) << "\" y=\"" << r * rowH + 2
          << "\" width=\"" << llvm::format("%.1f", w) << "\" height=\"" << rowH - 4
-         << "\" fill=\"" << (phase ? kBackwardColor : kForwardColor) << "\"><title>"
-         << (phase ? "backward" : "forward") << " of stage " << chunk << ", micro-batch " << mb
-         << "</title></rect>\n";
+         << "\" fill=\"" << colors[phase] << "\"><title>" << names[phase] << " of stage "
+         << chunk << ", micro-batch " << mb << "</title></rect>\n";
       if (w > 24)
         os << "<text x=\"" << llvm::format("%.1f", x + 3) << "\" y=\"" << r * rowH + rowH - 10
            << "\" fill=\"#fff\">" << label << "</text>\n";
@@ -333,7 +336,9 @@ struct ExplainPass : public mlir::tdx::impl::ExplainBase<ExplainPass> {
     os << "<text x=\"" << left << "\" y=\"" << rowH * p + 16 << "\">time (cost model), "
        << "gray: the bubbles</text>\n</svg>\n<p><span class=\"key\" style=\"background:"
        << kForwardColor << "\"></span>forward<span class=\"key\" style=\"background:"
-       << kBackwardColor << "\"></span>backward. Bubble (idle over busy time) by rank:";
+       << kBackwardColor << "\"></span>backward<span class=\"key\" style=\"background:"
+       << kWeightsColor << "\"></span>weights' gradients (zero bubble). Bubble (idle over "
+          "busy time) by rank:";
     for (auto [r, b] : busy)
       os << " " << r << ": " << llvm::format("%.2f", b > 0 ? (end - b) / b : 0.0);
     os << "; (p-1)/(v m) = " << llvm::format("%.2f", double(p - 1) / double(v * m))

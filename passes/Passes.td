@@ -327,15 +327,19 @@ def SchedulePipeline : Pass<"tdx-schedule-pipeline", "::mlir::ModuleOp"> {
     After `tdx-split-stages`, replaces `@train_step` by one function per rank
     of the pipeline axis, `@train_step_pp<r>`, with the same signature: the
     ops of its chunks (chunk c on rank c mod the axis size) in the order
-    the schedule (`gpipe`, `1f1b`, `interleaved-1f1b`) runs the forward and
-    backward of each chunk on each micro-batch, `tdx.send` right after a
+    the schedule (`gpipe`, `1f1b`, `interleaved-1f1b`, `zb-h1`) runs the
+    forward and backward of each chunk on each micro-batch (zero bubble's
+    H1 splits a backward into its inputs' gradients, B, and its weights',
+    W: the ops whose results reach only the gradient sums and the update;
+    1F1B's order with each rank's W's p - r - 1 micro-batches late, the rest
+    in its cooldown), `tdx.send` right after a
     value another rank reads is made and `tdx.recv` right before a rank
     first reads a value made elsewhere. Summing the micro-batches and the
     optimizer's update run as soon as their inputs are there. The loss
     reaches every rank. All ranks' ops follow one order (the schedule timed
     by the cost model), so no recv waits for a send made after it; that
-    timeline is kept as `tdx.pipeline`'s `timeline` (rank, F 0 / B 1, chunk,
-    micro-batch, start and end seconds per task).
+    timeline is kept as `tdx.pipeline`'s `timeline` (rank, F 0 / B 1 / W 2,
+    chunk, micro-batch, start and end seconds per task).
 
     ```
     tdx-opt split.mlir --tdx-schedule-pipeline

@@ -53,7 +53,10 @@ using namespace mlir::tdx;
 
 namespace {
 
-enum Phase : int64_t { Forward = 0, Backward = 1 };
+/// A task's part of a chunk's work on a micro-batch: its forward, its
+/// backward (with the zero-bubble schedule, the gradients of its inputs
+/// only), and its weights' gradients (zero bubble's W).
+enum Phase : int64_t { Forward = 0, Backward = 1, Weights = 2 };
 
 struct Task {
   int64_t phase, chunk, microbatch;
@@ -66,6 +69,28 @@ struct Task {
 SmallVector<Task> scheduleOf(PipelineSpec &spec, int64_t r) {
   int64_t p = spec.ranks, m = spec.microbatches, v = spec.stagesPerRank;
   SmallVector<Task> out;
+  if (spec.schedule == "zb-h1") {
+    // Zero bubble (ZB-H1): 1F1B's order of F and B, each rank's weight
+    // gradients (W) p - r - 1 micro-batches behind its B's, the rest of
+    // them after its last B, where 1F1B idles.
+    int64_t warmup = std::min(p - r - 1, m), lag = p - r - 1, w = 0;
+    for (int64_t i = 0; i < warmup; ++i)
+      out.push_back({Forward, r, i});
+    for (int64_t i = 0; i < m - warmup; ++i) {
+      out.push_back({Forward, r, warmup + i});
+      out.push_back({Backward, r, i});
+      if (i >= lag)
+        out.push_back({Weights, r, w++});
+    }
+    for (int64_t i = m - warmup; i < m; ++i) {
+      out.push_back({Backward, r, i});
+      if (i >= lag)
+        out.push_back({Weights, r, w++});
+    }
+    while (w < m)
+      out.push_back({Weights, r, w++});
+    return out;
+  }
   if (spec.schedule == "gpipe") {
     for (int64_t i = 0; i < m; ++i)
       out.push_back({Forward, r, i});
@@ -151,6 +176,30 @@ private:
     llvm::SetVector<Operation *> forward = forwardOf(step);
     DenseMap<Operation *, int64_t> mb = microbatches(body, spec);
 
+    // Zero bubble splits a micro-batch's backward: B is what reads a
+    // parameter (an input's gradient, g W^T; a norm's backward) and what
+    // those need; the rest, the weights' gradients (x^T g, a bias's sum, an
+    // embedding's scatter), is W.
+    DenseSet<Operation *> weights;
+    if (spec.schedule == "zb-h1") {
+      DenseSet<Operation *> inputs;
+      for (Operation &op : llvm::reverse(body)) {
+        if (forward.contains(&op) || mb.lookup(&op) < 0 || !stageOf(&op) ||
+            isa<ParamRefOp>(op))
+          continue;
+        // What does not depend on the batch is a parameter or made from one.
+        bool readsParameter = llvm::any_of(op.getOperands(), [&](Value v) {
+          Operation *def = v.getDefiningOp();
+          return def && stageOf(def) && mb.lookup(def) == -1;
+        });
+        if (readsParameter || llvm::any_of(op.getUsers(), [&](Operation *user) {
+              return inputs.contains(user);
+            }))
+          inputs.insert(&op);
+        else
+          weights.insert(&op);
+      }
+    }
     // The tasks and their ops; what is in no task runs when it can.
     std::map<Task, SmallVector<Operation *>> opsOf;
     std::map<Task, double> seconds;
@@ -159,7 +208,8 @@ private:
       int64_t m = mb.lookup(&op);
       if (!chunk || m < 0 || isa<ParamRefOp>(op))
         continue;
-      Task t{forward.contains(&op) ? Forward : Backward, *chunk, m};
+      Task t{forward.contains(&op) ? Forward : weights.contains(&op) ? Weights : Backward,
+             *chunk, m};
       opsOf[t].push_back(&op);
       seconds[t] += opSeconds(&op);
     }
@@ -186,6 +236,8 @@ private:
         SmallVector<Task> needs;
         if (t.phase == Forward && t.chunk > 0)
           needs.push_back({Forward, t.chunk - 1, t.microbatch});
+        if (t.phase == Weights)
+          needs.push_back({Backward, t.chunk, t.microbatch});
         if (t.phase == Backward) {
           needs.push_back({Forward, t.chunk, t.microbatch});
           if (t.chunk < last)

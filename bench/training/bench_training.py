@@ -26,7 +26,7 @@ model, tdx next to its peers, in one run:
     1 and 3, with the Megatron plan on tp), all timed in the same rounds,
     and the planner's time at 4, 32 and 80 layers (--part auto);
   - pipeline parallelism on 2 ranks (tdx.Pipeline: gpipe and 1f1b with 1 to
-    8 micro-batches, interleaved-1f1b with 2 stages per rank): the step time
+    8 micro-batches, interleaved-1f1b with 2 stages per rank, zb-h1): the step time
     next to eager's and tdx's on 1 rank, and the bubble each rank measured
     (the time it waited for its peers over the time it computed, mean of
     the ranks) next to the ideal (p-1)/m ((p-1)/(v m) interleaved) and the
@@ -560,7 +560,7 @@ def print_pipeline(rounds, steps):
     data = batches(steps + 1)
     weights = {k: v.detach() for k, v in model().state_dict().items()}
     configs = [("gpipe", m, 1) for m in (1, 2, 4, 8)] + [("1f1b", m, 1) for m in (2, 4, 8)] + \
-        [("interleaved-1f1b", m, 2) for m in (2, 4, 8)]
+        [("interleaved-1f1b", m, 2) for m in (2, 4, 8)] + [("zb-h1", m, 1) for m in (2, 4, 8)]
     p = 2
     exes = {}
     for schedule, m, v in configs:

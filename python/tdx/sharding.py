@@ -326,11 +326,13 @@ class Pipeline:
     backward on them in the order of ``schedule``: ``"gpipe"`` (every
     forward, then every backward), ``"1f1b"`` (one forward, one backward in
     turn after a warm-up: at most as many micro-batches in flight as
-    stages) or ``"interleaved-1f1b"`` (Megatron's, ``stages_per_rank`` >= 2:
-    the bubble shrinks by that factor). Activations and their gradients go
+    stages), ``"interleaved-1f1b"`` (Megatron's, ``stages_per_rank`` >= 2:
+    the bubble shrinks by that factor) or ``"zb-h1"`` (zero bubble's H1:
+    1F1B with each backward split into its inputs' gradients (B) and its
+    weights' (W), the W's postponed into the bubbles). Activations and their gradients go
     point to point between the stages; the loss reaches every rank."""
 
-    SCHEDULES = ("gpipe", "1f1b", "interleaved-1f1b")
+    SCHEDULES = ("gpipe", "1f1b", "interleaved-1f1b", "zb-h1")
 
     def __init__(self, mesh_axis="pp", microbatches=1, schedule="1f1b", stages_per_rank=1):
         if not isinstance(mesh_axis, str):

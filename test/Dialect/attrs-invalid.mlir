@@ -122,7 +122,7 @@ func.func @recomputed_is_a_unit(%x: tensor<4xf32>) -> tensor<4xf32> {
 
 // -----
 
-// expected-error @+1 {{'tdx.pipeline' has schedule "zb"; the schedules are "gpipe", "1f1b" and "interleaved-1f1b"}}
+// expected-error @+1 {{'tdx.pipeline' has schedule "zb"; the schedules are "gpipe", "1f1b", "interleaved-1f1b" and "zb-h1"}}
 module attributes {tdx.pipeline = {axis = "pp", microbatches = 2 : i64, schedule = "zb", stages_per_rank = 1 : i64}} {
 }
 

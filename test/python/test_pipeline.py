@@ -37,7 +37,8 @@ MESHES = {"pp2": ((2,), ("pp",)), "pp4": ((4,), ("pp",)),
 # entries whose gradient is rounding noise by +-lr: eager's own full-batch
 # and accumulated steps differ by 1e-4 there.)
 OPTIMIZER = functools.partial(torch.optim.SGD, lr=0.05, momentum=0.9, weight_decay=0.01)
-SCHEDULES = {"gpipe": ("gpipe", 1), "1f1b": ("1f1b", 1), "interleaved": ("interleaved-1f1b", 2)}
+SCHEDULES = {"gpipe": ("gpipe", 1), "1f1b": ("1f1b", 1), "interleaved": ("interleaved-1f1b", 2),
+             "zb-h1": ("zb-h1", 1)}
 
 
 def data(n=STEPS, batch=8):
@@ -82,9 +83,9 @@ def eager_steps(model, batches):
 
 CASES = [(m, mesh, s) for m in MODELS for mesh in MESHES for s in SCHEDULES]
 # Every model, mesh and schedule is in the default tier at least once; the
-# rest of the product (all 24 pass) runs with TDX_SLOW=1.
+# rest of the product runs with TDX_SLOW=1.
 QUICK = {("gpt2", "pp2", "interleaved"), ("gpt2", "pp2xtp2", "gpipe"),
-         ("llama", "pp4", "1f1b"), ("llama", "pp2xdp2", "interleaved")}
+         ("llama", "pp4", "1f1b"), ("llama", "pp2xdp2", "interleaved"), ("gpt2", "pp4", "zb-h1")}
 
 
 @pytest.mark.parametrize("model,mesh,schedule",
