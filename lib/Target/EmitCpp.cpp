@@ -139,7 +139,12 @@ LogicalResult mlir::tdx::emitCpp(ModuleOp module, llvm::raw_ostream &os, Backend
   int64_t meshRank = mesh ? mesh.getShape().size() : 0;
   SmallVector<Signature> sigs;
   int64_t plannedStepBytes = 0, arenaBytes = 0;
-  for (func::FuncOp f : functions) {
+  // Every function emitted: the entries, and a pipeline's other ranks' steps.
+  SmallVector<func::FuncOp> emitted(functions);
+  for (func::FuncOp f : stages)
+    if (f != fn)
+      emitted.push_back(f);
+  for (func::FuncOp f : emitted) {
     if (!f.getBody().hasOneBlock())
       return f.emitError() << "has more than one block; " << backendName
                            << " emits straight-line code";
@@ -151,9 +156,11 @@ LogicalResult mlir::tdx::emitCpp(ModuleOp module, llvm::raw_ostream &os, Backend
     // The main entry's plan is the step's (a pipeline's: its largest
     // rank's); the entries take turns in one arena, as large as the largest
     // asks.
-    if (f == fn)
-      plannedStepBytes = stepBytes.getInt();
+    if (f == fn || llvm::is_contained(stages, f))
+      plannedStepBytes = std::max<int64_t>(plannedStepBytes, stepBytes.getInt());
     arenaBytes = std::max<int64_t>(arenaBytes, arenaAttr.getInt());
+    if (!llvm::is_contained(functions, f))
+      continue; // a pipeline rank's step: the signature is rank 0's
     FailureOr<Signature> sig = signatureOf(f, meshRank);
     if (failed(sig))
       return failure();
@@ -167,6 +174,10 @@ LogicalResult mlir::tdx::emitCpp(ModuleOp module, llvm::raw_ostream &os, Backend
   Emitter::InitTables tables;
   e.tables = &tables;
 
+  int64_t pipelineAxis =
+      pipeline && mesh ? mesh.getAxisIndex(pipeline.getAs<StringAttr>("axis")) : -1;
+  if (pipeline && pipelineAxis < 0)
+    return module.emitError() << "the pipeline's axis is not an axis of the module's mesh";
   bs << "static void init(Context &ctx, State &s) {\n";
   SmallVector<std::tuple<std::string, RankedTensorType, std::string>> params;
   for (Operation &op : module.getBody()->getOperations()) {
@@ -181,11 +192,9 @@ LogicalResult mlir::tdx::emitCpp(ModuleOp module, llvm::raw_ostream &os, Backend
       return op.emitOpError() << "has element type " << type.getElementType()
                               << ", which the CPU backend does not support";
     std::string layout = layoutText(sharding, meshRank);
-    // A pipeline stage's state is current on its stage's ranks only.
+    // A pipeline stage's state is held by its stage's ranks only.
     if (auto chunk = op.getAttrOfType<IntegerAttr>(TdxDialect::kStageAttrName); chunk && pipeline)
-      layout = stageLayout(layout, mesh.getAxisIndex(pipeline.getAs<StringAttr>("axis")),
-                           chunk.getInt() % mesh.getShape()[mesh.getAxisIndex(
-                                                pipeline.getAs<StringAttr>("axis"))]);
+      layout = stageLayout(layout, pipelineAxis, chunk.getInt() % mesh.getShape()[pipelineAxis]);
     params.push_back({name.str(), type, layout});
     if (failed(e.emitInit(&op, name, type, layout)))
       return failure();
@@ -278,14 +287,6 @@ LogicalResult mlir::tdx::emitCpp(ModuleOp module, llvm::raw_ostream &os, Backend
   } else {
     // Each pipeline rank's step, and the step that runs this rank's.
     for (auto [r, f] : llvm::enumerate(stages)) {
-      for (const char *attr : {TdxDialect::kStepBytesAttrName.data(),
-                               TdxDialect::kArenaBytesAttrName.data()})
-        if (!f->getAttrOfType<IntegerAttr>(attr))
-          return f.emitError() << "has no memory plan; run `tdx-opt --tdx-backend` first";
-      plannedStepBytes = std::max<int64_t>(
-          plannedStepBytes, f->getAttrOfType<IntegerAttr>(TdxDialect::kStepBytesAttrName).getInt());
-      arenaBytes = std::max<int64_t>(
-          arenaBytes, f->getAttrOfType<IntegerAttr>(TdxDialect::kArenaBytesAttrName).getInt());
       Emitter stage(meshRank, backend, bs);
       stage.text = &body;
       stage.tables = &tables;
