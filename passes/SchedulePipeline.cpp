@@ -25,7 +25,8 @@
 // The tasks are timed by the cost model (a task waits for the one before
 // it on its rank and the one it reads from), and every rank's ops are laid
 // out in that one global order, so a recv never waits for a send that a
-// rank could only make after the recv (sends never wait). The timeline is
+// rank could only make after the recv (sends never wait); each rank
+// receives from a peer in the order the peer sends. The timeline is
 // kept in `tdx.pipeline`'s `timeline` for the plan page.
 //
 //===----------------------------------------------------------------------===//
@@ -52,6 +53,22 @@ using namespace mlir;
 using namespace mlir::tdx;
 
 namespace {
+
+/// Moves each recv of `fn` before the earlier recvs from its peer that have
+/// a later tag, so a rank receives from each peer in the order the peer
+/// sends (tags are given in send order). NCCL matches a pair's messages
+/// in order, not by tag; MPI is indifferent. A recv reads nothing, and a
+/// recv moved earlier still follows its send in the global order.
+void receiveInSendOrder(func::FuncOp fn) {
+  std::map<int64_t, SmallVector<RecvOp>> fromPeer;
+  fn.walk([&](RecvOp recv) {
+    SmallVector<RecvOp> &seen = fromPeer[recv.getPeer()];
+    auto later = llvm::find_if(seen, [&](RecvOp o) { return o.getTag() > recv.getTag(); });
+    if (later != seen.end())
+      recv->moveBefore(*later);
+    seen.insert(later, recv);
+  });
+}
 
 /// A task's part of a chunk's work on a micro-batch: its forward, its
 /// backward (with the zero-bubble schedule, the gradients of its inputs
@@ -390,6 +407,9 @@ private:
         results.push_back(ensure(v, r));
       func::ReturnOp::create(at[r], ret->getLoc(), results);
     }
+
+    for (func::FuncOp fn : fns)
+      receiveInSendOrder(fn);
 
     SmallVector<Attribute> names;
     for (func::FuncOp fn : fns)

@@ -531,6 +531,8 @@ def print_auto(rounds, steps):
             print(f"{model_name:>6} {mesh_name:>13} | {hand:>24} {best[hand]:>7.2f} | "
                   f"{label:>24} {best['auto']:>7.2f} {search:>8.2f} | "
                   f"{best['auto'] / best[hand]:>9.3f}")
+            print(" " * 23 + "every hand plan: " +
+                  ", ".join(f"{n} {best[n]:.2f}" for n in hands))
     from models import Llama  # on the path auto_models() gave
     print("search time against depth (LLaMA d 48, AdamW, (dp 2, tp 2)):")
     for layers in (4, 32, 80):

@@ -22,6 +22,7 @@
 #include <cmath>
 #include <map>
 #include <set>
+#include <tuple>
 #include <utility>
 
 using namespace mlir;
@@ -298,16 +299,24 @@ LogicalResult mlir::tdx::emitCpp(ModuleOp module, llvm::raw_ostream &os, Backend
     // The ranks of different stages run different collectives first, but
     // making a group (MPI_Comm_split) takes every rank: each makes them all,
     // in one order, before its stage runs.
+    // So are the channels of the messages (NCCL's on CUDA): from the
+    // sending rank to its peer.
     std::set<std::string> groups;
-    for (func::FuncOp f : stages)
+    std::set<std::tuple<std::string, int64_t, int64_t>> channels;
+    for (auto [r, f] : llvm::enumerate(stages))
       f.walk([&](Operation *op) {
         if (auto axes = op->getAttrOfType<ArrayAttr>("mesh_axes"))
           groups.insert(strings(axes));
+        if (auto send = dyn_cast<SendOp>(op))
+          channels.insert({strings(send.getMeshAxes()), static_cast<int64_t>(r),
+                           static_cast<int64_t>(send.getPeer())});
       });
     bs << "\nstatic std::vector<T::Tensor> forward(Context &ctx, State &s, "
           "const std::vector<T::Tensor> &in) {\n";
     for (const std::string &g : groups)
       bs << "  ctx.group(" << g << ");\n";
+    for (auto &[axes, from, to] : channels)
+      bs << "  ctx.pipelineChannel(" << axes << ", " << from << ", " << to << ");\n";
     bs << "  switch (ctx.coord("
        << quoted(pipeline.getAs<StringAttr>("axis").getValue()) << ")) {\n";
     for (size_t r = 0; r < stages.size(); ++r)

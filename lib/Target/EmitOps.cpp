@@ -274,8 +274,10 @@ LogicalResult Emitter::emitOp(Operation *op) {
       // A pipeline's messages (tdx-schedule-pipeline).
       .Case([&](SendOp o) {
         sends = true;
+        // sized: the receiver learns an open dim from the message.
+        bool sized = !cast<RankedTensorType>(o.getInput().getType()).hasStaticShape();
         os << "  ctx.send(" << in(0) << ", " << strings(o.getMeshAxes()) << ", " << o.getPeer()
-           << ", " << o.getTag() << ");\n";
+           << ", " << o.getTag() << ", " << (sized ? "true" : "false") << ");\n";
         return success();
       })
       .Case([&](RecvOp o) {

@@ -7,7 +7,9 @@
 // reads l.1.w) runs on rank 1 and sends the gradient to rank 0, where l.0's
 // weight gradient is made next to l.0.w (receiving 8 KiB instead of sending
 // the 64 KiB gradient). 1F1B: rank 1 runs F0 B0 F1 B1; rank 0 F0 F1 B0 B1.
-// The loss goes from rank 1 to rank 0.
+// The loss goes from rank 1 to rank 0. Rank 0 receives in the order rank 1
+// sends (tags 2, 3, 4: the loss, read last, is received before the
+// gradient sent after it), as a NCCL channel matches its messages.
 // CHECK: tdx.pipeline = {axis = "pp", chunk_seconds = array<f64: {{.*}}>, functions = [@train_step_pp0, @train_step_pp1], layer_seconds = array<f64: {{.*}}>, microbatches = 2 : i64, schedule = "1f1b", stages = {{\[}}["l.0"], ["l.1", "l.2", "l.3", "l.4"]], stages_per_rank = 1 : i64, timeline = [
 // CHECK: tdx.parameter @l.0.w
 // CHECK: {tdx.stage = 0 : i64}
@@ -21,12 +23,12 @@
 // CHECK-NEXT: tdx.send %[[A1]] on @mesh axes = ["pp"] to 1 tag 1 : tensor<8x256xf32>
 // CHECK:      %[[GA0:.*]] = tdx.recv on @mesh axes = ["pp"] from 1 tag 2 : tensor<8x256xf32>
 // CHECK-NEXT: %[[GW0:.*]] = tdx.matmul %{{.*}}, %[[GA0]] {tdx.stage = 0 : i64} : (tensor<64x8xf32>, tensor<8x256xf32>) -> tensor<64x256xf32>
-// CHECK:      %[[GA1:.*]] = tdx.recv on @mesh axes = ["pp"] from 1 tag 4 : tensor<8x256xf32>
+// CHECK:      %[[LOSS:.*]] = tdx.recv on @mesh axes = ["pp"] from 1 tag 3 : tensor<f32>
+// CHECK-NEXT: %[[GA1:.*]] = tdx.recv on @mesh axes = ["pp"] from 1 tag 4 : tensor<8x256xf32>
 // CHECK-NEXT: %[[GW1:.*]] = tdx.matmul %{{.*}}, %[[GA1]]
 // CHECK-NEXT: %[[G:.*]] = tdx.add %[[GW0]], %[[GW1]]
 // CHECK-NEXT: %[[NEW:.*]] = tdx.sub %[[W0]], %[[G]]
 // CHECK-NEXT: tdx.assign @l.0.w, %[[NEW]]
-// CHECK-NEXT: %[[LOSS:.*]] = tdx.recv on @mesh axes = ["pp"] from 1 tag 3 : tensor<f32>
 // CHECK-NEXT: return %[[LOSS]] : tensor<f32>
 // CHECK-LABEL: func.func @train_step_pp1(%arg0: tensor<2x8x64xf32>) -> tensor<f32>
 // CHECK-NEXT: %[[X0:.*]] = tdx.recv on @mesh axes = ["pp"] from 0 tag 0 : tensor<8x256xf32>

@@ -120,6 +120,12 @@ public:
   /// Waits for this rank's sends to be received; a pipelined step calls it
   /// before it returns.
   void finishSends();
+  /// The way from group rank `from` to `to` of `axes`, made before a
+  /// pipelined step runs by every rank in one order: on MPI, the group
+  /// (the CUDA runtime also makes a NCCL channel for the pair).
+  void pipelineChannel(const std::vector<std::string> &axes, int64_t /*from*/, int64_t /*to*/) {
+    group(axes);
+  }
   /// Seconds spent waiting in recvBytes and probeBytes so far: the
   /// pipeline's bubbles as this rank measured them.
   double pipelineWaitSeconds() const { return waited_; }

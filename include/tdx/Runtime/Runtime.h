@@ -71,8 +71,10 @@ public:
   at::Tensor allToAll(const at::Tensor &x, const std::vector<std::string> &axes, int64_t split,
                       int64_t concat);
   /// tdx.send and tdx.recv (Mesh::sendBytes): `shape` may have one -1 dim,
-  /// which the message's size gives.
-  void send(const at::Tensor &x, const std::vector<std::string> &axes, int64_t peer, int64_t tag);
+  /// which the message's size gives (an MPI message carries its size, so
+  /// `sized`, which says the receiver leaves a dim open, changes nothing).
+  void send(const at::Tensor &x, const std::vector<std::string> &axes, int64_t peer, int64_t tag,
+            bool sized);
   at::Tensor recv(std::vector<int64_t> shape, at::ScalarType dtype,
                   const std::vector<std::string> &axes, int64_t peer, int64_t tag);
   /// This rank's torch.chunk piece of dim `dim` over `chunks` pieces.

@@ -137,7 +137,7 @@ int64_t Context::startReduceScatter(const at::Tensor &x, const std::vector<std::
 }
 
 void Context::send(const at::Tensor &x, const std::vector<std::string> &axes, int64_t peer,
-                   int64_t tag) {
+                   int64_t tag, bool /*sized*/) {
   Profile::Scope timed(&Profile::collectives);
   auto keep = std::make_shared<at::Tensor>(x.contiguous().clone());
   const void *data = keep->data_ptr();

@@ -13,6 +13,7 @@
 
 #include "tdx/Runtime/InitKernels.h"
 #include "tdx/Runtime/cuda/Runtime.h"
+#include "Nccl.cuh"
 
 #include <mpi.h>
 #include <nccl.h>
@@ -28,12 +29,6 @@
 using namespace tdx::cu;
 
 namespace {
-
-void checkNccl(ncclResult_t r, const char *what) {
-  if (r != ncclSuccess && r != ncclInProgress)
-    throw std::runtime_error(std::string("tdx: NCCL ") + what + " failed: " +
-                             ncclGetErrorString(r));
-}
 
 ncclDataType_t ncclType(DType t) {
   switch (t) {
@@ -118,8 +113,14 @@ Context::Context(std::vector<int64_t> meshShape, std::vector<std::string> axes, 
 Context::~Context() {
   for (auto &[axes, comm] : nccl_)
     ncclCommDestroy(static_cast<ncclComm_t>(comm));
-  if (commStream_) {
+  for (auto &[key, c] : channels_) {
+    ncclCommDestroy(static_cast<ncclComm_t>(c.comm));
+    cudaEventDestroy(static_cast<cudaEvent_t>(c.event));
+    cudaStreamDestroy(static_cast<cudaStream_t>(c.stream));
+  }
+  if (ready_)
     cudaEventDestroy(static_cast<cudaEvent_t>(ready_));
+  if (commStream_) {
     cudaEventDestroy(static_cast<cudaEvent_t>(done_));
     cudaStreamDestroy(static_cast<cudaStream_t>(commStream_));
   }
@@ -146,20 +147,28 @@ void *Context::comm(const std::vector<std::string> &axes, const Group &g) {
   return c;
 }
 
+void Context::orderAfterCompute(void *stream) {
+  if (!ready_) {
+    cudaEvent_t ready;
+    checkCuda(cudaEventCreateWithFlags(&ready, cudaEventDisableTiming), "cudaEventCreate");
+    ready_ = ready;
+  }
+  checkCuda(cudaEventRecord(static_cast<cudaEvent_t>(ready_), nullptr), "cudaEventRecord");
+  checkCuda(cudaStreamWaitEvent(static_cast<cudaStream_t>(stream),
+                                static_cast<cudaEvent_t>(ready_), 0),
+            "cudaStreamWaitEvent");
+}
+
 void *Context::beginCollective() {
   if (!commStream_) {
     cudaStream_t stream;
-    cudaEvent_t ready, done;
+    cudaEvent_t done;
     checkCuda(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking), "cudaStreamCreate");
-    checkCuda(cudaEventCreateWithFlags(&ready, cudaEventDisableTiming), "cudaEventCreate");
     checkCuda(cudaEventCreateWithFlags(&done, cudaEventDisableTiming), "cudaEventCreate");
-    commStream_ = stream, ready_ = ready, done_ = done;
+    commStream_ = stream, done_ = done;
   }
-  auto stream = static_cast<cudaStream_t>(commStream_);
-  checkCuda(cudaEventRecord(static_cast<cudaEvent_t>(ready_), nullptr), "cudaEventRecord");
-  checkCuda(cudaStreamWaitEvent(stream, static_cast<cudaEvent_t>(ready_), 0),
-            "cudaStreamWaitEvent");
-  return stream;
+  orderAfterCompute(commStream_);
+  return commStream_;
 }
 
 void Context::endCollective(const char *what, const std::vector<std::string> &axes) {
@@ -174,15 +183,18 @@ void Context::synchronize(const char *what, const std::vector<std::string> &axes
       std::chrono::steady_clock::now() + std::chrono::duration<double>(collectiveTimeout());
   for (;;) {
     bool pending = false;
-    for (auto &[a, c] : nccl_) {
+    std::vector<ncclComm_t> comms;
+    for (auto &[a, c] : nccl_)
+      comms.push_back(static_cast<ncclComm_t>(c));
+    for (auto &[key, c] : channels_)
+      comms.push_back(static_cast<ncclComm_t>(c.comm));
+    for (ncclComm_t c : comms) {
       ncclResult_t state = ncclSuccess;
-      checkNccl(ncclCommGetAsyncError(static_cast<ncclComm_t>(c), &state), "async error query");
+      checkNccl(ncclCommGetAsyncError(c, &state), "async error query");
       if (state == ncclInProgress)
         pending = true;
       else if (state != ncclSuccess) {
-        for (auto &[b, d] : nccl_)
-          ncclCommAbort(static_cast<ncclComm_t>(d));
-        nccl_.clear();
+        abortCommunicators();
         checkNccl(state, what);
       }
     }
@@ -193,13 +205,20 @@ void Context::synchronize(const char *what, const std::vector<std::string> &axes
     if (!pending && e == cudaSuccess)
       return;
     if (std::chrono::steady_clock::now() > deadline) {
-      for (auto &[b, d] : nccl_)
-        ncclCommAbort(static_cast<ncclComm_t>(d));
-      nccl_.clear();
+      abortCommunicators();
       timedOut(what, axes);
     }
     std::this_thread::yield();
   }
+}
+
+void Context::abortCommunicators() {
+  for (auto &[axes, c] : nccl_)
+    ncclCommAbort(static_cast<ncclComm_t>(c));
+  nccl_.clear();
+  for (auto &[key, c] : channels_)
+    ncclCommAbort(static_cast<ncclComm_t>(c.comm));
+  channels_.clear(); // their streams and events are left to the process's end
 }
 
 /// A collective between start and wait: its input (kept until it is done),

@@ -113,8 +113,8 @@ void Context::hostExchange(const std::vector<Tensor> &pieces, const std::vector<
                 "copy to the device");
 }
 
-void Context::send(const Tensor &x, const std::vector<std::string> &axes, int64_t peer,
-                   int64_t tag) {
+void Context::hostSend(const Tensor &x, const std::vector<std::string> &axes, int64_t peer,
+                       int64_t tag) {
   synchronize("send", axes);
   auto keep = std::make_shared<std::vector<char>>(static_cast<size_t>(x.nbytes()));
   if (!keep->empty())
@@ -125,8 +125,8 @@ void Context::send(const Tensor &x, const std::vector<std::string> &axes, int64_
   sendBytes(std::move(keep), data, x.nbytes(), axes, peer, tag);
 }
 
-Tensor Context::recv(std::vector<int64_t> shape, DType dtype, const std::vector<std::string> &axes,
-                     int64_t peer, int64_t tag) {
+Tensor Context::hostRecv(std::vector<int64_t> shape, DType dtype,
+                         const std::vector<std::string> &axes, int64_t peer, int64_t tag) {
   completeShape(shape, rt::dtypeSize(dtype), axes, peer, tag);
   Tensor out = Tensor::empty(shape, dtype);
   std::vector<char> host(static_cast<size_t>(out.nbytes()));

@@ -28,6 +28,7 @@
 #include <map>
 #include <memory>
 #include <string>
+#include <tuple>
 #include <vector>
 
 namespace tdx::cu {
@@ -198,12 +199,28 @@ public:
   Tensor allToAll(const Tensor &x, const std::vector<std::string> &axes, int64_t split,
                   int64_t concat);
   static Tensor chunk(const Tensor &x, int64_t chunks, int64_t index, int64_t dim);
-  /// tdx.send and tdx.recv, through host memory on MPI (rt::Mesh::sendBytes,
-  /// the CPU runtime's code): a send copies the value to the host and never
-  /// waits for its receiver. (NCCL point-to-point is not used yet.)
-  void send(const Tensor &x, const std::vector<std::string> &axes, int64_t peer, int64_t tag);
+  /// tdx.send and tdx.recv (PointToPoint.cu) over the NCCL channel from
+  /// one rank of `axes`' group to another (pipelineChannel): a send is
+  /// enqueued on the channel's stream after the compute stream's work so
+  /// far and never holds the compute stream; a recv is enqueued there and
+  /// the compute stream waits for it on the device. A channel matches its
+  /// messages in order (tdx-schedule-pipeline receives in send order).
+  /// `sized`: the receiver's type leaves a dim open, so the byte count also
+  /// goes by MPI. Where collectives go through host memory, so do these
+  /// (rt::Mesh::sendBytes, the CPU runtime's code).
+  void send(const Tensor &x, const std::vector<std::string> &axes, int64_t peer, int64_t tag,
+            bool sized);
   Tensor recv(std::vector<int64_t> shape, DType dtype, const std::vector<std::string> &axes,
               int64_t peer, int64_t tag);
+  /// Makes the channel from group rank `from` to `to` of `axes` (a
+  /// two-rank NCCL communicator, its stream, and a first message so its
+  /// connection is made here, not under a schedule). Every rank calls it
+  /// for every channel the program uses, in one order; the two ranks of a
+  /// channel make it, the others only the group.
+  void pipelineChannel(const std::vector<std::string> &axes, int64_t from, int64_t to);
+  /// Waits (with the collective deadline) for this rank's sends and
+  /// receives, then for its MPI sends (rt::Mesh::finishSends).
+  void finishSends();
 
   /// Sharded init: this rank's box of the global tensor `program` makes
   /// (seeds mixed with --seed). One random or constant F32 op runs on the
@@ -234,6 +251,24 @@ private:
   /// the deadline.
   void endCollective(const char *what, const std::vector<std::string> &axes);
   std::map<std::vector<std::string>, void *> nccl_; // axes -> ncclComm_t
+  /// A pipeline channel (pipelineChannel): its ncclComm_t, cudaStream_t,
+  /// and a cudaEvent_t for what runs there.
+  struct Channel {
+    void *comm = nullptr, *stream = nullptr, *event = nullptr;
+  };
+  std::map<std::tuple<std::vector<std::string>, int64_t, int64_t>, Channel> channels_;
+  /// The channel from `from` to `to` (made by pipelineChannel).
+  Channel &channel(const std::vector<std::string> &axes, int64_t from, int64_t to);
+  /// Sends in flight on channels: kept until finishSends.
+  std::vector<Tensor> inTransit_;
+  /// Orders `stream` (a cudaStream_t) after the compute stream's work so far.
+  void orderAfterCompute(void *stream);
+  /// Waits (with the deadline) until an operation a nonblocking
+  /// communicator answered with ncclInProgress is enqueued.
+  void settle(void *comm, const char *what, const std::vector<std::string> &axes);
+  /// Aborts every NCCL communicator (an error or the deadline): the
+  /// ranks blocked in one return.
+  void abortCommunicators();
   /// The NCCL communicator (made on first use) of `axes`' group `g`.
   void *comm(const std::vector<std::string> &axes, const Group &g);
   /// Collectives by MPI through host memory (HostCollectives.cu), decided
@@ -244,6 +279,10 @@ private:
   /// `pieces[r]` goes to group rank r, `received[r]` (allocated) comes from it.
   void hostExchange(const std::vector<Tensor> &pieces, const std::vector<Tensor> &received,
                     const Group &g, const char *what, const std::vector<std::string> &axes);
+  void hostSend(const Tensor &x, const std::vector<std::string> &axes, int64_t peer,
+                int64_t tag);
+  Tensor hostRecv(std::vector<int64_t> shape, DType dtype, const std::vector<std::string> &axes,
+                  int64_t peer, int64_t tag);
 };
 
 using Program = rt::BasicProgram<Context, Tensor, DType>;
