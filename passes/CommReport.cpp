@@ -56,6 +56,7 @@ struct CommReportPass : public mlir::tdx::impl::CommReportBase<CommReportPass> {
                                            {"group_size", e.groupSize},
                                            {"bytes", e.bytes},
                                            {"dtype", e.dtype},
+                                           {"seconds", e.seconds},
                                            {"location", e.location}});
       }
       os << llvm::json::Value(std::move(array)) << "\n";

@@ -288,7 +288,9 @@ struct RecomputePass : public mlir::tdx::impl::RecomputeBase<RecomputePass> {
       return markAllAnalysesPreserved();
     func::FuncOp chosen;
     for (double price = 1e12; price >= 1e5 && best > target; price /= 10) {
+      // In the module, so that its collectives find their mesh (opSeconds).
       func::FuncOp work = fn.clone();
+      module.getBody()->getOperations().insert(fn->getIterator(), work);
       Block &block = work.getBody().front();
       int64_t peak = Lifetimes(block).peakBytes();
       for (int round = 0; round < 4 && peak > target && cutAtPeak(block, price); ++round)

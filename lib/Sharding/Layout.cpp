@@ -58,6 +58,20 @@ int64_t mlir::tdx::localBytes(RankedTensorType global, ArrayRef<PlacementAttr> l
   return elements * elementBytes(global.getElementType());
 }
 
+double mlir::tdx::collectiveSeconds(StringRef kind, int64_t bytes, int64_t groupSize,
+                                    double bandwidth, double latency, double call) {
+  if (groupSize <= 1)
+    return 0.0;
+  double n = static_cast<double>(std::max<int64_t>(bytes, 0)), g = static_cast<double>(groupSize);
+  if (kind == "all_gather")
+    return call + (g - 1) * latency + (g - 1) * n / bandwidth;
+  if (kind == "all_reduce")
+    return call + 2 * (g - 1) * latency + 2 * (g - 1) / g * n / bandwidth;
+  if (kind == "send" || kind == "recv")
+    return call + latency + n / bandwidth;
+  return call + (g - 1) * latency + (g - 1) / g * n / bandwidth; // reduce_scatter, ...
+}
+
 CostModel CostModel::uniform(int64_t rank, double bandwidth, double latency) {
   CostModel c;
   c.bandwidth.assign(rank, bandwidth);
@@ -156,23 +170,18 @@ bool validStep(ArrayRef<PlacementAttr> layout, int64_t axis, const AxisStep &t) 
   return true;
 }
 
-double stepSeconds(StepKind kind, int64_t bytesIn, int64_t bytesOut, int64_t k,
-                   double bw, double lat, double memBw) {
-  if (k <= 1)
-    return 0.0;
-  double n = static_cast<double>(bytesIn), steps = static_cast<double>(k - 1);
+double stepSeconds(StepKind kind, int64_t bytesIn, int64_t bytesOut, int64_t k, double bw,
+                   double lat, double call, double memBw) {
   switch (kind) {
   case StepKind::AllGather:
-    return lat * steps + n * steps / bw;
   case StepKind::AllReduce:
-    return 2 * lat * steps + 2 * n * steps / k / bw;
   case StepKind::ReduceScatter:
   case StepKind::AllToAll:
-    return lat * steps + n * steps / k / bw;
+    return collectiveSeconds(stringifyStepKind(kind), bytesIn, k, bw, lat, call);
   case StepKind::LocalChunk:
-    return static_cast<double>(bytesOut) / memBw;
+    return k <= 1 ? 0.0 : static_cast<double>(bytesOut) / memBw;
   case StepKind::LocalZero:
-    return n / memBw;
+    return k <= 1 ? 0.0 : static_cast<double>(bytesIn) / memBw;
   case StepKind::LocalNoop:
     return 0.0;
   }
@@ -202,7 +211,7 @@ struct Planner {
       layout[axis] = t.to;
       int64_t bytesOut = localBytes(global, layout, meshShape);
       double s = stepSeconds(t.kind, bytesIn, bytesOut, meshShape[axis],
-                             cost.bandwidth[axis], cost.latency[axis],
+                             cost.bandwidth[axis], cost.latency[axis], cost.callSeconds,
                              cost.memoryBandwidth);
       pending[axis].erase(pending[axis].begin());
       current.push_back({axis, t.from, t.to, t.kind, bytesIn, s});
@@ -265,7 +274,7 @@ mlir::tdx::planRedistribution(RankedTensorType global, ArrayRef<PlacementAttr> s
     plan.push_back({axis, t.from, t.to, t.kind, bytesIn,
                     stepSeconds(t.kind, bytesIn, localBytes(global, work, meshShape),
                                 meshShape[axis], cost.bandwidth[axis], cost.latency[axis],
-                                cost.memoryBandwidth)});
+                                cost.callSeconds, cost.memoryBandwidth)});
   };
   for (int64_t axis = rank - 1; axis >= 0; --axis)
     for (const AxisStep &t : planner.pending[axis])

@@ -2,6 +2,7 @@
 
 #include "tdx/Target/Collectives.h"
 #include "tdx/IR/TdxOps.h"
+#include "tdx/Sharding/Layout.h"
 
 using namespace mlir;
 using namespace mlir::tdx;
@@ -23,33 +24,39 @@ int64_t payloadBytes(Operation *op) {
 }
 } // namespace
 
+std::optional<CollectiveUse> mlir::tdx::collectiveUse(Operation *op) {
+  if (!op->hasTrait<OpTrait::TdxCollective>())
+    return std::nullopt;
+  auto meshName = op->getAttrOfType<FlatSymbolRefAttr>("mesh");
+  auto axes = op->getAttrOfType<ArrayAttr>("mesh_axes");
+  if (!meshName || !axes)
+    return std::nullopt;
+  auto mesh = SymbolTable::lookupNearestSymbolFrom<MeshOp>(op, meshName);
+  CollectiveUse u;
+  u.op = op;
+  u.kind = op->getName().stripDialect().str();
+  for (StringRef a : axes.getAsValueRange<StringAttr>()) {
+    u.axes.push_back(a.str());
+    if (mesh && mesh.getAxisIndex(a) >= 0)
+      u.groupSize *= mesh.getShape()[mesh.getAxisIndex(a)];
+  }
+  u.bytes = payloadBytes(op);
+  u.seconds = collectiveSeconds(u.kind, u.bytes, u.groupSize);
+  llvm::raw_string_ostream(u.dtype)
+      << cast<ShapedType>(messageOf(op).getType()).getElementType();
+  llvm::raw_string_ostream os(u.location);
+  if (auto fl = dyn_cast<FileLineColLoc>(op->getLoc()))
+    os << fl.getFilename().getValue() << ":" << fl.getLine() << ":" << fl.getColumn();
+  else
+    op->getLoc().print(os);
+  return u;
+}
+
 std::vector<CollectiveUse> mlir::tdx::collectivesIn(Operation *root) {
   std::vector<CollectiveUse> uses;
   root->walk([&](Operation *op) {
-    if (!op->hasTrait<OpTrait::TdxCollective>())
-      return;
-    auto meshName = op->getAttrOfType<FlatSymbolRefAttr>("mesh");
-    auto axes = op->getAttrOfType<ArrayAttr>("mesh_axes");
-    if (!meshName || !axes)
-      return;
-    auto mesh = SymbolTable::lookupNearestSymbolFrom<MeshOp>(op, meshName);
-    CollectiveUse u;
-    u.op = op;
-    u.kind = op->getName().stripDialect().str();
-    for (StringRef a : axes.getAsValueRange<StringAttr>()) {
-      u.axes.push_back(a.str());
-      if (mesh && mesh.getAxisIndex(a) >= 0)
-        u.groupSize *= mesh.getShape()[mesh.getAxisIndex(a)];
-    }
-    u.bytes = payloadBytes(op);
-    llvm::raw_string_ostream(u.dtype)
-        << cast<ShapedType>(messageOf(op).getType()).getElementType();
-    llvm::raw_string_ostream os(u.location);
-    if (auto fl = dyn_cast<FileLineColLoc>(op->getLoc()))
-      os << fl.getFilename().getValue() << ":" << fl.getLine() << ":" << fl.getColumn();
-    else
-      op->getLoc().print(os);
-    uses.push_back(std::move(u));
+    if (std::optional<CollectiveUse> u = collectiveUse(op))
+      uses.push_back(std::move(*u));
   });
   return uses;
 }

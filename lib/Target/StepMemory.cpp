@@ -3,6 +3,7 @@
 #include "tdx/Target/StepMemory.h"
 #include "tdx/IR/TdxOps.h"
 #include "tdx/Sharding/Layout.h"
+#include "tdx/Target/Collectives.h"
 
 #include <map>
 
@@ -96,10 +97,9 @@ int64_t mlir::tdx::workingBytes(func::FuncOp step, const Lifetimes &lifetimes) {
 }
 
 namespace {
-// The cost model's defaults (tdx/Sharding/Layout.h): FLOP/s, bytes/s of
-// memory and of a mesh axis, seconds per collective.
-constexpr double kFlops = 1e11, kMemoryBandwidth = 1e10, kLinkBandwidth = 1e10,
-                 kLatency = 1e-5;
+// The cost model's defaults (tdx/Sharding/Layout.h): FLOP/s and bytes/s of
+// memory.
+constexpr double kFlops = 1e11, kMemoryBandwidth = 1e10;
 
 int64_t elementsOf(Value v) {
   auto t = dyn_cast<RankedTensorType>(v.getType());
@@ -126,8 +126,8 @@ double mlir::tdx::opSeconds(Operation *op) {
   if (auto wait = dyn_cast<WaitOp>(op))
     if (auto start = wait.getToken().getDefiningOp<StartOp>())
       collective = start.getCollective();
-  if (collective->hasTrait<OpTrait::TdxCollective>())
-    return kLatency + static_cast<double>(moved) / kLinkBandwidth;
+  if (std::optional<CollectiveUse> use = collectiveUse(collective))
+    return use->seconds;
   double flops = 0;
   if (isa<MatmulOp, LinearOp>(op)) {
     auto lhs = dyn_cast<RankedTensorType>(op->getOperand(0).getType());

@@ -11,9 +11,9 @@ import tempfile
 DATA_AXES = ("dp", "data", "ddp", "fsdp")
 TENSOR_AXES = ("tp", "model", "mp", "tensor")
 PIPELINE_AXES = ("pp", "pipe", "pipeline")
-# The cost model's defaults (tdx/Sharding/Layout.h): bytes/s and seconds per
-# step of a collective on a mesh axis, and seconds per byte a rank holds.
-BANDWIDTH, LATENCY, SECONDS_PER_BYTE_HELD = 1e10, 1e-5, 1e-10
+# The cost model's default seconds per byte a rank holds
+# (tdx/Sharding/Layout.h's CostModel::secondsPerByteHeld).
+SECONDS_PER_BYTE_HELD = 1e-10
 
 
 def _linear_pairs(prog):
@@ -93,22 +93,9 @@ def _schedule_seconds(work):
 
 
 def _comm_seconds(report):
-    """The seconds a step's collectives take under the alpha-beta model
-    (comm_report's bytes: what a rank passes in)."""
-    seconds = 0.0
-    for c in report:
-        g, n = c["group_size"], max(c["bytes"], 0)
-        if g <= 1:
-            continue
-        if c["kind"] == "all_reduce":
-            seconds += 2 * (g - 1) * LATENCY + 2 * (g - 1) / g * n / BANDWIDTH
-        elif c["kind"] == "all_gather":
-            seconds += (g - 1) * LATENCY + (g - 1) * n / BANDWIDTH
-        elif c["kind"] in ("send", "recv"):  # a pipeline's messages
-            seconds += LATENCY + n / BANDWIDTH
-        else:  # reduce_scatter, all_to_all, broadcast
-            seconds += (g - 1) * LATENCY + (g - 1) / g * n / BANDWIDTH
-    return seconds
+    """The seconds a step's collectives take by the cost model
+    (comm_report's ``seconds``: alpha-beta plus the cost of each call)."""
+    return sum(c["seconds"] for c in report)
 
 
 def auto_parallelize(prog, mesh, memory_budget=None):

@@ -70,7 +70,7 @@ module attributes {tdx.partitioned, tdx.memory_budget = 1280 : i64} {
 // REPORT:      peak                 10240 bytes
 // REPORT-NEXT: budget               11000 bytes
 // REPORT-NEXT: recomputed   2 ops run again after the peak, making 5120 bytes again
-// JSON:        "recomputed":{"bytes":5120,"kinds":{"tdx.all_gather":1,"tdx.exp":1},"ops":2,"seconds":1.07168e-05}
+// JSON:        "recomputed":{"bytes":5120,"kinds":{"tdx.all_gather":1,"tdx.exp":1},"ops":2,"seconds":5.5512{{[0-9]*}}e-05}
 module attributes {tdx.partitioned, tdx.memory_budget = 11000 : i64} {
   tdx.mesh @mesh shape = [4] axes = ["sp"]
   func.func @train_step(%x: tensor<256xf32>) -> tensor<256xf32> {

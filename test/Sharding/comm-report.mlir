@@ -10,7 +10,10 @@
 // CHECK-NEXT: broadcast       dp            2      64
 // CHECK-NEXT: total: 5 collective(s), 2880 bytes per rank per forward step
 
-// JSON: [{"bytes":128,"dtype":"f32","group_size":4,"kind":"all_gather","location":"{{.*}}comm-report.mlir:19:8","mesh_axes":["tp"]},{"bytes":2048,"dtype":"f32","group_size":8,"kind":"all_reduce",{{.*}}"mesh_axes":["dp","tp"]},{{.*}}"kind":"broadcast"{{.*}}}]
+// Seconds by the cost model: the gather over 4 ranks 25 us (its call) +
+// 3 x 10 us (steps) + 3 x 128 B / 10 GB/s; the all_reduce over 8 ranks
+// 25 + 2 x 7 x 10 us + 2 x 7/8 x 2048 B / 10 GB/s.
+// JSON: [{"bytes":128,"dtype":"f32","group_size":4,"kind":"all_gather","location":"{{.*}}comm-report.mlir:22:8","mesh_axes":["tp"],"seconds":5.50384{{[0-9]*}}e-05},{"bytes":2048,"dtype":"f32","group_size":8,"kind":"all_reduce",{{.*}}"mesh_axes":["dp","tp"],"seconds":0.0001653584{{[0-9]*}}},{{.*}}"kind":"broadcast"{{.*}}}]
 
 // FORMAT: error: tdx-comm-report: unknown format 'xml'; use 'table' or 'json'
 

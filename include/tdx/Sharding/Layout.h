@@ -31,11 +31,29 @@ std::string layoutToString(ArrayRef<PlacementAttr> layout);
 int64_t localBytes(RankedTensorType global, ArrayRef<PlacementAttr> layout,
                    ArrayRef<int64_t> meshShape);
 
+/// The cost model's defaults: bytes/s and seconds per step of a collective
+/// on a mesh axis, and the seconds one call of a collective costs whatever
+/// its size and group (making and finishing it: on this machine's MPI, the
+/// collectives of a CPU training step take 30-40 us each, bytes aside;
+/// bench/training's profile).
+constexpr double kLinkBandwidth = 1e10, kLinkLatency = 1e-5, kCollectiveCallSeconds = 2.5e-5;
+
+/// Seconds of one collective by the alpha-beta model plus its call: `bytes`
+/// a rank passes in, a group of `groupSize` ranks. `kind` is the op's name:
+/// all_gather ((g-1) steps, (g-1) n bytes), all_reduce (2 (g-1) steps,
+/// 2 (g-1)/g n), reduce_scatter, all_to_all and broadcast ((g-1) steps,
+/// (g-1)/g n), send and recv (one step, n). Free on a group of one.
+double collectiveSeconds(llvm::StringRef kind, int64_t bytes, int64_t groupSize,
+                         double bandwidth = kLinkBandwidth, double latency = kLinkLatency,
+                         double call = kCollectiveCallSeconds);
+
 /// Bandwidth (bytes/s) and latency (s) of each mesh axis, plus the compute
 /// rate used to weigh sharded against replicated compute.
 struct CostModel {
   llvm::SmallVector<double, 4> bandwidth;
   llvm::SmallVector<double, 4> latency;
+  /// Seconds per call of a collective (collectiveSeconds).
+  double callSeconds = kCollectiveCallSeconds;
   double flopsPerSecond = 1e11;
   /// Bytes/s of a local copy (slicing, zeroing).
   double memoryBandwidth = 1e10;
@@ -45,8 +63,8 @@ struct CostModel {
   /// (default: writing it at memoryBandwidth; 0 leaves memory out).
   double secondsPerByteHeld = 1e-10;
 
-  static CostModel uniform(int64_t rank, double bandwidth = 1e10,
-                           double latency = 1e-5);
+  static CostModel uniform(int64_t rank, double bandwidth = kLinkBandwidth,
+                           double latency = kLinkLatency);
   /// From pass options: one value per mesh axis, or one for all axes, or
   /// none for the defaults. Reports a wrong count or a non-positive value
   /// at `mesh`.

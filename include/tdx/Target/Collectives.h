@@ -1,7 +1,8 @@
 //===- Collectives.h - the collectives a partitioned program runs -*- C++ -*-===//
 //
 // What tdx-comm-report prints and tdx-explain draws: each collective of a
-// partitioned module with its mesh axes, group, payload and element type.
+// partitioned module with its mesh axes, group, payload, element type and
+// seconds by the cost model.
 //
 //===----------------------------------------------------------------------===//
 
@@ -10,6 +11,7 @@
 
 #include "mlir/IR/BuiltinOps.h"
 
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -23,8 +25,11 @@ struct CollectiveUse {
   int64_t bytes = 0;     // the payload a rank passes in (-1: not static)
   std::string dtype;     // its element type ("f32", "bf16")
   std::string location;  // file:line:col, or the location printed
+  double seconds = 0;    // by the cost model's defaults (collectiveSeconds)
 };
 
+/// `op`'s use, if it is a collective with a mesh and axes.
+std::optional<CollectiveUse> collectiveUse(Operation *op);
 /// The collectives of `root` in program order (inside tdx.start too).
 std::vector<CollectiveUse> collectivesIn(Operation *root);
 

@@ -55,8 +55,9 @@ int64_t workingBytes(func::FuncOp step, const Lifetimes &lifetimes);
 /// the collective started.
 SmallVector<Value> readsOf(Operation *op);
 /// The seconds `op` takes by the cost model's defaults: a matmul, linear or
-/// convolution by its FLOPs, a collective (or its tdx.wait) by latency and
-/// bytes, anything else by the bytes it reads and writes. What
+/// convolution by its FLOPs, a collective (or its tdx.wait) by
+/// collectiveSeconds (its call, steps and bytes), anything else by the
+/// bytes it reads and writes. What
 /// tdx-recompute prices running an op again with, and tdx-memory-report
 /// reports for what it ran again.
 double opSeconds(Operation *op);
