@@ -103,6 +103,26 @@ static LogicalResult verifyTdxAttribute(Operation *op, NamedAttribute attr, bool
       return op->emitError() << "'" << name << "' has schedule \"" << schedule.getValue()
                              << "\"; the schedules are \"gpipe\", \"1f1b\", "
                                 "\"interleaved-1f1b\" and \"zb-h1\"";
+    // What the pipeline passes add (PipelineStages.h reads them).
+    auto strings = [](Attribute a) {
+      auto array = dyn_cast<ArrayAttr>(a);
+      return array && llvm::all_of(array, [](Attribute s) { return isa<StringAttr>(s); });
+    };
+    if (Attribute stages = d.get("stages");
+        stages && !(isa<ArrayAttr>(stages) && llvm::all_of(cast<ArrayAttr>(stages), strings)))
+      return wrong("stages as an array of each stage's layer names");
+    for (StringRef key : {"layer_seconds", "chunk_seconds"})
+      if (Attribute seconds = d.get(key); seconds && !isa<DenseF64ArrayAttr>(seconds))
+        return wrong((key + " as an array<f64>").str());
+    if (Attribute timeline = d.get("timeline")) {
+      auto tasks = dyn_cast<ArrayAttr>(timeline);
+      if (!tasks || !llvm::all_of(tasks, [](Attribute t) {
+            auto task = dyn_cast<DenseF64ArrayAttr>(t);
+            return task && task.size() == 6;
+          }))
+        return wrong("timeline as an array of array<f64: rank, phase, stage, micro-batch, "
+                     "start, end>");
+    }
     return success();
   }
   if (name == TdxDialect::kReduceTypeAttrName) {

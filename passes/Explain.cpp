@@ -13,6 +13,7 @@
 #include "tdx/Target/Lifetimes.h"
 #include "tdx/Target/StepMemory.h"
 #include "tdx/Transforms/Passes.h"
+#include "PipelineStages.h"
 #include "ReportPass.h"
 
 #include "mlir/Dialect/Func/IR/FuncOps.h"
@@ -280,35 +281,26 @@ struct ExplainPass : public mlir::tdx::impl::ExplainBase<ExplainPass> {
   /// per forward (F) or backward (B) of a chunk on a micro-batch, the gaps
   /// its bubbles, with each rank's idle over busy time next to (p-1)/(v m).
   void drawPipeline(llvm::raw_ostream &os, ModuleOp module) {
-    auto pipeline = module->getAttrOfType<DictionaryAttr>(TdxDialect::kPipelineAttrName);
-    auto timeline = pipeline ? pipeline.getAs<ArrayAttr>("timeline") : ArrayAttr();
-    if (!timeline)
+    std::optional<PipelinePlan> plan = scheduledPipeline(module);
+    if (!plan)
       return;
-    int64_t m = pipeline.getAs<IntegerAttr>("microbatches").getInt();
-    int64_t v = pipeline.getAs<IntegerAttr>("stages_per_rank").getInt();
-    auto stages = pipeline.getAs<ArrayAttr>("stages");
-    auto seconds = pipeline.getAs<DenseF64ArrayAttr>("chunk_seconds");
-    int64_t p = stages ? static_cast<int64_t>(stages.size()) / v : 1;
-    os << "<h2>Pipeline: " << p << " ranks on \""
-       << escape(pipeline.getAs<StringAttr>("axis").getValue()) << "\", "
-       << escape(pipeline.getAs<StringAttr>("schedule").getValue()) << ", " << m
-       << " micro-batches" << (v > 1 ? ", " + std::to_string(v) + " stages per rank" : "")
+    int64_t m = plan->microbatches, v = plan->stagesPerRank, p = plan->ranks;
+    os << "<h2>Pipeline: " << p << " ranks on \"" << escape(plan->axis) << "\", "
+       << escape(plan->schedule) << ", " << m << " micro-batches"
+       << (v > 1 ? ", " + std::to_string(v) + " stages per rank" : "")
        << "</h2>\n<table><tr><th>stage</th><th>rank</th><th>layers</th><th>forward "
           "seconds (cost model)</th></tr>\n";
-    for (auto [c, layers] : llvm::enumerate(stages ? stages.getValue() : ArrayRef<Attribute>())) {
+    for (auto [c, layers] : llvm::enumerate(plan->stages)) {
       std::string names;
-      for (auto l : cast<ArrayAttr>(layers).getAsValueRange<StringAttr>())
-        names += (names.empty() ? "" : ", ") + (l.empty() ? std::string("(root)") : l.str());
+      for (const std::string &l : layers)
+        names += (names.empty() ? "" : ", ") + (l.empty() ? std::string("(root)") : l);
       os << "<tr><td>" << c << "</td><td>" << c % p << "</td><td>" << escape(names)
-         << "</td><td>" << llvm::format("%.3g", seconds ? seconds[c] : 0.0) << "</td></tr>\n";
+         << "</td><td>"
+         << llvm::format("%.3g", c < plan->chunkSeconds.size() ? plan->chunkSeconds[c] : 0.0)
+         << "</td></tr>\n";
     }
     os << "</table>\n";
-    double end = 0;
-    std::map<int64_t, double> busy;
-    for (auto t : timeline.getAsRange<DenseF64ArrayAttr>()) {
-      end = std::max(end, t[5]);
-      busy[static_cast<int64_t>(t[0])] += t[5] - t[4];
-    }
+    double end = plan->end();
     const int64_t left = 90, plotW = 1000, rowH = 28;
     double scale = end > 0 ? plotW / end : 0;
     os << "<svg xmlns=\"http://www.w3.org/2000/svg\" width=\"" << left + plotW + 20
@@ -317,20 +309,19 @@ struct ExplainPass : public mlir::tdx::impl::ExplainBase<ExplainPass> {
       os << "<rect x=\"" << left << "\" y=\"" << r * rowH + 2 << "\" width=\"" << plotW
          << "\" height=\"" << rowH - 4 << "\" fill=\"#eeeeee\"/><text x=\"2\" y=\""
          << r * rowH + rowH - 10 << "\">rank " << r << "</text>\n";
-    for (auto t : timeline.getAsRange<DenseF64ArrayAttr>()) {
-      int64_t r = t[0], phase = t[1], chunk = t[2], mb = t[3];
-      double x = left + t[4] * scale, w = std::max((t[5] - t[4]) * scale - 1, 1.0);
+    for (const PipelineTask &t : plan->timeline) {
+      double x = left + t.start * scale, w = std::max((t.end - t.start) * scale - 1, 1.0);
       const char *kinds[] = {"F", "B", "W"}, *names[] = {"forward", "backward", "weights"},
                  *colors[] = {kForwardColor, kBackwardColor, kWeightsColor};
-      phase = std::clamp<int64_t>(phase, 0, 2);
-      std::string label = kinds[phase] + std::to_string(mb) +
-                          (v > 1 ? " s" + std::to_string(chunk) : "");
-      os << "<rect x=\"" << llvm::format("%.1f", x) << "\" y=\"" << r * rowH + 2
+      int64_t phase = std::clamp<int64_t>(t.phase, 0, 2);
+      std::string label = kinds[phase] + std::to_string(t.microbatch) +
+                          (v > 1 ? " s" + std::to_string(t.chunk) : "");
+      os << "<rect x=\"" << llvm::format("%.1f", x) << "\" y=\"" << t.rank * rowH + 2
          << "\" width=\"" << llvm::format("%.1f", w) << "\" height=\"" << rowH - 4
          << "\" fill=\"" << colors[phase] << "\"><title>" << names[phase] << " of stage "
-         << chunk << ", micro-batch " << mb << "</title></rect>\n";
+         << t.chunk << ", micro-batch " << t.microbatch << "</title></rect>\n";
       if (w > 24)
-        os << "<text x=\"" << llvm::format("%.1f", x + 3) << "\" y=\"" << r * rowH + rowH - 10
+        os << "<text x=\"" << llvm::format("%.1f", x + 3) << "\" y=\"" << t.rank * rowH + rowH - 10
            << "\" fill=\"#fff\">" << label << "</text>\n";
     }
     os << "<text x=\"" << left << "\" y=\"" << rowH * p + 16 << "\">time (cost model), "
@@ -339,10 +330,9 @@ struct ExplainPass : public mlir::tdx::impl::ExplainBase<ExplainPass> {
        << kBackwardColor << "\"></span>backward<span class=\"key\" style=\"background:"
        << kWeightsColor << "\"></span>weights' gradients (zero bubble). Bubble (idle over "
           "busy time) by rank:";
-    for (auto [r, b] : busy)
-      os << " " << r << ": " << llvm::format("%.2f", b > 0 ? (end - b) / b : 0.0);
-    os << "; (p-1)/(v m) = " << llvm::format("%.2f", double(p - 1) / double(v * m))
-       << ".</p>\n";
+    for (int64_t r = 0; r < p; ++r)
+      os << " " << r << ": " << llvm::format("%.2f", plan->bubble(r));
+    os << "; (p-1)/(v m) = " << llvm::format("%.2f", plan->idealBubble()) << ".</p>\n";
   }
 
   /// The step from start to end: its live bytes, and each collective where

@@ -83,7 +83,8 @@ def PropagateSharding : Pass<"tdx-propagate-sharding", "::mlir::ModuleOp"> {
     op to shard different factors over one mesh axis at the same priority are
     an error that names both; other contested choices are settled by the cost
     model: bytes moved under an alpha-beta model of each collective
-    (bandwidth and latency per mesh axis) plus compute plus memory (the
+    (bandwidth and latency per mesh axis, plus 25 us for each call of a
+    collective, tdx::collectiveSeconds) plus compute plus memory (the
     bytes each rank holds of the results, weighed by `memory`). `explain` reports the
     candidates and costs of every contested choice as remarks.
 
@@ -354,13 +355,37 @@ def CommReport : Pass<"tdx-comm-report", "::mlir::ModuleOp"> {
     its kind, the mesh axes it runs over, the group size, and its payload in
     bytes per rank (the largest local buffer a rank passes in), then the
     count and the total. `format=json` prints the same as a JSON list of
-    objects with keys `kind`, `mesh_axes`, `group_size`, `bytes` and
-    `location`. The IR is unchanged.
+    objects with keys `kind`, `mesh_axes`, `group_size`, `bytes`, `dtype`,
+    `seconds` (by the cost model: alpha-beta plus the call,
+    tdx::collectiveSeconds) and `location`. The IR is unchanged.
 
     ```
     tdx-opt model.mlir --tdx-propagate-sharding --tdx-insert-collectives \
         --tdx-partition --tdx-comm-report -o /dev/null
     ```
+  }];
+  let options = [
+    Option<"outputFile", "output", "std::string", /*default=*/"\"-\"",
+           "Where to write the report ('-' is stdout)">,
+    Option<"format", "format", "std::string", /*default=*/"\"table\"",
+           "'table' or 'json'">
+  ];
+}
+
+def PipelineReport : Pass<"tdx-pipeline-report", "::mlir::ModuleOp"> {
+  let summary = "Print a scheduled pipeline's stages, timeline and bubbles";
+  let description = [{
+    On a module tdx-split-stages and tdx-schedule-pipeline ran on (a
+    partitioned program with `pipeline=`), prints the pipeline: each
+    stage's rank, layers and forward seconds by the cost model, and the
+    schedule as that model timed it: each rank's busy seconds and bubble
+    (its idle over its busy time until the last task ends) next to the
+    ideal (p-1)/(v m). `format=json` prints an object with `axis`,
+    `schedule`, `ranks`, `microbatches`, `stages_per_rank`, `stages` (each
+    stage's layers), `layer_seconds`, `stage_seconds`, `timeline` (tasks
+    with `rank`, `phase` F, B or W, `stage`, `microbatch`, `start`, `end`),
+    `end`, `busy`, `bubble` (per rank) and `ideal_bubble`:
+    `prog.pipeline_report()`. The IR is unchanged.
   }];
   let options = [
     Option<"outputFile", "output", "std::string", /*default=*/"\"-\"",

@@ -72,3 +72,51 @@ llvm::SetVector<Operation *> mlir::tdx::forwardOf(func::FuncOp step) {
       visit(v);
   return forward;
 }
+
+std::optional<PipelinePlan> mlir::tdx::scheduledPipeline(ModuleOp module) {
+  auto d = module->getAttrOfType<DictionaryAttr>(TdxDialect::kPipelineAttrName);
+  auto timeline = d ? d.getAs<ArrayAttr>("timeline") : ArrayAttr();
+  if (!timeline)
+    return std::nullopt;
+  // The dialect verified the entries' kinds.
+  PipelinePlan plan;
+  plan.axis = d.getAs<StringAttr>("axis").getValue().str();
+  plan.schedule = d.getAs<StringAttr>("schedule").getValue().str();
+  plan.microbatches = d.getAs<IntegerAttr>("microbatches").getInt();
+  plan.stagesPerRank = d.getAs<IntegerAttr>("stages_per_rank").getInt();
+  if (auto stages = d.getAs<ArrayAttr>("stages"))
+    for (Attribute chunk : stages) {
+      plan.stages.emplace_back();
+      for (StringRef layer : cast<ArrayAttr>(chunk).getAsValueRange<StringAttr>())
+        plan.stages.back().push_back(layer.str());
+    }
+  plan.ranks = std::max<int64_t>(1, static_cast<int64_t>(plan.stages.size()) / plan.stagesPerRank);
+  if (auto s = d.getAs<DenseF64ArrayAttr>("layer_seconds"))
+    plan.layerSeconds.assign(s.asArrayRef().begin(), s.asArrayRef().end());
+  if (auto s = d.getAs<DenseF64ArrayAttr>("chunk_seconds"))
+    plan.chunkSeconds.assign(s.asArrayRef().begin(), s.asArrayRef().end());
+  for (auto t : timeline.getAsRange<DenseF64ArrayAttr>())
+    plan.timeline.push_back({static_cast<int64_t>(t[0]), static_cast<int64_t>(t[1]),
+                             static_cast<int64_t>(t[2]), static_cast<int64_t>(t[3]), t[4], t[5]});
+  return plan;
+}
+
+double PipelinePlan::end() const {
+  double end = 0;
+  for (const PipelineTask &t : timeline)
+    end = std::max(end, t.end);
+  return end;
+}
+
+SmallVector<double> PipelinePlan::busy() const {
+  SmallVector<double> busy(ranks, 0.0);
+  for (const PipelineTask &t : timeline)
+    if (t.rank >= 0 && t.rank < ranks)
+      busy[t.rank] += t.end - t.start;
+  return busy;
+}
+
+double PipelinePlan::bubble(int64_t rank) const {
+  double b = busy()[rank];
+  return b > 0 ? (end() - b) / b : 0.0;
+}

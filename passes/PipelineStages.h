@@ -3,7 +3,8 @@
 // tdx-split-stages and tdx-schedule-pipeline read the module's
 // `tdx.pipeline` dictionary (tdx.parallelize's pipeline=) the same way, and
 // agree on which ops of the step are a stage's and which every stage makes
-// for itself.
+// for itself; tdx-explain and tdx-pipeline-report read what they wrote
+// there the same way.
 //
 //===----------------------------------------------------------------------===//
 
@@ -16,6 +17,7 @@
 #include "mlir/IR/BuiltinOps.h"
 #include "llvm/ADT/SetVector.h"
 
+#include <optional>
 #include <string>
 
 namespace mlir::tdx {
@@ -52,6 +54,38 @@ inline std::optional<int64_t> stageOf(Operation *op) {
 
 /// The ops the step's result (the loss) is computed from: its forward.
 llvm::SetVector<Operation *> forwardOf(func::FuncOp step);
+
+/// One task of a scheduled pipeline: the forward (0), backward (1) or
+/// weights' gradients (2, zero bubble) of a chunk on a micro-batch, on a
+/// rank, from `start` to `end` seconds by the cost model.
+struct PipelineTask {
+  int64_t rank, phase, chunk, microbatch;
+  double start, end;
+};
+
+/// A pipeline as the passes left it in `tdx.pipeline`: what
+/// tdx-split-stages split (stages, seconds) and tdx-schedule-pipeline timed
+/// (the timeline). What tdx-explain draws and tdx-pipeline-report prints.
+struct PipelinePlan {
+  std::string axis, schedule;
+  int64_t ranks = 1, microbatches = 1, stagesPerRank = 1;
+  SmallVector<SmallVector<std::string>> stages; // each chunk's layers
+  SmallVector<double> layerSeconds, chunkSeconds;
+  SmallVector<PipelineTask> timeline;
+  /// When the last task ends.
+  double end() const;
+  /// Each rank's seconds in tasks.
+  SmallVector<double> busy() const;
+  /// A rank's bubble: its idle over its busy time until end().
+  double bubble(int64_t rank) const;
+  /// The schedule's ideal, (p - 1) / (v m).
+  double idealBubble() const {
+    return static_cast<double>(ranks - 1) / static_cast<double>(stagesPerRank * microbatches);
+  }
+};
+/// The module's scheduled pipeline; none before tdx-schedule-pipeline ran
+/// (or without a pipeline).
+std::optional<PipelinePlan> scheduledPipeline(ModuleOp module);
 
 } // namespace mlir::tdx
 

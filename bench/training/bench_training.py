@@ -554,13 +554,8 @@ def print_auto(rounds, steps):
 def model_bubble(prog):
     """The idle over the busy time of the pipeline's ranks (mean) in the
     schedule tdx-schedule-pipeline timed by the cost model."""
-    work = prog.copy().partition().mlir
-    tasks = [[float(x) for x in t.split(",")] for t in
-             re.findall(r"array<f64: ([-\d.eE+, ]+)>", work.split("timeline = [")[1].split("]")[0])]
-    end = max(t[5] for t in tasks)
-    ranks = sorted({int(t[0]) for t in tasks})
-    busy = {r: sum(t[5] - t[4] for t in tasks if int(t[0]) == r) for r in ranks}
-    return sum((end - busy[r]) / busy[r] for r in ranks) / len(ranks)
+    bubble = prog.pipeline_report()["bubble"]
+    return sum(bubble) / len(bubble)
 
 
 def print_pipeline(rounds, steps):

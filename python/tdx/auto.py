@@ -82,16 +82,6 @@ def _pipeline_candidates(prog, axis, ranks):
     return candidates
 
 
-def _schedule_seconds(work):
-    """The end of the pipeline's last forward or backward in the schedule
-    tdx-schedule-pipeline timed by the cost model (0 without a pipeline)."""
-    timeline = re.search(r"timeline = \[(.*?)\]\}", work.mlir)
-    if not timeline:
-        return 0.0
-    ends = [float(t.split(",")[5]) for t in re.findall(r"array<f64: ([^>]*)>", timeline.group(1))]
-    return max(ends, default=0.0)
-
-
 def _comm_seconds(report):
     """The seconds a step's collectives take by the cost model
     (comm_report's ``seconds``: alpha-beta plus the cost of each call)."""
@@ -184,13 +174,14 @@ def auto_parallelize(prog, mesh, memory_budget=None):
             work = parallelize(prog.copy(), mesh, plan, data_parallel=dp, zero=zero,
                                memory_budget=memory_budget, pipeline=pipeline).partition()
             comm = _json_report(work, "tdx-comm-report")
+            schedule = _json_report(work, "tdx-pipeline-report")["end"] if pipeline else 0.0
             work.run_pipeline("tdx-backend{check-budget=0}")
             memory = _json_report(work, "tdx-memory-report")
         except (TdxError, ValueError) as e:  # a candidate the compiler cannot place
             failed.append(f"{plan}, zero={zero}, pipeline={pipeline}: {e}")
             return
         seconds = (_comm_seconds(comm) + memory["recomputed"]["seconds"] +
-                   SECONDS_PER_BYTE_HELD * memory["peak"] + _schedule_seconds(work))
+                   SECONDS_PER_BYTE_HELD * memory["peak"] + schedule)
         fits = memory_budget is None or memory["peak"] <= memory_budget
         key = (not fits, seconds if fits else memory["peak"])
         if best is None or key < best[0]:

@@ -151,7 +151,8 @@ class Program:
     def comm_report(self):
         """The collectives of one forward step: a list of dicts with ``kind``,
         ``mesh_axes``, ``bytes`` (per rank), ``dtype`` (the element type it
-        moves: "f32", "bf16", ...), ``group_size`` and ``location``.
+        moves: "f32", "bf16", ...), ``group_size``, ``seconds`` (by the cost
+        model) and ``location``.
         The program itself is not changed."""
         from .sharding import _comm_report
         return _comm_report(self)
@@ -174,6 +175,21 @@ class Program:
         same."""
         from .sharding import _memory_report
         return _memory_report(self)
+
+    def pipeline_report(self):
+        """A pipelined program's stages and schedule as the compiler made
+        them (``parallelize(..., pipeline=...)``; a partitioned copy): a
+        dict with ``axis``, ``schedule``, ``ranks``, ``microbatches``,
+        ``stages_per_rank``, ``stages`` (each stage's layer names, stage c
+        on rank c % ranks), ``layer_seconds`` and ``stage_seconds`` (forward
+        seconds by the cost model), ``timeline`` (the tasks as the cost
+        model times them: ``rank``, ``phase`` "F", "B" or "W", ``stage``,
+        ``microbatch``, ``start``, ``end``), ``end``, ``busy`` and
+        ``bubble`` per rank (idle over busy time) and ``ideal_bubble``
+        ((p-1)/(v m)). ``tdx-opt --tdx-pipeline-report`` prints the same;
+        a program without a pipeline raises TdxError."""
+        from .sharding import _pipeline_report
+        return _pipeline_report(self)
 
     def parameters(self):
         """Qualified name -> (shape, dtype) of every parameter and buffer."""

@@ -162,12 +162,21 @@ def _partition(prog):
 
 
 def _comm_report(prog):
-    """[{kind, mesh_axes, bytes, dtype, group_size, location}] for one step;
+    """[{kind, mesh_axes, bytes, dtype, group_size, seconds, location}] for one step;
     partitions a copy of the program first if needed."""
     work = prog.copy()
     if not work.is_partitioned:
         _partition(work)
     return _json_report(work, "tdx-comm-report")
+
+
+def _pipeline_report(prog):
+    """The scheduled pipeline (tdx-pipeline-report's JSON) of a partitioned
+    copy of the program."""
+    work = prog.copy()
+    if not work.is_partitioned:
+        _partition(work)
+    return _json_report(work, "tdx-pipeline-report")
 
 
 def _json_report(work, report):

@@ -134,6 +134,26 @@ module attributes {tdx.pipeline = {axis = "pp", microbatches = 0 : i64, schedule
 
 // -----
 
+// What the pipeline passes add is checked too (tdx-explain and
+// tdx-pipeline-report read it).
+// expected-error @+1 {{'tdx.pipeline' must be timeline as an array of array<f64: rank, phase, stage, micro-batch, start, end>}}
+module attributes {tdx.pipeline = {axis = "pp", microbatches = 2 : i64, schedule = "1f1b", stages_per_rank = 1 : i64, timeline = [array<f64: 0.0, 0.0, 0.0>]}} {
+}
+
+// -----
+
+// expected-error @+1 {{'tdx.pipeline' must be stages as an array of each stage's layer names}}
+module attributes {tdx.pipeline = {axis = "pp", microbatches = 2 : i64, schedule = "1f1b", stages_per_rank = 1 : i64, stages = [["l.0"], [1]]}} {
+}
+
+// -----
+
+// expected-error @+1 {{'tdx.pipeline' must be chunk_seconds as an array<f64>}}
+module attributes {tdx.pipeline = {axis = "pp", microbatches = 2 : i64, schedule = "1f1b", stages_per_rank = 1 : i64, chunk_seconds = [1.0]}} {
+}
+
+// -----
+
 func.func @stage_is_a_chunk(%x: tensor<4xf32>) -> tensor<4xf32> {
   // expected-error @+1 {{'tdx.stage' must be an i64 chunk index >= 0, got -1 : i64}}
   %y = tdx.exp %x {tdx.stage = -1 : i64} : tensor<4xf32>

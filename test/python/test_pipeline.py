@@ -112,19 +112,6 @@ def stage_model():
     return torch.nn.Sequential(*layers[:-1])
 
 
-def pipeline_attribute(prog):
-    """The partitioned program's tdx.pipeline entries tdx-split-stages
-    wrote: stages (each chunk's layers), layer_seconds, chunk_seconds."""
-    text = prog.copy().partition().mlir
-    attr = re.search(r"tdx\.pipeline = \{(.*?)\}\}", text).group(1)
-    numbers = lambda key: [float(x) for x in
-                           re.search(key + r" = array<f64: ([^>]*)>", attr).group(1).split(",")]
-    stages = [re.findall(r'"([^"]+)"', chunk) for chunk in
-              re.findall(r"\[([^\[\]]*)\]", re.search(r"stages = \[(.*?\])\]", attr).group(1))]
-    return {"stages": stages, "layer_seconds": numbers("layer_seconds"),
-            "chunk_seconds": numbers("chunk_seconds")}
-
-
 def test_five_layers_on_two_stages_are_balanced_by_cost():
     """The layers' cut minimizes the costlier stage (checked against every
     cut), keeps every layer once and in order; with the wide second layer
@@ -136,15 +123,27 @@ def test_five_layers_on_two_stages_are_balanced_by_cost():
                                 torch.randn(8, 16), torch.randint(0, 16, (8,)))
     tdx.parallelize(prog, tdx.init_device_mesh("cpu", (2,), ("pp",)), {},
                     pipeline=tdx.Pipeline("pp", microbatches=2))
-    got = pipeline_attribute(prog)
+    got = prog.pipeline_report()
     layers = [name for name, _ in stage_model().named_children() if name.isdigit()
               and any(True for _ in getattr(stage_model(), name).parameters())]
     assert sum(got["stages"], []) == layers == ["0", "2", "4", "6", "8"]
     costs = got["layer_seconds"]
     assert len(costs) == 5
     best = min(max(sum(costs[:k]), sum(costs[k:])) for k in range(1, 5))
-    assert max(got["chunk_seconds"]) == pytest.approx(best, rel=1e-9)
+    assert max(got["stage_seconds"]) == pytest.approx(best, rel=1e-9)
     assert [len(s) for s in got["stages"]] != [3, 2]
+    # The schedule as the cost model timed it: F and B of each stage on
+    # each micro-batch, each rank's bubble next to (p-1)/m.
+    tasks = sorted((t["rank"], t["phase"], t["microbatch"]) for t in got["timeline"])
+    assert tasks == sorted((r, phase, mb) for r in (0, 1) for phase in "FB" for mb in (0, 1))
+    assert got["ideal_bubble"] == 0.5 and len(got["bubble"]) == 2
+    assert all(b >= 0 for b in got["bubble"]) and got["end"] >= max(got["busy"])
+    with pytest.raises(tdx.TdxError, match="no scheduled pipeline"):
+        tdx.parallelize(tdx.trace_train_step(model, OPTIMIZER(model.parameters()),
+                                             lambda m, x, y: F.cross_entropy(m(x), y),
+                                             torch.randn(8, 16), torch.randint(0, 16, (8,))),
+                        tdx.init_device_mesh("cpu", (2,), ("dp",)), {},
+                        data_parallel="dp").pipeline_report()
 
 
 def test_pipeline_refusals():
