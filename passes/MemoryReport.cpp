@@ -70,6 +70,20 @@ struct MemoryReportPass : public mlir::tdx::impl::MemoryReportBase<MemoryReportP
     func::FuncOp fn = stepWithBody(module, getArgument(), "report");
     if (!fn)
       return signalPassFailure();
+    // A pipeline's ranks run different steps: the one whose peak is the
+    // largest (each holds its own stages' state).
+    auto peakOf = [&](func::FuncOp f) {
+      Lifetimes l(f.getBody().front());
+      return stepMemory(module, f).fixed() + workingBytes(f, l);
+    };
+    SmallVector<func::FuncOp> steps = stepFunctions(module);
+    if (steps.size() > 1) {
+      int64_t most = peakOf(fn);
+      for (func::FuncOp f : steps)
+        if (f != fn && f.getBody().hasOneBlock())
+          if (int64_t peak = peakOf(f); peak > most)
+            fn = f, most = peak;
+    }
     StepMemory held = stepMemory(module, fn);
     int64_t parameters = held.parameters, optimizer = held.optimizer, inputs = held.inputs,
             gradients = held.gradients;

@@ -522,7 +522,9 @@ def Recompute : Pass<"tdx-recompute", "::mlir::ModuleOp"> {
 
     Random ops are the tdx counter-based ones, so running them again gives
     the same values; a generic aten op that draws random numbers is held.
-    A step within its budget, or without one, is left as it is. tdx-backend
+    A step within its budget, or without one, is left as it is. Each
+    pipeline rank's step (tdx-schedule-pipeline's) is fitted on its own,
+    with the state of its own stages. tdx-backend
     runs it after tdx-async-collectives, on the kernels the backends run.
 
     ```
@@ -559,7 +561,8 @@ def MemoryReport : Pass<"tdx-memory-report", "::mlir::ModuleOp"> {
   let summary = "Print each rank's bytes by kind, and refuse a step over its budget";
   let description = [{
     On a partitioned module, the bytes one rank holds for the entry
-    function (its most loaded rank where shards are uneven):
+    function (its most loaded rank where shards are uneven; of a pipeline,
+    the rank whose step peaks highest, as it holds its own stages):
 
     - `parameters`: the parameters and buffers it stores (their local
       shards; a tied name counts once);

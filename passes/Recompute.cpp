@@ -10,6 +10,7 @@
 // flops, collectives by latency and bytes, the rest by the bytes they move).
 // The price starts high (nothing is made again) and falls tenfold until the
 // step fits; each price cuts at the peak, and again at the peak that moves.
+// A pipeline's ranks each fit their own step.
 //
 //===----------------------------------------------------------------------===//
 
@@ -278,14 +279,22 @@ struct RecomputePass : public mlir::tdx::impl::RecomputeBase<RecomputePass> {
     if (limit == 0)
       if (auto attr = module->getAttrOfType<IntegerAttr>(TdxDialect::kMemoryBudgetAttrName))
         limit = attr.getInt();
-    func::FuncOp fn = stepFunction(module);
-    if (limit <= 0 || !fn || !fn.getBody().hasOneBlock())
+    if (limit <= 0)
       return markAllAnalysesPreserved();
+    // Each pipeline rank's step holds its own stages: each fits on its own.
+    for (func::FuncOp fn : stepFunctions(module))
+      if (fn.getBody().hasOneBlock())
+        fit(module, fn, limit);
+  }
+
+  /// Runs ops of `fn` again until its peak fits `limit` with what state and
+  /// batch hold, or leaves the smallest peak it found.
+  void fit(ModuleOp module, func::FuncOp fn, int64_t limit) {
     // The step's own tensors may take what state and batch leave.
     int64_t target = limit - stepMemory(module, fn).fixed();
     int64_t best = Lifetimes(fn.getBody().front()).peakBytes();
     if (best <= target)
-      return markAllAnalysesPreserved();
+      return;
     func::FuncOp chosen;
     for (double price = 1e12; price >= 1e5 && best > target; price /= 10) {
       // In the module, so that its collectives find their mesh (opSeconds).
@@ -305,7 +314,7 @@ struct RecomputePass : public mlir::tdx::impl::RecomputeBase<RecomputePass> {
       }
     }
     if (!chosen)
-      return markAllAnalysesPreserved();
+      return;
     // Over budget still, tdx-memory-report refuses it with this smallest peak.
     fn.getBody().takeBody(chosen.getBody());
     chosen.erase();

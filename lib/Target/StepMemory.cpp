@@ -33,6 +33,19 @@ func::FuncOp mlir::tdx::stepFunction(ModuleOp module) {
   return {};
 }
 
+SmallVector<func::FuncOp> mlir::tdx::stepFunctions(ModuleOp module) {
+  SmallVector<func::FuncOp> steps;
+  if (auto pipeline = module->getAttrOfType<DictionaryAttr>(TdxDialect::kPipelineAttrName))
+    if (auto functions = pipeline.getAs<ArrayAttr>("functions"))
+      for (auto name : functions.getAsRange<FlatSymbolRefAttr>())
+        if (auto fn = module.lookupSymbol<func::FuncOp>(name.getValue()))
+          steps.push_back(fn);
+  if (steps.empty())
+    if (func::FuncOp fn = stepFunction(module))
+      steps.push_back(fn);
+  return steps;
+}
+
 StepMemory mlir::tdx::stepMemory(ModuleOp module, func::FuncOp fn) {
   StepMemory m;
   std::map<std::string, int64_t> stateBytes;

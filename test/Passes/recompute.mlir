@@ -130,3 +130,35 @@ module attributes {tdx.partitioned, tdx.memory_budget = 1100 : i64} {
     return %e : tensor<64xf32>
   }
 }
+
+// -----
+
+// A pipeline's ranks each fit their own step: rank 1's step (the first
+// case's) runs exp(%x) again; rank 0's, within the budget, is left as it
+// is. The report is of rank 1, whose step peaks highest.
+// CHECK-LABEL: func.func @train_step_pp0
+// CHECK-NOT:   tdx.recomputed
+// CHECK-LABEL: func.func @train_step_pp1
+// CHECK:       %[[D:.*]] = tdx.mul
+// CHECK-NEXT:  %[[AGAIN:.*]] = tdx.exp %arg0 {tdx.recomputed} : tensor<64xf32>
+// CHECK-NEXT:  tdx.mul %[[D]], %[[AGAIN]]
+// REPORT:      memory per rank of @train_step_pp1
+// REPORT:      peak                  1024 bytes
+// REPORT-NEXT: budget                1100 bytes
+// REPORT-NEXT: recomputed   1 ops run again after the peak, making 256 bytes again
+// JSON:        "recomputed":{"bytes":256,"kinds":{"tdx.exp":1},"ops":1,
+module attributes {tdx.partitioned, tdx.memory_budget = 1100 : i64, tdx.pipeline = {axis = "pp", microbatches = 1 : i64, schedule = "1f1b", stages_per_rank = 1 : i64, functions = [@train_step_pp0, @train_step_pp1], timeline = []}} {
+  tdx.mesh @mesh shape = [2] axes = ["pp"]
+  func.func @train_step_pp0(%x: tensor<64xf32>) -> tensor<64xf32> {
+    %a = tdx.exp %x : tensor<64xf32>
+    return %a : tensor<64xf32>
+  }
+  func.func @train_step_pp1(%x: tensor<64xf32>) -> tensor<64xf32> {
+    %a = tdx.exp %x : tensor<64xf32>
+    %b = tdx.exp %a : tensor<64xf32>
+    %c = tdx.exp %b : tensor<64xf32>
+    %d = tdx.mul %c, %b : (tensor<64xf32>, tensor<64xf32>) -> tensor<64xf32>
+    %e = tdx.mul %d, %a : (tensor<64xf32>, tensor<64xf32>) -> tensor<64xf32>
+    return %e : tensor<64xf32>
+  }
+}

@@ -25,6 +25,9 @@ namespace mlir::tdx {
 /// The function a report or a budget is about: `train_step`, else
 /// `forward`, else the first with a body (null: none).
 func::FuncOp stepFunction(ModuleOp module);
+/// The steps a budget holds for: a scheduled pipeline's functions (one per
+/// pipeline rank, in rank order), else stepFunction's (none: none).
+SmallVector<func::FuncOp> stepFunctions(ModuleOp module);
 
 /// One rank's bytes outside the step's own tensors (its most loaded rank
 /// where shards are uneven).
