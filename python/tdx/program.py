@@ -159,7 +159,8 @@ class Program:
 
     def memory_report(self):
         """The bytes one rank holds for the step, known before it is compiled
-        (its most loaded rank where shards are uneven): a dict with
+        (its most loaded rank where shards are uneven; of a pipeline, the
+        rank whose step peaks highest): a dict with
         ``parameters`` (parameters and buffers stored), ``optimizer``
         (optimizer state stored), ``inputs`` (the batch), ``gradients``
         (each trained parameter's gradient as the update reads it),
