@@ -172,16 +172,20 @@ int64_t Mesh::probeBytes(const std::vector<std::string> &axes, int64_t peer, int
   return count;
 }
 
-void Mesh::completeShape(std::vector<int64_t> &shape, int64_t itemBytes,
-                         const std::vector<std::string> &axes, int64_t peer, int64_t tag) {
+void Mesh::fillOpenDim(std::vector<int64_t> &shape, int64_t itemBytes, int64_t bytes) {
   auto open = std::find(shape.begin(), shape.end(), -1);
   if (open == shape.end())
     return;
   int64_t rest = 1;
   for (int64_t d : shape)
     rest *= d == -1 ? 1 : d;
-  int64_t bytes = probeBytes(axes, peer, tag);
   *open = rest ? bytes / itemBytes / rest : 0;
+}
+
+void Mesh::completeShape(std::vector<int64_t> &shape, int64_t itemBytes,
+                         const std::vector<std::string> &axes, int64_t peer, int64_t tag) {
+  if (std::find(shape.begin(), shape.end(), -1) != shape.end())
+    fillOpenDim(shape, itemBytes, probeBytes(axes, peer, tag));
 }
 
 void Mesh::recvBytes(void *data, int64_t bytes, const std::vector<std::string> &axes,

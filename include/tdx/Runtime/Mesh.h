@@ -114,6 +114,9 @@ public:
   /// `tag` from `peer` has, elements of `itemBytes` (probeBytes).
   void completeShape(std::vector<int64_t> &shape, int64_t itemBytes,
                      const std::vector<std::string> &axes, int64_t peer, int64_t tag);
+  /// Gives the -1 dim of `shape` (at most one) the size a message of
+  /// `bytes` has, elements of `itemBytes`.
+  static void fillOpenDim(std::vector<int64_t> &shape, int64_t itemBytes, int64_t bytes);
   /// Receives it into `data` (with the collective deadline).
   void recvBytes(void *data, int64_t bytes, const std::vector<std::string> &axes, int64_t peer,
                  int64_t tag);

@@ -91,13 +91,21 @@ void Context::pipelineChannel(const std::vector<std::string> &axes, int64_t from
   // A first message: NCCL connects a pair on its first message, which
   // waits for the peer; here both ranks stand at this channel.
   Tensor one = Tensor::empty({1}, DType::U8);
-  orderAfterCompute(stream);
-  checkNccl(sender ? ncclSend(one.data(), 1, ncclUint8, 1, comm, stream)
-                   : ncclRecv(one.data(), 1, ncclUint8, 0, comm, stream),
-            "pipeline set-up");
-  settle(comm, "pipeline set-up", axes);
+  enqueue(channels_[{axes, from, to}], "pipeline set-up", axes, [&](void *handle, void *st) {
+    auto nc = static_cast<ncclComm_t>(handle);
+    auto ns = static_cast<cudaStream_t>(st);
+    return sender ? ncclSend(one.data(), 1, ncclUint8, 1, nc, ns)
+                  : ncclRecv(one.data(), 1, ncclUint8, 0, nc, ns);
+  });
   checkCuda(cudaEventRecord(event, stream), "cudaEventRecord");
   synchronize("pipeline set-up", axes, event);
+}
+
+void Context::enqueue(Channel &c, const char *what, const std::vector<std::string> &axes,
+                      const std::function<int(void *, void *)> &op) {
+  orderAfterCompute(c.stream);
+  checkNccl(static_cast<ncclResult_t>(op(c.comm, c.stream)), what);
+  settle(c.comm, what, axes);
 }
 
 Context::Channel &Context::channel(const std::vector<std::string> &axes, int64_t from,
@@ -123,12 +131,10 @@ void Context::send(const Tensor &x, const std::vector<std::string> &axes, int64_
     const void *data = bytes.get();
     sendBytes(std::move(bytes), data, sizeof(int64_t), axes, peer, tag);
   }
-  auto stream = static_cast<cudaStream_t>(c.stream);
-  orderAfterCompute(stream);
-  checkNccl(ncclSend(in.data(), static_cast<size_t>(in.nbytes()), ncclUint8, 1,
-                     static_cast<ncclComm_t>(c.comm), stream),
-            "send");
-  settle(c.comm, "send", axes);
+  enqueue(c, "send", axes, [&](void *comm, void *stream) {
+    return ncclSend(in.data(), static_cast<size_t>(in.nbytes()), ncclUint8, 1,
+                    static_cast<ncclComm_t>(comm), static_cast<cudaStream_t>(stream));
+  });
   addBytes(in.nbytes());
   inTransit_.push_back(std::move(in)); // read by the channel until finishSends
 }
@@ -139,24 +145,20 @@ Tensor Context::recv(std::vector<int64_t> shape, DType dtype, const std::vector<
     return hostRecv(std::move(shape), dtype, axes, peer, tag);
   Group g = group(axes);
   Channel &c = channel(axes, peer, g.index);
-  auto open = std::find(shape.begin(), shape.end(), -1);
-  if (open != shape.end()) {
-    int64_t bytes = 0, rest = tdx::rt::dtypeSize(dtype);
+  if (std::find(shape.begin(), shape.end(), -1) != shape.end()) {
+    int64_t bytes = 0;
     recvBytes(&bytes, sizeof(bytes), axes, peer, tag);
-    for (int64_t d : shape)
-      rest *= d == -1 ? 1 : d;
-    *open = rest ? bytes / rest : 0;
+    fillOpenDim(shape, tdx::rt::dtypeSize(dtype), bytes);
   }
   Tensor out = Tensor::empty(shape, dtype);
-  auto stream = static_cast<cudaStream_t>(c.stream);
-  // `out`'s memory may be what the compute stream's queued work just freed.
-  orderAfterCompute(stream);
-  checkNccl(ncclRecv(out.data(), static_cast<size_t>(out.nbytes()), ncclUint8, 0,
-                     static_cast<ncclComm_t>(c.comm), stream),
-            "recv");
-  settle(c.comm, "recv", axes);
+  // (`out`'s memory may be what the compute stream's queued work just
+  // freed: enqueue orders the channel after it.)
+  enqueue(c, "recv", axes, [&](void *comm, void *stream) {
+    return ncclRecv(out.data(), static_cast<size_t>(out.nbytes()), ncclUint8, 0,
+                    static_cast<ncclComm_t>(comm), static_cast<cudaStream_t>(stream));
+  });
   auto done = static_cast<cudaEvent_t>(c.event);
-  checkCuda(cudaEventRecord(done, stream), "cudaEventRecord");
+  checkCuda(cudaEventRecord(done, static_cast<cudaStream_t>(c.stream)), "cudaEventRecord");
   checkCuda(cudaStreamWaitEvent(nullptr, done, 0), "cudaStreamWaitEvent");
   return out;
 }

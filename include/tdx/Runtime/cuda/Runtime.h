@@ -259,6 +259,11 @@ private:
   std::map<std::tuple<std::vector<std::string>, int64_t, int64_t>, Channel> channels_;
   /// The channel from `from` to `to` (made by pipelineChannel).
   Channel &channel(const std::vector<std::string> &axes, int64_t from, int64_t to);
+  /// Enqueues `op` (an NCCL call on the channel's communicator and stream,
+  /// returning its ncclResult_t) after the compute stream's work so far,
+  /// and waits until it is enqueued.
+  void enqueue(Channel &c, const char *what, const std::vector<std::string> &axes,
+               const std::function<int(void *, void *)> &op);
   /// Sends in flight on channels: kept until finishSends.
   std::vector<Tensor> inTransit_;
   /// Orders `stream` (a cudaStream_t) after the compute stream's work so far.
