@@ -106,10 +106,11 @@ def auto_parallelize(prog, mesh, memory_budget=None):
       layers (both are candidates); the layers of one name in every block
       share one decision (``"h.*.c_attn"``).
     - Every candidate is placed on a copy and scored by the cost model:
-      its collectives' seconds (alpha-beta, ``comm_report()``), the
-      seconds of what it recomputes to fit a budget, and its peak bytes
-      per rank (``memory_report()``) at the price propagation charges for
-      memory. Under ``memory_budget`` (bytes per rank) only
+      its collectives' seconds (alpha-beta plus 25 us per call,
+      ``comm_report()``), the seconds of what it recomputes to fit a
+      budget, and its peak bytes per rank (``memory_report()``) at the
+      price propagation charges for memory. Under ``memory_budget`` (bytes
+      per rank) only
       candidates whose peak fits count (the compiler recomputes to fit,
       tdx-recompute); if none fits, the one with the lowest peak is kept
       (tdx.compile then refuses it, naming what holds the memory).
