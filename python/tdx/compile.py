@@ -456,7 +456,7 @@ class Executable:
 
 
 def compile(prog, target="cpu", output=None, cuda_arch="sm_90", keep_source=False,
-            progress=None, opt_level=2):
+            progress=None, opt_level=None):
     """Compiles a (parallelized) program into a model binary.
 
     target="cpu" links the CPU runtime (ATen + MPI); target="cuda" emits CUDA
@@ -465,9 +465,16 @@ def compile(prog, target="cpu", output=None, cuda_arch="sm_90", keep_source=Fals
     (default: when stderr is a terminal) shows a tqdm bar over tdx-compile's
     stages (placing and partitioning, emitting, compiling), or that the
     compile cache served the binary; ``exe.from_cache`` says so too.
-    `opt_level` is the C++ compiler's (0 to 3): 0 compiles a large program
-    in a third of the time, for binaries that run little (tests)."""
+    `opt_level` is the C++ compiler's (0 to 3; default: $TDX_OPT_LEVEL,
+    else 2): 0 compiles in a third to half of 2's time (both have a
+    precompiled runtime header) and runs its fused kernels slower, for
+    binaries that run little (the test suite compiles at 0)."""
     _check_target(target)
+    if opt_level is None:
+        opt_level = os.environ.get("TDX_OPT_LEVEL", "2")
+        if opt_level not in ("0", "1", "2", "3"):
+            raise ValueError(f"TDX_OPT_LEVEL must be 0, 1, 2 or 3, not {opt_level!r}")
+        opt_level = int(opt_level)
     if opt_level not in (0, 1, 2, 3):
         raise ValueError(f"opt_level must be 0, 1, 2 or 3, not {opt_level!r}")
     text = prog.mlir

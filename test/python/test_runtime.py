@@ -428,11 +428,16 @@ def test_narrow_and_complex_dtypes_run_like_eager():
         tdx.compile(tdx.trace(tdx.deferred_init(NoComplex), x, i), target="cuda", progress=False)
 
 
-def test_opt_level_reaches_the_compiler_and_is_checked(tmp_path):
+def test_opt_level_reaches_the_compiler_and_is_checked(tmp_path, monkeypatch):
     torch.manual_seed(0)
     prog = tdx.trace(tdx.deferred_init(NarrowDtypes), torch.randn(4, 6), torch.zeros(4, 6).long())
     with pytest.raises(ValueError, match="opt_level must be 0, 1, 2 or 3, not 5"):
         tdx.compile(prog, opt_level=5)
+    # The default comes from TDX_OPT_LEVEL (the suite sets 0), checked too.
+    with monkeypatch.context() as env:
+        env.setenv("TDX_OPT_LEVEL", "fast")
+        with pytest.raises(ValueError, match="TDX_OPT_LEVEL must be 0, 1, 2 or 3, not 'fast'"):
+            tdx.compile(prog)
     exe = tdx.compile(prog, opt_level=0, progress=False)
     x, i = torch.randn(4, 6), torch.randint(0, 60, (4, 6))
     assert torch.equal(exe.run(x, i)[2], NarrowDtypes()(x, i)[2])

@@ -84,7 +84,7 @@ static cl::opt<bool> noCache("no-cache", cl::desc("compile without the cache"), 
 static cl::opt<unsigned> optLevel(
     "opt-level",
     cl::desc("the C++/CUDA optimization level, 0 to 3 (default 2, for binaries you run; 0 "
-             "compiles a large program in a third of the time and runs slower: tests)"),
+             "compiles in a third to half of the time and runs its kernels slower: tests)"),
     cl::init(2), cl::cat(options));
 static cl::opt<std::string> buildPch(
     "build-pch",
@@ -92,12 +92,13 @@ static cl::opt<std::string> buildPch(
              "build/lib/pch, which every CPU compile then uses) and exit"),
     cl::value_desc("DIR"), cl::cat(options));
 
-/// The compiler and its flags for a CPU source or header, up to the file.
-static SmallVector<std::string> cpuCompileCommand() {
+/// The compiler and its flags for a CPU source or header at optimization
+/// level `level`, up to the file.
+static SmallVector<std::string> cpuCompileCommand(unsigned level) {
   // GCC's points-to analysis is superlinear in the size of the one step
   // function (a training step's: 20 of 55 s); the kernels do not need it.
   // -fPIC: one precompiled header serves binaries and shared objects.
-  SmallVector<std::string> args = {kCompiler, "-std=c++17", "-O" + std::to_string(optLevel),
+  SmallVector<std::string> args = {kCompiler, "-std=c++17", "-O" + std::to_string(level),
                                    "-fPIC", "-fno-tree-pta", "-ffp-contract=off"};
   // Emitted kernels run on ATen's vector lanes; use the widest ATen's
   // headers offer that this machine runs (the binary is built where it runs).
@@ -128,9 +129,12 @@ static int run(ArrayRef<std::string> args, std::string &error) {
   return sys::ExecuteAndWait(args.front(), refs, std::nullopt, {}, 0, 0, &error);
 }
 
-/// --build-pch DIR: DIR/tdx-runtime.h and its .gch, built with exactly the
-/// flags a CPU compile uses (GCC ignores a precompiled header whose flags
-/// differ, so a mismatch costs time, never correctness).
+/// --build-pch DIR: DIR/tdx-runtime.h and its precompiled forms, built with
+/// exactly the flags a CPU compile uses. GCC ignores a precompiled header
+/// whose flags differ (a mismatch costs time, never correctness), and -O0
+/// differs from the others (__OPTIMIZE__), so DIR/tdx-runtime.h.gch is a
+/// directory of two, O0.gch and O2.gch, of which GCC takes the one that
+/// fits (-O1 and -O3 take O2's).
 static int buildPrecompiledHeader(StringRef dir) {
   if (std::error_code ec = sys::fs::create_directories(dir)) {
     errs() << "tdx-compile: cannot create " << dir << ": " << ec.message() << "\n";
@@ -150,21 +154,31 @@ static int buildPrecompiledHeader(StringRef dir) {
     }
     os << text;
   }
-  // Written under another name and renamed, so a compile running meanwhile
-  // never reads half a precompiled header.
-  std::string gch = header + ".gch", partial = gch + ".partial";
-  SmallVector<std::string> args = cpuCompileCommand();
-  args.append({"-c", "-x", "c++-header", header, "-o", partial});
-  std::string error;
-  if (int rc = run(args, error)) {
-    errs() << "tdx-compile: precompiling " << header << " failed ("
-           << (error.empty() ? "exit " + std::to_string(rc) : error) << ")\n";
-    sys::fs::remove(partial);
+  std::string gchDir = header + ".gch";
+  if (sys::fs::is_regular_file(gchDir)) // one .gch, as builds before made it
+    sys::fs::remove(gchDir);
+  if (std::error_code ec = sys::fs::create_directories(gchDir)) {
+    errs() << "tdx-compile: cannot create " << gchDir << ": " << ec.message() << "\n";
     return 1;
   }
-  if (std::error_code ec = sys::fs::rename(partial, gch)) {
-    errs() << "tdx-compile: cannot write " << gch << ": " << ec.message() << "\n";
-    return 1;
+  for (unsigned level : {0u, 2u}) {
+    // Written under another name and renamed, so a compile running
+    // meanwhile never reads half a precompiled header.
+    std::string gch = gchDir + "/O" + std::to_string(level) + ".gch",
+                partial = gch + ".partial";
+    SmallVector<std::string> args = cpuCompileCommand(level);
+    args.append({"-c", "-x", "c++-header", header, "-o", partial});
+    std::string error;
+    if (int rc = run(args, error)) {
+      errs() << "tdx-compile: precompiling " << header << " failed ("
+             << (error.empty() ? "exit " + std::to_string(rc) : error) << ")\n";
+      sys::fs::remove(partial);
+      return 1;
+    }
+    if (std::error_code ec = sys::fs::rename(partial, gch)) {
+      errs() << "tdx-compile: cannot write " << gch << ": " << ec.message() << "\n";
+      return 1;
+    }
   }
   return 0;
 }
@@ -303,7 +317,7 @@ int main(int argc, char **argv) {
       args.push_back(lib);
     args.push_back("-Xlinker=-rpath,/usr/lib/x86_64-linux-gnu");
   } else {
-    args = cpuCompileCommand();
+    args = cpuCompileCommand(optLevel);
     // The runtime's precompiled header, where the build made one.
     std::string pch = std::string(kPchDir) + "/" + kPchHeader;
     if (sys::fs::exists(pch + ".gch"))
