@@ -190,7 +190,8 @@ class Executable:
         if not source or not os.path.exists(source):
             raise TdxError(f"{self.path} has no program source to build its shared object "
                            f"from; compile the program with tdx.compile in this script")
-        done = _run_compile(source, path, ["--shared"])
+        done = _run_compile(source, path, ["--shared",
+                                           f"--opt-level={getattr(self, '_opt_level', 2)}"])
         self.library_from_cache = "from the compile cache" in done.stdout
         return path
 
@@ -504,6 +505,7 @@ def compile(prog, target="cpu", output=None, cuda_arch="sm_90", keep_source=Fals
                      getattr(prog, "hyperparameters", {}), prog._module.entry(),
                      getattr(prog, "accumulation_steps", 1))
     exe._source = src
+    exe._opt_level = opt_level  # the shared object links the same object
     # Whether the compile cache served the binary (tdx-compile says so).
     exe.from_cache = "from the compile cache" in done.stdout
     return exe
