@@ -23,11 +23,8 @@ struct CommReportPass : public mlir::tdx::impl::CommReportBase<CommReportPass> {
 
   void runOnOperation() override {
     ModuleOp module = getOperation();
-    if (format != "table" && format != "json") {
-      module.emitError() << "tdx-comm-report: unknown format '" << format
-                         << "'; use 'table' or 'json'";
+    if (!knownFormat(module, getArgument(), format, {"table", "json"}))
       return signalPassFailure();
-    }
     // A redistribution left means the program is not partitioned.
     WalkResult walk = module.walk([&](RedistributeOp op) {
       op->emitError("tdx-comm-report counts the collectives of a partitioned "

@@ -54,11 +54,8 @@ struct MemoryReportPass : public mlir::tdx::impl::MemoryReportBase<MemoryReportP
 
   void runOnOperation() override {
     ModuleOp module = getOperation();
-    if (format != "table" && format != "json" && format != "none") {
-      module.emitError() << "tdx-memory-report: unknown format '" << format
-                         << "'; use 'table', 'json' or 'none'";
+    if (!knownFormat(module, getArgument(), format, {"table", "json", "none"}))
       return signalPassFailure();
-    }
     // format=none only checks a budget (tdx-backend runs it on every step).
     if (format == "none" && !module->hasAttr(TdxDialect::kMemoryBudgetAttrName))
       return markAllAnalysesPreserved();

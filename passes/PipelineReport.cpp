@@ -22,11 +22,8 @@ struct PipelineReportPass : public mlir::tdx::impl::PipelineReportBase<PipelineR
 
   void runOnOperation() override {
     ModuleOp module = getOperation();
-    if (format != "table" && format != "json") {
-      module.emitError() << "tdx-pipeline-report: unknown format '" << format
-                         << "'; use 'table' or 'json'";
+    if (!knownFormat(module, getArgument(), format, {"table", "json"}))
       return signalPassFailure();
-    }
     std::optional<PipelinePlan> plan = scheduledPipeline(module);
     if (!plan) {
       module.emitError() << "tdx-pipeline-report: the module has no scheduled pipeline; "

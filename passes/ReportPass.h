@@ -1,9 +1,10 @@
 //===- ReportPass.h - what the passes that write a report share -*- C++ -*-===//
 //
-// tdx-comm-report, tdx-memory-report, tdx-model-summary, tdx-explain and
-// tdx-linear-pairs write to an `output` file and (but the summary) read the
-// module's step function: one way to open the one and find the other, and
-// one wording for their errors.
+// tdx-comm-report, tdx-memory-report, tdx-pipeline-report,
+// tdx-model-summary, tdx-explain and tdx-linear-pairs write to an `output`
+// file and (but the summary) read the module's step function: one way to
+// open the one, check its format and find the other, and one wording for
+// their errors.
 //
 //===----------------------------------------------------------------------===//
 
@@ -27,6 +28,19 @@ inline std::unique_ptr<llvm::ToolOutputFile> openReport(ModuleOp module, StringR
   if (!file)
     module.emitError() << pass << ": cannot open '" << path << "': " << error;
   return file;
+}
+
+/// Whether `format` is one of `known`; else an error at `module` naming
+/// `pass` and the formats ("use 'table' or 'json'").
+inline bool knownFormat(ModuleOp module, StringRef pass, StringRef format,
+                        ArrayRef<StringRef> known) {
+  if (llvm::is_contained(known, format))
+    return true;
+  InFlightDiagnostic d = module.emitError();
+  d << pass << ": unknown format '" << format << "'; use ";
+  for (auto [i, k] : llvm::enumerate(known))
+    d << (i == 0 ? "" : i + 1 == known.size() ? " or " : ", ") << "'" << k << "'";
+  return false;
 }
 
 /// The module's step function (stepFunction) with its one block, or null
