@@ -330,8 +330,8 @@ struct ExplainPass : public mlir::tdx::impl::ExplainBase<ExplainPass> {
        << kBackwardColor << "\"></span>backward<span class=\"key\" style=\"background:"
        << kWeightsColor << "\"></span>weights' gradients (zero bubble). Bubble (idle over "
           "busy time) by rank:";
-    for (int64_t r = 0; r < p; ++r)
-      os << " " << r << ": " << llvm::format("%.2f", plan->bubble(r));
+    for (auto [r, bubble] : llvm::enumerate(plan->bubbles()))
+      os << " " << r << ": " << llvm::format("%.2f", bubble);
     os << "; (p-1)/(v m) = " << llvm::format("%.2f", plan->idealBubble()) << ".</p>\n";
   }
 

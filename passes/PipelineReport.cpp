@@ -35,9 +35,9 @@ struct PipelineReportPass : public mlir::tdx::impl::PipelineReportBase<PipelineR
     if (!file)
       return signalPassFailure();
     llvm::raw_ostream &os = file->os();
-    SmallVector<double> busy = plan->busy();
+    SmallVector<double> busy = plan->busy(), bubbles = plan->bubbles();
     if (format == "json") {
-      llvm::json::Array stages, timeline, bubbles;
+      llvm::json::Array stages, timeline;
       for (const SmallVector<std::string> &layers : plan->stages)
         stages.push_back(llvm::json::Array(layers));
       static const char *kPhases[] = {"F", "B", "W"};
@@ -49,8 +49,6 @@ struct PipelineReportPass : public mlir::tdx::impl::PipelineReportBase<PipelineR
             {"microbatch", t.microbatch},
             {"start", t.start},
             {"end", t.end}});
-      for (int64_t r = 0; r < plan->ranks; ++r)
-        bubbles.push_back(plan->bubble(r));
       os << llvm::json::Value(llvm::json::Object{
                 {"axis", plan->axis},
                 {"schedule", plan->schedule},
@@ -63,7 +61,7 @@ struct PipelineReportPass : public mlir::tdx::impl::PipelineReportBase<PipelineR
                 {"timeline", std::move(timeline)},
                 {"end", plan->end()},
                 {"busy", llvm::json::Array(busy)},
-                {"bubble", std::move(bubbles)},
+                {"bubble", llvm::json::Array(bubbles)},
                 {"ideal_bubble", plan->idealBubble()}})
          << "\n";
     } else {
@@ -82,7 +80,7 @@ struct PipelineReportPass : public mlir::tdx::impl::PipelineReportBase<PipelineR
          << llvm::format("%.3g", plan->end()) << " s\n";
       for (int64_t r = 0; r < plan->ranks; ++r)
         os << "rank " << r << ": busy " << llvm::format("%.3g", busy[r]) << " s, bubble "
-           << llvm::format("%.3f", plan->bubble(r)) << "\n";
+           << llvm::format("%.3f", bubbles[r]) << "\n";
       os << "ideal bubble (p-1)/(v m): " << llvm::format("%.3f", plan->idealBubble()) << "\n";
     }
     file->keep();

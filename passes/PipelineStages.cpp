@@ -116,7 +116,10 @@ SmallVector<double> PipelinePlan::busy() const {
   return busy;
 }
 
-double PipelinePlan::bubble(int64_t rank) const {
-  double b = busy()[rank];
-  return b > 0 ? (end() - b) / b : 0.0;
+SmallVector<double> PipelinePlan::bubbles() const {
+  double last = end();
+  SmallVector<double> bubbles;
+  for (double b : busy())
+    bubbles.push_back(b > 0 ? (last - b) / b : 0.0);
+  return bubbles;
 }

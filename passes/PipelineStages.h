@@ -76,8 +76,8 @@ struct PipelinePlan {
   double end() const;
   /// Each rank's seconds in tasks.
   SmallVector<double> busy() const;
-  /// A rank's bubble: its idle over its busy time until end().
-  double bubble(int64_t rank) const;
+  /// Each rank's bubble: its idle over its busy time until end().
+  SmallVector<double> bubbles() const;
   /// The schedule's ideal, (p - 1) / (v m).
   double idealBubble() const {
     return static_cast<double>(ranks - 1) / static_cast<double>(stagesPerRank * microbatches);

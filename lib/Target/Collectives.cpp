@@ -22,9 +22,10 @@ int64_t payloadBytes(Operation *op) {
     return -1;
   return t.getNumElements() * elementBytes(t.getElementType());
 }
-} // namespace
 
-std::optional<CollectiveUse> mlir::tdx::collectiveUse(Operation *op) {
+/// A collective's mesh axes and the ranks in its group; none for an op
+/// that is not a collective with a mesh and axes.
+std::optional<std::pair<ArrayAttr, int64_t>> groupOf(Operation *op) {
   if (!op->hasTrait<OpTrait::TdxCollective>())
     return std::nullopt;
   auto meshName = op->getAttrOfType<FlatSymbolRefAttr>("mesh");
@@ -32,14 +33,31 @@ std::optional<CollectiveUse> mlir::tdx::collectiveUse(Operation *op) {
   if (!meshName || !axes)
     return std::nullopt;
   auto mesh = SymbolTable::lookupNearestSymbolFrom<MeshOp>(op, meshName);
+  int64_t size = 1;
+  for (StringRef a : axes.getAsValueRange<StringAttr>())
+    if (mesh && mesh.getAxisIndex(a) >= 0)
+      size *= mesh.getShape()[mesh.getAxisIndex(a)];
+  return std::make_pair(axes, size);
+}
+} // namespace
+
+std::optional<double> mlir::tdx::collectiveOpSeconds(Operation *op) {
+  std::optional<std::pair<ArrayAttr, int64_t>> group = groupOf(op);
+  if (!group)
+    return std::nullopt;
+  return collectiveSeconds(op->getName().stripDialect(), payloadBytes(op), group->second);
+}
+
+std::optional<CollectiveUse> mlir::tdx::collectiveUse(Operation *op) {
+  std::optional<std::pair<ArrayAttr, int64_t>> group = groupOf(op);
+  if (!group)
+    return std::nullopt;
   CollectiveUse u;
   u.op = op;
   u.kind = op->getName().stripDialect().str();
-  for (StringRef a : axes.getAsValueRange<StringAttr>()) {
+  for (StringRef a : group->first.getAsValueRange<StringAttr>())
     u.axes.push_back(a.str());
-    if (mesh && mesh.getAxisIndex(a) >= 0)
-      u.groupSize *= mesh.getShape()[mesh.getAxisIndex(a)];
-  }
+  u.groupSize = group->second;
   u.bytes = payloadBytes(op);
   u.seconds = collectiveSeconds(u.kind, u.bytes, u.groupSize);
   llvm::raw_string_ostream(u.dtype)

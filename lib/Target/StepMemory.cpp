@@ -52,12 +52,10 @@ StepMemory mlir::tdx::stepMemory(ModuleOp module, func::FuncOp fn) {
   std::map<std::string, RankedTensorType> stateType;
   // A pipeline rank's step (tdx-schedule-pipeline's functions, in rank
   // order) holds the state of its own stages only (Stage(r) layouts).
-  int64_t pipelineRank = -1, pipelineRanks = 1;
-  if (auto pipeline = module->getAttrOfType<DictionaryAttr>(TdxDialect::kPipelineAttrName))
-    if (auto functions = pipeline.getAs<ArrayAttr>("functions"))
-      for (auto [r, name] : llvm::enumerate(functions.getAsRange<FlatSymbolRefAttr>()))
-        if (name.getValue() == fn.getSymName())
-          pipelineRank = r, pipelineRanks = functions.size();
+  SmallVector<func::FuncOp> steps = stepFunctions(module);
+  auto at = llvm::find(steps, fn);
+  int64_t pipelineRank = at == steps.end() ? -1 : at - steps.begin(),
+          pipelineRanks = static_cast<int64_t>(steps.size());
   for (Operation &op : module.getOps()) {
     auto state = dyn_cast<StateOpInterface>(&op);
     if (!state || state.getTiedState())
@@ -130,17 +128,17 @@ SmallVector<Value> mlir::tdx::readsOf(Operation *op) {
 }
 
 double mlir::tdx::opSeconds(Operation *op) {
+  Operation *collective = op;
+  if (auto wait = dyn_cast<WaitOp>(op))
+    if (auto start = wait.getToken().getDefiningOp<StartOp>())
+      collective = start.getCollective();
+  if (std::optional<double> seconds = collectiveOpSeconds(collective))
+    return *seconds;
   int64_t moved = 0;
   for (Value v : readsOf(op))
     moved += tensorBytes(v);
   for (Value v : op->getResults())
     moved += tensorBytes(v);
-  Operation *collective = op;
-  if (auto wait = dyn_cast<WaitOp>(op))
-    if (auto start = wait.getToken().getDefiningOp<StartOp>())
-      collective = start.getCollective();
-  if (std::optional<CollectiveUse> use = collectiveUse(collective))
-    return use->seconds;
   double flops = 0;
   if (isa<MatmulOp, LinearOp>(op)) {
     auto lhs = dyn_cast<RankedTensorType>(op->getOperand(0).getType());

@@ -30,6 +30,9 @@ struct CollectiveUse {
 
 /// `op`'s use, if it is a collective with a mesh and axes.
 std::optional<CollectiveUse> collectiveUse(Operation *op);
+/// Its `seconds` alone (no names and locations written: the passes that
+/// price ops call it often).
+std::optional<double> collectiveOpSeconds(Operation *op);
 /// The collectives of `root` in program order (inside tdx.start too).
 std::vector<CollectiveUse> collectivesIn(Operation *root);
 
