@@ -10,7 +10,7 @@
   6. materialize the weights (bitwise what eager construction gives).
 
 Run with Debian's Python and the build's package:
-    . build/env.sh && /usr/bin/python3 examples/gpt_2x2.py
+    . build/env.sh && "$TDX_PYTHON" examples/gpt_2x2.py
 """
 
 import math

@@ -35,5 +35,5 @@ echo "== the per-rank forward, first 12 lines (all in $build/gpt-2x2.local.mlir)
 awk '/func.func @forward/ { on = 1 } on && shown++ < 12' "$build/gpt-2x2.local.mlir"
 
 echo
-echo "== /usr/bin/python3 examples/gpt_2x2.py"
-(. "$build/env.sh" && /usr/bin/python3 "$root/examples/gpt_2x2.py")
+echo "== python examples/gpt_2x2.py"
+(. "$build/env.sh" && "$TDX_PYTHON" "$root/examples/gpt_2x2.py")

@@ -15,7 +15,7 @@ case "${1:-}" in
     shift
     [[ $# -ge 1 ]] || { echo "usage: scripts/gpu-check.sh bundle OUT [options]"; exit 2; }
     . "$ROOT/build/env.sh"
-    exec /usr/bin/python3 "$ROOT/scripts/gpu-check/bundle.py" "$@"
+    exec "$TDX_PYTHON" "$ROOT/scripts/gpu-check/bundle.py" "$@"
     ;;
   *)
     sed -n '2,11p' "$0" | sed 's/^# \{0,1\}//'

@@ -54,13 +54,13 @@ timed() {  # timed NAME COMMAND...: runs it, notes its time and status
 }
 # lit: FileCheck tests and the C++ unit tests.
 timed lit ninja -C "$build" check-tdx
-# pytest: the Python package, with Debian's Python (the one that has torch).
+# pytest: the Python package, with the interpreter tdx was built for (build/env.sh).
 jobs="${TDX_TEST_JOBS:-2}"
 pytest_tier() {  # pytest_tier NAME [pytest options] FILES...
   local name="$1"
   shift
   (. "$build/env.sh" && cd "$root/test/python" &&
-    timeout 3600 /usr/bin/python3 -m pytest -q -p no:cacheprovider \
+    timeout 3600 "$TDX_PYTHON" -m pytest -q -p no:cacheprovider \
       --junitxml="$build/test/pytest-$name.xml" "$@")
 }
 # The quick tier's tests go to the processes one by one, those sharing a
@@ -82,7 +82,7 @@ if [ ! -f "$build/test/results.json" ] || ! ls "$build"/test/pytest-*.xml >/dev/
   echo "tdx: a test runner did not run (see the errors above)" >&2
   exit 1
 fi
-/usr/bin/python3 - "$build/test/results.json" "$build"/test/pytest-*.xml <<'PY'
+python3 - "$build/test/results.json" "$build"/test/pytest-*.xml <<'PY'
 import json, sys
 import xml.etree.ElementTree as ET
 codes = [t["code"] for t in json.load(open(sys.argv[1]))["tests"]]

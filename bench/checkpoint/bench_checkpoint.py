@@ -16,7 +16,7 @@ Reads are cold: every file is dropped from the page cache
 --rounds rounds; os.sync() runs before each, so that no measurement pays for
 another's dirty pages.
 
-    . build/env.sh && /usr/bin/python3 bench/checkpoint/bench_checkpoint.py [--mib 256]
+    . build/env.sh && "$TDX_PYTHON" bench/checkpoint/bench_checkpoint.py [--mib 256]
 """
 
 import argparse

@@ -14,7 +14,7 @@ Times are the best of --repeat runs of the whole command, with the ratios
 of cold and of ccache's hit to tdx's hit. ccache comes with
 scripts/setup.sh's packages.
 
-Usage: . build/env.sh && /usr/bin/python3 bench/compile/bench_compile_cache.py [--repeat N]
+Usage: . build/env.sh && "$TDX_PYTHON" bench/compile/bench_compile_cache.py [--repeat N]
 """
 import argparse
 import os

@@ -18,7 +18,7 @@ all three alike. Bytes are what all ranks send per step. A last tdx run with
 --profile splits rank 0's step into ATen calls, fused kernels, collectives
 and the rest: "overhead" is that rest over the ATen calls and kernels.
 
-    . build/env.sh && /usr/bin/python3 bench/runtime/bench_runtime.py [--steps 20]
+    . build/env.sh && "$TDX_PYTHON" bench/runtime/bench_runtime.py [--steps 20]
 """
 
 import math

@@ -22,7 +22,7 @@ collectives, partition, schedule), the per-rank program's op count and
 its memory report (GiB per rank); for 7B, the same step under a
 memory_budget of 80% of its peak (what tdx-recompute runs again).
 
-Usage: . build/env.sh && /usr/bin/python3 bench/scale/bench_scale.py
+Usage: . build/env.sh && "$TDX_PYTHON" bench/scale/bench_scale.py
            [--layers 4,8,32] [--big 7b,70b] [--compile-7b]
 """
 import argparse

@@ -18,7 +18,7 @@ run:
 Every process uses one ATen thread; a step time is the mean of --steps steps
 after one warm-up step, best of --rounds rounds.
 
-    . build/env.sh && /usr/bin/python3 bench/training/bench_fold.py [--steps 10]
+    . build/env.sh && "$TDX_PYTHON" bench/training/bench_fold.py [--steps 10]
 """
 
 import argparse

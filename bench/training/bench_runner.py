@@ -22,7 +22,7 @@ the library's C ABI). Every process uses
 one ATen thread; the losses of every tdx configuration are checked against
 eager's.
 
-    . build/env.sh && /usr/bin/python3 bench/training/bench_runner.py [--steps 10]
+    . build/env.sh && "$TDX_PYTHON" bench/training/bench_runner.py [--steps 10]
 """
 
 import json

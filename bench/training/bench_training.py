@@ -40,7 +40,7 @@ the peers' bytes are the payload their algorithm moves (gradients for DDP,
 4 activations per layer for Megatron). This machine has 2 cores: 4 ranks
 share them, so 4-rank times measure oversubscription as much as anything.
 
-    . build/env.sh && /usr/bin/python3 bench/training/bench_training.py [--steps 10]
+    . build/env.sh && "$TDX_PYTHON" bench/training/bench_training.py [--steps 10]
         [--part all|features|auto|pipeline]
 """
 

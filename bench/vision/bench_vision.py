@@ -12,7 +12,7 @@ Step time is the mean of --steps forwards after one warm-up, best of
 shared 2-core machine hits both alike. The last column is the error of the
 tdx output against eager's.
 
-    . build/env.sh && /usr/bin/python3 bench/vision/bench_vision.py [--steps 3]
+    . build/env.sh && "$TDX_PYTHON" bench/vision/bench_vision.py [--steps 3]
 """
 
 import itertools

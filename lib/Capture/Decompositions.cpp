@@ -17,31 +17,11 @@
 #include <ATen/WrapDimUtils.h>
 #include <ATen/core/Reduction.h>
 #include <ATen/ops/cov_native.h>
-#include <ATen/ops/cross_entropy_loss_native.h>
 #include <ATen/ops/nanquantile_native.h>
 #include <ATen/ops/quantile_native.h>
-#include <ATen/ops/repeat_interleave_native.h>
 #include <torch/library.h>
 
 namespace {
-
-/// repeat_interleave(x, r, dim): element i along `dim` is x[i / r]. libtorch
-/// builds an index tensor from a tensor of repeats (data); with an integer
-/// `r` it is unsqueeze, expand and flatten, the same copy.
-at::Tensor repeatInterleaveInt(const at::Tensor &self, int64_t repeats,
-                               c10::optional<int64_t> dim, c10::optional<int64_t> outputSize) {
-  if (!tdx::capture::isFake(self))
-    return at::native::repeat_interleave(self, repeats, dim, outputSize);
-  TORCH_CHECK(repeats >= 0, "repeat_interleave: repeats must be non-negative, got ", repeats);
-  at::Tensor x = dim ? self : self.flatten();
-  int64_t d = dim ? c10::maybe_wrap_dim(*dim, x.dim()) : 0;
-  std::vector<int64_t> sizes = x.sizes().vec();
-  sizes.insert(sizes.begin() + d + 1, repeats);
-  at::Tensor out = x.unsqueeze(d + 1).expand(sizes).flatten(d, d + 1);
-  TORCH_CHECK(!outputSize || *outputSize == out.size(d), "repeat_interleave: output_size ",
-              *outputSize, " does not match the repeated size ", out.size(d));
-  return out;
-}
 
 /// cov(x, correction, fweights, aweights) as libtorch computes it. The
 /// checks that read data are left out (weights not negative and not summing
@@ -162,48 +142,7 @@ at::Tensor quantileScalar(const at::Tensor &self, double q, c10::optional<int64_
                     IgnoreNan);
 }
 
-/// cross_entropy with label smoothing and class-index targets, as libtorch
-/// computes it, but the mean over the targets not ignored is a sum over all
-/// of them (ignored ones are zero) divided by their count or weight, where
-/// libtorch 1.13 selects them with masked_select (data-dependent shape).
-at::Tensor crossEntropy(const at::Tensor &self, const at::Tensor &target,
-                        const c10::optional<at::Tensor> &weight, int64_t reduction,
-                        int64_t ignoreIndex, double labelSmoothing) {
-  bool weighted = weight && weight->defined();
-  if (!tdx::capture::isFake(self) || labelSmoothing <= 0.0 || self.sizes() == target.sizes() ||
-      reduction != at::Reduction::Mean)
-    return at::native::cross_entropy_loss(self, target, weight, reduction, ignoreIndex,
-                                          labelSmoothing);
-  TORCH_CHECK(labelSmoothing <= 1.0, "label_smoothing must be between 0.0 and 1.0. Got: ",
-              labelSmoothing);
-  int64_t classDim = self.dim() == 1 ? 0 : 1;
-  at::Tensor input = at::log_softmax(self, classDim, self.scalar_type());
-  at::Tensor nll = at::nll_loss_nd(input, target, weight, reduction, ignoreIndex);
-  int64_t classes = input.size(classDim);
-  at::Tensor smooth;
-  if (weighted) {
-    std::vector<int64_t> shape(input.dim(), 1);
-    shape[classDim] = weight->size(0);
-    smooth = -(input * weight->view(shape)).sum(classDim);
-  } else {
-    smooth = -input.sum(classDim);
-  }
-  at::Tensor ignored = target == ignoreIndex;
-  smooth = smooth.masked_fill(ignored, 0.0);
-  at::Tensor total;
-  if (weighted) {
-    at::Tensor index = target.masked_fill(ignored, 0).flatten();
-    total = weight->gather(0, index).masked_fill(ignored.flatten(), 0).sum();
-  } else {
-    total = ignored.logical_not().sum();
-  }
-  at::Tensor ret = smooth.sum() / total;
-  return (1 - labelSmoothing) * nll + ret * (labelSmoothing / classes);
-}
-
 void registerDecompositions(torch::Library &m) {
-  m.impl("cross_entropy_loss", TORCH_FN(crossEntropy));
-  m.impl("repeat_interleave.self_int", TORCH_FN(repeatInterleaveInt));
   m.impl("cov", TORCH_FN(cov));
   m.impl("quantile", TORCH_FN(quantileTensor<false>));
   m.impl("quantile.scalar", TORCH_FN(quantileScalar<false>));

@@ -6,6 +6,7 @@ relocated and a built binary reports the missing GPU clearly."""
 import json
 import os
 import subprocess
+import sys
 
 import pytest
 import torch
@@ -120,7 +121,7 @@ def test_compare_checks_final_state_at_its_own_tolerance(tmp_path):
     check = os.path.join(ROOT, "scripts", "gpu-check", "check.py")
 
     def compare(*extra):
-        return subprocess.run(["/usr/bin/python3", check, "compare", str(tmp_path),
+        return subprocess.run([sys.executable, check, "compare", str(tmp_path),
                                str(tmp_path / "out.safetensors"), "--state",
                                str(tmp_path / "state.safetensors"), *extra],
                               capture_output=True, text=True, timeout=120)

@@ -423,6 +423,10 @@ def resnet18_case():
     # 64x64 images: at 32x32 ResNet-18's last stage is 1x1, and batch norm
     # over a micro-batch of 2 such values is chaotic (eager itself, weights
     # moved by 1e-7, is 0.19 off its own loss after one step); here 1e-6.
+    # Well-conditioned so, eager float32 is the reference its tests hold
+    # tdx to: within 2.5e-7 of eager float64's losses, 1.4e-7 of its
+    # evaluations and 7.7e-6 of its parameters (measured; the tests allow
+    # 1e-5 and 1e-4).
     data = [(torch.randn(4, 3, 64, 64, generator=g), torch.randint(0, 10, (4,), generator=g))
             for _ in range(3)]
     held_out = (torch.randn(4, 3, 64, 64, generator=g), torch.randint(0, 10, (4,), generator=g))

@@ -98,7 +98,9 @@ def test_an_spmd_script_trains_torchvision_resnet18_data_parallel_like_eager(tmp
     # torchvision's ResNet-18 (batch norm in training mode, 2 micro-batches
     # per step, a cosine schedule, eval-mode evaluation after every step)
     # from a script run on 2 ranks, against eager's loop. Slow: a minute of
-    # compile (test_runner's dp2 case compiles the same program).
+    # compile (test_runner's dp2 case compiles the same program). Eager
+    # float32 is the reference: resnet18_case's 64x64 images keep it within
+    # 1e-5 of eager float64 (measured there).
     out = tmp_path / "result.pt"
     done, ranks = spmd(2, SCRIPT, "resnet18", "dp2", str(out))
     assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]

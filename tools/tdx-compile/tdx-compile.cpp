@@ -98,7 +98,8 @@ static SmallVector<std::string> cpuCompileCommand(unsigned level) {
   // GCC's points-to analysis is superlinear in the size of the one step
   // function (a training step's: 20 of 55 s); the kernels do not need it.
   // -fPIC: one precompiled header serves binaries and shared objects.
-  SmallVector<std::string> args = {kCompiler, "-std=c++17", "-O" + std::to_string(level),
+  // C++20 and torch's C++ ABI: what torch 2.x's headers and libraries need.
+  SmallVector<std::string> args = {kCompiler,  "-std=c++20", kTorchAbi, "-O" + std::to_string(level),
                                    "-fPIC", "-fno-tree-pta", "-ffp-contract=off"};
   // Emitted kernels run on ATen's vector lanes; use the widest ATen's
   // headers offer that this machine runs (the binary is built where it runs).
@@ -329,7 +330,7 @@ int main(int argc, char **argv) {
       link.append({"-shared", "-Wl,-u,tdx_open"});
     for (const char *lib : kLibraries)
       link.push_back(lib);
-    link.push_back("-Wl,-rpath,/usr/lib/x86_64-linux-gnu");
+    link.push_back(std::string("-Wl,-rpath,") + kTorchLibDir);
   }
   tdx::CompileCache cache(noCache ? "" : cacheDir.empty() ? tdx::CompileCache::defaultDir()
                                                            : cacheDir.getValue());

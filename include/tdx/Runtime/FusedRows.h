@@ -55,7 +55,7 @@ template <class T>
 inline void layerNorm(T *y, const Of<T> *w, int64_t ws, const Of<T> *b, int64_t bs, int64_t n,
                       double eps) {
   using Vec = at::vec::Vectorized<T>;
-  auto [mean, var] = at::native::utils::RowwiseMoments(y, n);
+  auto [mean, var] = at::native::RowwiseMoments(y, n);
   T rstd = T(1) / std::sqrt(std::max(var, T(0)) + static_cast<T>(eps));
   T scale = rstd, shift = -rstd * mean;
   if (w && b && ws == 1 && bs == 1) {

@@ -65,7 +65,7 @@ void release(void *data) {
 /// Data pointers are their own contexts, as the default allocator's are.
 class PoolAllocator final : public c10::Allocator {
 public:
-  c10::DataPtr allocate(size_t n) const override {
+  c10::DataPtr allocate(size_t n) override {
     if (n == 0)
       return {nullptr, nullptr, &release, c10::Device(c10::DeviceType::CPU)};
     int64_t bytes = blockBytes(n);
@@ -89,6 +89,9 @@ public:
     return {data, data, &release, c10::Device(c10::DeviceType::CPU)};
   }
   c10::DeleterFnPtr raw_deleter() const override { return &release; }
+  void copy_data(void *dest, const void *src, std::size_t count) const override {
+    default_copy_data(dest, src, count);
+  }
 };
 
 } // namespace
