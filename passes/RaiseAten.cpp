@@ -47,6 +47,7 @@ const llvm::StringMap<RaiseFn> &table() {
     t["aten::addcmul"] = &raiseAddc<MulOp>;
     t["aten::addcdiv"] = &raiseAddc<DivOp>;
     t["aten::rsub"] = &raiseRsub;
+    t["aten::lerp.Scalar"] = &raiseLerp;
     t["aten::clamp_min"] = &raiseClamp;
     t["aten::clamp_max"] = &raiseClamp;
     t["aten::hardtanh"] = &raiseClamp;

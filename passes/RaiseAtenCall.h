@@ -130,6 +130,7 @@ Value raiseSiluBackward(Call &c);
 Value raiseSigmoidBackward(Call &c);
 Value raiseTanhBackward(Call &c);
 Value raiseRsub(Call &c);
+Value raiseLerp(Call &c);
 Value raiseOuter(Call &c);
 Value raiseTriangle(Call &c);
 Value raiseBatchNorm(Call &c);

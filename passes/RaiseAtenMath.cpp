@@ -296,6 +296,22 @@ Value raiseRsub(Call &c) {
   return r && r.getType() == c.resultType() ? r : Value();
 }
 
+/// lerp(self, end, weight) with a number weight, as ATen computes it: self +
+/// weight * (end - self) for |weight| < 0.5, else end - (end - self) * (1 -
+/// weight) (torch.optim's Adam and AdamW move their first moment with it).
+Value raiseLerp(Call &c) {
+  std::optional<double> weight = c.number("weight");
+  if (c.plain.size() != 2 || !weight || !isa<FloatType>(c.elementType()))
+    return {};
+  Type e = c.elementType();
+  Value self = c.cast(c.plain[0], e), end = c.cast(c.plain[1], e);
+  Value diff = c.binary<SubOp>(end, self);
+  Value r = std::abs(*weight) < 0.5
+                ? c.binary<AddOp>(self, c.binary<MulOp>(c.full(*weight, e), diff))
+                : c.binary<SubOp>(end, c.binary<MulOp>(diff, c.full(1.0 - *weight, e)));
+  return r && r.getType() == c.resultType() ? r : Value();
+}
+
 /// outer(x, y) = x[:, None] * y[None, :].
 Value raiseOuter(Call &c) {
   RankedTensorType t = c.resultType();

@@ -6,6 +6,7 @@
 #include <ATen/core/dispatch/Dispatcher.h>
 #include <c10/core/impl/LocalDispatchKeySet.h>
 #include <torch/library.h>
+#include <torch/version.h>
 
 #include <unordered_map>
 #include <unordered_set>
@@ -295,8 +296,8 @@ void fakeFallback(const c10::OperatorHandle &op, c10::DispatchKeySet,
   if (outDevice.is_cuda() && !outDevice.has_index())
     outDevice = c10::Device(c10::kCUDA, 0);
 
-  // libtorch 1.13's meta arange makes int64 for floating bounds; give it
-  // the dtype the CPU kernel infers (the default dtype).
+  // The meta arange makes int64 for floating bounds; give it the dtype the
+  // CPU kernel infers (the default dtype).
   if (facts.isArange) {
     bool integral = true;
     int dtypeIndex = -1;
@@ -341,9 +342,9 @@ void fakeFallback(const c10::OperatorHandle &op, c10::DispatchKeySet,
     TORCH_CHECK_NOT_IMPLEMENTED(
         false, "tdx: ", name, op.schema().overload_name().empty() ? "" : ".",
         op.schema().overload_name(),
-        " has no meta kernel in libtorch 1.13, so it cannot run on fake tensors; "
-        "run this part of the model outside fake_mode/deferred_init, or express it "
-        "with ops that have one");
+        " has no meta kernel in torch ", TORCH_VERSION,
+        ", so it cannot run on fake tensors; run this part of the model outside "
+        "fake_mode/deferred_init, or express it with ops that have one");
   }
 
   bool deferred = currentRecording() != nullptr;

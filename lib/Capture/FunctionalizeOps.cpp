@@ -60,7 +60,7 @@ Value Functionalizer::functional(const RecordedOp &op, const at::Tensor &out) {
     return std::make_pair(b.getI64IntegerAttr(seed), b.getI64IntegerAttr(stream++));
   };
   if (n == "aten::empty" || n == "aten::empty_like" || n == "aten::empty_strided" ||
-      n == "aten::new_empty")
+      n == "aten::new_empty" || n == "aten::new_empty_strided")
     return EmptyOp::create(b, loc, type);
   // _efficientzerotensor (autograd's zero gradients) has no storage in ATen.
   if (n == "aten::zeros" || n == "aten::zeros_like" || n == "aten::zero_" ||
@@ -87,6 +87,14 @@ Value Functionalizer::functional(const RecordedOp &op, const at::Tensor &out) {
     return NormalOp::create(b, loc, type, b.getF64FloatAttr(a[1].toDouble()),
                             b.getF64FloatAttr(a[2].toDouble()), s, k,
                              DenseI64ArrayAttr());
+  }
+  // torch.nn.init.trunc_normal_ (python/tdx/deferred.py records it whole).
+  if (n == "tdx::trunc_normal_") {
+    auto [s, k] = key();
+    return TruncNormalOp::create(b, loc, type, b.getF64FloatAttr(a[1].toDouble()),
+                                 b.getF64FloatAttr(a[2].toDouble()),
+                                 b.getF64FloatAttr(a[3].toDouble()),
+                                 b.getF64FloatAttr(a[4].toDouble()), s, k, DenseI64ArrayAttr());
   }
   if (n == "aten::rand" || n == "aten::rand_like") {
     auto [s, k] = key();

@@ -1,7 +1,7 @@
 """Fake tensors and deferred module initialization.
 
-Both run in the C++ engine at libtorch's dispatcher (DispatchKey::Fake and
-DispatchKey::DeferredInit); this module gives them PyTorch-style Python
+Both run in the C++ engine at libtorch's dispatcher (lib/Capture; docs/capture.md
+says which dispatch keys); this module gives them PyTorch-style Python
 entry points and guards the few places where Python reads tensor memory
 directly (repr, numpy, tolist, item, torch.tensor from data).
 """
@@ -109,6 +109,39 @@ def _lifting(name):
     return lifted
 
 
+# torch.nn.init.trunc_normal_ draws by rejection since torch 2.10: how many
+# draws it takes depends on the values drawn (``mask.any()``), which a fake
+# tensor does not have. On a fake tensor it is one op, tdx::trunc_normal_:
+# its real kernel is torch's own function, so materializing runs what eager
+# ran (bitwise, from the same generator state), its meta kernel keeps the
+# shape, and the IR gets the counter-based tdx.trunc_normal.
+_original_trunc_normal = torch.nn.init.trunc_normal_
+_library = torch.library.Library("tdx", "DEF")
+_library.define("trunc_normal_(Tensor(a!) self, float mean, float std, float a, float b) "
+                "-> Tensor(a!)")
+
+
+def _trunc_normal_kernel(tensor, mean, std, a, b):
+    return _original_trunc_normal(tensor, mean, std, a, b)
+
+
+for _key in ("CPU", "CUDA"):
+    _library.impl("trunc_normal_", _trunc_normal_kernel, _key)
+_library.impl("trunc_normal_", lambda tensor, mean, std, a, b: tensor, "Meta")
+
+
+@functools.wraps(_original_trunc_normal)
+def _trunc_normal(tensor, mean=0.0, std=1.0, a=-2.0, b=2.0, generator=None):
+    if not _C.is_fake(tensor):
+        return _original_trunc_normal(tensor, mean, std, a, b, generator=generator)
+    if generator is not None:
+        raise FakeTensorError(
+            "torch.nn.init.trunc_normal_ with a generator= on a fake tensor: tdx replays "
+            "initialization from the global generator (torch.manual_seed); drop generator=")
+    with torch.no_grad():
+        return torch.ops.tdx.trunc_normal_(tensor, float(mean), float(std), float(a), float(b))
+
+
 _original_data = torch.Tensor.data
 
 
@@ -133,6 +166,7 @@ def _python_guards(fake_cuda):
     if _depth == 1:
         for name in _FROM_DATA:
             setattr(torch, name, _lifting(name))
+        torch.nn.init.trunc_normal_ = _trunc_normal
     if fake_cuda:
         # No CUDA runtime is needed to describe CUDA tensors.
         torch.cuda._lazy_init = lambda: None
@@ -150,6 +184,7 @@ def _python_guards(fake_cuda):
         if _depth == 0:
             for name, fn in _original_from_data.items():
                 setattr(torch, name, fn)
+            torch.nn.init.trunc_normal_ = _original_trunc_normal
 
 
 @contextlib.contextmanager
