@@ -315,6 +315,67 @@ ShardingRule RmsNormOp::getShardingRule() {
   return normRule(*this, getNormalizedShape().size());
 }
 
+/// Attention over [batch, heads, seq, dim]: batch and heads split (each
+/// (batch, head) pair is an attention of its own); query's heads are kv
+/// heads times the group (grouped-query attention), so splitting the kv
+/// heads splits both. Sequence and head dims stay whole: the kernel is
+/// fused, and a causal mask is laid out on the whole sequence.
+struct AttentionFactors {
+  int64_t b, kvHeads, group, s, t, d, e;
+  TensorFactors q, k, v, lse, mask;
+};
+static AttentionFactors attentionFactors(ShardingRule &rule, Value q, Value k, Value v,
+                                         Value mask) {
+  auto qs = tensorType(q).getShape(), ks = tensorType(k).getShape(),
+       vs = tensorType(v).getShape();
+  AttentionFactors f;
+  f.b = rule.addFactor(qs[0]);
+  f.kvHeads = rule.addFactor(ks[1]);
+  f.group = rule.addFactor(qs[1] / ks[1]);
+  f.s = rule.addFactor(qs[2], FactorKind::Replicated);
+  f.t = rule.addFactor(ks[2], FactorKind::Replicated);
+  f.d = rule.addFactor(qs[3], FactorKind::Replicated);
+  f.e = rule.addFactor(vs[3], FactorKind::Replicated);
+  TensorFactors heads = ks[1] == qs[1] ? TensorFactors{{f.kvHeads}}
+                                       : TensorFactors{{f.kvHeads, f.group}};
+  f.q = {{f.b}, heads[0], {f.s}, {f.d}};
+  f.k = {{f.b}, {f.kvHeads}, {f.t}, {f.d}};
+  f.v = {{f.b}, {f.kvHeads}, {f.t}, {f.e}};
+  f.lse = {{f.b}, heads[0], {f.s}};
+  if (mask) {
+    // Broadcast dims (size 1) have no factor; the others are the scores'.
+    TensorFactors scores = {{f.b}, heads[0], {f.s}, {f.t}};
+    auto ms = tensorType(mask).getShape();
+    for (auto [i, size] : llvm::enumerate(ms))
+      f.mask.push_back(size == 1 ? SmallVector<int64_t>{}
+                                 : scores[scores.size() - ms.size() + i]);
+  }
+  return f;
+}
+
+ShardingRule SdpaOp::getShardingRule() {
+  ShardingRule rule;
+  AttentionFactors f = attentionFactors(rule, getQuery(), getKey(), getValue(), getAttnMask());
+  rule.operands = {f.q, f.k, f.v};
+  if (getAttnMask())
+    rule.operands.push_back(f.mask);
+  rule.addedAfterReduction.assign(rule.operands.size(), false);
+  rule.results = {{f.q[0], f.q[1], f.q[2], {f.e}}, f.lse};
+  return rule;
+}
+
+ShardingRule SdpaBackwardOp::getShardingRule() {
+  ShardingRule rule;
+  AttentionFactors f = attentionFactors(rule, getQuery(), getKey(), getValue(), getAttnMask());
+  TensorFactors out = {f.q[0], f.q[1], f.q[2], {f.e}};
+  rule.operands = {out, f.q, f.k, f.v, out, f.lse};
+  if (getAttnMask())
+    rule.operands.push_back(f.mask);
+  rule.addedAfterReduction.assign(rule.operands.size(), false);
+  rule.results = {f.q, f.k, f.v};
+  return rule;
+}
+
 ShardingRule EmbeddingOp::getShardingRule() {
   ShardingRule rule;
   auto w = tensorType(getWeight()), idx = tensorType(getIndices());

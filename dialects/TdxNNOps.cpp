@@ -185,6 +185,76 @@ LogicalResult RmsNormOp::inferReturnTypes(MLIRContext *, std::optional<Location>
 }
 
 //===----------------------------------------------------------------------===//
+// SdpaOp / SdpaBackwardOp
+//===----------------------------------------------------------------------===//
+
+/// Checks query [B, H, S, D], key [B, Hkv, T, D], value [B, Hkv, T, E] (Hkv
+/// divides H) and a mask that broadcasts to [B, H, S, T].
+static LogicalResult checkAttention(std::optional<Location> loc, StringRef name, Value q,
+                                    Value k, Value v, Value mask) {
+  auto qt = cast<RankedTensorType>(q.getType()), kt = cast<RankedTensorType>(k.getType()),
+       vt = cast<RankedTensorType>(v.getType());
+  if (qt.getRank() != 4 || kt.getRank() != 4 || vt.getRank() != 4)
+    return emitOptionalError(loc, "'", name,
+                             "' op query, key and value must be [batch, heads, seq, dim], got ",
+                             shapeStr(qt.getShape()), ", ", shapeStr(kt.getShape()), ", ",
+                             shapeStr(vt.getShape()));
+  if (kt.getElementType() != qt.getElementType() || vt.getElementType() != qt.getElementType())
+    return emitOptionalError(loc, "'", name, "' op query, key and value must have one element type");
+  auto q4 = qt.getShape(), k4 = kt.getShape(), v4 = vt.getShape();
+  if (q4[0] != k4[0] || k4[0] != v4[0] || k4[1] != v4[1] || k4[2] != v4[2] || q4[3] != k4[3])
+    return emitOptionalError(loc, "'", name, "' op key ", shapeStr(k4), " and value ",
+                             shapeStr(v4), " do not fit query ", shapeStr(q4),
+                             ": batch, heads and key length must agree, and key's dim must "
+                             "be query's");
+  if (k4[1] <= 0 || q4[1] % k4[1] != 0)
+    return emitOptionalError(loc, "'", name, "' op key's ", k4[1],
+                             " heads must divide query's ", q4[1], " (grouped-query attention)");
+  if (mask) {
+    auto mt = cast<RankedTensorType>(mask.getType());
+    SmallVector<int64_t> full = {q4[0], q4[1], q4[2], k4[2]};
+    if (mt.getRank() > 4)
+      return emitOptionalError(loc, "'", name, "' op attn_mask ", shapeStr(mt.getShape()),
+                               " has more than 4 dims");
+    for (auto [d, m] : llvm::zip(llvm::reverse(full), llvm::reverse(mt.getShape())))
+      if (m != 1 && m != d)
+        return emitOptionalError(loc, "'", name, "' op attn_mask ", shapeStr(mt.getShape()),
+                                 " does not broadcast to ", shapeStr(full));
+  }
+  return success();
+}
+
+LogicalResult SdpaOp::inferReturnTypes(MLIRContext *, std::optional<Location> loc,
+                                       Adaptor adaptor, SmallVectorImpl<Type> &inferred) {
+  if (failed(checkAttention(loc, getOperationName(), adaptor.getQuery(), adaptor.getKey(),
+                            adaptor.getValue(), adaptor.getAttnMask())))
+    return failure();
+  auto q = cast<RankedTensorType>(adaptor.getQuery().getType());
+  auto v = cast<RankedTensorType>(adaptor.getValue().getType());
+  auto shape = q.getShape();
+  inferred.push_back(RankedTensorType::get({shape[0], shape[1], shape[2], v.getShape()[3]},
+                                           q.getElementType()));
+  inferred.push_back(RankedTensorType::get(shape.drop_back(), q.getElementType()));
+  return success();
+}
+
+LogicalResult SdpaBackwardOp::inferReturnTypes(MLIRContext *, std::optional<Location> loc,
+                                               Adaptor adaptor,
+                                               SmallVectorImpl<Type> &inferred) {
+  if (failed(checkAttention(loc, getOperationName(), adaptor.getQuery(), adaptor.getKey(),
+                            adaptor.getValue(), adaptor.getAttnMask())))
+    return failure();
+  if (adaptor.getGrad().getType() != adaptor.getOutput().getType())
+    return emitOptionalError(loc, "'", getOperationName(), "' op grad ",
+                             adaptor.getGrad().getType(), " must be the output's type ",
+                             adaptor.getOutput().getType());
+  inferred.push_back(adaptor.getQuery().getType());
+  inferred.push_back(adaptor.getKey().getType());
+  inferred.push_back(adaptor.getValue().getType());
+  return success();
+}
+
+//===----------------------------------------------------------------------===//
 // EmbeddingOp
 //===----------------------------------------------------------------------===//
 

@@ -156,6 +156,63 @@ def Tdx_RmsNormOp : Tdx_InferredOp<"rms_norm"> {
   }];
 }
 
+def Tdx_SdpaOp : Tdx_InferredOp<"sdpa"> {
+  let torchReference = "aten._scaled_dot_product_flash_attention_for_cpu($query, $key, $value, 0.0, $is_causal, attn_mask=$attn_mask, scale=$scale)";
+  let summary = "torch.nn.functional.scaled_dot_product_attention, fused";
+  let description = [{
+    `softmax(query @ key^T * scale + mask) @ value` over `[batch, heads,
+    seq, dim]` tensors, with a causal mask (`causal`, top-left aligned as
+    torch's `is_causal`), an additive or boolean `attn_mask`, and `scale`
+    (default `1 / sqrt(dim)`). Grouped-query attention: `key` and `value`
+    may have fewer heads than `query` (a divisor; query head `h` reads key
+    head `h / (heads / kv_heads)`), as `enable_gqa=True`. The second result
+    is the log-sum-exp of each query row, `[batch, heads, seq]`, which the
+    backward reads. Dropout stays a generic op (tdx-raise-aten raises
+    `dropout_p = 0` only).
+
+    ```mlir
+    %o, %lse = tdx.sdpa %q, %k, %v causal : (tensor<2x4x8x16xf32>, tensor<2x2x8x16xf32>,
+        tensor<2x2x8x16xf32>) -> (tensor<2x4x8x16xf32>, tensor<2x4x8xf32>)
+    ```
+  }];
+  let arguments = (ins Tdx_FloatTensor:$query, Tdx_FloatTensor:$key, Tdx_FloatTensor:$value,
+                       Optional<Tdx_Tensor>:$attn_mask, UnitAttr:$is_causal,
+                       OptionalAttr<F64Attr>:$scale);
+  let results = (outs Tdx_FloatTensor:$output, Tdx_FloatTensor:$logsumexp);
+  let assemblyFormat = [{
+    $query `,` $key `,` $value (`mask` $attn_mask^)? (`causal` $is_causal^)?
+    (`scale` `=` $scale^)? attr-dict `:` functional-type(operands, results)
+  }];
+}
+
+def Tdx_SdpaBackwardOp : Tdx_InferredOp<"sdpa_backward"> {
+  let torchReference = "aten._scaled_dot_product_flash_attention_for_cpu_backward($grad, $query, $key, $value, $output, $logsumexp, 0.0, $is_causal, attn_mask=$attn_mask, scale=$scale)";
+  let summary = "the gradients of tdx.sdpa's query, key and value";
+  let description = [{
+    From the gradient of the attention's output and what the forward kept
+    (its output and log-sum-exp), torch's fused backward: the results are
+    the gradients of `query`, `key` and `value`, each of its operand's type.
+
+    ```mlir
+    %dq, %dk, %dv = tdx.sdpa_backward %g, %q, %k, %v, %o, %lse causal
+        : (tensor<2x4x8x16xf32>, tensor<2x4x8x16xf32>, tensor<2x2x8x16xf32>,
+           tensor<2x2x8x16xf32>, tensor<2x4x8x16xf32>, tensor<2x4x8xf32>)
+        -> (tensor<2x4x8x16xf32>, tensor<2x2x8x16xf32>, tensor<2x2x8x16xf32>)
+    ```
+  }];
+  let arguments = (ins Tdx_FloatTensor:$grad, Tdx_FloatTensor:$query, Tdx_FloatTensor:$key,
+                       Tdx_FloatTensor:$value, Tdx_FloatTensor:$output,
+                       Tdx_FloatTensor:$logsumexp, Optional<Tdx_Tensor>:$attn_mask,
+                       UnitAttr:$is_causal, OptionalAttr<F64Attr>:$scale);
+  let results = (outs Tdx_FloatTensor:$grad_query, Tdx_FloatTensor:$grad_key,
+                      Tdx_FloatTensor:$grad_value);
+  let assemblyFormat = [{
+    $grad `,` $query `,` $key `,` $value `,` $output `,` $logsumexp (`mask` $attn_mask^)?
+    (`causal` $is_causal^)? (`scale` `=` $scale^)? attr-dict `:`
+    functional-type(operands, results)
+  }];
+}
+
 def Tdx_EmbeddingOp : Tdx_InferredOp<"embedding", [], /*ownPartition=*/1> {
   let runtimeCall = "T::embedding($weight, $indices)";
   let torchReference = "F.embedding($indices, $weight)";

@@ -48,6 +48,8 @@ const llvm::StringMap<RaiseFn> &table() {
     t["aten::addcdiv"] = &raiseAddc<DivOp>;
     t["aten::rsub"] = &raiseRsub;
     t["aten::lerp.Scalar"] = &raiseLerp;
+    t["aten::_scaled_dot_product_flash_attention_for_cpu"] = &raiseSdpa;
+    t["aten::_scaled_dot_product_flash_attention_for_cpu_backward"] = &raiseSdpaBackward;
     t["aten::clamp_min"] = &raiseClamp;
     t["aten::clamp_max"] = &raiseClamp;
     t["aten::hardtanh"] = &raiseClamp;
@@ -126,14 +128,20 @@ struct RaiseAtenPass : public mlir::tdx::impl::RaiseAtenBase<RaiseAtenPass> {
         OpBuilder b(op, &created);
         Call call(op, b);
         raised = row->second(call);
-        if (raised && raised.getType() != op->getResult(0).getType()) {
+        // A row may raise every result at once: it returns the first result
+        // of an op with as many results (tdx.sdpa and its backward).
+        bool allResults = raised && raised.getDefiningOp() &&
+                          raised == raised.getDefiningOp()->getResult(0) &&
+                          raised.getDefiningOp()->getNumResults() == op->getNumResults() &&
+                          op->getNumResults() > 1;
+        if (raised && (allResults ? raised.getDefiningOp()->getResultTypes() != op->getResultTypes()
+                                  : raised.getType() != op->getResult(0).getType())) {
           raised.getDefiningOp()->emitOpError()
-              << "raised from " << schema << " has type " << raised.getType()
-              << " instead of " << op->getResult(0).getType() << " (a tdx bug)";
+              << "raised from " << schema << " has the wrong result types (a tdx bug)";
           return signalPassFailure();
         }
-        if (raised && !llvm::all_of(op->getResults().drop_front(),
-                                    [](Value r) { return r.use_empty(); }))
+        if (raised && !allResults &&
+            !llvm::all_of(op->getResults().drop_front(), [](Value r) { return r.use_empty(); }))
           raised = {};
         // A row's ops must verify (an element type the op does not take,
         // such as ui8 arithmetic): otherwise the op stays generic.
@@ -158,7 +166,10 @@ struct RaiseAtenPass : public mlir::tdx::impl::RaiseAtenBase<RaiseAtenPass> {
           op.emitRemark() << schema << " stays generic (runs through ATen on the CPU backend)";
         continue;
       }
-      op->getResult(0).replaceAllUsesWith(raised);
+      if (raised.getDefiningOp()->getNumResults() == op->getNumResults())
+        op->replaceAllUsesWith(raised.getDefiningOp()->getResults());
+      else
+        op->getResult(0).replaceAllUsesWith(raised);
       op->erase();
     }
   }

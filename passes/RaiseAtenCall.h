@@ -131,6 +131,8 @@ Value raiseSigmoidBackward(Call &c);
 Value raiseTanhBackward(Call &c);
 Value raiseRsub(Call &c);
 Value raiseLerp(Call &c);
+Value raiseSdpa(Call &c);
+Value raiseSdpaBackward(Call &c);
 Value raiseOuter(Call &c);
 Value raiseTriangle(Call &c);
 Value raiseBatchNorm(Call &c);

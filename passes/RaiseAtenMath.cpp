@@ -312,6 +312,35 @@ Value raiseLerp(Call &c) {
   return r && r.getType() == c.resultType() ? r : Value();
 }
 
+/// torch's fused attention on the CPU (what F.scaled_dot_product_attention
+/// runs there) and its backward, without dropout: tdx.sdpa and
+/// tdx.sdpa_backward, every result. A mask is the tensor after the fixed
+/// operands.
+Value raiseSdpa(Call &c) {
+  std::optional<double> dropout = c.number("dropout_p");
+  std::optional<bool> causal = c.boolean("is_causal");
+  if (!dropout || *dropout != 0.0 || !causal || c.plain.size() != 3 + !c.absentOrNone("attn_mask"))
+    return {};
+  std::optional<double> scale = c.number("scale");
+  Value mask = c.plain.size() > 3 ? c.plain[3] : Value();
+  auto op = SdpaOp::create(c.b, c.loc, c.plain[0], c.plain[1], c.plain[2], mask, *causal,
+                           scale ? c.b.getF64FloatAttr(*scale) : FloatAttr());
+  return op.getOutput();
+}
+
+Value raiseSdpaBackward(Call &c) {
+  std::optional<double> dropout = c.number("dropout_p");
+  std::optional<bool> causal = c.boolean("is_causal");
+  if (!dropout || *dropout != 0.0 || !causal || c.plain.size() != 6 + !c.absentOrNone("attn_mask"))
+    return {};
+  std::optional<double> scale = c.number("scale");
+  Value mask = c.plain.size() > 6 ? c.plain[6] : Value();
+  auto op = SdpaBackwardOp::create(c.b, c.loc, c.plain[0], c.plain[1], c.plain[2], c.plain[3],
+                                   c.plain[4], c.plain[5], mask, *causal,
+                                   scale ? c.b.getF64FloatAttr(*scale) : FloatAttr());
+  return op.getGradQuery();
+}
+
 /// outer(x, y) = x[:, None] * y[None, :].
 Value raiseOuter(Call &c) {
   RankedTensorType t = c.resultType();

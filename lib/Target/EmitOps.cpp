@@ -338,6 +338,36 @@ LogicalResult Emitter::emitOp(Operation *op) {
           os << "  " << decl(r) << " = std::move(" << results << ".at(" << i << "));\n";
         return success();
       })
+      // Attention: torch's fused CPU kernels (ATen's flash attention for
+      // the CPU), forward and backward; several results.
+      .Case<SdpaOp, SdpaBackwardOp>([&](Operation *o) -> LogicalResult {
+        if (backend == Backend::CUDA)
+          return o->emitOpError("has no CUDA kernel yet (the CPU backend runs torch's fused "
+                                "attention); compile for --target cpu, or write the attention "
+                                "with tdx.matmul and tdx.softmax");
+        auto attention = [&](auto op) {
+          std::string mask = op.getAttnMask() ? "std::optional<at::Tensor>(" +
+                                                    name(op.getAttnMask()) + ")"
+                                              : std::string("std::nullopt");
+          std::string scale = op.getScale() ? "std::optional<double>(" +
+                                                  number(op.getScale()->convertToDouble()) + ")"
+                                            : std::string("std::nullopt");
+          return std::string(", 0.0, ") + (op.getIsCausal() ? "true" : "false") + ", " + mask +
+                 ", " + scale + ")";
+        };
+        std::string results = "r" + std::to_string(tmps++), call;
+        if (auto fwd = dyn_cast<SdpaOp>(o))
+          call = "T::_scaled_dot_product_flash_attention_for_cpu(" + in(0) + ", " + in(1) +
+                 ", " + in(2) + attention(fwd);
+        else
+          call = "T::_scaled_dot_product_flash_attention_for_cpu_backward(" + in(0) + ", " +
+                 in(1) + ", " + in(2) + ", " + in(3) + ", " + in(4) + ", " + in(5) +
+                 attention(cast<SdpaBackwardOp>(o));
+        os << "  auto " << results << " = " << call << ";\n";
+        for (auto [i, r] : llvm::enumerate(o->getResults()))
+          os << "  " << decl(r) << " = std::move(std::get<" << i << ">(" << results << "));\n";
+        return success();
+      })
       // State writes are placed by Lifetimes.
       .Case([&](AssignOp o) {
         os << "  s[\"" << o.getStateName().getValue() << "\"] = " << in(0) << ";\n";

@@ -130,9 +130,3 @@ def assert_state_near_float64(got_state, fp32_state, fp64_state, names=None, wha
     assert not failures, f"{what} off float64 eager's by more than float32 eager's " \
                          f"{factor:g} x + {floor:.0e}:\n  " + "\n  ".join(failures)
 
-
-def summary(got, fp32, fp64):
-    """A line for a test's output: the largest relative distances from
-    float64 eager of tdx's and float32 eager's losses."""
-    worst = lambda xs: max(abs(x - r) / abs(r) for x, r in zip(xs, fp64))
-    return f"losses from float64 eager: tdx {worst(got):.1e}, float32 eager {worst(fp32):.1e}"
