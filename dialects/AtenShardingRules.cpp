@@ -103,9 +103,13 @@ int64_t normalizedRank(AtenOp op) {
 
 /// native_layer_norm(input, normalized_shape, weight?, bias?, eps)
 ///   -> (out, mean, rstd)
+/// _fused_rms_norm(input, normalized_shape, weight?, eps) -> (out, rstd):
+/// the same factors (torch 2.x's RMSNorm on CUDA tensors, a model traced
+/// with fake CUDA tensors; on the CPU torch decomposes it).
 std::optional<ShardingRule> layerNorm(AtenOp op) {
   int64_t k = normalizedRank(op);
-  if (k < 0 || op->getNumResults() != 3)
+  bool rms = op.getSchema() == "aten::_fused_rms_norm";
+  if (k < 0 || op->getNumResults() != (rms ? 2u : 3u))
     return std::nullopt;
   auto n = normFactors(typeOf(op->getOperand(0)), k, FactorKind::Parallel);
   if (!n)
@@ -117,7 +121,9 @@ std::optional<ShardingRule> layerNorm(AtenOp op) {
     n->rule.operands.push_back(n->weight);
   }
   n->rule.addedAfterReduction.assign(op->getNumOperands(), false);
-  n->rule.results = {n->full, n->stats, n->stats};
+  n->rule.results = {n->full, n->stats};
+  if (!rms)
+    n->rule.results.push_back(n->stats);
   return n->rule;
 }
 
@@ -125,16 +131,22 @@ std::optional<ShardingRule> layerNorm(AtenOp op) {
 /// weight?, bias?, output_mask) -> (grad_input, grad_weight, grad_bias).
 /// The batch dims are summed away in the weight and bias gradients: a split
 /// batch leaves those Partial.
+/// _fused_rms_norm_backward(grad_out, input, normalized_shape, rstd,
+/// weight?, output_mask) -> (grad_input, grad_weight) likewise.
 std::optional<ShardingRule> layerNormBackward(AtenOp op) {
   int64_t k = normalizedRank(op);
-  if (k < 0 || op->getNumOperands() < 4 || op->getNumResults() != 3)
+  bool rms = op.getSchema() == "aten::_fused_rms_norm_backward";
+  unsigned stats = rms ? 1 : 2;
+  if (k < 0 || op->getNumOperands() < 2 + stats || op->getNumResults() != 1 + stats)
     return std::nullopt;
   RankedTensorType input = typeOf(op->getOperand(1));
   auto n = normFactors(input, k, FactorKind::Reduction);
   if (!n || typeOf(op->getOperand(0)) != input)
     return std::nullopt;
-  n->rule.operands = {n->full, n->full, n->stats, n->stats};
-  for (Value v : op->getOperands().drop_front(4)) {
+  n->rule.operands = {n->full, n->full, n->stats};
+  if (!rms)
+    n->rule.operands.push_back(n->stats);
+  for (Value v : op->getOperands().drop_front(2 + stats)) {
     if (typeOf(v).getRank() != k)
       return std::nullopt;
     n->rule.operands.push_back(n->weight);
@@ -253,6 +265,8 @@ const llvm::StringMap<Row> &rules() {
       {"aten::_log_softmax_backward_data", softmaxBackward},
       {"aten::native_layer_norm", layerNorm},
       {"aten::native_layer_norm_backward", layerNormBackward},
+      {"aten::_fused_rms_norm", layerNorm},
+      {"aten::_fused_rms_norm_backward", layerNormBackward},
       {"aten::embedding_dense_backward", embeddingBackward},
       {"aten::nll_loss_backward", nllLossBackward},
       {"aten::slice_backward", {sliceBackward, "input_sizes"}},

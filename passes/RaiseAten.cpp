@@ -49,6 +49,7 @@ const llvm::StringMap<RaiseFn> &table() {
     t["aten::rsub"] = &raiseRsub;
     t["aten::lerp.Scalar"] = &raiseLerp;
     t["aten::_scaled_dot_product_flash_attention_for_cpu"] = &raiseSdpa;
+    t["aten::_fused_rms_norm"] = &raiseFusedRmsNorm;
     t["aten::_scaled_dot_product_flash_attention_for_cpu_backward"] = &raiseSdpaBackward;
     t["aten::clamp_min"] = &raiseClamp;
     t["aten::clamp_max"] = &raiseClamp;
@@ -109,6 +110,7 @@ struct RaiseAtenPass : public mlir::tdx::impl::RaiseAtenBase<RaiseAtenPass> {
       if (row == table().end())
         row = table().find(schema.split('.').first);
       Value raised;
+      bool allResults = false;
       // What a row builds before it declines is erased again.
       struct Created : OpBuilder::Listener {
         SmallVector<Operation *> ops;
@@ -130,7 +132,7 @@ struct RaiseAtenPass : public mlir::tdx::impl::RaiseAtenBase<RaiseAtenPass> {
         raised = row->second(call);
         // A row may raise every result at once: it returns the first result
         // of an op with as many results (tdx.sdpa and its backward).
-        bool allResults = raised && raised.getDefiningOp() &&
+        allResults = raised && raised.getDefiningOp() &&
                           raised == raised.getDefiningOp()->getResult(0) &&
                           raised.getDefiningOp()->getNumResults() == op->getNumResults() &&
                           op->getNumResults() > 1;
@@ -166,7 +168,7 @@ struct RaiseAtenPass : public mlir::tdx::impl::RaiseAtenBase<RaiseAtenPass> {
           op.emitRemark() << schema << " stays generic (runs through ATen on the CPU backend)";
         continue;
       }
-      if (raised.getDefiningOp()->getNumResults() == op->getNumResults())
+      if (allResults)
         op->replaceAllUsesWith(raised.getDefiningOp()->getResults());
       else
         op->getResult(0).replaceAllUsesWith(raised);

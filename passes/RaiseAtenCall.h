@@ -132,6 +132,7 @@ Value raiseTanhBackward(Call &c);
 Value raiseRsub(Call &c);
 Value raiseLerp(Call &c);
 Value raiseSdpa(Call &c);
+Value raiseFusedRmsNorm(Call &c);
 Value raiseSdpaBackward(Call &c);
 Value raiseOuter(Call &c);
 Value raiseTriangle(Call &c);

@@ -341,6 +341,32 @@ Value raiseSdpaBackward(Call &c) {
   return op.getGradQuery();
 }
 
+/// _fused_rms_norm(input, normalized_shape, weight?, eps?) whose rstd no
+/// backward reads (inference): tdx.rms_norm. eps None is torch's default,
+/// the input dtype's machine epsilon.
+Value raiseFusedRmsNorm(Call &c) {
+  std::optional<ArrayRef<int64_t>> shape = c.ints("normalized_shape");
+  if (!shape || c.plain.empty() || c.plain.size() != 1 + !c.absentOrNone("weight"))
+    return {};
+  Type e = c.elementType();
+  std::optional<double> eps = c.number("eps");
+  if (!eps && c.isNone("eps")) {
+    if (e.isF32())
+      eps = 1.1920928955078125e-07;
+    else if (e.isF64())
+      eps = 2.220446049250313e-16;
+    else if (e.isBF16())
+      eps = 0.0078125;
+    else if (e.isF16())
+      eps = 0.0009765625;
+  }
+  if (!eps)
+    return {};
+  Value weight = c.plain.size() > 1 ? c.plain[1] : Value();
+  return RmsNormOp::create(c.b, c.loc, c.plain[0], weight, c.b.getDenseI64ArrayAttr(*shape),
+                           c.b.getF64FloatAttr(*eps));
+}
+
 /// outer(x, y) = x[:, None] * y[None, :].
 Value raiseOuter(Call &c) {
   RankedTensorType t = c.resultType();

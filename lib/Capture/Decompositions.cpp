@@ -1,13 +1,11 @@
-//===- Decompositions.cpp - composite ops that read data in libtorch 1.13 --===//
+//===- Decompositions.cpp - composites routed for fake tensors ------------===//
 //
-// A few CompositeImplicitAutograd ops of libtorch 1.13 read tensor data
-// where the result does not depend on it: to compute a shape that follows
-// from the arguments alone (repeat_interleave), to check a value (cov's
-// degrees of freedom, quantile's q in [0, 1], through aten::equal), or to
-// select what a mask zeroes anyway (label-smoothed cross entropy).
-// They cannot run on fake tensors. For fake tensors they are decomposed here,
-// above autograd, into ops that can (and that tdx shards), with the same
-// arithmetic as libtorch's; real tensors take libtorch's own kernel.
+// CompositeImplicitAutograd ops that tdx routes differently for fake
+// tensors, above autograd; real tensors take torch's own kernel. Each entry
+// says why torch 2.15's own composite does not serve:
+// - cov reads data to check a value (its weights, through aten::equal),
+//   which a fake tensor has not;
+// - quantile and nanquantile check q in [0, 1] by reading q (a tensor q).
 //
 //===----------------------------------------------------------------------===//
 

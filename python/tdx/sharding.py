@@ -118,13 +118,11 @@ class Partial:
 def _annotate(prog, name, mesh, placements, priority=-1):
     """Places `name` (state, or "input:<i>") on `mesh`; a `priority` >= 0
     (inputs only) makes it a preference at that level, not fixed."""
-    placements = list(placements)
+    from . import torch_plans
+    placements = [torch_plans.placement(p) for p in placements]
     if len(placements) != mesh.ndim:
         raise ValueError(f"{len(placements)} placement(s) for a {mesh.ndim}-D mesh "
                          f"{mesh.mesh_dim_names}; give one per mesh axis")
-    for p in placements:
-        if not isinstance(p, (Shard, Replicate, Partial)):
-            raise TypeError(f"placements are tdx.Shard, tdx.Replicate or tdx.Partial, got {p!r}")
     text = "[" + ", ".join(str(p) for p in placements) + "]"
     prog._module.annotate(name, mesh.name, list(mesh.shape), list(mesh.mesh_dim_names), text,
                           priority=priority)
@@ -413,7 +411,13 @@ def parallelize(prog, mesh, plan, *, data_parallel=None, zero=0, fold=(), mixed_
     """Places a traced program by a plan: ``plan`` maps module name patterns
     (fnmatch, ``"layers.*.attn.wq"``) to ColwiseParallel(), RowwiseParallel(),
     SequenceParallel() or VocabParallel() over their mesh axis (default
-    ``"tp"``); ``data_parallel`` names the mesh axis that splits the
+    ``"tp"``), tdx's or ``torch.distributed.tensor.parallel``'s (a
+    torchtitan-style plan works unchanged: torch's styles apply over the
+    mesh axis named ``"tp"``, or a 1-D mesh's one axis; RowwiseParallel on an
+    Embedding is VocabParallel, ColwiseParallel on one splits its embedding
+    dim; PrepareModuleInput/Output and the styles' input and output layouts
+    are not needed, since propagation places every activation). ``mesh`` is
+    a tdx.DeviceMesh or torch's own DeviceMesh (its root mesh); ``data_parallel`` names the mesh axis that splits the
     inputs' batch dim, as DDP does: every input whose dim 0 is the batch
     (dim 0 of the first input with dims) is split there as a preference
     that the user's own placements override; 0-D inputs and inputs of
@@ -459,8 +463,8 @@ def parallelize(prog, mesh, plan, *, data_parallel=None, zero=0, fold=(), mixed_
     ``zero`` leave alone: they place each stage over the other axes. A step
     traced without micro-batches is recorded again with the pipeline's
     (``accumulation_steps``). Returns the program."""
-    if not isinstance(mesh, DeviceMesh):
-        raise TypeError(f"parallelize takes a tdx.DeviceMesh, got {type(mesh).__name__}")
+    from . import torch_plans
+    mesh = torch_plans.mesh(mesh)
     if zero not in (0, 1, 2, 3):
         raise ValueError(f"zero must be 0, 1, 2 or 3, got {zero!r}")
     if memory_budget is not None and not (isinstance(memory_budget, int) and memory_budget > 0):
@@ -489,13 +493,32 @@ def parallelize(prog, mesh, plan, *, data_parallel=None, zero=0, fold=(), mixed_
     placed = {}
     used = set()
     sequence_parallel = []
+    model = getattr(prog, "_model", None)
+    for pattern, style in plan.items():
+        if torch_plans.is_torch_style(style):
+            # PrepareModuleInput/Output: activations are placed by propagation.
+            if torch_plans.style(style, None, mesh) is None:
+                used.add(pattern)
+        elif not isinstance(style, _Style):
+            raise TypeError(f"plan[{pattern!r}] is {style!r}; use ColwiseParallel(), "
+                            f"RowwiseParallel(), SequenceParallel() or VocabParallel() (tdx's or "
+                            f"torch.distributed.tensor.parallel's)")
     for name in params:
         module, _, leaf = name.rpartition(".")
         for pattern, style in plan.items():
-            if not isinstance(style, _Style):
-                raise TypeError(f"plan[{pattern!r}] is {style!r}; use ColwiseParallel(), "
-                                f"RowwiseParallel(), SequenceParallel() or VocabParallel()")
-            if not fnmatch.fnmatchcase(module, pattern) or leaf not in style.placements:
+            if not fnmatch.fnmatchcase(module, pattern):
+                continue
+            if torch_plans.is_torch_style(style):
+                owner = None
+                if model is not None:
+                    try:
+                        owner = model.get_submodule(module)
+                    except AttributeError:
+                        pass
+                style = torch_plans.style(style, owner, mesh)
+                if style is None:
+                    continue
+            if leaf not in style.placements:
                 continue
             axis = mesh.axis(style.mesh_axis)
             placements = [Replicate()] * mesh.ndim
