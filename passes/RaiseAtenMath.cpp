@@ -319,7 +319,7 @@ Value raiseLerp(Call &c) {
 Value raiseSdpa(Call &c) {
   std::optional<double> dropout = c.number("dropout_p");
   std::optional<bool> causal = c.boolean("is_causal");
-  if (!dropout || *dropout != 0.0 || !causal || c.plain.size() != 3 + !c.absentOrNone("attn_mask"))
+  if (!dropout || *dropout != 0.0 || !causal || c.plain.size() != 3 + !c.isNone("attn_mask"))
     return {};
   std::optional<double> scale = c.number("scale");
   Value mask = c.plain.size() > 3 ? c.plain[3] : Value();
@@ -331,7 +331,7 @@ Value raiseSdpa(Call &c) {
 Value raiseSdpaBackward(Call &c) {
   std::optional<double> dropout = c.number("dropout_p");
   std::optional<bool> causal = c.boolean("is_causal");
-  if (!dropout || *dropout != 0.0 || !causal || c.plain.size() != 6 + !c.absentOrNone("attn_mask"))
+  if (!dropout || *dropout != 0.0 || !causal || c.plain.size() != 6 + !c.isNone("attn_mask"))
     return {};
   std::optional<double> scale = c.number("scale");
   Value mask = c.plain.size() > 6 ? c.plain[6] : Value();
@@ -346,7 +346,7 @@ Value raiseSdpaBackward(Call &c) {
 /// the input dtype's machine epsilon.
 Value raiseFusedRmsNorm(Call &c) {
   std::optional<ArrayRef<int64_t>> shape = c.ints("normalized_shape");
-  if (!shape || c.plain.empty() || c.plain.size() != 1 + !c.absentOrNone("weight"))
+  if (!shape || c.plain.empty() || c.plain.size() != 1 + !c.isNone("weight"))
     return {};
   Type e = c.elementType();
   std::optional<double> eps = c.number("eps");

@@ -243,3 +243,39 @@ func.func @cross_entropy_bad_reduction(%x: tensor<16x100xf32>, %t: tensor<16xi64
   %0 = tdx.cross_entropy %x, %t reduction = avg : (tensor<16x100xf32>, tensor<16xi64>) -> tensor<f32>
   return
 }
+
+// -----
+
+func.func @sdpa_rank(%q: tensor<4x8x16xf32>) {
+  // expected-error @+2 {{'tdx.sdpa' op query, key and value must be [batch, heads, seq, dim], got [4x8x16], [4x8x16], [4x8x16]}}
+  // expected-error @+1 {{'tdx.sdpa' op failed to infer returned types}}
+  %o, %l = tdx.sdpa %q, %q, %q : (tensor<4x8x16xf32>, tensor<4x8x16xf32>, tensor<4x8x16xf32>) -> (tensor<4x8x16xf32>, tensor<4x8xf32>)
+  return
+}
+
+// -----
+
+func.func @sdpa_heads(%q: tensor<2x4x8x16xf32>, %k: tensor<2x3x8x16xf32>) {
+  // expected-error @+2 {{'tdx.sdpa' op key's 3 heads must divide query's 4 (grouped-query attention)}}
+  // expected-error @+1 {{'tdx.sdpa' op failed to infer returned types}}
+  %o, %l = tdx.sdpa %q, %k, %k : (tensor<2x4x8x16xf32>, tensor<2x3x8x16xf32>, tensor<2x3x8x16xf32>) -> (tensor<2x4x8x16xf32>, tensor<2x4x8xf32>)
+  return
+}
+
+// -----
+
+func.func @sdpa_key(%q: tensor<2x4x8x16xf32>, %k: tensor<2x4x8x8xf32>) {
+  // expected-error @+2 {{'tdx.sdpa' op key [2x4x8x8] and value [2x4x8x8] do not fit query [2x4x8x16]}}
+  // expected-error @+1 {{'tdx.sdpa' op failed to infer returned types}}
+  %o, %l = tdx.sdpa %q, %k, %k : (tensor<2x4x8x16xf32>, tensor<2x4x8x8xf32>, tensor<2x4x8x8xf32>) -> (tensor<2x4x8x16xf32>, tensor<2x4x8xf32>)
+  return
+}
+
+// -----
+
+func.func @sdpa_mask(%q: tensor<2x4x8x16xf32>, %m: tensor<8x5xf32>) {
+  // expected-error @+2 {{'tdx.sdpa' op attn_mask [8x5] does not broadcast to [2x4x8x8]}}
+  // expected-error @+1 {{'tdx.sdpa' op failed to infer returned types}}
+  %o, %l = tdx.sdpa %q, %q, %q mask %m : (tensor<2x4x8x16xf32>, tensor<2x4x8x16xf32>, tensor<2x4x8x16xf32>, tensor<8x5xf32>) -> (tensor<2x4x8x16xf32>, tensor<2x4x8xf32>)
+  return
+}

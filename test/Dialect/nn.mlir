@@ -110,3 +110,16 @@ func.func @cross_entropy(%logits: tensor<16x100xf32>, %labels: tensor<16xi64>,
   %2 = tdx.cross_entropy %logits, %probs reduction = sum : (tensor<16x100xf32>, tensor<16x100xf32>) -> tensor<f32>
   return
 }
+
+// Fused attention: grouped-query heads (2 kv heads for 4 query heads), a
+// causal mask, an additive mask that broadcasts, a scale; its backward.
+// CHECK-LABEL: func.func @sdpa
+func.func @sdpa(%q: tensor<2x4x8x16xf32>, %k: tensor<2x2x8x16xf32>, %v: tensor<2x2x8x32xf32>, %m: tensor<8x8xf32>) {
+  // CHECK: %{{.*}}, %{{.*}} = tdx.sdpa %{{.*}}, %{{.*}}, %{{.*}} causal : (tensor<2x4x8x16xf32>, tensor<2x2x8x16xf32>, tensor<2x2x8x32xf32>) -> (tensor<2x4x8x32xf32>, tensor<2x4x8xf32>)
+  %o, %lse = tdx.sdpa %q, %k, %v causal : (tensor<2x4x8x16xf32>, tensor<2x2x8x16xf32>, tensor<2x2x8x32xf32>) -> (tensor<2x4x8x32xf32>, tensor<2x4x8xf32>)
+  // CHECK: tdx.sdpa %{{.*}}, %{{.*}}, %{{.*}} mask %{{.*}} scale = 1.250000e-01
+  %o2, %lse2 = tdx.sdpa %q, %k, %v mask %m scale = 0.125 : (tensor<2x4x8x16xf32>, tensor<2x2x8x16xf32>, tensor<2x2x8x32xf32>, tensor<8x8xf32>) -> (tensor<2x4x8x32xf32>, tensor<2x4x8xf32>)
+  // CHECK: tdx.sdpa_backward {{.*}} causal : {{.*}} -> (tensor<2x4x8x16xf32>, tensor<2x2x8x16xf32>, tensor<2x2x8x32xf32>)
+  %dq, %dk, %dv = tdx.sdpa_backward %o, %q, %k, %v, %o, %lse causal : (tensor<2x4x8x32xf32>, tensor<2x4x8x16xf32>, tensor<2x2x8x16xf32>, tensor<2x2x8x32xf32>, tensor<2x4x8x32xf32>, tensor<2x4x8xf32>) -> (tensor<2x4x8x16xf32>, tensor<2x2x8x16xf32>, tensor<2x2x8x32xf32>)
+  return
+}

@@ -231,3 +231,30 @@ func.func @stays_generic_by_type(%z: tensor<4xcomplex<f32>>, %u: tensor<4xui8>, 
   %2 = tdx.aten "aten::_softmax"(%x) {args = {dim = 5 : i64, half_to_float = false}} : (tensor<4x8xf32>) -> tensor<4x8xf32>
   return %0, %1, %2 : tensor<4xcomplex<f32>>, tensor<4xui8>, tensor<4x8xf32>
 }
+
+// -----
+
+// torch's fused CPU attention and its backward, every result; with dropout
+// it stays generic.
+// CHECK-LABEL: func.func @sdpa
+func.func @sdpa(%q: tensor<2x4x8x16xf32>, %k: tensor<2x2x8x16xf32>, %g: tensor<2x4x8x16xf32>) -> (tensor<2x4x8x16xf32>, tensor<2x2x8x16xf32>, tensor<2x4x8x16xf32>) {
+  // CHECK: %[[O:.*]], %[[L:.*]] = tdx.sdpa %{{.*}}, %{{.*}}, %{{.*}} causal :
+  %o:2 = tdx.aten "aten::_scaled_dot_product_flash_attention_for_cpu"(%q, %k, %k) {args = {attn_mask, dropout_p = 0.000000e+00 : f64, is_causal = true, scale}} : (tensor<2x4x8x16xf32>, tensor<2x2x8x16xf32>, tensor<2x2x8x16xf32>) -> (tensor<2x4x8x16xf32>, tensor<2x4x8xf32>)
+  // CHECK: tdx.sdpa_backward %{{.*}}, %{{.*}}, %{{.*}}, %{{.*}}, %[[O]], %[[L]] causal :
+  %d:3 = tdx.aten "aten::_scaled_dot_product_flash_attention_for_cpu_backward"(%g, %q, %k, %k, %o#0, %o#1) {args = {attn_mask, dropout_p = 0.000000e+00 : f64, is_causal = true, scale}} : (tensor<2x4x8x16xf32>, tensor<2x4x8x16xf32>, tensor<2x2x8x16xf32>, tensor<2x2x8x16xf32>, tensor<2x4x8x16xf32>, tensor<2x4x8xf32>) -> (tensor<2x4x8x16xf32>, tensor<2x2x8x16xf32>, tensor<2x2x8x16xf32>)
+  // CHECK: tdx.aten "aten::_scaled_dot_product_flash_attention_for_cpu"
+  // expected-remark @+1 {{stays generic}}
+  %p:2 = tdx.aten "aten::_scaled_dot_product_flash_attention_for_cpu"(%q, %k, %k) {args = {attn_mask, dropout_p = 1.000000e-01 : f64, is_causal = false, scale}} : (tensor<2x4x8x16xf32>, tensor<2x2x8x16xf32>, tensor<2x2x8x16xf32>) -> (tensor<2x4x8x16xf32>, tensor<2x4x8xf32>)
+  return %d#0, %d#1, %p#0 : tensor<2x4x8x16xf32>, tensor<2x2x8x16xf32>, tensor<2x4x8x16xf32>
+}
+
+// -----
+
+// torch's fused RMS norm (what it dispatches for CUDA tensors) whose rstd
+// nothing reads: tdx.rms_norm, eps None the dtype's epsilon.
+// CHECK-LABEL: func.func @fused_rms_norm
+func.func @fused_rms_norm(%x: tensor<2x8x16xf32>, %w: tensor<16xf32>) -> tensor<2x8x16xf32> {
+  // CHECK: tdx.rms_norm %{{.*}} weight %{{.*}} normalized_shape = [16] eps = 1.1920928955078125E-7
+  %y:2 = tdx.aten "aten::_fused_rms_norm"(%x, %w) {args = {eps, normalized_shape = array<i64: 16>}} : (tensor<2x8x16xf32>, tensor<16xf32>) -> (tensor<2x8x16xf32>, tensor<2x8x1xf32>)
+  return %y#0 : tensor<2x8x16xf32>
+}

@@ -150,19 +150,29 @@ def _write_slice(x, s):
 
 
 case("aten::slice_scatter", _write_slice, R(4, 6), R(4, 2))
+# Fused attention: grouped-query heads (4 query, 2 kv), causal; an additive
+# mask with a scale.
+case("tdx.sdpa", lambda q, k, v, m: (
+    F.scaled_dot_product_attention(q, k, v, is_causal=True, enable_gqa=True),
+    F.scaled_dot_product_attention(q, q, q, attn_mask=m, scale=0.5)),
+    R(2, 4, 6, 8), R(2, 2, 6, 8, seed=1), R(2, 2, 6, 8, seed=2), R(6, 6, seed=3))
 
 # tdx ops that capture never produces from a PyTorch model, and why. The
 # e2e suite skips them; their lit tests and other pytest files cover them.
 NOT_CAPTURED = {
     "tdx.aten": "the generic op itself (every uncovered aten op)",
-    "tdx.rms_norm": "libtorch 1.13 has no rms_norm op; written in IR by hand (lit-tested)",
+    "tdx.rms_norm": "torch decomposes F.rms_norm on the CPU (pow, mean, rsqrt, mul); "
+                    "tdx-raise-aten raises the _fused_rms_norm torch dispatches for CUDA "
+                    "tensors (test/Passes/raise-aten.mlir)",
+    "tdx.sdpa_backward": "a training step's backward of tdx.sdpa (test_modern_decoder.py, "
+                         "test/Passes/raise-aten.mlir)",
     "tdx.empty": "only in init programs (torch.empty before an init op)",
     "tdx.uniform": "init programs only (test_capture, ShardedInitTest)",
     "tdx.normal": "init programs only (test_capture, ShardedInitTest)",
     "tdx.bernoulli": "random (training-mode dropout's mask): no eager oracle draws tdx's "
                      "values; test_training checks it against its definition (philox.py)",
-    "tdx.trunc_normal": "written in IR by hand (lit-tested): capture records torch's own "
-                        "trunc_normal_ (uniform, erfinv, clamp)",
+    "tdx.trunc_normal": "init programs only: torch.nn.init.trunc_normal_ under deferred init "
+                        "(test_deferred_init)",
 }
 # Structure, sharding and collective ops: not compute a model writes.
 # tdx.assign: training steps, test_training.py. tdx.send and tdx.recv: a
@@ -185,5 +195,6 @@ XFAIL = {
     "reference": {},
     "cpu": {},
     "cpu-dp2": {},
-    "cuda-compile": {},
+    "cuda-compile": {"tdx.sdpa": "no CUDA kernel yet: the CPU backend runs torch's fused "
+                                 "attention; on CUDA write attention with matmul and softmax"},
 }
