@@ -5,7 +5,9 @@
 // says why torch 2.15's own composite does not serve:
 // - cov reads data to check a value (its weights, through aten::equal),
 //   which a fake tensor has not;
-// - quantile and nanquantile check q in [0, 1] by reading q (a tensor q).
+// - quantile and nanquantile check q in [0, 1] by reading q (a tensor q);
+// - cross_entropy with label smoothing and a class weight selects the
+//   targets not ignored with masked_select (a data-dependent shape).
 //
 //===----------------------------------------------------------------------===//
 
@@ -14,6 +16,7 @@
 #include <ATen/ATen.h>
 #include <ATen/WrapDimUtils.h>
 #include <ATen/core/Reduction.h>
+#include <ATen/ops/cross_entropy_loss_native.h>
 #include <ATen/ops/cov_native.h>
 #include <ATen/ops/nanquantile_native.h>
 #include <ATen/ops/quantile_native.h>
@@ -140,8 +143,57 @@ at::Tensor quantileScalar(const at::Tensor &self, double q, c10::optional<int64_
                     IgnoreNan);
 }
 
+/// cross_entropy with label smoothing and class-index targets, as torch
+/// computes it, but the mean over the targets not ignored is a sum over all
+/// of them (ignored ones are zero) divided by their count or weight, where
+/// torch (2.15 as 1.13) selects them with masked_select (data-dependent
+/// shape) when a class weight is given. Other calls go on to torch's own.
+at::Tensor crossEntropySmoothed(const at::Tensor &self, const at::Tensor &target,
+                                const c10::optional<at::Tensor> &weight, int64_t reduction,
+                                int64_t ignoreIndex, double labelSmoothing) {
+  bool weighted = weight && weight->defined();
+  TORCH_CHECK(labelSmoothing <= 1.0, "label_smoothing must be between 0.0 and 1.0. Got: ",
+              labelSmoothing);
+  int64_t classDim = self.dim() == 1 ? 0 : 1;
+  at::Tensor input = at::log_softmax(self, classDim, self.scalar_type());
+  at::Tensor nll = at::nll_loss_nd(input, target, weight, reduction, ignoreIndex);
+  int64_t classes = input.size(classDim);
+  at::Tensor smooth;
+  if (weighted) {
+    std::vector<int64_t> shape(input.dim(), 1);
+    shape[classDim] = weight->size(0);
+    smooth = -(input * weight->view(shape)).sum(classDim);
+  } else {
+    smooth = -input.sum(classDim);
+  }
+  at::Tensor ignored = target == ignoreIndex;
+  smooth = smooth.masked_fill(ignored, 0.0);
+  at::Tensor total;
+  if (weighted) {
+    at::Tensor index = target.masked_fill(ignored, 0).flatten();
+    total = weight->gather(0, index).masked_fill(ignored.flatten(), 0).sum();
+  } else {
+    total = ignored.logical_not().sum();
+  }
+  at::Tensor ret = smooth.sum() / total;
+  return (1 - labelSmoothing) * nll + ret * (labelSmoothing / classes);
+}
+
+at::Tensor crossEntropy(const at::Tensor &self, const at::Tensor &target,
+                        const c10::optional<at::Tensor> &weight, int64_t reduction,
+                        c10::SymInt ignoreIndex, double labelSmoothing) {
+  bool weighted = weight && weight->defined();
+  if (!tdx::capture::isFake(self) || !weighted || labelSmoothing <= 0.0 ||
+      self.sizes() == target.sizes() || reduction != at::Reduction::Mean)
+    return at::native::cross_entropy_loss_symint(self, target, weight, reduction, ignoreIndex,
+                                                 labelSmoothing);
+  return crossEntropySmoothed(self, target, weight, reduction, ignoreIndex.expect_int(),
+                              labelSmoothing);
+}
+
 void registerDecompositions(torch::Library &m) {
   m.impl("cov", TORCH_FN(cov));
+  m.impl("cross_entropy_loss", TORCH_FN(crossEntropy));
   m.impl("quantile", TORCH_FN(quantileTensor<false>));
   m.impl("quantile.scalar", TORCH_FN(quantileScalar<false>));
   m.impl("nanquantile", TORCH_FN(quantileTensor<true>));

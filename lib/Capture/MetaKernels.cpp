@@ -4,9 +4,9 @@
 // torch/_meta_registrations.py) for its result shapes. Torch 2.15 still
 // lacks one for a few ops whose result shapes do not depend on data: these
 // give their shapes, so the ops record like any other and run through ATen
-// in the program. Every entry below was checked against torch 2.15.0
-// (torch._C._dispatch_has_kernel_for_dispatch_key(op, "Meta") is False and
-// the op has no composite kernel); delete an entry once torch has one (the
+// in the program. Every entry below was checked against torch 2.15.0 (the
+// op has no Meta kernel, or its composite calls one that has none; the
+// OpInfo test fails on the op without the entry); delete an entry once torch has one (the
 // registration then fails at import with "Mismatch in kernel" or shadows
 // torch's). Ops whose shapes do depend on data (nonzero, unique,
 // masked_select) are refused at trace instead (FakeTensor.cpp). The OpInfo
@@ -15,6 +15,7 @@
 //===----------------------------------------------------------------------===//
 
 #include <ATen/ATen.h>
+#include <ATen/ExpandUtils.h>
 #include <ATen/core/dispatch/Dispatcher.h>
 #include <torch/library.h>
 
@@ -23,8 +24,10 @@ namespace {
 using at::Tensor;
 using TensorPair = std::tuple<Tensor, Tensor>;
 
-Tensor meta(c10::IntArrayRef sizes, const Tensor &like) {
-  return at::empty(sizes, like.options().device(c10::kMeta));
+Tensor meta(c10::IntArrayRef sizes, const Tensor &like,
+            c10::ScalarType dtype = c10::ScalarType::Undefined) {
+  auto options = like.options().device(c10::kMeta);
+  return at::empty(sizes, dtype == c10::ScalarType::Undefined ? options : options.dtype(dtype));
 }
 
 /// A backward op with `N` arguments whose one result is the gradient of
@@ -57,6 +60,35 @@ TORCH_LIBRARY_IMPL(aten, Meta, m) {
             const std::optional<Tensor> &, bool) -> TensorPair {
            return {meta({bins}, self), meta({bins + 1}, self)};
          });
+  // linalg_lstsq: torch 2.15's composite kernel calls linalg_lstsq.out,
+  // which has no meta kernel. Its auxiliary results depend on the driver
+  // (gelsy, the CPU's default, gives the rank only); gelsd and gelss compute
+  // residuals only where the rank is full: a shape that depends on values.
+  m.impl("linalg_lstsq", [](const Tensor &self, const Tensor &b, std::optional<double>,
+                            std::optional<c10::string_view> driverName) {
+    TORCH_CHECK(self.dim() >= 2, "linalg.lstsq: the input needs at least 2 dims");
+    bool vector = b.dim() == self.dim() - 1;
+    int64_t m = self.size(-2), n = self.size(-1), k = vector ? 1 : b.size(-1);
+    std::vector<int64_t> batch = at::infer_size(self.sizes().slice(0, self.dim() - 2),
+                                                b.sizes().slice(0, b.dim() - (vector ? 1 : 2)));
+    std::string driver = driverName ? std::string(*driverName) : "gelsy";
+    TORCH_CHECK(driver == "gelsy" || driver == "gels" || m <= n,
+                "tdx: linalg.lstsq with driver='", driver, "' returns residuals only where the "
+                "rank is full, a shape that depends on values; use driver='gelsy' or 'gels'");
+    auto with = [&](std::vector<int64_t> tail) {
+      std::vector<int64_t> sizes = batch;
+      sizes.insert(sizes.end(), tail.begin(), tail.end());
+      return sizes;
+    };
+    Tensor solution = meta(with(vector ? std::vector<int64_t>{n} : std::vector<int64_t>{n, k}), b);
+    Tensor residuals = driver != "gelsy" && m > n
+                           ? meta(with(vector ? std::vector<int64_t>{} : std::vector<int64_t>{k}), b)
+                           : meta({0}, b);
+    Tensor rank = driver == "gels" ? meta({0}, b, at::kLong) : meta(batch, b, at::kLong);
+    Tensor singular = driver == "gelsd" || driver == "gelss" ? meta(with({std::min(m, n)}), b)
+                                                             : meta({0}, b);
+    return std::make_tuple(solution, residuals, rank, singular);
+  });
   // Backward ops of losses and pooling with no meta kernel in torch 2.15:
   // their one result is the gradient of their input (argument 1).
   m.impl("fractional_max_pool3d_backward", gradient<5, 1>());

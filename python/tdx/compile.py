@@ -572,8 +572,15 @@ class _Bar:
 
     def __init__(self, desc, total, initial, unit):
         from tqdm import tqdm
-        self.bar = tqdm(desc=desc, total=total, initial=initial, unit=unit,
-                        dynamic_ncols=True, leave=True)
+        # A terminal that reports no size (a fresh pty) gets 80 x 24: tqdm
+        # 4.70 draws nothing on a screen of 0 lines.
+        try:
+            columns, lines = os.get_terminal_size(sys.stderr.fileno())
+        except (OSError, ValueError):
+            columns, lines = 0, 0
+        size = {"dynamic_ncols": True} if columns > 0 and lines > 0 else \
+            {"ncols": columns or 80, "nrows": lines or 24}
+        self.bar = tqdm(desc=desc, total=total, initial=initial, unit=unit, leave=True, **size)
 
     def step_line(self, line):
         """The binary's "tdx: step K/N loss L" (--progress)."""

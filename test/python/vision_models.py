@@ -67,7 +67,11 @@ class Seq2Seq(nn.Module):
     def forward(self, src, tgt):
         t = tgt.shape[1]
         mask = torch.triu(torch.full((t, t), float("-inf")), diagonal=1)
-        return self.head(self.transformer(self.embed(src), self.embed(tgt), tgt_mask=mask))
+        # tgt_is_causal says what the mask is: left None, torch 2.x compares
+        # the mask with a causal one (its values) to find out, which a fake
+        # tensor cannot answer (tdx names the line).
+        return self.head(self.transformer(self.embed(src), self.embed(tgt), tgt_mask=mask,
+                                          tgt_is_causal=True))
 
 
 IMAGES = {"resnet18": resnet18_small, "mobilenet_v3": mobilenet_v3_small,
