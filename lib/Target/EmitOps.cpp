@@ -339,26 +339,31 @@ LogicalResult Emitter::emitOp(Operation *op) {
         return success();
       })
       // Attention: torch's fused CPU kernels (ATen's flash attention for
-      // the CPU), forward and backward; several results.
+      // the CPU), forward and backward; on CUDA the runtime's row kernel
+      // (tdx/Runtime/Attention.h), forward only. Several results.
       .Case<SdpaOp, SdpaBackwardOp>([&](Operation *o) -> LogicalResult {
-        if (backend == Backend::CUDA)
+        bool cuda = backend == Backend::CUDA;
+        if (cuda && isa<SdpaBackwardOp>(o))
           return o->emitOpError("has no CUDA kernel yet (the CPU backend runs torch's fused "
-                                "attention); compile for --target cpu, or write the attention "
-                                "with tdx.matmul and tdx.softmax");
+                                "attention backward); compile the training step for --target "
+                                "cpu, or write the attention with tdx.matmul and tdx.softmax");
         auto attention = [&](auto op) {
-          std::string mask = op.getAttnMask() ? "std::optional<at::Tensor>(" +
-                                                    name(op.getAttnMask()) + ")"
-                                              : std::string("std::nullopt");
+          std::string mask = op.getAttnMask()
+                                 ? (cuda ? name(op.getAttnMask())
+                                         : "std::optional<at::Tensor>(" + name(op.getAttnMask()) + ")")
+                                 : std::string(cuda ? "T::Tensor()" : "std::nullopt");
           std::string scale = op.getScale() ? "std::optional<double>(" +
                                                   number(op.getScale()->convertToDouble()) + ")"
                                             : std::string("std::nullopt");
+          if (cuda) // tdx::cu::sdpa(q, k, v, mask, causal, scale)
+            return ", " + mask + ", " + (op.getIsCausal() ? "true" : "false") + ", " + scale + ")";
           return std::string(", 0.0, ") + (op.getIsCausal() ? "true" : "false") + ", " + mask +
                  ", " + scale + ")";
         };
         std::string results = "r" + std::to_string(tmps++), call;
         if (auto fwd = dyn_cast<SdpaOp>(o))
-          call = "T::_scaled_dot_product_flash_attention_for_cpu(" + in(0) + ", " + in(1) +
-                 ", " + in(2) + attention(fwd);
+          call = std::string(cuda ? "T::sdpa(" : "T::_scaled_dot_product_flash_attention_for_cpu(") +
+                 in(0) + ", " + in(1) + ", " + in(2) + attention(fwd);
         else
           call = "T::_scaled_dot_product_flash_attention_for_cpu_backward(" + in(0) + ", " +
                  in(1) + ", " + in(2) + ", " + in(3) + ", " + in(4) + ", " + in(5) +

@@ -195,6 +195,5 @@ XFAIL = {
     "reference": {},
     "cpu": {},
     "cpu-dp2": {},
-    "cuda-compile": {"tdx.sdpa": "no CUDA kernel yet: the CPU backend runs torch's fused "
-                                 "attention; on CUDA write attention with matmul and softmax"},
+    "cuda-compile": {},
 }

@@ -27,6 +27,7 @@
 #include <functional>
 #include <map>
 #include <memory>
+#include <optional>
 #include <string>
 #include <tuple>
 #include <vector>
@@ -103,6 +104,9 @@ Tensor layer_norm(const Tensor &x, const std::vector<int64_t> &normalizedShape, 
 Tensor rms_norm(const Tensor &x, const std::vector<int64_t> &normalizedShape, const Tensor &w,
                 double eps);
 Tensor embedding(const Tensor &weight, const Tensor &ids);
+/// Fused attention (tdx.sdpa): (output, log-sum-exp of each query row).
+std::tuple<Tensor, Tensor> sdpa(const Tensor &q, const Tensor &k, const Tensor &v,
+                                const Tensor &mask, bool causal, std::optional<double> scale);
 /// at::convolution (not transposed; 1-D or 2-D): im2col (tdx/Runtime/Conv.h)
 /// and one strided-batched cuBLAS gemm over the groups per batch element.
 Tensor convolution(const Tensor &x, const Tensor &w, const Tensor &bias,

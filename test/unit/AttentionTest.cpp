@@ -1,0 +1,75 @@
+//===- AttentionTest.cpp - the CUDA backend's attention row, on CPU vs torch ===//
+//
+// tdx/Runtime/Attention.h is what lib/Runtime/cuda/Attention.cu launches,
+// one thread per query row; here the same function runs on the host for
+// every row, against at::scaled_dot_product_attention (its output, and the
+// log-sum-exp that ATen's CPU flash attention returns beside it).
+
+#include "tdx/Runtime/Attention.h"
+
+#include "AtenTestUtil.h"
+
+#include <ATen/ATen.h>
+
+using namespace tdx::kern;
+using tdx::test::expectClose;
+using tdx::test::randn;
+
+namespace {
+
+/// (output, lse) of the row function over every row of q.
+std::pair<at::Tensor, at::Tensor> rows(const at::Tensor &q, const at::Tensor &k,
+                                       const at::Tensor &v, const at::Tensor &mask, bool causal,
+                                       double scale) {
+  AttentionShape g;
+  g.b = q.size(0), g.h = q.size(1), g.s = q.size(2), g.d = q.size(3);
+  g.hkv = k.size(1), g.t = k.size(2), g.e = v.size(3);
+  g.scale = static_cast<float>(scale);
+  g.causal = causal;
+  at::Tensor m;
+  for (int i = 0; i < 4; ++i)
+    g.maskStride[i] = 0;
+  if (mask.defined()) {
+    std::vector<int64_t> shape(4 - mask.dim(), 1);
+    for (int64_t s : mask.sizes())
+      shape.push_back(s);
+    m = mask.contiguous().reshape(shape).expand({g.b, g.h, g.s, g.t});
+    for (int i = 0; i < 4; ++i)
+      g.maskStride[i] = m.stride(i);
+  }
+  at::Tensor out = at::empty({g.b, g.h, g.s, g.e}), lse = at::empty({g.b, g.h, g.s});
+  for (int64_t r = 0; r < g.b * g.h * g.s; ++r) {
+    if (!m.defined())
+      attentionRow<float>(g, q.data_ptr<float>(), k.data_ptr<float>(), v.data_ptr<float>(),
+                          nullptr, out.data_ptr<float>(), lse.data_ptr<float>(), r);
+    else if (m.scalar_type() == at::kBool)
+      attentionRow(g, q.data_ptr<float>(), k.data_ptr<float>(), v.data_ptr<float>(),
+                   m.data_ptr<bool>(), out.data_ptr<float>(), lse.data_ptr<float>(), r);
+    else
+      attentionRow(g, q.data_ptr<float>(), k.data_ptr<float>(), v.data_ptr<float>(),
+                   m.data_ptr<float>(), out.data_ptr<float>(), lse.data_ptr<float>(), r);
+  }
+  return {out, lse};
+}
+
+TEST(Attention, CausalGroupedQueryMatchesTorch) {
+  at::Tensor q = randn({2, 4, 7, 16}, 1), k = randn({2, 2, 7, 16}, 2), v = randn({2, 2, 7, 16}, 3);
+  auto [out, lse] = rows(q, k, v, at::Tensor(), /*causal=*/true, 0.25);
+  auto [want, wantLse] = at::_scaled_dot_product_flash_attention_for_cpu(q, k, v, 0.0, true,
+                                                                        std::nullopt, 0.25);
+  expectClose(out, want, 1e-5);
+  expectClose(lse, wantLse, 1e-5);
+}
+
+TEST(Attention, AdditiveAndBooleanMasksMatchTorch) {
+  at::Tensor q = randn({1, 2, 5, 8}, 4), k = randn({1, 2, 6, 8}, 5), v = randn({1, 2, 6, 8}, 6);
+  at::Tensor additive = randn({5, 6}, 7);
+  auto [out, lse] = rows(q, k, v, additive, false, 1.0 / std::sqrt(8.0));
+  expectClose(out, at::scaled_dot_product_attention(q, k, v, additive), 1e-5);
+  at::Tensor keep = randn({1, 1, 5, 6}, 8) > 0;
+  keep.select(3, 0).fill_(true); // no row fully masked
+  auto [kept, keptLse] = rows(q, k, v, keep, false, 1.0 / std::sqrt(8.0));
+  expectClose(kept, at::scaled_dot_product_attention(q, k, v, keep), 1e-5);
+}
+
+} // namespace
