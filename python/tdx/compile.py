@@ -450,10 +450,17 @@ class Executable:
         os.chmod(path, 0o755)
 
     @classmethod
-    def load(cls, path, world_size, target="cpu"):
+    def load(cls, path, world_size, target="cpu", *, entry="forward", accumulation_steps=1):
+        """A saved model binary. The binary holds the program, not what the
+        Python `Program` knew of it: give ``entry`` (the step's name, e.g.
+        ``"train_step"``, which the runner calls it by) and
+        ``accumulation_steps`` as the program was traced with (default: a
+        ``forward`` without accumulation), and pass hyperparameters as the
+        step's last inputs (0-D float64 tensors), as docs/training.md says."""
         if not os.path.exists(path):
             raise TdxError(f"no model binary at {path}")
-        return cls(os.path.abspath(path), world_size, target)
+        return cls(os.path.abspath(path), world_size, target, entry=entry,
+                   accumulation_steps=accumulation_steps)
 
 
 def compile(prog, target="cpu", output=None, cuda_arch="sm_90", keep_source=False,
