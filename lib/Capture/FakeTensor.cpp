@@ -343,8 +343,12 @@ void fakeFallback(const c10::OperatorHandle &op, c10::DispatchKeySet,
         false, "tdx: ", name, op.schema().overload_name().empty() ? "" : ".",
         op.schema().overload_name(),
         " has no meta kernel in torch ", TORCH_VERSION,
-        ", so it cannot run on fake tensors; run this part of the model outside "
-        "fake_mode/deferred_init, or express it with ops that have one");
+        ", so it cannot run on fake tensors; ",
+        op.schema().name().rfind("aten::", 0) == 0
+            ? "run this part of the model outside fake_mode/deferred_init, or express it "
+              "with ops that have one"
+            : "give the custom op a fake kernel (torch.library.register_fake, which "
+              "computes its result's shape from its inputs' shapes)");
   }
 
   bool deferred = currentRecording() != nullptr;

@@ -302,6 +302,14 @@ void Functionalizer::handle(const RecordedOp &op) {
     }
   }
   if (written >= 0) {
+    // An op that writes an argument in place and returns new tensors beside
+    // it (_native_batch_norm_legit's running statistics) is not one value.
+    for (size_t i = 0; i < fs.returns().size(); ++i)
+      if (!fs.returns()[i].alias_info() && i < op.results.size() && op.results[i].isTensor())
+        throw ::tdx::capture::CaptureError(
+            "tdx: " + fullName(op) + " writes its argument '" + fs.arguments()[written].name() +
+            "' in place and returns other tensors, which tdx cannot record as values yet; "
+            "call the public op instead (F.batch_norm for the batch norms)");
     const at::Tensor &target = op.arguments[written].toTensor();
     Value v = functional(op, target);
     if (!v) {

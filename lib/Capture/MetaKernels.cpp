@@ -94,4 +94,9 @@ TORCH_LIBRARY_IMPL(aten, Meta, m) {
   m.impl("fractional_max_pool3d_backward", gradient<5, 1>());
   m.impl("multi_margin_loss_backward", gradient<7, 1>());
   m.impl("multilabel_margin_loss_backward", gradient<5, 1>());
+  // _ctc_loss_backward(grad, log_probs, targets, input_lengths,
+  // target_lengths, neg_log_likelihood, log_alpha, blank, zero_infinity):
+  // the gradient of log_probs (both overloads: lengths as int[] or Tensor).
+  m.impl("_ctc_loss_backward", gradient<9, 1>());
+  m.impl("_ctc_loss_backward.Tensor", gradient<9, 1>());
 }

@@ -1,7 +1,7 @@
 """tdx: a compiler for distributed PyTorch models.
 
-Capture (this package today): build models without allocating them, with
-fake tensors and deferred initialization recorded at libtorch's dispatcher,
+Capture: build models without allocating them, with fake tensors and
+deferred initialization recorded at torch's dispatcher (torch >= 2.11),
 and materialize them bitwise equal to eager construction.
 
     import torch, tdx
@@ -11,6 +11,10 @@ and materialize them bitwise equal to eager construction.
 """
 
 import torch  # noqa: F401  (the extension needs libtorch loaded first)
+
+from ._torch_version import UnsupportedTorchError, check as _check_torch
+
+_check_torch(torch.__version__)  # before the extension, which an old torch cannot load
 
 from . import _C  # noqa: F401
 from .errors import CaptureError, CheckpointError, FakeTensorError, InputError, TdxError, TdxWarning
@@ -48,6 +52,7 @@ from .sharding import (
 )
 
 __all__ = [
+    "UnsupportedTorchError",
     "checkpoint",
     "store",
     "slice",

@@ -1,7 +1,8 @@
 """The torch versions tdx supports, checked in one place.
 
 Read by ``import tdx`` (which refuses an unsupported torch with
-:class:`tdx.errors.UnsupportedTorchError`), by ``scripts/setup.sh`` and by
+:class:`UnsupportedTorchError`, before loading its extension), by
+``scripts/setup.sh`` and by
 CMake's configure step (run as a script: exit status 1 and the reason on
 stderr for a torch tdx cannot build against; otherwise prints nothing).
 """
@@ -13,6 +14,18 @@ MINIMUM = (2, 11)
 TESTED = ("2.15.0",)
 FIX = ("install a supported torch (requirements.txt pins the tested one; scripts/setup.sh "
        "makes a virtual environment with it), or point TDX_PYTHON at an interpreter that has one")
+
+
+class UnsupportedTorchError(ImportError):
+    """``import tdx`` with a torch it does not support; the message names
+    the version found, the versions supported and the fix."""
+
+
+def check(version):
+    """Raises UnsupportedTorchError for an unsupported torch `version`."""
+    why = problem(version)
+    if why:
+        raise UnsupportedTorchError(why)
 
 
 def parse(version):

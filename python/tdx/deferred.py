@@ -157,6 +157,26 @@ torch.Tensor.data = property(_original_data.__get__, _set_data,
                              doc=_original_data.__doc__)
 
 
+def _torch_compile_frame(error):
+    """'file:line (function)' of the function torch.compile (dynamo) was
+    compiling on the way to `error`, or None when dynamo was not in it."""
+    import os
+    dynamo = os.path.join("torch", "_dynamo") + os.sep
+    tb, entered = error.__traceback__, None
+    while tb is not None:
+        frame = tb.tb_frame
+        if dynamo in frame.f_code.co_filename:
+            entered = entered or frame
+            fn = frame.f_locals.get("fn")
+            code = getattr(getattr(fn, "__func__", fn), "__code__", None)
+            if code is not None and dynamo not in code.co_filename:
+                return f"{code.co_filename}:{code.co_firstlineno} ({code.co_name})"
+        tb = tb.tb_next
+    if entered is None:
+        return None
+    return f"code run by {entered.f_code.co_filename}:{entered.f_lineno}"
+
+
 @contextlib.contextmanager
 def _python_guards(fake_cuda):
     """Installs the Python-side pieces of fake mode for its duration."""
@@ -172,10 +192,18 @@ def _python_guards(fake_cuda):
         torch.cuda._lazy_init = lambda: None
     try:
         yield
-    except RuntimeError as e:
+    except Exception as e:
+        compiled = _torch_compile_frame(e)
+        if compiled:
+            raise CaptureError(
+                f"tdx: {compiled} is compiled with torch.compile, which cannot take tdx's fake "
+                f"tensors; tdx compiles the whole model itself: trace the function without "
+                f"torch.compile (remove the decorator, or trace the module before "
+                f"torch.compile wraps it)") from None
         # libtorch raises what tdx's fake tensors refuse ("tdx: aten::nonzero's
         # result has a shape that depends on ...") as a plain RuntimeError.
-        if isinstance(e, FakeTensorError) or not str(e).startswith("tdx: "):
+        if not isinstance(e, RuntimeError) or isinstance(e, FakeTensorError) or \
+                not str(e).startswith("tdx: "):
             raise
         raise FakeTensorError(str(e)) from None
     finally:

@@ -249,9 +249,13 @@ def trace_train_step(model, optimizer, loss_fn, *batch, max_grad_norm=None, hype
         for group, group_keys in zip(optimizer.param_groups, keys):
             for p in group["params"]:
                 if group_keys:
-                    # torch's own starting values: zeros, and a 0-D float step.
+                    # torch's own starting values: zeros, and a 0-D step, in
+                    # float64: the recorded (differentiable) Adam computes its
+                    # bias corrections 1 - beta**step in the step's dtype, where
+                    # eager's default path uses Python floats (float32 would
+                    # put 0.999 ** 1 1.3e-5 off).
                     optimizer.state[p] = {k: torch.zeros(() if k == "step" else p.shape,
-                                                         dtype=torch.float32 if k == "step"
+                                                         dtype=torch.float64 if k == "step"
                                                          else p.dtype)
                                           for k in group_keys}
     _C.deferred_init_into(recording, init_state)

@@ -144,9 +144,9 @@ _TRACE = {
                      "shapes depend on data; split points given as ints trace"),
     "sparse.mm.reduce": "sparse tensors are not captured (tdx programs are dense)",
     "hash_tensor": "its result is uint64, which has no tdx element type",
-    **{n: ("writes its running statistics, arguments it does not return (Tensor(a!)), in "
-           "place: tdx's functionalization of such an op's results is wrong (refused at trace "
-           "as a tdx bug)") for n in ("_native_batch_norm_legit", "_batch_norm_with_update")},
+    **{n: ("writes its running statistics (arguments it does not return) in place beside "
+           "its new tensors: refused at trace, naming F.batch_norm")
+       for n in ("_native_batch_norm_legit", "_batch_norm_with_update")},
     **{n: ("a custom op torch defines in Python (torch_nn::_linear_cross_entropy_*): a "
            "compiled program's ATen, C++ only, does not have it (refused when it runs)")
        for n in ("nn.functional.linear_cross_entropy.chunked",
