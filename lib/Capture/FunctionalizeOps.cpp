@@ -309,7 +309,8 @@ void Functionalizer::handle(const RecordedOp &op) {
         throw ::tdx::capture::CaptureError(
             "tdx: " + fullName(op) + " writes its argument '" + fs.arguments()[written].name() +
             "' in place and returns other tensors, which tdx cannot record as values yet; "
-            "call the public op instead (F.batch_norm for the batch norms)");
+            "use an op that returns what it writes (F.batch_norm for the batch norms; "
+            "F.rrelu in eval mode), or run this part outside fake_mode/deferred_init");
     const at::Tensor &target = op.arguments[written].toTensor();
     Value v = functional(op, target);
     if (!v) {

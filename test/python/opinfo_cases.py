@@ -147,6 +147,8 @@ _TRACE = {
     **{n: ("writes its running statistics (arguments it does not return) in place beside "
            "its new tensors: refused at trace, naming F.batch_norm")
        for n in ("_native_batch_norm_legit", "_batch_norm_with_update")},
+    "nn.functional.rrelu": ("training mode's rrelu_with_noise writes its noise argument in "
+                            "place beside its result: refused at trace, naming the op"),
     **{n: ("a custom op torch defines in Python (torch_nn::_linear_cross_entropy_*): a "
            "compiled program's ATen, C++ only, does not have it (refused when it runs)")
        for n in ("nn.functional.linear_cross_entropy.chunked",

@@ -1,14 +1,17 @@
-"""The python blocks of the docs pages run as written."""
+"""The python blocks of the docs pages and the README run as written."""
 
 import os
 import re
+import textwrap
 
 import pytest
 
 DOCS = os.path.join(os.path.dirname(__file__), "..", "..", "docs")
-BLOCKS = [block for page in ("capture.md", "sharding.md", "runtime.md", "training.md",
-                                          "checkpoints.md")
-          for block in re.findall(r"```python\n(.*?)```", open(os.path.join(DOCS, page)).read(), re.S)]
+PAGES = [os.path.join(DOCS, page) for page in ("capture.md", "sharding.md", "runtime.md",
+                                                "training.md", "checkpoints.md")]
+PAGES.append(os.path.join(DOCS, "..", "README.md"))
+BLOCKS = [textwrap.dedent(block) for page in PAGES
+          for block in re.findall(r"```python\n(.*?)```", open(page).read(), re.S)]
 
 
 def test_the_page_has_examples():
