@@ -146,7 +146,7 @@ at::Tensor quantileScalar(const at::Tensor &self, double q, c10::optional<int64_
 /// cross_entropy with label smoothing and class-index targets, as torch
 /// computes it, but the mean over the targets not ignored is a sum over all
 /// of them (ignored ones are zero) divided by their count or weight, where
-/// torch (2.15 as 1.13) selects them with masked_select (data-dependent
+/// torch (2.15 as 1.13 did) selects them with masked_select (data-dependent
 /// shape) when a class weight is given. Other calls go on to torch's own.
 at::Tensor crossEntropySmoothed(const at::Tensor &self, const at::Tensor &target,
                                 const c10::optional<at::Tensor> &weight, int64_t reduction,

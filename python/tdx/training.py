@@ -39,11 +39,10 @@ def _optimizer_state(optimizer):
 
 
 def _step(optimizer):
-    """``optimizer.step()`` in a form a trace can record. torch 1.13's Adam
+    """``optimizer.step()`` in a form a trace can record. torch's Adam
     reads its step count with ``.item()`` unless ``differentiable``: its own
-    tensor formulation is used. AdamW has no such mode in 1.13: its
-    decoupled decay, then torch's Adam update with no decay (AdamW's update
-    exactly)."""
+    tensor formulation is used. AdamW: its decoupled decay, then torch's Adam
+    update with no decay (AdamW's update exactly)."""
     kind = type(optimizer)
     if kind is torch.optim.SGD:
         optimizer.step()
@@ -74,7 +73,7 @@ def _step(optimizer):
 
 
 def _clip_grad_norm(params, max_norm):
-    """torch.nn.utils.clip_grad_norm_ (torch 1.13, 2-norm) with the same ops,
+    """torch.nn.utils.clip_grad_norm_ (2-norm) with the same ops,
     each gradient rescaled by a new value rather than in place (the in-place
     write goes through autograd's views of the gradients)."""
     params = [p for p in params if p.grad is not None]

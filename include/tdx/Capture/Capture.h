@@ -1,8 +1,8 @@
 //===- Capture.h - fake tensors and deferred init on libtorch ----*- C++ -*-===//
 //
 // The capture engine shared by Python (the `tdx` package) and libtorch C++
-// users. It works at libtorch's dispatcher, on the keys libtorch 1.13
-// reserves for it:
+// users. It works at torch's dispatcher, on the keys torch reserves for it
+// (still in torch 2.15; docs/capture.md, "Which dispatch keys"):
 //
 //  * DispatchKey::Fake: a fake tensor reports a real device (cpu, or cuda on
 //    a machine without a GPU) but owns no storage. Every op on it runs the
@@ -108,7 +108,7 @@ void snapshotResults(RecordedOp &op, std::vector<c10::IValue> values);
 class Recording;
 
 /// Records `self.set_data(newData)` (Python's `tensor.data = ...`), which
-/// libtorch 1.13 does not route through the dispatcher, then applies it.
+/// torch does not route through the dispatcher, then applies it.
 void recordSetData(const at::Tensor &self, const at::Tensor &newData);
 
 /// Runs `build` with fake tensors and records every op. The tensors it makes
