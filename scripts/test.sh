@@ -82,7 +82,7 @@ if [ ! -f "$build/test/results.json" ] || ! ls "$build"/test/pytest-*.xml >/dev/
   echo "tdx: a test runner did not run (see the errors above)" >&2
   exit 1
 fi
-python3 - "$build/test/results.json" "$build"/test/pytest-*.xml <<'PY'
+(. "$build/env.sh" && "$TDX_PYTHON" - "$build/test/results.json" "$build"/test/pytest-*.xml) <<'PY'
 import json, sys
 import xml.etree.ElementTree as ET
 codes = [t["code"] for t in json.load(open(sys.argv[1]))["tests"]]
