@@ -1,6 +1,7 @@
 //===- DeferredInit.cpp - record module construction, replay it -----------===//
 
 #include "CaptureInternal.h"
+#include "DispatchKeys.h"
 
 #include <ATen/ATen.h>
 #include <ATen/CPUGeneratorImpl.h>
@@ -55,7 +56,7 @@ void deferredInitFallback(const c10::OperatorHandle &op, c10::DispatchKeySet,
   record.overload = op.schema().overload_name();
   record.arguments.assign(stack->end() - numArgs, stack->end());
   {
-    c10::impl::ExcludeDispatchKeyGuard guard(c10::DispatchKey::DeferredInit);
+    c10::impl::ExcludeDispatchKeyGuard guard(kDeferredKey);
     RecordingScope scope(recording);
     op.callBoxed(stack);
   }
@@ -124,7 +125,7 @@ struct RealValues {
 
 } // namespace
 
-TORCH_LIBRARY_IMPL(_, DeferredInit, m) {
+TORCH_LIBRARY_IMPL(_, TDX_DEFERRED_KEY, m) {
   m.fallback(torch::CppFunction::makeFromBoxedFunction<&deferredInitFallback>());
 }
 
@@ -184,7 +185,7 @@ std::shared_ptr<Recording> recordingOf(const at::Tensor &tensor) {
 
 bool isDeferred(const at::Tensor &tensor) {
   return tensor.defined() &&
-         tensor.unsafeGetTensorImpl()->key_set().has(c10::DispatchKey::DeferredInit);
+         tensor.unsafeGetTensorImpl()->key_set().has(kDeferredKey);
 }
 
 std::shared_ptr<Recording> deferredInit(const std::function<void()> &build,
@@ -194,7 +195,7 @@ std::shared_ptr<Recording> deferredInit(const std::function<void()> &build,
   recording->setSeed(static_cast<int64_t>(at::detail::getDefaultCPUGenerator().current_seed()));
   RecordingScope scope(recording.get());
   FakeMode fake(fakeCuda);
-  c10::impl::IncludeDispatchKeyGuard include(c10::DispatchKey::DeferredInit);
+  c10::impl::IncludeDispatchKeyGuard include(kDeferredKey);
   build();
   return recording;
 }
@@ -203,7 +204,7 @@ void deferredInitInto(const std::shared_ptr<Recording> &recording,
                       const std::function<void()> &build, bool fakeCuda) {
   RecordingScope scope(recording.get());
   FakeMode fake(fakeCuda);
-  c10::impl::IncludeDispatchKeyGuard include(c10::DispatchKey::DeferredInit);
+  c10::impl::IncludeDispatchKeyGuard include(kDeferredKey);
   build();
 }
 

@@ -1,6 +1,7 @@
 //===- FakeTensor.cpp - tensors without storage, computed by meta kernels -===//
 
 #include "CaptureInternal.h"
+#include "DispatchKeys.h"
 
 #include <ATen/ATen.h>
 #include <ATen/core/dispatch/Dispatcher.h>
@@ -29,11 +30,11 @@ c10::DispatchKeySet fakeKeys(c10::Device device, bool deferred) {
   auto ks = c10::DispatchKeySet(device.is_cuda() ? c10::DispatchKey::CUDA
                                                  : c10::DispatchKey::CPU) |
             c10::DispatchKeySet(c10::BackendComponent::MetaBit) |
-            c10::DispatchKeySet(c10::DispatchKey::Fake) |
+            c10::DispatchKeySet(kFakeKey) |
             c10::DispatchKeySet(device.is_cuda() ? c10::DispatchKey::AutocastCUDA
                                                  : c10::DispatchKey::AutocastCPU);
   if (deferred)
-    ks = ks | c10::DispatchKeySet(c10::DispatchKey::DeferredInit);
+    ks = ks | c10::DispatchKeySet(kDeferredKey);
   return ks;
 }
 
@@ -89,45 +90,45 @@ Trace *currentTrace() { return tlsTrace.get(); }
 
 TraceMode::TraceMode(std::shared_ptr<Trace> trace)
     : previous_(tlsTrace), fake_(/*fakeCuda=*/true),
-      previousExclude_(c10::impl::tls_is_dispatch_key_excluded(c10::DispatchKey::DeferredInit)) {
+      previousExclude_(c10::impl::tls_is_dispatch_key_excluded(kDeferredKey)) {
   tlsTrace = std::move(trace);
-  c10::impl::tls_set_dispatch_key_excluded(c10::DispatchKey::DeferredInit, true);
+  c10::impl::tls_set_dispatch_key_excluded(kDeferredKey, true);
 }
 
 TraceMode::~TraceMode() {
   tlsTrace = previous_;
-  c10::impl::tls_set_dispatch_key_excluded(c10::DispatchKey::DeferredInit, previousExclude_);
+  c10::impl::tls_set_dispatch_key_excluded(kDeferredKey, previousExclude_);
 }
 
 FakeMode::FakeMode(bool fakeCuda)
-    : previousInclude_(c10::impl::tls_is_dispatch_key_included(c10::DispatchKey::Fake)),
+    : previousInclude_(c10::impl::tls_is_dispatch_key_included(kFakeKey)),
       previousFakeCuda_(tlsFakeCuda) {
-  c10::impl::tls_set_dispatch_key_included(c10::DispatchKey::Fake, true);
+  c10::impl::tls_set_dispatch_key_included(kFakeKey, true);
   tlsFakeCuda = fakeCuda || tlsFakeCuda;
 }
 
 FakeMode::~FakeMode() {
-  c10::impl::tls_set_dispatch_key_included(c10::DispatchKey::Fake, previousInclude_);
+  c10::impl::tls_set_dispatch_key_included(kFakeKey, previousInclude_);
   tlsFakeCuda = previousFakeCuda_;
 }
 
 RealMode::RealMode()
-    : previousFake_(c10::impl::tls_is_dispatch_key_included(c10::DispatchKey::Fake)),
+    : previousFake_(c10::impl::tls_is_dispatch_key_included(kFakeKey)),
       previousDeferred_(
-          c10::impl::tls_is_dispatch_key_included(c10::DispatchKey::DeferredInit)) {
-  c10::impl::tls_set_dispatch_key_included(c10::DispatchKey::Fake, false);
-  c10::impl::tls_set_dispatch_key_included(c10::DispatchKey::DeferredInit, false);
+          c10::impl::tls_is_dispatch_key_included(kDeferredKey)) {
+  c10::impl::tls_set_dispatch_key_included(kFakeKey, false);
+  c10::impl::tls_set_dispatch_key_included(kDeferredKey, false);
 }
 
 RealMode::~RealMode() {
-  c10::impl::tls_set_dispatch_key_included(c10::DispatchKey::Fake, previousFake_);
-  c10::impl::tls_set_dispatch_key_included(c10::DispatchKey::DeferredInit,
+  c10::impl::tls_set_dispatch_key_included(kFakeKey, previousFake_);
+  c10::impl::tls_set_dispatch_key_included(kDeferredKey,
                                            previousDeferred_);
 }
 
 bool isFake(const at::Tensor &tensor) {
   return tensor.defined() &&
-         tensor.unsafeGetTensorImpl()->key_set().has(c10::DispatchKey::Fake);
+         tensor.unsafeGetTensorImpl()->key_set().has(kFakeKey);
 }
 
 at::Tensor makeFake(const at::Tensor &meta, c10::Device device,
@@ -145,13 +146,13 @@ at::Tensor makeFake(const at::Tensor &meta, c10::Device device,
 }
 
 at::Tensor fakeLike(const at::Tensor &tensor) {
-  c10::impl::ExcludeDispatchKeyGuard noFake(c10::DispatchKey::Fake);
+  c10::impl::ExcludeDispatchKeyGuard noFake(kFakeKey);
   return makeFake(toMeta(tensor), tensor.device(), c10::nullopt,
                   currentRecording() != nullptr);
 }
 
 at::Tensor metaLike(const at::Tensor &tensor) {
-  c10::impl::ExcludeDispatchKeyGuard noFake(c10::DispatchKey::Fake);
+  c10::impl::ExcludeDispatchKeyGuard noFake(kFakeKey);
   return at::empty_strided(tensor.sizes(), tensor.strides(),
                            tensor.options().device(c10::kMeta));
 }
@@ -214,7 +215,7 @@ int aliasedArgument(const c10::FunctionSchema &schema, const c10::Argument &ret)
 void fakeFallback(const c10::OperatorHandle &op, c10::DispatchKeySet,
                   torch::jit::Stack *stack) {
   // Everything below works on meta or real tensors: no fake mode inside.
-  c10::impl::ExcludeDispatchKeyGuard noFake(c10::DispatchKey::Fake);
+  c10::impl::ExcludeDispatchKeyGuard noFake(kFakeKey);
   const c10::FunctionSchema &schema = op.schema();
   const std::string &name = schema.name();
   size_t numArgs = schema.arguments().size();
@@ -390,6 +391,6 @@ void fakeFallback(const c10::OperatorHandle &op, c10::DispatchKeySet,
 
 } // namespace
 
-TORCH_LIBRARY_IMPL(_, Fake, m) {
+TORCH_LIBRARY_IMPL(_, TDX_FAKE_KEY, m) {
   m.fallback(torch::CppFunction::makeFromBoxedFunction<&fakeFallback>());
 }
