@@ -14,6 +14,7 @@
 
 #include "mlir/IR/Builders.h"
 #include "mlir/IR/Verifier.h"
+#include "llvm/ADT/DenseSet.h"
 #include "llvm/ADT/StringMap.h"
 
 namespace mlir::tdx {
@@ -99,6 +100,95 @@ const llvm::StringMap<RaiseFn> &table() {
   return rows;
 }
 
+/// A 0-D tdx.full's value, or nothing.
+std::optional<double> fullValue(Value v) {
+  auto full = v.getDefiningOp<FullOp>();
+  if (!full || cast<RankedTensorType>(full.getType()).getRank() != 0)
+    return std::nullopt;
+  return full.getValue().convertToDouble();
+}
+
+/// torch 2.x decomposes F.rms_norm / nn.RMSNorm on the CPU into
+/// x * rsqrt(mean(x ** 2, last dims, keepdim) + eps) (* weight): where no
+/// other op reads the pieces (a forward; a training step's backward reads
+/// them), the chain is one tdx.rms_norm.
+void raiseRmsNorms(ModuleOp module) {
+  SmallVector<MulOp> candidates;
+  module.walk([&](MulOp mul) { candidates.push_back(mul); });
+  llvm::DenseSet<Operation *> erased;
+  for (MulOp mul : candidates) {
+    if (erased.contains(mul))
+      continue;
+    auto type = cast<RankedTensorType>(mul.getType());
+    if (!type.getElementType().isF32())
+      continue;
+    // x * rsqrt(...) in either order.
+    Value x, r;
+    for (int i = 0; i < 2; ++i)
+      if (mul->getOperand(1 - i).getDefiningOp<RsqrtOp>()) {
+        x = mul->getOperand(i);
+        r = mul->getOperand(1 - i);
+      }
+    if (!r || x.getType() != type || !r.hasOneUse())
+      continue;
+    auto add = r.getDefiningOp<RsqrtOp>()->getOperand(0).getDefiningOp<AddOp>();
+    if (!add || !add->getResult(0).hasOneUse())
+      continue;
+    std::optional<double> eps = fullValue(add->getOperand(1));
+    auto mean = add->getOperand(0).getDefiningOp<MeanOp>();
+    if (!eps || !mean || !mean.getKeepdim() || !mean->getResult(0).hasOneUse())
+      continue;
+    auto pow = mean->getOperand(0).getDefiningOp<PowOp>();
+    if (!pow || pow->getOperand(0) != x || fullValue(pow->getOperand(1)) != 2.0 ||
+        !pow->getResult(0).hasOneUse())
+      continue;
+    // The mean is over the last k dims.
+    std::optional<ArrayRef<int64_t>> dims = mean.getDims();
+    int64_t rank = type.getRank();
+    if (!dims || dims->empty())
+      continue;
+    SmallVector<int64_t> wrapped;
+    for (int64_t d : *dims)
+      wrapped.push_back(d < 0 ? d + rank : d);
+    llvm::sort(wrapped);
+    int64_t k = wrapped.size();
+    bool trailing = true;
+    for (int64_t i = 0; i < k; ++i)
+      trailing &= wrapped[i] == rank - k + i;
+    if (!trailing)
+      continue;
+    SmallVector<int64_t> normalized(type.getShape().take_back(k));
+    // An elementwise weight of the normalized shape after it.
+    Operation *last = mul;
+    Value weight;
+    if (mul->hasOneUse())
+      if (auto scaled = dyn_cast<MulOp>(*mul->getUsers().begin()))
+        for (int i = 0; i < 2; ++i)
+          if (scaled->getOperand(i) == mul.getResult()) {
+            Value w = scaled->getOperand(1 - i);
+            auto wt = cast<RankedTensorType>(w.getType());
+            if (wt.getShape() == ArrayRef<int64_t>(normalized) && wt.getElementType().isF32() &&
+                scaled.getType() == type) {
+              weight = w;
+              last = scaled;
+            }
+            break;
+          }
+    OpBuilder b(last);
+    auto norm = RmsNormOp::create(b, last->getLoc(), x, weight,
+                                  b.getDenseI64ArrayAttr(normalized), b.getF64FloatAttr(*eps));
+    last->getResult(0).replaceAllUsesWith(norm.getResult());
+    // The chain, from its end.
+    Operation *chain[] = {last, last == mul ? nullptr : mul.getOperation(),
+                          r.getDefiningOp(), add, mean, pow};
+    for (Operation *op : chain)
+      if (op && op->use_empty()) {
+        erased.insert(op);
+        op->erase();
+      }
+  }
+}
+
 struct RaiseAtenPass : public mlir::tdx::impl::RaiseAtenBase<RaiseAtenPass> {
   using RaiseAtenBase::RaiseAtenBase;
   void runOnOperation() override {
@@ -174,6 +264,7 @@ struct RaiseAtenPass : public mlir::tdx::impl::RaiseAtenBase<RaiseAtenPass> {
         op->getResult(0).replaceAllUsesWith(raised);
       op->erase();
     }
+    raiseRmsNorms(getOperation());
   }
 };
 

@@ -258,3 +258,30 @@ func.func @fused_rms_norm(%x: tensor<2x8x16xf32>, %w: tensor<16xf32>) -> tensor<
   %y:2 = tdx.aten "aten::_fused_rms_norm"(%x, %w) {args = {eps, normalized_shape = array<i64: 16>}} : (tensor<2x8x16xf32>, tensor<16xf32>) -> (tensor<2x8x16xf32>, tensor<2x8x1xf32>)
   return %y#0 : tensor<2x8x16xf32>
 }
+
+// -----
+
+// torch 2.x's CPU decomposition of F.rms_norm (nn.RMSNorm) in a forward:
+// one tdx.rms_norm. Where a backward reads a piece (the rsqrt), the chain
+// stays as it is.
+// CHECK-LABEL: func.func @rms_norm_chain
+func.func @rms_norm_chain(%x: tensor<2x8x16xf32>, %w: tensor<16xf32>) -> (tensor<2x8x16xf32>, tensor<2x8x16xf32>, tensor<2x8x1xf32>) {
+  // CHECK: %[[N:.*]] = tdx.rms_norm %{{.*}} weight %{{.*}} normalized_shape = [16] eps = 9.9999999999999995E-7
+  %two = tdx.full 2.0 : tensor<f32>
+  %sq = tdx.pow %x, %two : (tensor<2x8x16xf32>, tensor<f32>) -> tensor<2x8x16xf32>
+  %m = tdx.mean %sq dims = [2] keepdim : tensor<2x8x16xf32> -> tensor<2x8x1xf32>
+  %eps = tdx.full 1.0e-6 : tensor<f32>
+  %a = tdx.add %m, %eps : (tensor<2x8x1xf32>, tensor<f32>) -> tensor<2x8x1xf32>
+  %r = tdx.rsqrt %a : tensor<2x8x1xf32>
+  %n = tdx.mul %x, %r : (tensor<2x8x16xf32>, tensor<2x8x1xf32>) -> tensor<2x8x16xf32>
+  %y = tdx.mul %n, %w : (tensor<2x8x16xf32>, tensor<16xf32>) -> tensor<2x8x16xf32>
+  // CHECK: tdx.rsqrt
+  // CHECK: %[[K:.*]] = tdx.mul
+  %sq2 = tdx.pow %x, %two : (tensor<2x8x16xf32>, tensor<f32>) -> tensor<2x8x16xf32>
+  %m2 = tdx.mean %sq2 dims = [-1] keepdim : tensor<2x8x16xf32> -> tensor<2x8x1xf32>
+  %a2 = tdx.add %m2, %eps : (tensor<2x8x1xf32>, tensor<f32>) -> tensor<2x8x1xf32>
+  %r2 = tdx.rsqrt %a2 : tensor<2x8x1xf32>
+  %k = tdx.mul %x, %r2 : (tensor<2x8x16xf32>, tensor<2x8x1xf32>) -> tensor<2x8x16xf32>
+  // CHECK: return %[[N]], %[[K]]
+  return %y, %k, %r2 : tensor<2x8x16xf32>, tensor<2x8x16xf32>, tensor<2x8x1xf32>
+}

@@ -150,6 +150,10 @@ def _write_slice(x, s):
 
 
 case("aten::slice_scatter", _write_slice, R(4, 6), R(4, 2))
+# RMSNorm (torch 2.x decomposes it on the CPU; tdx-raise-aten makes the
+# chain one op again), with and without a weight.
+case("tdx.rms_norm", lambda x, w: (F.rms_norm(x, (6,), w, 1e-6), F.rms_norm(x * 2, (6,))),
+     R(4, 6), R(6, seed=1))
 # Fused attention: grouped-query heads (4 query, 2 kv), causal; an additive
 # mask with a scale.
 case("tdx.sdpa", lambda q, k, v, m: (
@@ -161,9 +165,6 @@ case("tdx.sdpa", lambda q, k, v, m: (
 # e2e suite skips them; their lit tests and other pytest files cover them.
 NOT_CAPTURED = {
     "tdx.aten": "the generic op itself (every uncovered aten op)",
-    "tdx.rms_norm": "torch decomposes F.rms_norm on the CPU (pow, mean, rsqrt, mul); "
-                    "tdx-raise-aten raises the _fused_rms_norm torch dispatches for CUDA "
-                    "tensors (test/Passes/raise-aten.mlir)",
     "tdx.sdpa_backward": "a training step's backward of tdx.sdpa (test_modern_decoder.py, "
                          "test/Passes/raise-aten.mlir)",
     "tdx.empty": "only in init programs (torch.empty before an init op)",
