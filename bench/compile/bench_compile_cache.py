@@ -72,7 +72,10 @@ def bench(name, prog, repeat, tmp):
     # The emitted source and the compiler command tdx-compile runs.
     done = subprocess.run(compile_ + ["--no-cache", "--emit-source", "-v"], check=True,
                           capture_output=True, text=True)
-    command = shlex.split(done.stderr.strip().splitlines()[-1])
+    # -v prints the compile (to an object, `-c`) and then the link.
+    lines = done.stderr.strip().splitlines()
+    compile_line = shlex.split(next(l for l in lines if " -c -o " in l))
+    link_line = shlex.split(lines[-1])
     # Kept apart: the next compiles write and remove <o>.cpp themselves.
     source = os.path.join(tmp, f"{name}-emitted.cpp")
     shutil.copyfile(os.path.join(tmp, name + ".cpp"), source)
@@ -85,11 +88,12 @@ def bench(name, prog, repeat, tmp):
     if ccache:
         # ccache caches compiles, not links: the command as a compile to an
         # object through ccache, then the link, as a ccache user builds.
-        at = command.index("-o")
-        flags, libraries = command[1:at], command[at + 3:]
+        at = compile_line.index("-c")
+        flags = compile_line[1:at]
+        libraries = link_line[4:]  # mpicxx -o <binary> <object> <libraries...>
         obj = os.path.join(tmp, f"{name}.o")
-        steps = [[ccache, command[0], *flags, "-c", source, "-o", obj],
-                 [command[0], "-o", os.path.join(tmp, f"{name}-ccache"), obj, *libraries]]
+        steps = [[ccache, compile_line[0], *flags, "-c", source, "-o", obj],
+                 [link_line[0], "-o", os.path.join(tmp, f"{name}-ccache"), obj, *libraries]]
         # A precompiled header needs ccache's pch sloppiness to be cached
         # at all (its documented setting for -include of a .gch).
         env = dict(os.environ, CCACHE_DIR=os.path.join(tmp, "ccache"),
