@@ -63,8 +63,9 @@ if [ -n "${TDX_PYTHON:-}" ]; then
   echo "setup: using TDX_PYTHON=$python (no virtual environment made)"
 else
   hash="$(sha256sum "$root/requirements.txt" | cut -c1-12)"
-  venv="${TDX_VENV:-$HOME/.cache/tdx/venv-$hash}"
-  wheels="${TDX_WHEELS:-$HOME/.cache/tdx/wheels}"
+  cache="${HOME:-$(getent passwd "$(id -u)" | cut -d: -f6)}/.cache/tdx"
+  venv="${TDX_VENV:-$cache/venv-$hash}"
+  wheels="${TDX_WHEELS:-$cache/wheels}"
   python="$venv/bin/python"
   if [ ! -f "$venv/.tdx-complete" ]; then
     echo "setup: making the virtual environment $venv (requirements.txt)"
