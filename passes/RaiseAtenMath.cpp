@@ -314,31 +314,41 @@ Value raiseLerp(Call &c) {
 
 /// torch's fused attention on the CPU (what F.scaled_dot_product_attention
 /// runs there) and its backward, without dropout: tdx.sdpa and
-/// tdx.sdpa_backward, every result. A mask is the tensor after the fixed
-/// operands.
-Value raiseSdpa(Call &c) {
+/// tdx.sdpa_backward, every result.
+namespace {
+struct AttentionArgs {
+  bool causal;
+  Value mask; // the tensor after the `fixed` ones, or null
+  FloatAttr scale;
+};
+/// The arguments both share, or nothing where the op stays generic.
+std::optional<AttentionArgs> attentionArgs(Call &c, size_t fixed) {
   std::optional<double> dropout = c.number("dropout_p");
   std::optional<bool> causal = c.boolean("is_causal");
-  if (!dropout || *dropout != 0.0 || !causal || c.plain.size() != 3 + !c.isNone("attn_mask"))
-    return {};
+  if (!dropout || *dropout != 0.0 || !causal || c.plain.size() != fixed + !c.isNone("attn_mask"))
+    return std::nullopt;
   std::optional<double> scale = c.number("scale");
-  Value mask = c.plain.size() > 3 ? c.plain[3] : Value();
-  auto op = SdpaOp::create(c.b, c.loc, c.plain[0], c.plain[1], c.plain[2], mask, *causal,
-                           scale ? c.b.getF64FloatAttr(*scale) : FloatAttr());
-  return op.getOutput();
+  return AttentionArgs{*causal, c.plain.size() > fixed ? c.plain[fixed] : Value(),
+                       scale ? c.b.getF64FloatAttr(*scale) : FloatAttr()};
+}
+} // namespace
+
+Value raiseSdpa(Call &c) {
+  std::optional<AttentionArgs> a = attentionArgs(c, 3);
+  if (!a)
+    return {};
+  return SdpaOp::create(c.b, c.loc, c.plain[0], c.plain[1], c.plain[2], a->mask, a->causal,
+                        a->scale)
+      .getOutput();
 }
 
 Value raiseSdpaBackward(Call &c) {
-  std::optional<double> dropout = c.number("dropout_p");
-  std::optional<bool> causal = c.boolean("is_causal");
-  if (!dropout || *dropout != 0.0 || !causal || c.plain.size() != 6 + !c.isNone("attn_mask"))
+  std::optional<AttentionArgs> a = attentionArgs(c, 6);
+  if (!a)
     return {};
-  std::optional<double> scale = c.number("scale");
-  Value mask = c.plain.size() > 6 ? c.plain[6] : Value();
-  auto op = SdpaBackwardOp::create(c.b, c.loc, c.plain[0], c.plain[1], c.plain[2], c.plain[3],
-                                   c.plain[4], c.plain[5], mask, *causal,
-                                   scale ? c.b.getF64FloatAttr(*scale) : FloatAttr());
-  return op.getGradQuery();
+  return SdpaBackwardOp::create(c.b, c.loc, c.plain[0], c.plain[1], c.plain[2], c.plain[3],
+                                c.plain[4], c.plain[5], a->mask, a->causal, a->scale)
+      .getGradQuery();
 }
 
 /// _fused_rms_norm(input, normalized_shape, weight?, eps?) whose rstd no

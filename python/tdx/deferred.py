@@ -121,12 +121,8 @@ _library.define("trunc_normal_(Tensor(a!) self, float mean, float std, float a, 
                 "-> Tensor(a!)")
 
 
-def _trunc_normal_kernel(tensor, mean, std, a, b):
-    return _original_trunc_normal(tensor, mean, std, a, b)
-
-
 for _key in ("CPU", "CUDA"):
-    _library.impl("trunc_normal_", _trunc_normal_kernel, _key)
+    _library.impl("trunc_normal_", _original_trunc_normal, _key)
 _library.impl("trunc_normal_", lambda tensor, mean, std, a, b: tensor, "Meta")
 
 

@@ -96,10 +96,10 @@ def style(s, module, m):
     places activations by propagation, which inserts the redistributions
     the placed parameters ask for)."""
     types = _torch_types()
-    axis = _axis(m)
-    embedding = isinstance(module, torch.nn.Embedding)
     if isinstance(s, (types["PrepareModuleInput"], types["PrepareModuleOutput"])):
         return None
+    axis = _axis(m)
+    embedding = isinstance(module, torch.nn.Embedding)
     if isinstance(s, types["SequenceParallel"]):
         return _s.SequenceParallel(axis, seq_dim=getattr(s, "sequence_sharding", (_s.Shard(1),))[0].dim)
     if isinstance(s, types["ColwiseParallel"]):

@@ -26,17 +26,9 @@ std::pair<at::Tensor, at::Tensor> rows(const at::Tensor &q, const at::Tensor &k,
   g.hkv = k.size(1), g.t = k.size(2), g.e = v.size(3);
   g.scale = static_cast<float>(scale);
   g.causal = causal;
-  at::Tensor m;
-  for (int i = 0; i < 4; ++i)
-    g.maskStride[i] = 0;
-  if (mask.defined()) {
-    std::vector<int64_t> shape(4 - mask.dim(), 1);
-    for (int64_t s : mask.sizes())
-      shape.push_back(s);
-    m = mask.contiguous().reshape(shape).expand({g.b, g.h, g.s, g.t});
-    for (int i = 0; i < 4; ++i)
-      g.maskStride[i] = m.stride(i);
-  }
+  at::Tensor m = mask.defined() ? mask.contiguous() : mask;
+  setMaskStrides(g, m.defined() ? m.dim() : 0, m.defined() ? m.sizes().data() : nullptr,
+                 m.defined() ? m.strides().data() : nullptr);
   at::Tensor out = at::empty({g.b, g.h, g.s, g.e}), lse = at::empty({g.b, g.h, g.s});
   for (int64_t r = 0; r < g.b * g.h * g.s; ++r) {
     if (!m.defined())

@@ -35,6 +35,17 @@ struct AttentionShape {
   int64_t maskStride[4];
 };
 
+/// Sets g.maskStride for a mask of `rank` (<= 4) dims with these sizes and
+/// strides, aligned to [B, H, S, T] from the right: a dim of size 1, or one
+/// the mask lacks, is broadcast (stride 0).
+inline void setMaskStrides(AttentionShape &g, int64_t rank, const int64_t *sizes,
+                           const int64_t *strides) {
+  for (int64_t d = 0; d < 4; ++d) {
+    int64_t m = d - (4 - rank);
+    g.maskStride[d] = m >= 0 && sizes[m] != 1 ? strides[m] : 0;
+  }
+}
+
 /// Row (b, h, i): out[b, h, i, :] and lse[b, h, i] (the log-sum-exp of the
 /// row's scaled, masked scores; -inf for a row every key of which is
 /// masked, whose output is then 0). Mask is `const float *` (added) or

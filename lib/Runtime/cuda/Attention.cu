@@ -46,17 +46,9 @@ std::tuple<Tensor, Tensor> tdx::cu::sdpa(const Tensor &q0, const Tensor &k0, con
                              std::to_string(g.e));
   g.scale = static_cast<float>(scale ? *scale : 1.0 / std::sqrt(static_cast<double>(g.d)));
   g.causal = causal;
-  Tensor mask;
-  for (int i = 0; i < 4; ++i)
-    g.maskStride[i] = 0;
-  if (mask0.defined()) {
-    std::vector<int64_t> shape(4 - mask0.dim(), 1);
-    for (int64_t s : mask0.sizes())
-      shape.push_back(s);
-    mask = mask0.contiguous().reshape(shape).expand({g.b, g.h, g.s, g.t});
-    for (int i = 0; i < 4; ++i)
-      g.maskStride[i] = mask.strides()[i];
-  }
+  Tensor mask = mask0.defined() ? mask0.contiguous() : mask0;
+  tdx::kern::setMaskStrides(g, mask.defined() ? mask.dim() : 0, mask.sizes().data(),
+                            mask.strides().data());
   Tensor out = Tensor::empty({g.b, g.h, g.s, g.e}, DType::F32);
   Tensor lse = Tensor::empty({g.b, g.h, g.s}, DType::F32);
   int64_t rows = g.b * g.h * g.s;
