@@ -229,7 +229,13 @@ struct RaiseAtenPass : public mlir::tdx::impl::RaiseAtenBase<RaiseAtenPass> {
         if (raised && (allResults ? raised.getDefiningOp()->getResultTypes() != op->getResultTypes()
                                   : raised.getType() != op->getResult(0).getType())) {
           raised.getDefiningOp()->emitOpError()
-              << "raised from " << schema << " has the wrong result types (a tdx bug)";
+              << "raised from " << schema << " has result types "
+              << (allResults ? TypeRange(raised.getDefiningOp()->getResultTypes())
+                             : TypeRange(raised.getType()))
+              << " instead of "
+              << (allResults ? TypeRange(op->getResultTypes())
+                             : TypeRange(op->getResult(0).getType()))
+              << " (a tdx bug)";
           return signalPassFailure();
         }
         if (raised && !allResults &&
