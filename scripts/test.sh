@@ -7,8 +7,8 @@
 #   scripts/test.sh quick    lit and the Python tests that compile little:
 #                            the tier to run while iterating (a few minutes)
 #
-# Tiers: lit (FileCheck tests and the C++ unit tests), pytest-quick, and
-# pytest-models (real models, training steps, the e2e op suite, the docs'
+# Tiers: lit (FileCheck tests and the C++ unit tests), pytest-quick,
+# pytest-keyfree (the capture tests on the key-free way), and pytest-models (real models, training steps, the e2e op suite, the docs'
 # examples, the GPU check's bundle). Model binaries are compiled once per
 # content into the compile cache, $TDX_CACHE_DIR (default
 # build/test/compile-cache; remove it for a cold run). Both pytest tiers
@@ -73,6 +73,14 @@ if [ "$jobs" -gt 1 ]; then
   models_jobs=(-n "$jobs" --dist loadfile)
 fi
 timed pytest-quick pytest_tier quick "${quick_jobs[@]}" "${quick[@]}"
+# The capture tests again on the key-free way (TDX_CAPTURE=dispatch-mode:
+# torch's Python dispatch instead of the reserved Fake key; docs/capture.md,
+# "Two ways in"). Their programs are the same under both ways, so the
+# compile cache already holds them.
+keyfree=(test_capture.py test_deferred_init.py test_torch_support.py test_sharding.py
+         test_modern_decoder.py)
+keyfree_tier() { TDX_CAPTURE=dispatch-mode pytest_tier keyfree "$@"; }
+timed pytest-keyfree keyfree_tier "${quick_jobs[@]}" "${keyfree[@]}"
 if [ "$tier" = all ]; then
   timed pytest-models pytest_tier models "${models_jobs[@]}" "${models[@]}"
 fi

@@ -9,9 +9,13 @@ shapes; grouped-query attention for 70B), each measured in a fresh process:
   capture   tdx.capture of the deferred model into tdx IR (parameters + init programs)
 
 prints wall time (best of --repeat), peak RSS growth, and the ratios. The
-parameter bytes the model would need are printed for scale.
+parameter bytes the model would need are printed for scale. tdx runs each
+of its two ways in (docs/capture.md, "Two ways in"): fake-key (torch's
+reserved dispatch key) and dispatch-mode (torch's Python dispatch, no
+reserved key); a third measurement, the forward of torchvision's ResNet-50
+traced (tdx.trace), shows what each op's Python call costs the key-free way.
 
-Usage: bench_capture.py [--repeat N] [--configs 7b,70b]
+Usage: bench_capture.py [--repeat N] [--configs 7b,70b] [--ways fake-key,dispatch-mode]
 Run with Debian's Python and the build's package: . build/env.sh first.
 """
 import argparse
@@ -76,7 +80,13 @@ def one(mode, config, repeat):
     params = 0
     for _ in range(repeat):
         start = time.perf_counter()
-        if mode == "meta":
+        if mode == "trace":
+            import torchvision
+            m = tdx.deferred_init(torchvision.models.resnet50).eval()
+            x = torch.randn(1, 3, 224, 224)
+            start = time.perf_counter()
+            tdx.trace(m, x)
+        elif mode == "meta":
             m = Llama(c, device="meta")
         elif mode == "deferred":
             m = tdx.deferred_init(Llama, c)
@@ -91,8 +101,8 @@ def one(mode, config, repeat):
     print(json.dumps({"seconds": best, "rss_growth": peak - base, "params": params}))
 
 
-def measure(mode, config, repeat):
-    env = dict(os.environ, OMP_NUM_THREADS="1", OPENBLAS_NUM_THREADS="1")
+def measure(mode, config, repeat, way="fake-key"):
+    env = dict(os.environ, OMP_NUM_THREADS="1", OPENBLAS_NUM_THREADS="1", TDX_CAPTURE=way)
     out = subprocess.run([sys.executable, __file__, "--one", mode, config, str(repeat)],
                          capture_output=True, text=True, env=env, timeout=1200)
     if out.returncode != 0:
@@ -107,23 +117,33 @@ def main():
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--repeat", type=int, default=5)
     ap.add_argument("--configs", default="7b,70b")
+    ap.add_argument("--ways", default="fake-key,dispatch-mode")
     args = ap.parse_args()
+    ways = args.ways.split(",")
     print("threads: OMP_NUM_THREADS=1 OPENBLAS_NUM_THREADS=1, torch.set_num_threads(1); "
           f"wall = best of {args.repeat}; RSS = peak growth in a fresh process")
-    print(f"{'config':>6} {'params':>14} {'param GiB':>9} | {'meta s':>8} {'meta RSS':>10} | "
-          f"{'deferred s':>10} {'RSS':>10} {'ratio':>6} {'RSS/param':>9} | {'capture s':>9} {'RSS':>10}")
+    print(f"{'config':>6} {'way':>13} {'params':>14} {'param GiB':>9} | {'meta s':>8} "
+          f"{'meta RSS':>10} | {'deferred s':>10} {'RSS':>10} {'ratio':>6} {'RSS/param':>9} | "
+          f"{'capture s':>9} {'RSS':>10}")
+    mib = lambda b: f"{b / 2**20:.1f} MiB"
     for config in args.configs.split(","):
         meta = measure("meta", config, args.repeat)
-        deferred = measure("deferred", config, args.repeat)
-        capture = measure("capture", config, max(1, args.repeat // 2))
-        params = deferred["params"]
-        gib = params * 4 / 2**30
-        mib = lambda b: f"{b / 2**20:.1f} MiB"
-        print(f"{config:>6} {params:>14,} {gib:>9.1f} | {meta['seconds']:>8.4f} {mib(meta['rss_growth']):>10} | "
-              f"{deferred['seconds']:>10.4f} {mib(deferred['rss_growth']):>10} "
-              f"{deferred['seconds'] / meta['seconds']:>6.2f} "
-              f"{100 * deferred['rss_growth'] / (params * 4):>8.3f}% | "
-              f"{capture['seconds']:>9.3f} {mib(capture['rss_growth']):>10}")
+        for way in ways:
+            deferred = measure("deferred", config, args.repeat, way)
+            capture = measure("capture", config, max(1, args.repeat // 2), way)
+            params = deferred["params"]
+            gib = params * 4 / 2**30
+            print(f"{config:>6} {way:>13} {params:>14,} {gib:>9.1f} | {meta['seconds']:>8.4f} "
+                  f"{mib(meta['rss_growth']):>10} | {deferred['seconds']:>10.4f} "
+                  f"{mib(deferred['rss_growth']):>10} "
+                  f"{deferred['seconds'] / meta['seconds']:>6.2f} "
+                  f"{100 * deferred['rss_growth'] / (params * 4):>8.3f}% | "
+                  f"{capture['seconds']:>9.3f} {mib(capture['rss_growth']):>10}")
+    traced = {way: measure("trace", "7b", args.repeat, way)["seconds"] for way in ways}
+    print("tdx.trace of torchvision resnet50's forward (deferred): " +
+          ", ".join(f"{way} {t * 1e3:.1f} ms" for way, t in traced.items()) +
+          (f"; dispatch-mode / fake-key {traced['dispatch-mode'] / traced['fake-key']:.2f}x"
+           if {"fake-key", "dispatch-mode"} <= set(traced) else ""))
 
 
 if __name__ == "__main__":

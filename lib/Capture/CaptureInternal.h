@@ -12,17 +12,22 @@ class MLIRContext;
 namespace tdx::capture {
 
 /// A fake tensor with `meta`'s sizes, strides and dtype on `device`, sharing
-/// `storage` when given (a view) or with a new empty storage. `deferred`
-/// tensors also carry the DeferredInit key and belong to the current
-/// recording.
+/// `storage` when given (a view) or with a new empty storage, which belongs
+/// to `recording` when given (the tensor is deferred).
 at::Tensor makeFake(const at::Tensor &meta, c10::Device device,
-                    c10::optional<c10::Storage> storage, bool deferred);
+                    c10::optional<c10::Storage> storage, Recording *recording);
 
 /// The recording ops on this thread go to, or null.
 Recording *currentRecording();
 /// The DataPtr of a new fake storage: no data; for a deferred tensor its
 /// context refers (weakly) to the recording the tensor belongs to.
 c10::DataPtr fakeDataPtr(c10::Device device, Recording *recording);
+/// Whether `data` is a fake storage's (made by fakeDataPtr).
+bool isFakeData(const c10::DataPtr &data);
+/// The recording a deferred tensor among the op's arguments on `stack`
+/// belongs to, or null.
+std::shared_ptr<Recording> recordingOfArguments(const c10::FunctionSchema &schema,
+                                                const std::vector<c10::IValue> &stack);
 bool fakeCudaEnabled();
 /// Loads the dialects tdx programs use into `ctx`.
 void registerProgramDialects(mlir::MLIRContext &ctx);

@@ -1,7 +1,6 @@
 //===- DeferredInit.cpp - record module construction, replay it -----------===//
 
 #include "CaptureInternal.h"
-#include "DispatchKeys.h"
 
 #include <ATen/ATen.h>
 #include <ATen/CPUGeneratorImpl.h>
@@ -27,45 +26,7 @@ void deleteRecordingRef(void *context) {
   delete static_cast<std::weak_ptr<Recording> *>(context);
 }
 
-Recording *recordingOfArgs(const c10::OperatorHandle &op, const torch::jit::Stack &stack,
-                           std::shared_ptr<Recording> &keep) {
-  size_t n = op.schema().arguments().size();
-  for (size_t i = stack.size() - n; i < stack.size(); ++i) {
-    const c10::IValue &v = stack[i];
-    if (v.isTensor()) {
-      if ((keep = recordingOf(v.toTensor())))
-        return keep.get();
-    } else if (v.isTensorList()) {
-      for (const at::Tensor &t : v.toTensorVector())
-        if ((keep = recordingOf(t)))
-          return keep.get();
-    }
-  }
-  return nullptr;
-}
-
-void deferredInitFallback(const c10::OperatorHandle &op, c10::DispatchKeySet,
-                          torch::jit::Stack *stack) {
-  Recording *recording = tlsRecording;
-  std::shared_ptr<Recording> keep; // ops after deferred_init: the tensor's recording
-  if (!recording)
-    recording = recordingOfArgs(op, *stack, keep);
-  size_t numArgs = op.schema().arguments().size();
-  RecordedOp record;
-  record.name = op.schema().name();
-  record.overload = op.schema().overload_name();
-  record.arguments.assign(stack->end() - numArgs, stack->end());
-  {
-    c10::impl::ExcludeDispatchKeyGuard guard(kDeferredKey);
-    RecordingScope scope(recording);
-    op.callBoxed(stack);
-  }
-  if (!recording)
-    return;
-  size_t numRets = op.schema().returns().size();
-  snapshotResults(record, {stack->end() - numRets, stack->end()});
-  recording->record(std::move(record));
-}
+void noFakeData(void *) {}
 
 /// Real values of the fake tensors of one recording during replay. Python
 /// and autograd wrap tensors in shallow copies (new TensorImpls sharing the
@@ -125,10 +86,6 @@ struct RealValues {
 
 } // namespace
 
-TORCH_LIBRARY_IMPL(_, TDX_DEFERRED_KEY, m) {
-  m.fallback(torch::CppFunction::makeFromBoxedFunction<&deferredInitFallback>());
-}
-
 namespace tdx::capture {
 
 void snapshotResults(RecordedOp &op, std::vector<c10::IValue> values) {
@@ -142,11 +99,29 @@ void snapshotResults(RecordedOp &op, std::vector<c10::IValue> values) {
 
 Recording *currentRecording() { return tlsRecording; }
 
+std::shared_ptr<Recording> recordingOfArguments(const c10::FunctionSchema &schema,
+                                                const torch::jit::Stack &stack) {
+  std::shared_ptr<Recording> found;
+  size_t n = schema.arguments().size();
+  for (size_t i = stack.size() - n; i < stack.size() && !found; ++i)
+    forEachTensor({stack[i]}, [&](const at::Tensor &t) {
+      if (!found)
+        found = recordingOf(t);
+    });
+  return found;
+}
+
 c10::DataPtr fakeDataPtr(c10::Device device, Recording *recording) {
+  // No data; the deleter marks the storage as a fake tensor's (isFakeData),
+  // and a deferred tensor's context refers to its recording.
   if (!recording)
-    return c10::DataPtr(nullptr, device);
+    return c10::DataPtr(nullptr, nullptr, &noFakeData, device);
   return c10::DataPtr(nullptr, new std::weak_ptr<Recording>(recording->weak_from_this()),
                       &deleteRecordingRef, device);
+}
+
+bool isFakeData(const c10::DataPtr &data) {
+  return data.get_deleter() == &noFakeData || data.get_deleter() == &deleteRecordingRef;
 }
 
 void Recording::bindArgument(const at::Tensor &t) {
@@ -184,8 +159,8 @@ std::shared_ptr<Recording> recordingOf(const at::Tensor &tensor) {
 }
 
 bool isDeferred(const at::Tensor &tensor) {
-  return tensor.defined() &&
-         tensor.unsafeGetTensorImpl()->key_set().has(kDeferredKey);
+  return tensor.defined() && tensor.unsafeGetTensorImpl()->has_storage() &&
+         tensor.storage().data_ptr().get_deleter() == &deleteRecordingRef;
 }
 
 std::shared_ptr<Recording> deferredInit(const std::function<void()> &build,
@@ -195,7 +170,6 @@ std::shared_ptr<Recording> deferredInit(const std::function<void()> &build,
   recording->setSeed(static_cast<int64_t>(at::detail::getDefaultCPUGenerator().current_seed()));
   RecordingScope scope(recording.get());
   FakeMode fake(fakeCuda);
-  c10::impl::IncludeDispatchKeyGuard include(kDeferredKey);
   build();
   return recording;
 }
@@ -204,7 +178,6 @@ void deferredInitInto(const std::shared_ptr<Recording> &recording,
                       const std::function<void()> &build, bool fakeCuda) {
   RecordingScope scope(recording.get());
   FakeMode fake(fakeCuda);
-  c10::impl::IncludeDispatchKeyGuard include(kDeferredKey);
   build();
 }
 
@@ -214,7 +187,7 @@ at::Tensor liftConstant(const at::Tensor &real) {
   {
     RealMode realMode;
     at::Tensor meta = metaLike(real);
-    fake = makeFake(meta, real.device(), c10::nullopt, recording != nullptr);
+    fake = makeFake(meta, real.device(), c10::nullopt, recording);
   }
   // Recorded into the deferred recording, or into the trace being taken
   // (torch.tensor(...) inside a traced forward or loss).

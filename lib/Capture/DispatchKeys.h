@@ -1,11 +1,12 @@
-//===- DispatchKeys.h - the two dispatch keys capture stands on -*- C++ -*-===//
+//===- DispatchKeys.h - the dispatch key the keyed capture stands on -*- C++ -*-===//
 //
-// The one place that names them: the keys torch reserved for torchdistX,
-// still in torch 2.15 (docs/capture.md, "Which dispatch keys"). Fake: fake
-// tensors' boxed fallback, below autograd (FakeTensor.cpp). DeferredInit:
-// module construction's record, above autograd (DeferredInit.cpp). A
-// capture that needs neither key replaces these two and their uses in
-// those two files; nothing above them knows which keys carry the engine.
+// The one place that names it: DispatchKey::Fake, reserved by torch for
+// torchdistX and marked for deletion upstream (docs/capture.md, "Two ways
+// in"). The keyed way puts the engine behind that key's boxed fallback,
+// below autograd (FakeTensor.cpp). Configured with -DTDX_CAPTURE_KEYS=OFF,
+// tdx is built without it: capture then runs only the key-free way, torch's
+// Python dispatch (a tensor subclass and a TorchDispatchMode whose handler
+// is the same engine).
 //
 //===----------------------------------------------------------------------===//
 
@@ -14,15 +15,17 @@
 
 #include <c10/core/DispatchKey.h>
 
+#ifndef TDX_CAPTURE_KEYS
+#define TDX_CAPTURE_KEYS 1
+#endif
+
+#if TDX_CAPTURE_KEYS
 // For TORCH_LIBRARY_IMPL(_, TDX_FAKE_KEY, m), which takes a key's name.
 #define TDX_FAKE_KEY Fake
-#define TDX_DEFERRED_KEY DeferredInit
 
 namespace tdx::capture {
-
 constexpr c10::DispatchKey kFakeKey = c10::DispatchKey::TDX_FAKE_KEY;
-constexpr c10::DispatchKey kDeferredKey = c10::DispatchKey::TDX_DEFERRED_KEY;
-
 } // namespace tdx::capture
+#endif
 
 #endif // TDX_LIB_CAPTURE_DISPATCHKEYS_H

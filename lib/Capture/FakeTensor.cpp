@@ -18,25 +18,68 @@ namespace {
 
 thread_local bool tlsFakeCuda = false;
 thread_local std::shared_ptr<Trace> tlsTrace;
+PythonHooks pythonHooks;
 
-c10::DispatchKeySet fakeKeys(c10::Device device, bool deferred) {
+CaptureWay chooseWay() {
+  const char *env = std::getenv("TDX_CAPTURE");
+  std::string way = env ? env : "";
+#if TDX_CAPTURE_KEYS
+  if (way.empty() || way == "fake-key")
+    return CaptureWay::FakeKey;
+#else
+  if (way == "fake-key")
+    throw CaptureError("tdx: TDX_CAPTURE=fake-key, but this tdx was built without the "
+                       "dispatch keys (TDX_CAPTURE_KEYS=OFF); unset TDX_CAPTURE or set it "
+                       "to dispatch-mode");
+  if (way.empty())
+    return CaptureWay::DispatchMode;
+#endif
+  if (way == "dispatch-mode")
+    return CaptureWay::DispatchMode;
+  throw CaptureError("tdx: TDX_CAPTURE=" + way +
+                     " is not a capture way; use fake-key or dispatch-mode");
+}
+
+bool keyFree() { return captureWay() == CaptureWay::DispatchMode; }
+
+void requireHooks() {
+  if (!pythonHooks.enterFake)
+    throw CaptureError(
+        "tdx: the key-free capture (TDX_CAPTURE=dispatch-mode, or a build with "
+        "TDX_CAPTURE_KEYS=OFF) runs through torch's Python dispatch: capture from Python "
+        "(import tdx), or build tdx with the dispatch keys for C++-only capture");
+}
+
+c10::DispatchKeySet fakeKeys(c10::Device device) {
   // The meta backend bit makes libtorch take its paths for tensors without
   // data (at::isTensorSubclassLike, as for torch's own FakeTensor): backward
   // formulas and composites that would read values (prod's zeros, max's
   // ties) compute without reading them. Autograd dispatches to AutogradMeta.
   // TensorImpl adds the autocast key of the highest backend only (meta has
   // none): the device's is added here, so torch.autocast regions record
-  // their casts as on a real tensor of the device.
+  // their casts as on a real tensor of the device. The way in adds its own
+  // keys (makeFake).
   auto ks = c10::DispatchKeySet(device.is_cuda() ? c10::DispatchKey::CUDA
                                                  : c10::DispatchKey::CPU) |
             c10::DispatchKeySet(c10::BackendComponent::MetaBit) |
-            c10::DispatchKeySet(kFakeKey) |
             c10::DispatchKeySet(device.is_cuda() ? c10::DispatchKey::AutocastCUDA
                                                  : c10::DispatchKey::AutocastCPU);
-  if (deferred)
-    ks = ks | c10::DispatchKeySet(kDeferredKey);
+#if TDX_CAPTURE_KEYS
+  if (!keyFree())
+    ks = ks | c10::DispatchKeySet(kFakeKey);
+#endif
   return ks;
 }
+
+/// While alive, ops called by the engine itself run on meta or real tensors:
+/// the fake key's fallback does not apply. (Under torch's Python dispatch the
+/// handler runs with its mode set aside already, and other tensor
+/// subclasses among the arguments still dispatch to their own handlers.)
+struct EngineScope {
+#if TDX_CAPTURE_KEYS
+  c10::impl::ExcludeDispatchKeyGuard guard{c10::DispatchKeySet(kFakeKey)};
+#endif
+};
 
 /// Ops that read a tensor's data: a fake tensor has none.
 bool readsData(const std::string &name) {
@@ -84,75 +127,106 @@ at::Tensor toMeta(const at::Tensor &t) {
 
 namespace tdx::capture {
 
+CaptureWay captureWay() {
+  static const CaptureWay way = chooseWay();
+  return way;
+}
+
+const char *captureWayName() {
+  return captureWay() == CaptureWay::FakeKey ? "fake-key" : "dispatch-mode";
+}
+
+void setPythonHooks(PythonHooks hooks) { pythonHooks = std::move(hooks); }
+
 bool fakeCudaEnabled() { return tlsFakeCuda; }
 
 Trace *currentTrace() { return tlsTrace.get(); }
 
 TraceMode::TraceMode(std::shared_ptr<Trace> trace)
-    : previous_(tlsTrace), fake_(/*fakeCuda=*/true),
-      previousExclude_(c10::impl::tls_is_dispatch_key_excluded(kDeferredKey)) {
+    : previous_(tlsTrace), fake_(/*fakeCuda=*/true) {
   tlsTrace = std::move(trace);
-  c10::impl::tls_set_dispatch_key_excluded(kDeferredKey, true);
 }
 
-TraceMode::~TraceMode() {
-  tlsTrace = previous_;
-  c10::impl::tls_set_dispatch_key_excluded(kDeferredKey, previousExclude_);
-}
+TraceMode::~TraceMode() { tlsTrace = previous_; }
 
-FakeMode::FakeMode(bool fakeCuda)
-    : previousInclude_(c10::impl::tls_is_dispatch_key_included(kFakeKey)),
-      previousFakeCuda_(tlsFakeCuda) {
-  c10::impl::tls_set_dispatch_key_included(kFakeKey, true);
+FakeMode::FakeMode(bool fakeCuda) : previousFakeCuda_(tlsFakeCuda) {
+  if (keyFree()) {
+    requireHooks();
+    pythonHooks.enterFake();
+  } else {
+#if TDX_CAPTURE_KEYS
+    previousInclude_ = c10::impl::tls_is_dispatch_key_included(kFakeKey);
+    c10::impl::tls_set_dispatch_key_included(kFakeKey, true);
+#endif
+  }
   tlsFakeCuda = fakeCuda || tlsFakeCuda;
 }
 
 FakeMode::~FakeMode() {
-  c10::impl::tls_set_dispatch_key_included(kFakeKey, previousInclude_);
+  if (keyFree()) {
+    pythonHooks.exitFake();
+  } else {
+#if TDX_CAPTURE_KEYS
+    c10::impl::tls_set_dispatch_key_included(kFakeKey, previousInclude_);
+#endif
+  }
   tlsFakeCuda = previousFakeCuda_;
 }
 
-RealMode::RealMode()
-    : previousFake_(c10::impl::tls_is_dispatch_key_included(kFakeKey)),
-      previousDeferred_(
-          c10::impl::tls_is_dispatch_key_included(kDeferredKey)) {
-  c10::impl::tls_set_dispatch_key_included(kFakeKey, false);
-  c10::impl::tls_set_dispatch_key_included(kDeferredKey, false);
+RealMode::RealMode() {
+  if (keyFree()) {
+    if (pythonHooks.enterReal)
+      pythonHooks.enterReal();
+  } else {
+#if TDX_CAPTURE_KEYS
+    previousFake_ = c10::impl::tls_is_dispatch_key_included(kFakeKey);
+    c10::impl::tls_set_dispatch_key_included(kFakeKey, false);
+#endif
+  }
 }
 
 RealMode::~RealMode() {
-  c10::impl::tls_set_dispatch_key_included(kFakeKey, previousFake_);
-  c10::impl::tls_set_dispatch_key_included(kDeferredKey,
-                                           previousDeferred_);
+  if (keyFree()) {
+    if (pythonHooks.exitReal)
+      pythonHooks.exitReal();
+  } else {
+#if TDX_CAPTURE_KEYS
+    c10::impl::tls_set_dispatch_key_included(kFakeKey, previousFake_);
+#endif
+  }
 }
 
 bool isFake(const at::Tensor &tensor) {
-  return tensor.defined() &&
-         tensor.unsafeGetTensorImpl()->key_set().has(kFakeKey);
+  return tensor.defined() && tensor.unsafeGetTensorImpl()->has_storage() &&
+         isFakeData(tensor.storage().data_ptr());
 }
 
 at::Tensor makeFake(const at::Tensor &meta, c10::Device device,
-                    c10::optional<c10::Storage> storage, bool deferred) {
+                    c10::optional<c10::Storage> storage, Recording *recording) {
   if (!storage)
     storage = c10::Storage(c10::make_intrusive<c10::StorageImpl>(
         c10::StorageImpl::use_byte_size_t(), meta.storage().nbytes(),
-        fakeDataPtr(device, deferred ? currentRecording() : nullptr), /*allocator=*/nullptr,
+        fakeDataPtr(device, recording), /*allocator=*/nullptr,
         /*resizable=*/false));
-  at::Tensor t = at::detail::make_tensor<c10::TensorImpl>(
-      std::move(*storage), fakeKeys(device, deferred), meta.dtype());
+  at::Tensor t = at::detail::make_tensor<c10::TensorImpl>(std::move(*storage),
+                                                          fakeKeys(device), meta.dtype());
   t.unsafeGetTensorImpl()->set_sizes_and_strides(meta.sizes(), meta.strides(),
                                                  meta.storage_offset());
+  if (keyFree()) {
+    requireHooks();
+    t.unsafeGetTensorImpl()->set_python_dispatch(true);
+    pythonHooks.adopt(t);
+  }
   return t;
 }
 
 at::Tensor fakeLike(const at::Tensor &tensor) {
-  c10::impl::ExcludeDispatchKeyGuard noFake(kFakeKey);
-  return makeFake(toMeta(tensor), tensor.device(), c10::nullopt,
-                  currentRecording() != nullptr);
+  EngineScope engine;
+  return makeFake(toMeta(tensor), tensor.device(), c10::nullopt, currentRecording());
 }
 
 at::Tensor metaLike(const at::Tensor &tensor) {
-  c10::impl::ExcludeDispatchKeyGuard noFake(kFakeKey);
+  EngineScope engine;
   return at::empty_strided(tensor.sizes(), tensor.strides(),
                            tensor.options().device(c10::kMeta));
 }
@@ -212,17 +286,29 @@ int aliasedArgument(const c10::FunctionSchema &schema, const c10::Argument &ret)
   return -1;
 }
 
-void fakeFallback(const c10::OperatorHandle &op, c10::DispatchKeySet,
-                  torch::jit::Stack *stack) {
+} // namespace
+
+void tdx::capture::dispatchFake(const c10::OperatorHandle &op, torch::jit::Stack *stack,
+                                bool record) {
   // Everything below works on meta or real tensors: no fake mode inside.
-  c10::impl::ExcludeDispatchKeyGuard noFake(kFakeKey);
+  EngineScope engine;
   const c10::FunctionSchema &schema = op.schema();
   const std::string &name = schema.name();
   size_t numArgs = schema.arguments().size();
   size_t argBase = stack->size() - numArgs;
-  Trace *trace = currentTrace();
+  // The op goes to the trace being taken, or else to the deferred recording
+  // being made or that its tensors belong to (a forward traced on a
+  // deferred module does not change the module).
+  Trace *trace = record ? currentTrace() : nullptr;
+  std::shared_ptr<Recording> keep;
+  Recording *recording = nullptr;
+  if (record && !trace) {
+    recording = currentRecording();
+    if (!recording && (keep = recordingOfArguments(schema, *stack)))
+      recording = keep.get();
+  }
   RecordedOp traced;
-  if (trace) {
+  if (trace || recording) {
     traced.name = name;
     traced.overload = schema.overload_name();
     traced.arguments.assign(stack->begin() + argBase, stack->end());
@@ -352,7 +438,6 @@ void fakeFallback(const c10::OperatorHandle &op, c10::DispatchKeySet,
               "computes its result's shape from its inputs' shapes)");
   }
 
-  bool deferred = currentRecording() != nullptr;
   size_t numRets = schema.returns().size();
   size_t retBase = stack->size() - numRets;
   auto wrap = [&](const at::Tensor &meta, int aliased, bool write) -> at::Tensor {
@@ -365,10 +450,9 @@ void fakeFallback(const c10::OperatorHandle &op, c10::DispatchKeySet,
                                                           meta.storage_offset());
         return base;
       }
-      return makeFake(meta, base.device(), base.storage(),
-                      deferred || isDeferred(base));
+      return makeFake(meta, base.device(), base.storage(), recording);
     }
-    return makeFake(meta, outDevice, c10::nullopt, deferred);
+    return makeFake(meta, outDevice, c10::nullopt, recording);
   };
   for (size_t i = 0; i < numRets; ++i) {
     c10::IValue &r = (*stack)[retBase + i];
@@ -383,14 +467,24 @@ void fakeFallback(const c10::OperatorHandle &op, c10::DispatchKeySet,
       r = list;
     }
   }
-  if (trace) {
+  if (trace || recording) {
     snapshotResults(traced, {stack->begin() + retBase, stack->end()});
-    trace->ops.push_back(std::move(traced));
+    if (trace)
+      trace->ops.push_back(std::move(traced));
+    else
+      recording->record(std::move(traced));
   }
 }
 
+#if TDX_CAPTURE_KEYS
+namespace {
+void fakeKeyFallback(const c10::OperatorHandle &op, c10::DispatchKeySet,
+                     torch::jit::Stack *stack) {
+  tdx::capture::dispatchFake(op, stack);
+}
 } // namespace
 
 TORCH_LIBRARY_IMPL(_, TDX_FAKE_KEY, m) {
-  m.fallback(torch::CppFunction::makeFromBoxedFunction<&fakeFallback>());
+  m.fallback(torch::CppFunction::makeFromBoxedFunction<&fakeKeyFallback>());
 }
+#endif

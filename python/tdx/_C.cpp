@@ -8,7 +8,10 @@
 #include "tdx/Capture/Capture.h"
 #include "tdx/Runtime/Runtime.h"
 
+#include <ATen/core/dispatch/Dispatcher.h>
 #include <torch/csrc/DynamicTypes.h>
+#include <torch/csrc/autograd/python_variable.h>
+#include <torch/csrc/jit/python/pybind_utils.h>
 #include <torch/extension.h>
 
 namespace py = pybind11;
@@ -30,6 +33,49 @@ struct ModeGuard {
 } // namespace
 
 void bindFiles(py::module &m); // FilesBindings.cpp
+
+namespace {
+
+/// The key-free way's Python side (python/tdx/deferred.py hands it over at
+/// import): the fake tensor subclass and the functions that push and pop
+/// its dispatch mode. Kept for the life of the process.
+py::object *fakeTensorClass, *enterFake, *exitFake, *enterReal, *exitReal;
+
+std::function<void()> callPython(py::object *fn) {
+  return [fn] {
+    py::gil_scoped_acquire gil;
+    (*fn)();
+  };
+}
+
+/// An OpOverload's operator, found once per overload object.
+const c10::OperatorHandle &operatorOf(py::handle func) {
+  static auto *handles = new std::unordered_map<PyObject *, c10::OperatorHandle>();
+  auto it = handles->find(func.ptr());
+  if (it != handles->end())
+    return it->second;
+  py::object schema = func.attr("_schema");
+  c10::OperatorHandle op = c10::Dispatcher::singleton().findSchemaOrThrow(
+      schema.attr("name").cast<std::string>().c_str(),
+      schema.attr("overload_name").cast<std::string>().c_str());
+  func.inc_ref(); // the map's key is its address
+  return handles->emplace(func.ptr(), op).first->second;
+}
+
+/// Torch's Python dispatch hands a number that was a wrapped-number tensor
+/// argument (``x * 2.0``) back as the Python number: made a wrapped-number
+/// tensor again for the schema's Tensor argument, as the op first got it.
+py::object wrappedNumber(const c10::Argument &arg, py::handle value) {
+  if (arg.type()->kind() != c10::TypeKind::TensorType ||
+      !(PyFloat_Check(value.ptr()) || PyLong_Check(value.ptr()) || PyBool_Check(value.ptr()) ||
+        PyComplex_Check(value.ptr())))
+    return py::reinterpret_borrow<py::object>(value);
+  at::Tensor t = at::scalar_to_tensor(torch::jit::toIValue(value, c10::NumberType::get()).toScalar());
+  t.unsafeGetTensorImpl()->set_wrapped_number(true);
+  return py::reinterpret_steal<py::object>(THPVariable_Wrap(t));
+}
+
+} // namespace
 
 PYBIND11_MODULE(_C, m) {
   m.doc() = "tdx native extension: fake tensors, deferred init, capture, checkpoints";
@@ -69,6 +115,69 @@ PYBIND11_MODULE(_C, m) {
   m.def("tensor_memory_system_allocations", &tdx::rt::TensorMemory::systemAllocations);
 
   m.def("is_fake", &isFake, py::arg("tensor"));
+  m.def("capture_way", &captureWayName,
+        "How ops reach the capture engine: 'fake-key' or 'dispatch-mode' (TDX_CAPTURE).");
+  m.def(
+      "_set_python_hooks",
+      [](py::object cls, py::object enterFakeFn, py::object exitFakeFn, py::object enterRealFn,
+         py::object exitRealFn) {
+        fakeTensorClass = new py::object(std::move(cls));
+        enterFake = new py::object(std::move(enterFakeFn));
+        exitFake = new py::object(std::move(exitFakeFn));
+        enterReal = new py::object(std::move(enterRealFn));
+        exitReal = new py::object(std::move(exitRealFn));
+        PythonHooks hooks;
+        hooks.adopt = [](const at::Tensor &t) {
+          py::gil_scoped_acquire gil;
+          // The new TensorImpl's Python object, of the fake subclass; torch
+          // keeps it alive as long as the TensorImpl (PyObject preservation).
+          PyObject *object =
+              THPVariable_Wrap(t, reinterpret_cast<PyTypeObject *>(fakeTensorClass->ptr()));
+          if (!object)
+            throw py::error_already_set();
+          Py_DECREF(object);
+        };
+        hooks.enterFake = callPython(enterFake);
+        hooks.exitFake = callPython(exitFake);
+        hooks.enterReal = callPython(enterReal);
+        hooks.exitReal = callPython(exitReal);
+        setPythonHooks(std::move(hooks));
+      });
+  m.def(
+      "_fake_dispatch",
+      [](py::handle func, py::tuple args, py::dict kwargs) {
+        const c10::OperatorHandle &op = operatorOf(func);
+        const std::vector<c10::Argument> &schemaArgs = op.schema().arguments();
+        py::tuple positional(args.size());
+        for (size_t i = 0; i < args.size(); ++i)
+          positional[i] = i < schemaArgs.size() ? wrappedNumber(schemaArgs[i], args[i])
+                                                : py::reinterpret_borrow<py::object>(args[i]);
+        py::kwargs named;
+        for (auto [key, value] : kwargs) {
+          std::string name = key.cast<std::string>();
+          auto arg = std::find_if(schemaArgs.begin(), schemaArgs.end(),
+                                  [&](const c10::Argument &a) { return a.name() == name; });
+          named[key] = arg == schemaArgs.end() ? py::reinterpret_borrow<py::object>(value)
+                                               : wrappedNumber(*arg, value);
+        }
+        torch::jit::Stack stack = torch::jit::createStackForSchema(
+            op.schema(), torch::jit::tuple_slice(std::move(positional)), named, std::nullopt);
+        // Torch detaches a Python-dispatch tensor for its own bookkeeping
+        // (TensorImpl::shallow_copy_and_detach: `.data`, make_variable of a
+        // factory's result, autograd's saved outputs) by calling the handler
+        // with aten::detach directly, not through the dispatcher, whose
+        // Python fallback excludes the keys above Python (PythonTLSSnapshot
+        // among them) for the handler. The fake-key way never sees these:
+        // they are computed but not recorded, so the trace is the same under
+        // both ways.
+        bool bookkeeping =
+            op.schema().name() == "aten::detach" &&
+            !c10::impl::tls_is_dispatch_key_excluded(c10::DispatchKey::PythonTLSSnapshot);
+        dispatchFake(op, &stack, /*record=*/!bookkeeping);
+        return torch::jit::createPyObjectForStack(std::move(stack));
+      },
+      "Runs one op of torch's Python dispatch through the capture engine (the key-free "
+      "way's __torch_dispatch__).");
   m.def("dialect_ops", &tdx::capture::dialectOps);
   m.def("dialect_enums", &tdx::capture::dialectEnums,
         "The dialect's enums: (name, [spelling of case 0, 1, ...]) each, from ODS.");

@@ -19,6 +19,7 @@ _check_torch(torch.__version__)  # before the extension, which an old torch cann
 from . import _C  # noqa: F401
 from .errors import CaptureError, CheckpointError, FakeTensorError, InputError, TdxError, TdxWarning
 from .deferred import (
+    capture_way,
     deferred_init,
     fake_mode,
     is_deferred,
@@ -84,6 +85,7 @@ __all__ = [
     "FakeTensorError",
     "TdxError", "TdxWarning",
     "deferred_init",
+    "capture_way",
     "fake_mode",
     "is_deferred",
     "is_fake",

@@ -10,11 +10,13 @@ import contextlib
 import functools
 
 import torch
+from torch.utils._python_dispatch import TorchDispatchMode, _pop_mode, _push_mode
 
 from . import _C
 from .errors import CaptureError, FakeTensorError
 
 __all__ = [
+    "capture_way",
     "fake_mode",
     "is_fake",
     "meta_like",
@@ -23,6 +25,72 @@ __all__ = [
     "materialize_tensor",
     "materialize_module",
 ]
+
+
+# --- The key-free way in (docs/capture.md, "Two ways in") ------------------
+# With TDX_CAPTURE=dispatch-mode (or a build without the dispatch keys), ops
+# reach the C++ engine through torch's Python dispatch: a fake tensor is of
+# this subclass, and fake_mode pushes the mode below. Both hand the op to
+# the same engine, _C._fake_dispatch.
+
+
+class FakeTensor(torch.Tensor):
+    """A fake tensor under the key-free capture: ``is_fake`` is what tells a
+    fake tensor, under either way."""
+
+    __torch_function__ = torch._C._disabled_torch_function_impl
+
+    @classmethod
+    def __torch_dispatch__(cls, func, types, args=(), kwargs=None):
+        return _C._fake_dispatch(func, args, kwargs or {})
+
+
+class _FakeDispatchMode(TorchDispatchMode):
+    """Sends every op to the engine while fake mode is on: factories make fake
+    tensors, and libtorch takes its paths for tensors without data."""
+
+    def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+        return _C._fake_dispatch(func, args, kwargs or {})
+
+
+_fake_modes = []  # the modes fake_mode pushed, innermost last
+_set_aside = []   # per RealMode: the modes it took off the dispatch stack
+
+
+def _enter_fake():
+    mode = _FakeDispatchMode()
+    mode.__enter__()
+    _fake_modes.append(mode)
+
+
+def _exit_fake():
+    _fake_modes.pop().__exit__(None, None, None)
+
+
+def _enter_real():
+    taken = []
+    while torch._C._len_torch_dispatch_stack() and isinstance(
+            torch._C._get_dispatch_stack_at(torch._C._len_torch_dispatch_stack() - 1),
+            _FakeDispatchMode):
+        taken.append(_pop_mode())
+    _set_aside.append(taken)
+
+
+def _exit_real():
+    for mode in reversed(_set_aside.pop()):
+        _push_mode(mode)
+
+
+_C._set_python_hooks(FakeTensor, _enter_fake, _exit_fake, _enter_real, _exit_real)
+
+
+def capture_way():
+    """How ops reach tdx's capture engine in this process: ``"fake-key"``
+    (torch's reserved ``DispatchKey::Fake``, the default) or
+    ``"dispatch-mode"`` (torch's Python dispatch, which needs no reserved key;
+    ``TDX_CAPTURE=dispatch-mode``, or a build with ``-DTDX_CAPTURE_KEYS=OFF``).
+    docs/capture.md, "Two ways in"."""
+    return _C.capture_way()
 
 
 def is_fake(tensor):
@@ -155,22 +223,27 @@ torch.Tensor.data = property(_original_data.__get__, _set_data,
 
 def _torch_compile_frame(error):
     """'file:line (function)' of the function torch.compile (dynamo) was
-    compiling on the way to `error`, or None when dynamo was not in it."""
+    compiling on the way to `error`, or None when dynamo was not compiling.
+    (Dynamo's disable wrapper, eval_frame.py, also stands between torch and
+    Python dispatch handlers: only its compiling frames count.)"""
     import os
     dynamo = os.path.join("torch", "_dynamo") + os.sep
-    tb, entered = error.__traceback__, None
+    frames = []
+    tb = error.__traceback__
     while tb is not None:
-        frame = tb.tb_frame
-        if dynamo in frame.f_code.co_filename:
-            entered = entered or frame
-            fn = frame.f_locals.get("fn")
-            code = getattr(getattr(fn, "__func__", fn), "__code__", None)
-            if code is not None and dynamo not in code.co_filename:
-                return f"{code.co_filename}:{code.co_firstlineno} ({code.co_name})"
+        if dynamo in tb.tb_frame.f_code.co_filename:
+            frames.append(tb.tb_frame)
         tb = tb.tb_next
-    if entered is None:
+    compiling = [f for f in frames if os.path.basename(f.f_code.co_filename)
+                 in ("convert_frame.py", "symbolic_convert.py")]
+    if not compiling:
         return None
-    return f"code run by {entered.f_code.co_filename}:{entered.f_lineno}"
+    for frame in frames:
+        fn = frame.f_locals.get("fn")
+        code = getattr(getattr(fn, "__func__", fn), "__code__", None)
+        if code is not None and dynamo not in code.co_filename:
+            return f"{code.co_filename}:{code.co_firstlineno} ({code.co_name})"
+    return f"code run by {compiling[0].f_code.co_filename}:{compiling[0].f_lineno}"
 
 
 @contextlib.contextmanager

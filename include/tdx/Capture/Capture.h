@@ -1,19 +1,23 @@
 //===- Capture.h - fake tensors and deferred init on libtorch ----*- C++ -*-===//
 //
 // The capture engine shared by Python (the `tdx` package) and libtorch C++
-// users. It works at torch's dispatcher, on the keys torch reserves for it
-// (still in torch 2.15; docs/capture.md, "Which dispatch keys"):
+// users. It works at torch's dispatcher, below autograd, so a training
+// step's backward is recorded as torch runs it:
 //
-//  * DispatchKey::Fake: a fake tensor reports a real device (cpu, or cuda on
-//    a machine without a GPU) but owns no storage. Every op on it runs the
-//    op's meta kernel and wraps the result as a fake tensor again; views
-//    share their base's (empty) storage, in-place ops return their input.
-//  * DispatchKey::DeferredInit: while a module is built under deferredInit,
-//    every op is recorded in program order (with its schema and constant
-//    arguments) before it runs on fake tensors. Materializing replays the
-//    record through ATen in the same order, with the generator state the
-//    recording started with, so the values are bitwise those of eager
-//    construction.
+//  * Fake tensors report a real device (cpu, or cuda on a machine without a
+//    GPU) but own no storage. Every op on one runs through dispatchFake: the
+//    op's meta kernel computes the result, which is wrapped as a fake tensor
+//    again; views share their base's (empty) storage, in-place ops return
+//    their input.
+//  * Deferred init: while a module is built under deferredInit, and on its
+//    tensors afterwards, every op is recorded in program order (with its
+//    schema and constant arguments). Materializing replays the record
+//    through ATen in the same order, with the generator state the recording
+//    started with, so the values are bitwise those of eager construction.
+//
+// Two ways lead ops to dispatchFake (docs/capture.md, "Two ways in"): the
+// boxed fallback of DispatchKey::Fake, or torch's Python dispatch (a tensor
+// subclass and a TorchDispatchMode), which needs no reserved key.
 //
 // This header includes ATen; keep it out of code that does not capture.
 //
@@ -32,6 +36,10 @@
 #include <unordered_map>
 #include <vector>
 
+namespace c10 {
+class OperatorHandle;
+} // namespace c10
+
 namespace tdx::capture {
 
 /// An error a user can reach; bindings turn it into a typed Python error.
@@ -42,6 +50,35 @@ struct CaptureError : std::runtime_error {
 //===----------------------------------------------------------------------===//
 // Fake tensors
 //===----------------------------------------------------------------------===//
+
+/// How ops reach the engine: DispatchKey::Fake's fallback, or torch's
+/// Python dispatch (key-free; needs the Python hooks the `tdx` package
+/// installs). Chosen once per process: TDX_CAPTURE=fake-key or
+/// dispatch-mode; fake-key by default, dispatch-mode in a build without the
+/// key (TDX_CAPTURE_KEYS=OFF).
+enum class CaptureWay { FakeKey, DispatchMode };
+CaptureWay captureWay();
+/// "fake-key" or "dispatch-mode".
+const char *captureWayName();
+
+/// What the key-free way needs from Python, installed by the `tdx` package:
+/// `adopt` gives a new fake tensor its Python object (of the fake tensor
+/// subclass, whose __torch_dispatch__ calls dispatchFake); `enterFake` and
+/// `exitFake` push and pop a TorchDispatchMode that sends every op to
+/// dispatchFake; `enterReal` and `exitReal` set aside and restore those
+/// modes.
+struct PythonHooks {
+  std::function<void(const at::Tensor &)> adopt;
+  std::function<void()> enterFake, exitFake, enterReal, exitReal;
+};
+void setPythonHooks(PythonHooks hooks);
+
+/// The engine: runs `op` on the boxed `stack` as a fake tensor op (meta
+/// kernels, fake results), recording it (unless `record` is false) into the
+/// trace being taken or the deferred recording it belongs to. Both ways
+/// call it.
+void dispatchFake(const c10::OperatorHandle &op, std::vector<c10::IValue> *stack,
+                  bool record = true);
 
 /// While alive, tensor factories on this thread make fake tensors.
 /// `fakeCuda`: factories asked for a CUDA device make fake CUDA tensors even
@@ -54,7 +91,7 @@ public:
   FakeMode &operator=(const FakeMode &) = delete;
 
 private:
-  bool previousInclude_;
+  bool previousInclude_ = false;
   bool previousFakeCuda_;
 };
 
@@ -66,7 +103,7 @@ public:
   ~RealMode();
 
 private:
-  bool previousFake_, previousDeferred_;
+  bool previousFake_ = false;
 };
 
 bool isFake(const at::Tensor &tensor);
@@ -187,7 +224,6 @@ public:
 private:
   std::shared_ptr<Trace> previous_;
   FakeMode fake_;
-  bool previousExclude_;
 };
 
 //===----------------------------------------------------------------------===//
