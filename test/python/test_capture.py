@@ -5,6 +5,7 @@ import collections
 import os
 import re
 import subprocess
+import sys
 
 import pytest
 import torch
@@ -338,3 +339,59 @@ def test_a_saved_transpose_of_a_square_weight_is_not_the_weight():
     _, state = tdx.compile(prog).train([(x,)], params=start)
     for name, p in eager.named_parameters():
         assert torch.allclose(start[name] - state[name], p.grad, rtol=1e-5, atol=1e-6), name
+
+
+# --- The two ways in (docs/capture.md, "Two ways in") ------------------------
+
+_BOTH_WAYS = r'''
+import sys, torch, tdx
+sys.path.insert(0, {here!r})
+from models import GPT2
+torch.manual_seed(0)
+model = tdx.deferred_init(GPT2)
+opt = torch.optim.AdamW(model.parameters(), lr=1e-3)
+prog = tdx.trace_train_step(model, opt, lambda m, ids: m(ids).logsumexp(-1).mean(),
+                            torch.randint(0, 128, (2, 8)))
+real = tdx.materialize_module(tdx.deferred_init(GPT2))
+torch.save({{"way": tdx.capture_way(), "mlir": prog.mlir,
+            "state": {{k: v.detach().clone() for k, v in real.state_dict().items()}}}}, {out!r})
+'''
+
+
+def test_both_ways_capture_the_same_program_and_init(tmp_path):
+    # One training step of GPT-2 (forward, backward, AdamW) and a deferred
+    # init, captured once through the Fake key and once through torch's
+    # Python dispatch: the same IR text and bitwise the same materialized
+    # state.
+    got = {}
+    for way in ("fake-key", "dispatch-mode"):
+        out = tmp_path / f"{way}.pt"
+        env = dict(os.environ, TDX_CAPTURE=way)
+        script = _BOTH_WAYS.format(here=os.path.dirname(__file__), out=str(out))
+        run = subprocess.run([sys.executable, "-c", script], env=env, capture_output=True,
+                             text=True, timeout=300)
+        assert run.returncode == 0, run.stderr[-3000:]
+        got[way] = torch.load(out)
+        assert got[way]["way"] == way
+    keyed, keyfree = got["fake-key"], got["dispatch-mode"]
+    assert keyed["mlir"] == keyfree["mlir"]
+    assert keyed["state"].keys() == keyfree["state"].keys()
+    for name, value in keyed["state"].items():
+        assert torch.equal(value, keyfree["state"][name]), name
+
+
+def test_an_unknown_capture_way_is_named():
+    env = dict(os.environ, TDX_CAPTURE="python")
+    run = subprocess.run([sys.executable, "-c", "import tdx; tdx.capture_way()"], env=env,
+                         capture_output=True, text=True, timeout=120)
+    assert run.returncode != 0
+    assert "TDX_CAPTURE=python is not a capture way; use fake-key or dispatch-mode" in run.stderr
+
+
+def test_the_key_free_fake_tensor_is_a_subclass_only_there():
+    layer = tdx.deferred_init(torch.nn.Linear, 4, 4)  # holds the recording
+    p = layer.weight
+    assert isinstance(p, torch.nn.Parameter) and tdx.is_fake(p) and tdx.is_deferred(p)
+    assert isinstance(p, tdx.deferred.FakeTensor) == (tdx.capture_way() == "dispatch-mode")
+    real = tdx.materialize_tensor(p)
+    assert type(real) is torch.nn.Parameter and not tdx.is_fake(real)
