@@ -167,8 +167,9 @@ def Tdx_SdpaOp : Tdx_InferredOp<"sdpa"> {
     may have fewer heads than `query` (a divisor; query head `h` reads key
     head `h / (heads / kv_heads)`), as `enable_gqa=True`. The second result
     is the log-sum-exp of each query row, `[batch, heads, seq]`, which the
-    backward reads. Dropout stays a generic op (tdx-raise-aten raises
-    `dropout_p = 0` only).
+    backward reads. Dropout is not part of it: with `dropout_p > 0` torch
+    takes its math path, whose ops stay generic (the mask a counter-based
+    `tdx.bernoulli`).
 
     ```mlir
     %o, %lse = tdx.sdpa %q, %k, %v causal : (tensor<2x4x8x16xf32>, tensor<2x2x8x16xf32>,

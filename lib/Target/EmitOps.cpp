@@ -339,14 +339,10 @@ LogicalResult Emitter::emitOp(Operation *op) {
         return success();
       })
       // Attention: torch's fused CPU kernels (ATen's flash attention for
-      // the CPU), forward and backward; on CUDA the runtime's row kernel
-      // (tdx/Runtime/Attention.h), forward only. Several results.
+      // the CPU), forward and backward; on CUDA the runtime's row kernels
+      // (tdx/Runtime/Attention.h). Several results.
       .Case<SdpaOp, SdpaBackwardOp>([&](Operation *o) -> LogicalResult {
         bool cuda = backend == Backend::CUDA;
-        if (cuda && isa<SdpaBackwardOp>(o))
-          return o->emitOpError("has no CUDA kernel yet (the CPU backend runs torch's fused "
-                                "attention backward); compile the training step for --target "
-                                "cpu, or write the attention with tdx.matmul and tdx.softmax");
         auto attention = [&](auto op) {
           std::string mask = op.getAttnMask()
                                  ? (cuda ? name(op.getAttnMask())
@@ -365,9 +361,10 @@ LogicalResult Emitter::emitOp(Operation *op) {
           call = std::string(cuda ? "T::sdpa(" : "T::_scaled_dot_product_flash_attention_for_cpu(") +
                  in(0) + ", " + in(1) + ", " + in(2) + attention(fwd);
         else
-          call = "T::_scaled_dot_product_flash_attention_for_cpu_backward(" + in(0) + ", " +
-                 in(1) + ", " + in(2) + ", " + in(3) + ", " + in(4) + ", " + in(5) +
-                 attention(cast<SdpaBackwardOp>(o));
+          call = std::string(cuda ? "T::sdpa_backward("
+                                  : "T::_scaled_dot_product_flash_attention_for_cpu_backward(") +
+                 in(0) + ", " + in(1) + ", " + in(2) + ", " + in(3) + ", " + in(4) + ", " +
+                 in(5) + attention(cast<SdpaBackwardOp>(o));
         os << "  auto " << results << " = " << call << ";\n";
         for (auto [i, r] : llvm::enumerate(o->getResults()))
           os << "  " << decl(r) << " = std::move(std::get<" << i << ">(" << results << "));\n";

@@ -23,7 +23,7 @@ sys.path.insert(0, os.path.join(ROOT, "test", "python"))
 import torch  # noqa: E402
 
 import tdx  # noqa: E402
-from models import GPT2, Llama  # noqa: E402
+from models import DECODER_VOCAB, GPT2, Decoder, Llama  # noqa: E402
 
 # Program name -> (model, ranks, kind); tp2 runs two ranks on one GPU where
 # NCCL allows it. "forward" programs compare their output, "train" ones
@@ -38,6 +38,7 @@ PROGRAMS = {
     "resnet-tiny-train-1": ("resnet-tiny", 1, "train"),
     "gpt2-train-pp2": ("gpt2", 2, "train-pp"),
     "narrow-1": ("narrow", 1, "forward"), "bf16-mlp-1": ("bf16-mlp", 1, "forward"),
+    "decoder-train-1": ("decoder", 1, "train"),
 }
 # Relative error allowed against eager on the CPU: bf16 and f16 kernels round
 # each op's float result, and the GPU's expf may differ from the CPU's by an
@@ -117,7 +118,8 @@ def model(name):
         deferred.eval()
         image = torch.randn(2, 3, 32, 32, generator=torch.Generator().manual_seed(0))
         return eager, deferred, (image,), {}
-    cls, plan = {"gpt2": (GPT2, GPT2_PLAN), "llama": (Llama, LLAMA_PLAN)}[name]
+    cls, plan = {"gpt2": (GPT2, GPT2_PLAN), "llama": (Llama, LLAMA_PLAN),
+                 "decoder": (Decoder, {})}[name]
     torch.manual_seed(0)
     eager = cls()
     torch.manual_seed(0)
@@ -161,7 +163,8 @@ def lm_loss(model, ids, targets):
 # eager timing builds too).
 OPTIMIZERS = {"resnet-tiny": ("SGD", {"lr": 1e-2, "momentum": 0.9}),
               "gpt2": ("AdamW", {"lr": 1e-3, "weight_decay": 0.1}),
-              "llama": ("AdamW", {"lr": 1e-3, "weight_decay": 0.1})}
+              "llama": ("AdamW", {"lr": 1e-3, "weight_decay": 0.1}),
+              "decoder": ("AdamW", {"lr": 1e-3, "weight_decay": 0.1})}
 
 
 def optimizer(model_name, params):
@@ -183,8 +186,9 @@ def write_train_program(out, name, cpu_expected):
         batches = [(torch.randn(4, 3, 32, 32, generator=g), torch.randint(0, 10, (4,), generator=g))
                    for _ in range(TRAIN_STEPS)]
     else:
-        batches = [(torch.randint(0, 96, (4, 8), generator=g),
-                    torch.randint(0, 96, (4, 8), generator=g)) for _ in range(TRAIN_STEPS)]
+        vocab = DECODER_VOCAB if model_name == "decoder" else 96
+        batches = [(torch.randint(0, vocab, (4, 8), generator=g),
+                    torch.randint(0, vocab, (4, 8), generator=g)) for _ in range(TRAIN_STEPS)]
     prog = tdx.trace_train_step(deferred, optimizer(model_name, deferred.parameters()), lm_loss,
                                 *batches[0])
     if kind == "train-pp":

@@ -108,7 +108,7 @@ def build(name):
         from vision_models import resnet_tiny
         return resnet_tiny()
     import models
-    return {"gpt2": models.GPT2, "llama": models.Llama}[name]()
+    return {"gpt2": models.GPT2, "llama": models.Llama, "decoder": models.Decoder}[name]()
 
 
 def loaded(folder, name):

@@ -41,3 +41,18 @@ module attributes {tdx.partitioned} {
     return %5#0, %5#1, %4#1 : tensor<2x4x8x8xf32>, tensor<4x4x3x3xf32>, tensor<4xf32>
   }
 }
+
+// -----
+
+// Attention's forward and backward on CUDA: the runtime's row kernels
+// (tdx/Runtime/Attention.h), grouped-query heads and a causal mask.
+module attributes {tdx.partitioned} {
+  tdx.mesh @mesh shape = [1] axes = ["x"]
+  func.func @forward(%q: tensor<2x4x8x16xf32>, %k: tensor<2x2x8x16xf32>, %v: tensor<2x2x8x16xf32>, %g: tensor<2x4x8x16xf32>) -> (tensor<2x4x8x16xf32>, tensor<2x2x8x16xf32>, tensor<2x2x8x16xf32>) {
+    // CHECK: T::sdpa(v0, v1, v2, T::Tensor(), true, std::nullopt);
+    %o, %lse = tdx.sdpa %q, %k, %v causal : (tensor<2x4x8x16xf32>, tensor<2x2x8x16xf32>, tensor<2x2x8x16xf32>) -> (tensor<2x4x8x16xf32>, tensor<2x4x8xf32>)
+    // CHECK: T::sdpa_backward(v3, v0, v1, v2, {{.*}}, T::Tensor(), true, std::nullopt);
+    %dq, %dk, %dv = tdx.sdpa_backward %g, %q, %k, %v, %o, %lse causal : (tensor<2x4x8x16xf32>, tensor<2x4x8x16xf32>, tensor<2x2x8x16xf32>, tensor<2x2x8x16xf32>, tensor<2x4x8x16xf32>, tensor<2x4x8xf32>) -> (tensor<2x4x8x16xf32>, tensor<2x2x8x16xf32>, tensor<2x2x8x16xf32>)
+    return %dq, %dk, %dv : tensor<2x4x8x16xf32>, tensor<2x2x8x16xf32>, tensor<2x2x8x16xf32>
+  }
+}

@@ -197,3 +197,68 @@ class ViewInit(nn.Module):
 
     def forward(self, x):
         return self.b(torch.tanh(self.a(x))) * self.scale
+
+
+# A causal decoder written as models are written for torch 2.x:
+# F.scaled_dot_product_attention(is_causal=True, enable_gqa=True) with fewer
+# key/value heads than query heads, nn.RMSNorm and a SwiGLU feed-forward
+# (test_modern_decoder.py trains it; the GPU check runs its training step).
+DECODER_DIM, DECODER_HEADS, DECODER_KV_HEADS, DECODER_HIDDEN = 32, 4, 2, 64
+DECODER_VOCAB, DECODER_LAYERS = 64, 2
+
+
+class DecoderAttention(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.head_dim = DECODER_DIM // DECODER_HEADS
+        self.wq = nn.Linear(DECODER_DIM, DECODER_HEADS * self.head_dim, bias=False)
+        self.wk = nn.Linear(DECODER_DIM, DECODER_KV_HEADS * self.head_dim, bias=False)
+        self.wv = nn.Linear(DECODER_DIM, DECODER_KV_HEADS * self.head_dim, bias=False)
+        self.wo = nn.Linear(DECODER_HEADS * self.head_dim, DECODER_DIM, bias=False)
+
+    def forward(self, x):
+        b, s, _ = x.shape
+        q = self.wq(x).view(b, s, -1, self.head_dim).transpose(1, 2)
+        k = self.wk(x).view(b, s, -1, self.head_dim).transpose(1, 2)
+        v = self.wv(x).view(b, s, -1, self.head_dim).transpose(1, 2)
+        out = F.scaled_dot_product_attention(q, k, v, is_causal=True, enable_gqa=True)
+        return self.wo(out.transpose(1, 2).reshape(b, s, -1))
+
+
+class DecoderSwiGLU(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.w1 = nn.Linear(DECODER_DIM, DECODER_HIDDEN, bias=False)
+        self.w3 = nn.Linear(DECODER_DIM, DECODER_HIDDEN, bias=False)
+        self.w2 = nn.Linear(DECODER_HIDDEN, DECODER_DIM, bias=False)
+
+    def forward(self, x):
+        return self.w2(F.silu(self.w1(x)) * self.w3(x))
+
+
+class DecoderBlock(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.attention_norm = nn.RMSNorm(DECODER_DIM, eps=1e-6)
+        self.attention = DecoderAttention()
+        self.ffn_norm = nn.RMSNorm(DECODER_DIM, eps=1e-6)
+        self.feed_forward = DecoderSwiGLU()
+
+    def forward(self, x):
+        x = x + self.attention(self.attention_norm(x))
+        return x + self.feed_forward(self.ffn_norm(x))
+
+
+class Decoder(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.tok_embeddings = nn.Embedding(DECODER_VOCAB, DECODER_DIM)
+        self.layers = nn.ModuleList(DecoderBlock() for _ in range(DECODER_LAYERS))
+        self.norm = nn.RMSNorm(DECODER_DIM, eps=1e-6)
+        self.output = nn.Linear(DECODER_DIM, DECODER_VOCAB, bias=False)
+
+    def forward(self, ids):
+        h = self.tok_embeddings(ids)
+        for layer in self.layers:
+            h = layer(h)
+        return self.output(self.norm(h))

@@ -19,7 +19,7 @@ CUDA = os.path.exists(os.path.join(os.path.dirname(tdx.__file__), "..", "..", "l
 # A forward on one rank and on tp2, a conv net, and whole training steps
 # (forward, backward, update) of a transformer on tp2 and of a conv net.
 PROGRAMS = ["gpt2-1", "llama-tp2", "resnet18-1", "llama-train-tp2", "resnet-tiny-train-1", "narrow-1",
-            "bf16-mlp-1"]
+            "bf16-mlp-1", "decoder-train-1"]
 # The generic backward ops (tdx/Runtime/cuda/AtenOps.def) each training
 # program runs on CUDA.
 BACKWARD_OPS = {

@@ -14,69 +14,14 @@ float32's own distance to float64 where AdamW's update amplifies rounding."""
 import pytest
 import torch
 import torch.nn.functional as F
-from torch import nn
 
 import tdx
 from reference import assert_losses_near_float64, assert_state_near_float64, eager_runs
 
-DIM, HEADS, KV_HEADS, HIDDEN, VOCAB, LAYERS, SEQ, BATCH, STEPS = 32, 4, 2, 64, 64, 2, 8, 4, 3
+from models import Decoder
+from models import DECODER_LAYERS as LAYERS, DECODER_VOCAB as VOCAB
 
-
-class Attention(nn.Module):
-    def __init__(self):
-        super().__init__()
-        self.head_dim = DIM // HEADS
-        self.wq = nn.Linear(DIM, HEADS * self.head_dim, bias=False)
-        self.wk = nn.Linear(DIM, KV_HEADS * self.head_dim, bias=False)
-        self.wv = nn.Linear(DIM, KV_HEADS * self.head_dim, bias=False)
-        self.wo = nn.Linear(HEADS * self.head_dim, DIM, bias=False)
-
-    def forward(self, x):
-        b, s, _ = x.shape
-        q = self.wq(x).view(b, s, -1, self.head_dim).transpose(1, 2)
-        k = self.wk(x).view(b, s, -1, self.head_dim).transpose(1, 2)
-        v = self.wv(x).view(b, s, -1, self.head_dim).transpose(1, 2)
-        out = F.scaled_dot_product_attention(q, k, v, is_causal=True, enable_gqa=True)
-        return self.wo(out.transpose(1, 2).reshape(b, s, -1))
-
-
-class SwiGLU(nn.Module):
-    def __init__(self):
-        super().__init__()
-        self.w1 = nn.Linear(DIM, HIDDEN, bias=False)
-        self.w3 = nn.Linear(DIM, HIDDEN, bias=False)
-        self.w2 = nn.Linear(HIDDEN, DIM, bias=False)
-
-    def forward(self, x):
-        return self.w2(F.silu(self.w1(x)) * self.w3(x))
-
-
-class Block(nn.Module):
-    def __init__(self):
-        super().__init__()
-        self.attention_norm = nn.RMSNorm(DIM, eps=1e-6)
-        self.attention = Attention()
-        self.ffn_norm = nn.RMSNorm(DIM, eps=1e-6)
-        self.feed_forward = SwiGLU()
-
-    def forward(self, x):
-        x = x + self.attention(self.attention_norm(x))
-        return x + self.feed_forward(self.ffn_norm(x))
-
-
-class Decoder(nn.Module):
-    def __init__(self):
-        super().__init__()
-        self.tok_embeddings = nn.Embedding(VOCAB, DIM)
-        self.layers = nn.ModuleList(Block() for _ in range(LAYERS))
-        self.norm = nn.RMSNorm(DIM, eps=1e-6)
-        self.output = nn.Linear(DIM, VOCAB, bias=False)
-
-    def forward(self, ids):
-        h = self.tok_embeddings(ids)
-        for layer in self.layers:
-            h = layer(h)
-        return self.output(self.norm(h))
+SEQ, BATCH, STEPS = 8, 4, 3
 
 
 def loss_fn(model, ids, targets):
@@ -181,3 +126,21 @@ def test_decoder_trains_from_the_runner_like_eager(layout, eager, torch_mesh):
         err = (state[name] - fp32_state[name]).norm() / fp32_state[name].norm()
         if err > 1e-4:  # AdamW's amplified rounding: judged against float64
             assert_state_near_float64(state, fp32_state, fp64_state, [name])
+
+
+def test_attention_dropout_draws_its_mask_from_tdxs_counter_stream():
+    # With dropout_p > 0 torch takes SDPA's math path (no fused CPU kernel
+    # takes dropout): the ops stay generic, and the mask is tdx.bernoulli
+    # of the keep probability from the counter-based stream.
+    class Dropped(torch.nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.proj = torch.nn.Linear(16, 16)
+
+        def forward(self, x):
+            q = self.proj(x).view(2, 8, 2, 8).transpose(1, 2)
+            return F.scaled_dot_product_attention(q, q, q, dropout_p=0.25, is_causal=True)
+
+    prog = tdx.trace(tdx.deferred_init(Dropped), torch.randn(2, 8, 16))
+    assert "tdx.sdpa" not in prog.mlir
+    assert "tdx.bernoulli(7.500000e-01)" in prog.mlir, prog.mlir

@@ -107,6 +107,13 @@ Tensor embedding(const Tensor &weight, const Tensor &ids);
 /// Fused attention (tdx.sdpa): (output, log-sum-exp of each query row).
 std::tuple<Tensor, Tensor> sdpa(const Tensor &q, const Tensor &k, const Tensor &v,
                                 const Tensor &mask, bool causal, std::optional<double> scale);
+/// Its backward (tdx.sdpa_backward): (dq, dk, dv) from the output's gradient,
+/// the inputs, and the forward's output and log-sum-exp.
+std::tuple<Tensor, Tensor, Tensor> sdpa_backward(const Tensor &grad, const Tensor &q,
+                                                 const Tensor &k, const Tensor &v,
+                                                 const Tensor &out, const Tensor &lse,
+                                                 const Tensor &mask, bool causal,
+                                                 std::optional<double> scale);
 /// at::convolution (not transposed; 1-D or 2-D): im2col (tdx/Runtime/Conv.h)
 /// and one strided-batched cuBLAS gemm over the groups per batch element.
 Tensor convolution(const Tensor &x, const Tensor &w, const Tensor &bias,
