@@ -27,7 +27,10 @@ BACKWARD_OPS = {
     "resnet-tiny-train-1": ["convolution_backward", "native_batch_norm", "native_batch_norm_backward",
                          "max_pool2d_with_indices", "max_pool2d_with_indices_backward",
                          "threshold_backward"],
+    "decoder-train-1": ["embedding_dense_backward"],
 }
+# First-class ops a program must run on CUDA's own kernels (not generic).
+FIRST_CLASS = {"decoder-train-1": ["T::sdpa(", "T::sdpa_backward("]}
 
 
 @pytest.fixture(scope="module")
@@ -63,6 +66,8 @@ def test_bundle_holds_programs_expectations_runtime_and_mpi(bundle):
                 assert f'callAten("aten::{op}"' in source, (name, op)
         else:
             assert "callAten" not in source, name
+        for call in FIRST_CLASS.get(name, []):
+            assert call in source, (name, call)
     # The training step's expectations: eager's loss per step and final
     # parameters, and the CPU binary's, within the tolerances run.sh checks.
     train = bundle / "programs" / "llama-train-tp2"
