@@ -181,14 +181,17 @@ LogicalResult mlir::tdx::emitCpp(ModuleOp module, llvm::raw_ostream &os, Backend
     return module.emitError() << "the pipeline's axis is not an axis of the module's mesh";
   bs << "static void init(Context &ctx, State &s) {\n";
   SmallVector<std::tuple<std::string, RankedTensorType, std::string>> params;
+  SmallVector<std::pair<std::string, std::string>> tied;
   for (Operation &op : module.getBody()->getOperations()) {
     if (!isa<ParameterOp, BufferOp>(op))
       continue;
     auto name = op.getAttrOfType<StringAttr>(SymbolTable::getSymbolAttrName()).getValue();
     auto type = cast<RankedTensorType>(op.getAttrOfType<TypeAttr>("type").getValue());
     auto sharding = op.getAttrOfType<ShardingAttr>("sharding");
-    if (op.getAttr("tied_to"))
+    if (auto owner = op.getAttrOfType<FlatSymbolRefAttr>("tied_to")) {
+      tied.push_back({name.str(), owner.getValue().str()});
       continue;
+    }
     if (dtype(type.getElementType()).empty())
       return op.emitOpError() << "has element type " << type.getElementType()
                               << ", which the CPU backend does not support";
@@ -377,6 +380,8 @@ LogicalResult mlir::tdx::emitCpp(ModuleOp module, llvm::raw_ostream &os, Backend
     os << "  for (const EmittedParam &e : kParams)\n    p.params.push_back({e.name, "
           "std::vector<int64_t>(kParamDims + e.dims, kParamDims + e.dims + e.rank), e.dtype, "
           "e.layout});\n";
+  for (auto &[name, owner] : tied)
+    os << "  p.tied.push_back({\"" << name << "\", \"" << owner << "\"});\n";
   auto values = [&](ArrayRef<std::pair<RankedTensorType, std::string>> vs) {
     std::string text = "{";
     for (auto [i, v] : llvm::enumerate(vs)) {

@@ -74,6 +74,20 @@ class Executable:
             self._signature = json.loads(done.stdout)
         return self._signature
 
+    def tied(self):
+        """The tied names of the program's state: ``{name: the parameter or
+        buffer it shares}`` (a tied ``lm_head.weight``), from its
+        signature."""
+        return dict(self.signature().get("tied", {}))
+
+    def _with_tied(self, state):
+        """`state` with each tied name beside the one it shares (the same
+        tensor), as ``model.state_dict()`` has it."""
+        for name, owner in self.tied().items():
+            if owner in state:
+                state[name] = state[owner]
+        return state
+
     def _given_inputs(self):
         """The program's inputs as a caller gives them (its --signature's,
         a step with gradient accumulation's batch inputs with their k
@@ -404,7 +418,7 @@ class Executable:
                 if bar is not None:
                     bar.close()
             got = safetensors.load(out) if os.path.exists(out) else {}
-            final = safetensors.load(state)
+            final = self._with_tied(safetensors.load(state))
         losses = [float(got[f"{k}:output:0"]) for k in range(self.first_step, len(batches))]
         return losses, final
 

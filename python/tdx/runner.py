@@ -109,9 +109,12 @@ class Runner:
     def state_dict(self):
         """The global state by name, gathered: parameters and buffers as in
         ``model.state_dict()``, optimizer state as ``optimizer.<param>.<key>``
-        (the names of ``exe.train``'s state). Under SPMD every rank gets it."""
+        (the names of ``exe.train``'s state). A tied name (``lm_head.weight``
+        sharing ``transformer.wte.weight``) is there too, the same tensor as
+        the one it shares, so ``model.load_state_dict(runner.state_dict())``
+        takes it. Under SPMD every rank gets it."""
         self._check_open("state_dict")
-        return self._t.state()
+        return self._exe._with_tied(self._t.state())
 
     def load_state_dict(self, state_dict, strict=True):
         """Replaces the ranks' state with `state_dict`'s global tensors (each
@@ -120,6 +123,18 @@ class Runner:
         given is kept. Under SPMD every rank passes the same dict."""
         self._check_open("load_state_dict")
         want = {p["name"]: p for p in self._exe.signature()["params"]}
+        # A tied name (as model.state_dict() has it) must hold what the name
+        # it shares holds; it is not state of its own.
+        state_dict = dict(state_dict)
+        for name, owner in self._exe.tied().items():
+            if name not in state_dict:
+                continue
+            value = state_dict.pop(name)
+            if owner not in state_dict:
+                state_dict[owner] = value
+            elif value is not state_dict[owner] and not torch.equal(value, state_dict[owner]):
+                raise InputError(f"load_state_dict: {name} is tied to {owner} (the same "
+                                 f"tensor in this program), but the two values given differ")
         unknown = sorted(set(state_dict) - set(want))
         if unknown:
             raise InputError(f"load_state_dict: {', '.join(unknown)} "

@@ -405,6 +405,17 @@ def test_param_groups_each_take_their_own_hyperparameters():
                                                  "has 2 param groups"):
             runner.train_step(x, y, lr=[0.1, 0.2, 0.3])
         state = runner.state_dict()
+        # The tied lm_head.weight is there, as in model.state_dict(): the
+        # user's own model loads the runner's state strictly; given back,
+        # a tied name that disagrees with the one it shares is refused.
+        assert exe.tied() == {"lm_head.weight": "wte.weight"}
+        assert state["lm_head.weight"] is state["wte.weight"]
+        mine = GPT2()
+        mine.load_state_dict({k: state[k] for k in mine.state_dict()}, strict=True)
+        runner.load_state_dict({k: state[k] for k in mine.state_dict()})
+        bad = dict(state, **{"lm_head.weight": state["wte.weight"] + 1})
+        with pytest.raises(tdx.InputError, match="lm_head.weight is tied to wte.weight"):
+            runner.load_state_dict(bad)
     assert_matches_eager(got, want, state, eager)
     # exe.train: per step, one value per group (or a number for every group).
     losses, _ = exe.train(data[:3], params=start, lr=seen[:3])

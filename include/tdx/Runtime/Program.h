@@ -29,6 +29,9 @@ template <class Context, class Tensor, class ElementType> struct BasicProgram {
     std::string layout;
   };
   std::vector<Param> params;
+  /// Names that share another's value (a tied lm_head.weight): (name, the
+  /// parameter or buffer it shares), not state of their own.
+  std::vector<std::pair<std::string, std::string>> tied;
   struct Value {
     std::vector<int64_t> shape;
     ElementType dtype;
@@ -68,7 +71,8 @@ template <class Context, class Tensor, class ElementType> struct BasicProgram {
 
 /// What `--signature` prints: the program's mesh and, for every parameter
 /// and buffer, input and output, its global shape, element type (its
-/// safetensors name, through `dtypeName`) and layout, as one JSON object.
+/// safetensors name, through `dtypeName`) and layout, and the tied names
+/// (name: the one it shares), as one JSON object.
 template <class P, class DTypeName>
 std::string signatureJson(const P &program, DTypeName dtypeName) {
   auto ints = [](const std::vector<int64_t> &xs) {
@@ -94,6 +98,9 @@ std::string signatureJson(const P &program, DTypeName dtypeName) {
     outputs.push_back(json::Value(value(v)));
   for (const std::string &a : program.axes)
     axes.push_back(json::Value(a));
+  json::Object tied;
+  for (const auto &[name, owner] : program.tied)
+    tied[name] = json::Value(owner);
   json::Array entries;
   for (const auto &entry : program.entries) {
     json::Array in, out;
@@ -110,6 +117,7 @@ std::string signatureJson(const P &program, DTypeName dtypeName) {
   return json::print(json::Value(json::Object{{"mesh", ints(program.meshShape)},
                                               {"axes", json::Value(std::move(axes))},
                                               {"params", json::Value(std::move(params))},
+                                              {"tied", json::Value(std::move(tied))},
                                               {"inputs", json::Value(std::move(inputs))},
                                               {"outputs", json::Value(std::move(outputs))},
                                               {"entries", json::Value(std::move(entries))}}));
