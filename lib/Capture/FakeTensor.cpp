@@ -162,9 +162,19 @@ FakeMode::FakeMode(bool fakeCuda) : previousFakeCuda_(tlsFakeCuda) {
   tlsFakeCuda = fakeCuda || tlsFakeCuda;
 }
 
+/// Runs a hook from a destructor: an error there (Python's) cannot leave a
+/// destructor, and the mode stack it restores is Python's own to report.
+static void runInDestructor(const std::function<void()> &hook) {
+  try {
+    if (hook)
+      hook();
+  } catch (...) {
+  }
+}
+
 FakeMode::~FakeMode() {
   if (keyFree()) {
-    pythonHooks.exitFake();
+    runInDestructor(pythonHooks.exitFake);
   } else {
 #if TDX_CAPTURE_KEYS
     c10::impl::tls_set_dispatch_key_included(kFakeKey, previousInclude_);
@@ -187,8 +197,7 @@ RealMode::RealMode() {
 
 RealMode::~RealMode() {
   if (keyFree()) {
-    if (pythonHooks.exitReal)
-      pythonHooks.exitReal();
+    runInDestructor(pythonHooks.exitReal);
   } else {
 #if TDX_CAPTURE_KEYS
     c10::impl::tls_set_dispatch_key_included(kFakeKey, previousFake_);

@@ -2,6 +2,7 @@
 
 #include "CompileCache.h"
 
+#include "llvm/ADT/STLExtras.h"
 #include "llvm/ADT/SmallVector.h"
 #include "llvm/ADT/StringExtras.h"
 #include "llvm/Support/FileSystem.h"
@@ -84,6 +85,20 @@ std::string CompileCache::key(StringRef source, ArrayRef<std::string> command) c
     SmallVector<std::string, 2> files = {arg};
     if (StringRef(arg).ends_with(".h"))
       files.push_back(arg + ".gch");
+    // GCC's precompiled header may be a folder of variants (one per
+    // option set: O0.gch, O2.gch): each of its files enters. A runtime
+    // header change rebuilds them, so an object compiled against the old
+    // headers (Program.h's layout, say) is never linked with the new
+    // runtime.
+    std::error_code ec;
+    if (sys::fs::is_directory(arg + ".gch")) {
+      SmallVector<std::string> variants;
+      for (sys::fs::directory_iterator it(arg + ".gch", ec), end; !ec && it != end;
+           it.increment(ec))
+        variants.push_back(it->path());
+      llvm::sort(variants);
+      files.append(variants.begin(), variants.end());
+    }
     for (const std::string &file : files) {
       sys::fs::file_status status;
       if (sys::fs::status(file, status) || !sys::fs::is_regular_file(status))
