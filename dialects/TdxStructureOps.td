@@ -55,7 +55,9 @@ class Tdx_StateOp<string mnemonic, string what>
     `lm_head.weight = wte.weight` in PyTorch.
 
     An optional `sharding` places the }] # what # [{ on a mesh; the sharding
-    passes treat it as a user annotation.
+    passes treat it as a user annotation. `non_persistent` marks a buffer
+    registered with `persistent=False`: state of the program, but not of
+    `model.state_dict()` (a runner's `state_dict()` leaves it out).
 
     ```mlir
     tdx.}] # mnemonic # [{ @"wte.weight" : tensor<100x16xf32> init {
@@ -68,11 +70,12 @@ class Tdx_StateOp<string mnemonic, string what>
   let arguments = (ins SymbolNameAttr:$sym_name,
                        TypeAttrOf<Tdx_Tensor>:$type,
                        OptionalAttr<FlatSymbolRefAttr>:$tied_to,
-                       OptionalAttr<Tdx_ShardingAttr>:$sharding);
+                       OptionalAttr<Tdx_ShardingAttr>:$sharding,
+                       UnitAttr:$non_persistent);
   let regions = (region AnyRegion:$init);
   let assemblyFormat = [{
     $sym_name `:` $type (`tied_to` $tied_to^)? (`sharding` $sharding^)?
-    (`init` $init^)? attr-dict
+    (`non_persistent` $non_persistent^)? (`init` $init^)? attr-dict
   }];
   let hasRegionVerifier = 1;
   let extraClassDeclaration = [{

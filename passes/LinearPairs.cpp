@@ -1,7 +1,8 @@
 //===- LinearPairs.cpp - Megatron's column/row pairs, found in the graph ---===//
 //
-// A linear layer (tdx.linear, or tdx.matmul by a transposed parameter) of the
-// forward whose output reaches another linear's input through no third
+// A linear layer (tdx.linear, tdx.matmul by a transposed parameter, or
+// tdx.matmul of a 2-D input by a parameter stored (in, out): Hugging Face's
+// Conv1D, reported under "in_out") of the forward whose output reaches another linear's input through no third
 // linear is the first of a pair: split by its output features (column
 // parallel), the second by its input features (row parallel), the partial
 // sums reduced once after the pair. Read in program order: a linear fed by a
@@ -40,18 +41,30 @@ ParamRefOp parameterOf(Value v) {
   return dyn_cast_or_null<ParamRefOp>(def);
 }
 
-/// The 2-D weight a linear layer multiplies its input by: tdx.linear's, or
-/// a tdx.matmul's transposed parameter (nn.Linear without bias, as
-/// PyTorch's decomposition records it).
-ParamRefOp weightOf(Operation *op) {
+/// The 2-D weight a linear layer multiplies its input by: tdx.linear's, a
+/// tdx.matmul's transposed parameter (nn.Linear without bias, as PyTorch's
+/// decomposition records it), or a tdx.matmul's parameter itself, stored
+/// (in, out) (Hugging Face's Conv1D, an addmm; `inOut` set).
+ParamRefOp weightOf(Operation *op, bool *inOut = nullptr) {
   ParamRefOp w;
-  if (auto linear = dyn_cast<LinearOp>(op))
+  bool transposedStore = false;
+  if (auto linear = dyn_cast<LinearOp>(op)) {
     w = parameterOf(linear->getOperand(1));
-  else if (auto matmul = dyn_cast<MatmulOp>(op))
-    if (auto t = matmul->getOperand(1).getDefiningOp<TransposeOp>())
+  } else if (auto matmul = dyn_cast<MatmulOp>(op)) {
+    if (auto t = matmul->getOperand(1).getDefiningOp<TransposeOp>()) {
       w = parameterOf(t->getOperand(0));
+    } else {
+      auto lhs = dyn_cast<RankedTensorType>(matmul->getOperand(0).getType());
+      w = lhs && lhs.getRank() == 2 ? parameterOf(matmul->getOperand(1)) : ParamRefOp();
+      transposedStore = true;
+    }
+  }
   auto type = w ? dyn_cast<RankedTensorType>(w.getType()) : RankedTensorType();
-  return type && type.getRank() == 2 ? w : ParamRefOp();
+  if (!type || type.getRank() != 2)
+    return ParamRefOp();
+  if (inOut)
+    *inOut = transposedStore;
+  return w;
 }
 
 struct LinearPairsPass : public mlir::tdx::impl::LinearPairsBase<LinearPairsPass> {
@@ -112,8 +125,8 @@ struct LinearPairsPass : public mlir::tdx::impl::LinearPairsBase<LinearPairsPass
     }
     enum Kind { None, Column, Row };
     DenseMap<Operation *, Kind> kind;
-    llvm::json::Array column, row;
-    std::set<std::string> columnNames, rowNames;
+    llvm::json::Array column, row, inOutNames;
+    std::set<std::string> columnNames, rowNames, inOut;
     for (Operation *op : linears) {
       Kind k = None;
       if (llvm::any_of(fedBy[op], [&](Operation *p) { return kind[p] == Column; }))
@@ -121,7 +134,10 @@ struct LinearPairsPass : public mlir::tdx::impl::LinearPairsBase<LinearPairsPass
       else if (!feeds[op].empty())
         k = Column;
       kind[op] = k;
-      std::string name = weightOf(op).getStateName().str();
+      bool stored = false;
+      std::string name = weightOf(op, &stored).getStateName().str();
+      if (stored && k != None)
+        inOut.insert(name);
       if (k == Column)
         columnNames.insert(name);
       else if (k == Row)
@@ -158,9 +174,12 @@ struct LinearPairsPass : public mlir::tdx::impl::LinearPairsBase<LinearPairsPass
     for (const std::string &name : rowNames)
       if (!columnNames.count(name))
         row.push_back(name);
+    for (const std::string &name : inOut)
+      inOutNames.push_back(name);
     file->os() << llvm::json::Value(llvm::json::Object{{"column", std::move(column)},
                                                        {"row", std::move(row)},
-                                                       {"norm", std::move(norms)}})
+                                                       {"norm", std::move(norms)},
+                                                       {"in_out", std::move(inOutNames)}})
                << "\n";
     file->keep();
     markAllAnalysesPreserved();

@@ -182,12 +182,15 @@ LogicalResult mlir::tdx::emitCpp(ModuleOp module, llvm::raw_ostream &os, Backend
   bs << "static void init(Context &ctx, State &s) {\n";
   SmallVector<std::tuple<std::string, RankedTensorType, std::string>> params;
   SmallVector<std::pair<std::string, std::string>> tied;
+  SmallVector<std::string> nonPersistent;
   for (Operation &op : module.getBody()->getOperations()) {
     if (!isa<ParameterOp, BufferOp>(op))
       continue;
     auto name = op.getAttrOfType<StringAttr>(SymbolTable::getSymbolAttrName()).getValue();
     auto type = cast<RankedTensorType>(op.getAttrOfType<TypeAttr>("type").getValue());
     auto sharding = op.getAttrOfType<ShardingAttr>("sharding");
+    if (op.hasAttr("non_persistent"))
+      nonPersistent.push_back(name.str());
     if (auto owner = op.getAttrOfType<FlatSymbolRefAttr>("tied_to")) {
       tied.push_back({name.str(), owner.getValue().str()});
       continue;
@@ -382,6 +385,8 @@ LogicalResult mlir::tdx::emitCpp(ModuleOp module, llvm::raw_ostream &os, Backend
           "e.layout});\n";
   for (auto &[name, owner] : tied)
     os << "  p.tied.push_back({\"" << name << "\", \"" << owner << "\"});\n";
+  for (const std::string &name : nonPersistent)
+    os << "  p.nonPersistent.push_back(\"" << name << "\");\n";
   auto values = [&](ArrayRef<std::pair<RankedTensorType, std::string>> vs) {
     std::string text = "{";
     for (auto [i, v] : llvm::enumerate(vs)) {

@@ -220,10 +220,12 @@ PYBIND11_MODULE(_C, m) {
              const std::vector<std::tuple<std::string, at::Tensor, bool, std::string>> &entries,
              std::shared_ptr<Trace> trace, const std::vector<at::Tensor> &inputs,
              const std::vector<at::Tensor> &outputs, const std::string &function,
-             bool writeState) {
+             bool writeState, const std::vector<std::string> &nonPersistent) {
             std::vector<StateEntry> es;
             for (const auto &[name, tensor, isBuffer, tiedTo] : entries)
-              es.push_back({name, tensor, isBuffer, tiedTo});
+              es.push_back({name, tensor, isBuffer, tiedTo,
+                            std::find(nonPersistent.begin(), nonPersistent.end(), name) ==
+                                nonPersistent.end()});
             if (!trace)
               return captureToMlir(r, es, r.seed());
             ForwardSpec spec{trace.get(), inputs, outputs, function, writeState};
@@ -232,7 +234,8 @@ PYBIND11_MODULE(_C, m) {
           py::arg("entries"), py::arg("trace") = nullptr,
           py::arg("inputs") = std::vector<at::Tensor>{},
           py::arg("outputs") = std::vector<at::Tensor>{}, py::arg("function") = "forward",
-          py::arg("write_state") = false)
+          py::arg("write_state") = false,
+          py::arg("non_persistent") = std::vector<std::string>{})
       .def("op_names", [](const Recording &r) {
         std::vector<std::string> names;
         for (const RecordedOp &op : r.ops())

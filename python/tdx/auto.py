@@ -17,8 +17,9 @@ SECONDS_PER_BYTE_HELD = 1e-10
 
 
 def _linear_pairs(prog):
-    """{"column": [weight names], "row": [...], "norm": [...]}: what
-    tdx-linear-pairs finds in the program's forward."""
+    """{"column": [weight names], "row": [...], "norm": [...], "in_out":
+    [...]}: what tdx-linear-pairs finds in the program's forward ("in_out":
+    the weights stored (in, out), Hugging Face's Conv1D)."""
     with tempfile.TemporaryDirectory() as tmp:
         path = os.path.join(tmp, "pairs.json")
         prog.run_pipeline(f"tdx-linear-pairs{{output={path}}}")  # reads, changes nothing
@@ -53,7 +54,12 @@ def _tensor_parallel_plans(prog, axis):
     kinds.update({module(n): "row" for n in pairs["row"]})
     if not kinds:
         return []
+    # A weight stored (in, out) (Hugging Face's Conv1D) splits the other dim.
+    in_out = {module(n) for n in pairs.get("in_out", [])}
+    kinds = {m: k + ("-in-out" if m in in_out else "") for m, k in kinds.items()}
     styles = {"column": lambda: ColwiseParallel(axis), "row": lambda: RowwiseParallel(axis),
+              "column-in-out": lambda: ColwiseParallel(axis, in_out=True),
+              "row-in-out": lambda: RowwiseParallel(axis, in_out=True),
               "norm": lambda: SequenceParallel(axis)}
     megatron = {p: styles[k]() for p, k in _patterns(prog, kinds).items()}
     norms = {module(n): "norm" for n in pairs["norm"]}

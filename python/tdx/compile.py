@@ -80,6 +80,11 @@ class Executable:
         signature."""
         return dict(self.signature().get("tied", {}))
 
+    def non_persistent(self):
+        """The buffers registered with ``persistent=False``: state of the
+        program, not of ``model.state_dict()``."""
+        return list(self.signature().get("non_persistent", []))
+
     def _with_tied(self, state):
         """`state` with each tied name beside the one it shares (the same
         tensor), as ``model.state_dict()`` has it."""

@@ -93,7 +93,8 @@ class Program:
         outputs = _flatten(out, f"the outputs of {name}")
         # Writes are recorded (write_state) so that one is refused, not dropped.
         self._module.add_entry(recording.to_mlir(entries, log, inputs, outputs, function=name,
-                                                 write_state=True), name)
+                                                 write_state=True,
+                                                 non_persistent=_non_persistent(model)), name)
         return self
 
     def save(self, path):
@@ -247,6 +248,14 @@ def _state_entries(module):
     return entries
 
 
+def _non_persistent(module):
+    """The qualified names of the buffers registered with persistent=False
+    (state of the program, not of ``module.state_dict()``)."""
+    return [f"{prefix}{'.' if prefix else ''}{name}"
+            for prefix, m in module.named_modules(remove_duplicate=False)
+            for name in sorted(m._non_persistent_buffers_set) if name in m._buffers]
+
+
 def _checked_entries(module, what):
     if not isinstance(module, torch.nn.Module):
         raise TypeError(f"{what} takes an nn.Module, got {type(module).__name__}")
@@ -267,7 +276,7 @@ def capture(module):
     programs, as a :class:`Program`. Random init ops become tdx's
     counter-based random ops with ``(seed, stream)``."""
     entries, recording = _checked_entries(module, "capture")
-    return Program(recording.to_mlir(entries))
+    return Program(recording.to_mlir(entries, non_persistent=_non_persistent(module)))
 
 
 def _flatten(value, what):
@@ -308,7 +317,8 @@ def trace(module, *example_inputs, _mixed_precision=None):
     if len(recording) != before:
         raise CaptureError("the forward pass changed the module's deferred state")
     outputs = _flatten(out, "the forward's outputs")
-    prog = Program(recording.to_mlir(entries, log, inputs, outputs))
+    prog = Program(recording.to_mlir(entries, log, inputs, outputs,
+                                     non_persistent=_non_persistent(module)))
     prog.forward_op_names = log.op_names()
     prog._model = module
     prog._retrace = lambda policy: trace(module, *example_inputs, _mixed_precision=policy)

@@ -106,21 +106,30 @@ class Runner:
             self._bar.bar.update(1)
         return outputs[0] if len(outputs) == 1 else outputs
 
-    def state_dict(self):
-        """The global state by name, gathered: parameters and buffers as in
-        ``model.state_dict()``, optimizer state as ``optimizer.<param>.<key>``
-        (the names of ``exe.train``'s state). A tied name (``lm_head.weight``
-        sharing ``transformer.wte.weight``) is there too, the same tensor as
-        the one it shares, so ``model.load_state_dict(runner.state_dict())``
-        takes it. Under SPMD every rank gets it."""
+    def state_dict(self, *, optimizer=False):
+        """The global state by name, gathered, as ``model.state_dict()`` has
+        it: parameters, persistent buffers, and each tied name
+        (``lm_head.weight`` sharing ``transformer.wte.weight``: the same
+        tensor), so the user's own model takes it with
+        ``model.load_state_dict(runner.state_dict(), strict=True)``.
+        ``optimizer=True``: the whole state a resume needs, with the
+        optimizer's as ``optimizer.<param>.<key>`` (the names of
+        ``exe.train``'s state) and the non-persistent buffers. Under SPMD
+        every rank gets it."""
         self._check_open("state_dict")
-        return self._exe._with_tied(self._t.state())
+        state = self._exe._with_tied(self._t.state())
+        if optimizer:
+            return state
+        dropped = set(self._exe.non_persistent())
+        return {k: v for k, v in state.items()
+                if not k.startswith("optimizer.") and k not in dropped}
 
     def load_state_dict(self, state_dict, strict=True):
         """Replaces the ranks' state with `state_dict`'s global tensors (each
         rank reads its shard). With ``strict=True`` every parameter and
-        buffer of the program must be given; optimizer state that is not
-        given is kept. Under SPMD every rank passes the same dict."""
+        persistent buffer of the program must be given (``model.state_dict()``
+        of the user's model is enough; its tied names must agree); optimizer
+        state and non-persistent buffers that are not given are kept. Under SPMD every rank passes the same dict."""
         self._check_open("load_state_dict")
         want = {p["name"]: p for p in self._exe.signature()["params"]}
         # A tied name (as model.state_dict() has it) must hold what the name
@@ -140,8 +149,9 @@ class Runner:
             raise InputError(f"load_state_dict: {', '.join(unknown)} "
                              f"{'is' if len(unknown) == 1 else 'are'} not state of this "
                              f"program; it has {', '.join(sorted(want))}")
+        transient = set(self._exe.non_persistent())
         missing = sorted(n for n in want if n not in state_dict and
-                         not n.startswith("optimizer."))
+                         not n.startswith("optimizer.") and n not in transient)
         if strict and missing:
             raise InputError(f"load_state_dict: {', '.join(missing)} "
                              f"{'is' if len(missing) == 1 else 'are'} missing (pass "

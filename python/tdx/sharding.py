@@ -292,15 +292,36 @@ class _Style:
         return f"{type(self).__name__}(mesh_axis={self.mesh_axis!r})"
 
 
-class ColwiseParallel(_Style):
-    """A Linear split by output features: weight Shard(0), bias Shard(0)."""
-    placements = {"weight": Shard(0), "bias": Shard(0)}
+class _LinearStyle(_Style):
+    # (output-features dim, input-features dim) of the weight.
+    def __init__(self, mesh_axis="tp", in_out=False):
+        super().__init__(mesh_axis)
+        self.in_out = in_out
+        self._dims = (1, 0) if in_out else (0, 1)
+
+    def __repr__(self):
+        extra = ", in_out=True" if self.in_out else ""
+        return f"{type(self).__name__}(mesh_axis={self.mesh_axis!r}{extra})"
 
 
-class RowwiseParallel(_Style):
+class ColwiseParallel(_LinearStyle):
+    """A Linear split by output features: weight Shard(0), bias Shard(0).
+    ``in_out=True``: a layer whose weight is (in, out), as Hugging Face's
+    ``Conv1D`` (GPT-2's): weight Shard(1)."""
+
+    @property
+    def placements(self):
+        return {"weight": Shard(self._dims[0]), "bias": Shard(0)}
+
+
+class RowwiseParallel(_LinearStyle):
     """A Linear split by input features: weight Shard(1), bias replicated
-    (added once, after the reduction)."""
-    placements = {"weight": Shard(1), "bias": Replicate()}
+    (added once, after the reduction). ``in_out=True``: a layer whose weight
+    is (in, out), as Hugging Face's ``Conv1D``: weight Shard(0)."""
+
+    @property
+    def placements(self):
+        return {"weight": Shard(self._dims[1]), "bias": Replicate()}
 
 
 class VocabParallel(_Style):

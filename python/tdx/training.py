@@ -6,7 +6,7 @@ import torch
 from . import _C
 from .errors import CaptureError
 from .precision import computing_in
-from .program import Program, _checked_entries, _fake_inputs
+from .program import Program, _checked_entries, _fake_inputs, _non_persistent
 
 __all__ = ["trace_train_step"]
 
@@ -296,7 +296,8 @@ def trace_train_step(model, optimizer, loss_fn, *batch, max_grad_norm=None, hype
         if len(recording) != before:
             raise CaptureError("the step changed the module's deferred state outside the trace")
         return recording.to_mlir(entries, log, inputs, [loss], function="train_step",
-                                 write_state=True), log
+                                 write_state=True,
+                                 non_persistent=_non_persistent(model)), log
 
     text, log = record()
     if names_hp:

@@ -26,6 +26,14 @@ tdx.parameter @"wte.weight" : tensor<100x16xf32> sharding <@mesh, [Replicate, Sh
 // CHECK: tdx.parameter @lm_head.weight : tensor<100x16xf32> tied_to @wte.weight{{$}}
 tdx.parameter @"lm_head.weight" : tensor<100x16xf32> tied_to @"wte.weight"
 
+// A buffer registered with persistent=False (a rotary table): state, not in
+// model.state_dict().
+// CHECK: tdx.buffer @rope_cos : tensor<16x4xf32> non_persistent init {
+tdx.buffer @rope_cos : tensor<16x4xf32> non_persistent init {
+  %0 = tdx.full 1.0 : tensor<16x4xf32>
+  tdx.yield %0 : tensor<16x4xf32>
+}
+
 // CHECK: tdx.parameter @"layers.0.attn.wq weird name" : tensor<16x16xf32> init {
 tdx.parameter @"layers.0.attn.wq weird name" : tensor<16x16xf32> init {
   %0 = tdx.uniform(-0.25, 0.25) seed(0, 1) : tensor<16x16xf32>

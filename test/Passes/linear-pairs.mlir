@@ -6,7 +6,7 @@
 // after the residual is fed by a row-parallel layer and feeds none: whole.
 // The scale the column-parallel layers' input is made with (an RMSNorm's)
 // is the norm sequence parallelism would keep split.
-// CHECK: {"column":["gate","up"],"norm":["scale"],"row":["down"]}
+// CHECK: {"column":["gate","up"],"in_out":[],"norm":["scale"],"row":["down"]}
 module {
   tdx.parameter @up : tensor<16x8xf32> init {
     %0 = tdx.full 0.0 : tensor<16x8xf32>
@@ -50,7 +50,7 @@ module {
 // -----
 
 // A lone linear pairs with nothing.
-// CHECK: {"column":[],"norm":[],"row":[]}
+// CHECK: {"column":[],"in_out":[],"norm":[],"row":[]}
 module {
   tdx.parameter @w : tensor<4x8xf32> init {
     %0 = tdx.full 0.0 : tensor<4x8xf32>
@@ -60,5 +60,36 @@ module {
     %w = tdx.param_ref @w : tensor<4x8xf32>
     %y = tdx.linear %x, %w : (tensor<2x8xf32>, tensor<4x8xf32>) -> tensor<2x4xf32>
     return %y : tensor<2x4xf32>
+  }
+}
+
+// -----
+
+// Hugging Face's GPT-2 MLP: Conv1D layers, addmm of the flattened input by a
+// weight stored (in, out), then the bias. c_fc feeds c_proj through the
+// activation: a pair, both reported as stored (in, out).
+// CHECK: {"column":["c_fc"],"in_out":["c_fc","c_proj"],"norm":[],"row":["c_proj"]}
+module {
+  tdx.parameter @c_fc : tensor<8x32xf32> init {
+    %0 = tdx.full 0.0 : tensor<8x32xf32>
+    tdx.yield %0 : tensor<8x32xf32>
+  }
+  tdx.parameter @c_fc_bias : tensor<32xf32> init {
+    %0 = tdx.full 0.0 : tensor<32xf32>
+    tdx.yield %0 : tensor<32xf32>
+  }
+  tdx.parameter @c_proj : tensor<32x8xf32> init {
+    %0 = tdx.full 0.0 : tensor<32x8xf32>
+    tdx.yield %0 : tensor<32x8xf32>
+  }
+  func.func @forward(%x: tensor<2x8xf32>) -> tensor<2x8xf32> {
+    %w1 = tdx.param_ref @c_fc : tensor<8x32xf32>
+    %b1 = tdx.param_ref @c_fc_bias : tensor<32xf32>
+    %h0 = tdx.matmul %x, %w1 : (tensor<2x8xf32>, tensor<8x32xf32>) -> tensor<2x32xf32>
+    %h1 = tdx.add %h0, %b1 : (tensor<2x32xf32>, tensor<32xf32>) -> tensor<2x32xf32>
+    %h = tdx.relu %h1 : tensor<2x32xf32>
+    %w2 = tdx.param_ref @c_proj : tensor<32x8xf32>
+    %y = tdx.matmul %h, %w2 : (tensor<2x32xf32>, tensor<32x8xf32>) -> tensor<2x8xf32>
+    return %y : tensor<2x8xf32>
   }
 }

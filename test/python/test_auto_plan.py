@@ -129,3 +129,94 @@ def test_auto_parallelize_names_what_it_cannot_do():
     with pytest.raises(ValueError, match="positive number of bytes"):
         tdx.auto_parallelize(fresh("gpt2"), tdx.init_device_mesh("cpu", (2,), ("dp",)),
                              memory_budget=0)
+
+
+class Conv1D(torch.nn.Module):
+    """Hugging Face's transformers.pytorch_utils.Conv1D, as modeling_gpt2
+    uses it: a weight stored (in, out) and torch.addmm of the flattened
+    input (transformers is not a dependency of this suite yet)."""
+
+    def __init__(self, nf, nx):
+        super().__init__()
+        self.nf = nf
+        self.weight = torch.nn.Parameter(torch.empty(nx, nf))
+        self.bias = torch.nn.Parameter(torch.zeros(nf))
+        torch.nn.init.normal_(self.weight, std=0.02)
+
+    def forward(self, x):
+        size_out = x.size()[:-1] + (self.nf,)
+        x = torch.addmm(self.bias, x.view(-1, x.size(-1)), self.weight)
+        return x.view(size_out)
+
+
+class GPT2MLP(torch.nn.Module):
+    """modeling_gpt2's GPT2MLP: c_fc, gelu (tanh), c_proj, all Conv1D."""
+
+    def __init__(self, d):
+        super().__init__()
+        self.c_fc = Conv1D(4 * d, d)
+        self.c_proj = Conv1D(d, 4 * d)
+
+    def forward(self, x):
+        return self.c_proj(torch.nn.functional.gelu(self.c_fc(x), approximate="tanh"))
+
+
+class Conv1DBlock(torch.nn.Module):
+    def __init__(self, d):
+        super().__init__()
+        self.ln_2 = torch.nn.LayerNorm(d)
+        self.mlp = GPT2MLP(d)
+
+    def forward(self, x):
+        return x + self.mlp(self.ln_2(x))
+
+
+class Conv1DMLPs(torch.nn.Module):
+    """GPT-2's MLP blocks with their pre-norms and residuals, between an
+    embedding and a head."""
+
+    def __init__(self, vocab=64, d=32, layers=2):
+        super().__init__()
+        self.wte = torch.nn.Embedding(vocab, d)
+        self.h = torch.nn.ModuleList(Conv1DBlock(d) for _ in range(layers))
+        self.head = torch.nn.Linear(d, vocab, bias=False)
+
+    def forward(self, ids):
+        h = self.wte(ids)
+        for block in self.h:
+            h = block(h)
+        return self.head(h)
+
+
+def test_conv1d_layers_stored_in_out_are_split_as_pairs():
+    # The pairs of Hugging Face's Conv1D (weights stored (in, out)) are
+    # found, each split on its stored layout's dims (column: Shard(1), row:
+    # Shard(0)), and the step on (dp 2, tp 2) trains as eager does.
+    def loss_fn(model, ids, targets):
+        return torch.nn.functional.cross_entropy(model(ids).reshape(-1, 64), targets.reshape(-1))
+
+    g = torch.Generator().manual_seed(0)
+    data = [(torch.randint(0, 64, (4, 8), generator=g), torch.randint(0, 64, (4, 8), generator=g))
+            for _ in range(2)]
+    torch.manual_seed(0)
+    deferred = tdx.deferred_init(Conv1DMLPs)
+    prog = tdx.trace_train_step(deferred, torch.optim.SGD(deferred.parameters(), lr=0.1),
+                                loss_fn, *data[0])
+    mesh = tdx.init_device_mesh("cpu", (2, 2), ("dp", "tp"))
+    chosen = tdx.auto_parallelize(prog, mesh)
+    plan = chosen["plan"]
+    assert {p: (type(s).__name__, s.in_out) for p, s in plan.items()} == {
+        "h.*.mlp.c_fc": ("ColwiseParallel", True), "h.*.mlp.c_proj": ("RowwiseParallel", True)}, plan
+    assert str(plan["h.*.mlp.c_fc"].placements["weight"]) == str(tdx.Shard(1))
+    assert str(plan["h.*.mlp.c_proj"].placements["weight"]) == str(tdx.Shard(0))
+    torch.manual_seed(0)
+    eager = Conv1DMLPs()
+    start = {k: v.detach().clone() for k, v in eager.state_dict().items()}
+    losses, _ = tdx.compile(prog).train(data, params=start)
+    opt = torch.optim.SGD(eager.parameters(), lr=0.1)
+    for (x, y), got in zip(data, losses):
+        opt.zero_grad()
+        loss = loss_fn(eager, x, y)
+        loss.backward()
+        opt.step()
+        assert abs(got - loss.item()) <= 1e-5 * abs(loss.item()), (got, loss.item())

@@ -70,7 +70,8 @@ def test_a_python_loop_with_a_scheduler_drives_the_runner(mesh, tmp_path):
             losses.append(loss.item())
         assert runner.steps == half
         runner.save(tmp_path / "ckpt")
-        mid = runner.state_dict()
+        mid = runner.state_dict(optimizer=True)
+        assert runner.state_dict().keys() == eager.state_dict().keys()
     assert {n for n in mid if not n.startswith("optimizer.")} == set(full_state(eager))
     assert any(n.startswith("optimizer.") for n in mid)
 
@@ -411,8 +412,8 @@ def test_param_groups_each_take_their_own_hyperparameters():
         assert exe.tied() == {"lm_head.weight": "wte.weight"}
         assert state["lm_head.weight"] is state["wte.weight"]
         mine = GPT2()
-        mine.load_state_dict({k: state[k] for k in mine.state_dict()}, strict=True)
-        runner.load_state_dict({k: state[k] for k in mine.state_dict()})
+        mine.load_state_dict(state, strict=True)
+        runner.load_state_dict(mine.state_dict())
         bad = dict(state, **{"lm_head.weight": state["wte.weight"] + 1})
         with pytest.raises(tdx.InputError, match="lm_head.weight is tied to wte.weight"):
             runner.load_state_dict(bad)
@@ -494,3 +495,31 @@ def test_torchvision_resnet18_trains_from_a_loop_with_eval_after_every_step(mesh
     assert_losses_match(got, want)
     assert_losses_match(evals, eager_evals)
     assert_state_matches(state, eager)
+
+
+def test_the_state_dict_is_the_models_own_for_a_strict_load():
+    # LLaMA keeps its rotary tables as buffers registered persistent=False:
+    # state of the program (tdx.buffer ... non_persistent), not of
+    # model.state_dict(). runner.state_dict() has exactly the model's keys
+    # (the user's own model loads it strictly, and the runner loads the
+    # model's); optimizer=True adds the optimizer's state and those buffers.
+    from models import Llama
+    from test_training import MODELS
+    torch.manual_seed(0)
+    deferred = tdx.deferred_init(Llama)
+    prog = tdx.trace_train_step(deferred, OPTIMIZERS["adamw"](deferred.parameters()),
+                                MODELS["llama"][1], *batches("llama")[0])
+    assert "tdx.buffer @rope_cos : tensor<16x4xf32> non_persistent" in prog.mlir
+    exe = tdx.compile(prog)
+    assert exe.non_persistent() == ["rope_cos", "rope_sin"]
+    torch.manual_seed(0)
+    mine = Llama()
+    with exe.start(params=mine.state_dict()) as runner:
+        runner.train_step(*batches("llama")[0])
+        state = runner.state_dict()
+        assert state.keys() == mine.state_dict().keys()
+        mine.load_state_dict(state, strict=True)
+        runner.load_state_dict(mine.state_dict())
+        full = runner.state_dict(optimizer=True)
+        assert {"rope_cos", "rope_sin"} <= full.keys()
+        assert any(k.startswith("optimizer.") for k in full)

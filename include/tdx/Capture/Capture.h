@@ -237,6 +237,9 @@ struct StateEntry {
   at::Tensor tensor;
   bool isBuffer = false;
   std::string tiedTo;
+  /// False for a buffer registered with persistent=False (not in
+  /// model.state_dict()).
+  bool persistent = true;
 };
 
 /// The tdx IR (MLIR text) declaring every entry with its functionalized init

@@ -32,6 +32,9 @@ template <class Context, class Tensor, class ElementType> struct BasicProgram {
   /// Names that share another's value (a tied lm_head.weight): (name, the
   /// parameter or buffer it shares), not state of their own.
   std::vector<std::pair<std::string, std::string>> tied;
+  /// Buffers registered with persistent=False: state, but not of
+  /// model.state_dict().
+  std::vector<std::string> nonPersistent;
   struct Value {
     std::vector<int64_t> shape;
     ElementType dtype;
@@ -71,8 +74,9 @@ template <class Context, class Tensor, class ElementType> struct BasicProgram {
 
 /// What `--signature` prints: the program's mesh and, for every parameter
 /// and buffer, input and output, its global shape, element type (its
-/// safetensors name, through `dtypeName`) and layout, and the tied names
-/// (name: the one it shares), as one JSON object.
+/// safetensors name, through `dtypeName`) and layout, the tied names
+/// (name: the one it shares) and the non-persistent buffers, as one JSON
+/// object.
 template <class P, class DTypeName>
 std::string signatureJson(const P &program, DTypeName dtypeName) {
   auto ints = [](const std::vector<int64_t> &xs) {
@@ -101,6 +105,9 @@ std::string signatureJson(const P &program, DTypeName dtypeName) {
   json::Object tied;
   for (const auto &[name, owner] : program.tied)
     tied[name] = json::Value(owner);
+  json::Array nonPersistent;
+  for (const std::string &name : program.nonPersistent)
+    nonPersistent.push_back(json::Value(name));
   json::Array entries;
   for (const auto &entry : program.entries) {
     json::Array in, out;
@@ -118,6 +125,8 @@ std::string signatureJson(const P &program, DTypeName dtypeName) {
                                               {"axes", json::Value(std::move(axes))},
                                               {"params", json::Value(std::move(params))},
                                               {"tied", json::Value(std::move(tied))},
+                                              {"non_persistent",
+                                               json::Value(std::move(nonPersistent))},
                                               {"inputs", json::Value(std::move(inputs))},
                                               {"outputs", json::Value(std::move(outputs))},
                                               {"entries", json::Value(std::move(entries))}}));
