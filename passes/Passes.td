@@ -399,15 +399,20 @@ def LinearPairs : Pass<"tdx-linear-pairs", "::mlir::ModuleOp"> {
   let summary = "Find Megatron's column- and row-parallel linear layers";
   let description = [{
     Reads the entry function's forward (what its first result is computed
-    from) for linear layers: `tdx.linear`, or a `tdx.matmul` by a
-    transposed 2-D parameter (an `nn.Linear` without bias). A linear whose
+    from) for linear layers: `tdx.linear`, a `tdx.matmul` by a transposed
+    2-D parameter (an `nn.Linear` without bias), or a `tdx.matmul` of a 2-D
+    input by a parameter stored (in, out) (Hugging Face's `Conv1D`, an
+    `addmm`; listed under `in_out`, so its splits take the other dims). A
+    linear whose
     output reaches another linear's input through no third linear is the
     first of a pair. In program order, a linear fed by a column-parallel
     one is row parallel; one that feeds another and is fed by none is
     column parallel (attention's q, k and v projections, an MLP's up and
     gate projections); the rest (an output head, a lone projection) stays
     whole, and so does a weight read by layers of both kinds. Prints
-    `{"column": [...], "row": [...]}` with the weights' names:
+    `{"column": [...], "in_out": [...], "norm": [...], "row": [...]}` with
+    the weights' names (`norm`: the 1-D parameters of the op that makes a
+    column-parallel layer's input):
     `tdx.auto_parallelize` splits them over a tensor-parallel axis. The IR
     is unchanged.
 

@@ -177,7 +177,8 @@ class Executable:
         ``runner.save(dir)``, ``runner.close()`` (or a ``with`` block).
 
         `params` is as for :meth:`run` (a state dict, a file, a directory, a
-        tdx checkpoint to resume from, or ``"store:KEY"``); without it the
+        tdx checkpoint to resume from, a torch.distributed.checkpoint (DCP)
+        folder, or ``"store:KEY"``); without it the
         ranks make their state from the init programs with `seed`. A call
         that does not answer in `timeout` seconds ends the ranks.
         ``progress=True`` shows a progress bar (step, loss, steps/s) when
@@ -245,7 +246,10 @@ class Executable:
         if isinstance(params, (str, os.PathLike)):
             if not os.path.exists(params):
                 raise FileNotFoundError(f"params: no such file or directory: {params}")
-            return ["--params", os.fspath(params)]
+            from . import dcp
+            if not dcp.is_dcp(params):
+                return ["--params", os.fspath(params)]
+            params = dcp.read(params, self.signature())
         path = os.path.join(tmp, "params.safetensors")
         safetensors.save(params, path)
         return ["--params", path]

@@ -163,14 +163,27 @@ class Runner:
                                  f"program's is {shape}")
         self._t.load(dict(state_dict))
 
-    def save(self, checkpoint, keep=2):
+    def save(self, checkpoint, keep=2, *, format="tdx"):
         """A sharded, crash-safe checkpoint of the whole state (optimizer
         included) under the directory `checkpoint`, as step ``self.steps``:
         every rank writes its own shards (tdx.checkpoint's format), and
         ``exe.start(params=checkpoint)`` resumes from it on any layout, its
         steps counted on from the saved one and its random ops drawing on
-        from the saved stream. Keeps the newest `keep` steps (0: all)."""
+        from the saved stream. Keeps the newest `keep` steps (0: all).
+
+        ``format="dcp"``: a torch.distributed.checkpoint folder instead
+        (``model.<name>``, ``optim.state.<param>.<key>``; tdx.dcp), which
+        torch's ``dcp.load`` reads and ``exe.start(params=...)`` too; the
+        gathered state is written by one process (rank 0 under SPMD)."""
         self._check_open("save")
+        if format == "dcp":
+            from . import dcp
+            state = self.state_dict(optimizer=True)
+            if self._t.rank == 0:
+                dcp.write(os.fspath(checkpoint), state)
+            return
+        if format != "tdx":
+            raise ValueError(f"save: format is 'tdx' or 'dcp', got {format!r}")
         self._t.save(os.fspath(checkpoint), int(keep))
 
     def publish(self, store, key):
