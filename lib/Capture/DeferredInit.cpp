@@ -9,6 +9,7 @@
 #include <torch/library.h>
 
 #include <unordered_map>
+#include <unordered_set>
 
 using namespace tdx::capture;
 
@@ -224,8 +225,74 @@ void recordSetData(const at::Tensor &self, const at::Tensor &newData) {
   target.set_data(newData);
 }
 
+namespace {
+
+/// Whether a recorded op draws from a random generator: its schema (or a
+/// `.generator` overload of it: randn's default overload draws from the
+/// global one) takes a Generator, or it is tdx's own trunc_normal_, a
+/// dropout, or a `rand*` factory.
+bool drawsRandom(const RecordedOp &op) {
+  if (op.name == "tdx::trunc_normal_" || op.name.find("dropout") != std::string::npos ||
+      op.name.rfind("aten::rand", 0) == 0)
+    return true;
+  auto &dispatcher = c10::Dispatcher::singleton();
+  if (dispatcher.findSchema({op.name, "generator"}))
+    return true;
+  auto handle = dispatcher.findSchema({op.name, op.overload});
+  if (!handle)
+    return false;
+  for (const c10::Argument &a : handle->schema().arguments()) {
+    c10::TypePtr type = a.type();
+    if (auto optional = type->castRaw<c10::OptionalType>())
+      type = optional->getElementType();
+    if (type->kind() == c10::TypeKind::GeneratorType)
+      return true;
+  }
+  return false;
+}
+
+const c10::StorageImpl *storageOf(const at::Tensor &t) {
+  return t.defined() && t.unsafeGetTensorImpl()->has_storage() ? t.storage().unsafeGetStorageImpl()
+                                                               : nullptr;
+}
+
+} // namespace
+
+std::vector<at::Tensor> Recording::materializeAncestors(const std::vector<at::Tensor> &tensors) {
+  // Walk back from the tensors' storages: an op that made or wrote one is
+  // needed, and so are the storages its tensor arguments read.
+  std::unordered_set<const c10::StorageImpl *> needed;
+  for (const at::Tensor &t : tensors)
+    needed.insert(storageOf(t));
+  std::vector<bool> keep(ops_.size(), false);
+  for (size_t i = ops_.size(); i-- > 0;) {
+    const RecordedOp &op = ops_[i];
+    bool hit = false;
+    forEachTensor(op.results, [&](const at::Tensor &t) { hit = hit || needed.count(storageOf(t)); });
+    if (op.name == "tdx::set_data" && needed.count(storageOf(op.arguments[0].toTensor())))
+      hit = true;
+    if (!hit)
+      continue;
+    if (drawsRandom(op))
+      throw CaptureError("tdx: the value is drawn at random (" + op.name +
+                         ") and a deferred tensor has none before materialization");
+    keep[i] = true;
+    forEachTensor(op.arguments, [&](const at::Tensor &t) {
+      if (isFake(t))
+        needed.insert(storageOf(t));
+    });
+  }
+  return replay(tensors, c10::nullopt, &keep);
+}
+
 std::vector<at::Tensor> Recording::materialize(const std::vector<at::Tensor> &tensors,
                                                c10::optional<c10::Device> device) {
+  return replay(tensors, device, nullptr);
+}
+
+std::vector<at::Tensor> Recording::replay(const std::vector<at::Tensor> &tensors,
+                                          c10::optional<c10::Device> device,
+                                          const std::vector<bool> *keep) {
   RealMode realMode;
   RealValues real;
   at::Generator generator = at::detail::getDefaultCPUGenerator();
@@ -245,7 +312,10 @@ std::vector<at::Tensor> Recording::materialize(const std::vector<at::Tensor> &te
     }
   } restore{generator, saved};
 
-  for (const RecordedOp &op : ops_) {
+  for (size_t i = 0; i < ops_.size(); ++i) {
+    if (keep && !(*keep)[i])
+      continue;
+    const RecordedOp &op = ops_[i];
     std::string full = op.name + (op.overload.empty() ? "" : "." + op.overload);
     if (op.name == "tdx::alias") {
       at::Tensor base = real.get(op.arguments[0].toTensor(), full);

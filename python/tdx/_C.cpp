@@ -213,6 +213,12 @@ PYBIND11_MODULE(_C, m) {
             return r.materialize(tensors, d);
           },
           py::arg("tensors"), py::arg("device") = py::none())
+      .def(
+          "materialize_ancestors",
+          [](Recording &r, const std::vector<at::Tensor> &tensors) {
+            return r.materializeAncestors(tensors);
+          },
+          py::arg("tensors"))
       .def_property_readonly("seed", &Recording::seed)
       .def(
           "to_mlir",

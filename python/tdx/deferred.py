@@ -103,6 +103,26 @@ def meta_like(tensor):
     return _C.meta_like(tensor)
 
 
+_constructing = 0  # deferred_init calls running (a module's constructor)
+
+
+def _value_without_randomness(tensor):
+    """While a module is built under deferred_init: the real value of a
+    deferred tensor computed without random draws (a constructor's
+    ``torch.linspace(0, rate, depth).tolist()``), replayed from the ops it
+    depends on alone. None for any other fake tensor, and outside
+    construction (a traced forward must not bake a state's value in)."""
+    if not _constructing or not _C.is_deferred(tensor):
+        return None
+    recording = _C.recording_of(tensor)
+    if recording is None:
+        return None
+    try:
+        return recording.materialize_ancestors([tensor])[0]
+    except CaptureError:
+        return None
+
+
 def _guard(name, message):
     """Makes Tensor.<name> raise FakeTensorError(message(caller)) on fakes."""
     original = getattr(torch.Tensor, name)
@@ -110,6 +130,9 @@ def _guard(name, message):
     @functools.wraps(original)
     def guarded(self, *args, **kwargs):
         if _C.is_fake(self):
+            real = _value_without_randomness(self)
+            if real is not None:
+                return original(real, *args, **kwargs)
             import inspect
             caller = inspect.stack()[1]
             raise FakeTensorError(message(f"{caller.filename}:{caller.lineno}"))
@@ -307,6 +330,11 @@ def deferred_init(module_fn, *args, **kwargs):
     Call ``torch.manual_seed`` before it exactly as you would before eager
     construction: materializing replays the record from that generator
     state, so values come out bitwise equal to eager construction.
+
+    A constructor may read the values of tensors it computes without random
+    draws (``torch.linspace(0, rate, depth).tolist()``, as timm's models
+    do): those are replayed from the ops they depend on alone. Reading a
+    value drawn at random raises ``tdx.FakeTensorError``.
     """
     if isinstance(module_fn, torch.nn.Module):
         raise TypeError("deferred_init got a module that is already built (and "
@@ -315,9 +343,14 @@ def deferred_init(module_fn, *args, **kwargs):
     if not callable(module_fn):
         raise TypeError(f"deferred_init needs a callable that builds the module, "
                         f"got {type(module_fn).__name__}")
+    global _constructing
     built = []
-    with _python_guards(fake_cuda=True):
-        recording = _C.deferred_init(lambda: built.append(module_fn(*args, **kwargs)))
+    _constructing += 1
+    try:
+        with _python_guards(fake_cuda=True):
+            recording = _C.deferred_init(lambda: built.append(module_fn(*args, **kwargs)))
+    finally:
+        _constructing -= 1
     module = built[0]
     # The recording lives as long as what it built: the module, or the
     # tensors returned.

@@ -130,3 +130,38 @@ def test_deferred_init_needs_a_callable():
         tdx.deferred_init(42)
     with pytest.raises(TypeError, match="already built"):
         tdx.deferred_init(torch.nn.Linear(2, 2))
+
+
+def test_a_constructor_reads_values_computed_without_random_draws():
+    # timm's models compute drop-path rates with
+    # torch.linspace(0, rate, depth).tolist() in their constructors: such a
+    # value is replayed from the ops it depends on alone, so construction
+    # goes on, and materialization stays bitwise eager's. A value drawn at
+    # random has no value before materialization: named.
+    class Rated(torch.nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.rates = torch.linspace(0, 0.1, 4).tolist()
+            self.steps = int(torch.arange(5).sum().item())
+            self.fc = torch.nn.Linear(4, 4)
+
+    torch.manual_seed(0)
+    deferred = tdx.deferred_init(Rated)
+    torch.manual_seed(0)
+    eager = Rated()
+    assert deferred.rates == eager.rates and deferred.steps == eager.steps == 10
+    assert tdx.is_fake(deferred.fc.weight)
+    tdx.materialize_module(deferred)
+    assert torch.equal(deferred.fc.weight, eager.fc.weight)
+
+    class Random(torch.nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.first = torch.randn(3).tolist()
+
+    with pytest.raises(tdx.FakeTensorError, match=r"Tensor.tolist\(\) at .*test_deferred_init.py"):
+        tdx.deferred_init(Random)
+    # Outside construction a deferred tensor's value is never read (a traced
+    # forward must not bake a state's value in).
+    with pytest.raises(tdx.FakeTensorError):
+        tdx.deferred_init(torch.nn.Linear, 2, 2).bias.tolist()

@@ -178,6 +178,11 @@ public:
   /// device (for example "cpu" for tensors recorded as fake CUDA).
   std::vector<at::Tensor> materialize(const std::vector<at::Tensor> &tensors,
                                       c10::optional<c10::Device> device = {});
+  /// The real values of `tensors` from the ops they depend on alone (a
+  /// constructor's `torch.linspace(...).tolist()`), without the rest of
+  /// the recording; CaptureError when one of those ops draws at random
+  /// (its value depends on every draw before it).
+  std::vector<at::Tensor> materializeAncestors(const std::vector<at::Tensor> &tensors);
 
   const std::vector<RecordedOp> &ops() const { return ops_; }
   size_t size() const { return ops_.size(); }
@@ -194,6 +199,10 @@ public:
   void setSeed(int64_t seed) { seed_ = seed; }
 
 private:
+  /// Replays the ops (those `keep` marks, or all) and returns `tensors`' values.
+  std::vector<at::Tensor> replay(const std::vector<at::Tensor> &tensors,
+                                 c10::optional<c10::Device> device,
+                                 const std::vector<bool> *keep);
   int64_t seed_ = 0;
   void bindArgument(const at::Tensor &tensor);
   std::vector<RecordedOp> ops_;
