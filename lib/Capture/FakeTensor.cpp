@@ -149,15 +149,25 @@ TraceMode::TraceMode(std::shared_ptr<Trace> trace)
 
 TraceMode::~TraceMode() { tlsTrace = previous_; }
 
+/// The keyed way's fake mode: sets whether the Fake key is among this
+/// thread's included keys; returns whether it was.
+static bool includeFakeKey(bool on) {
+#if TDX_CAPTURE_KEYS
+  bool was = c10::impl::tls_is_dispatch_key_included(kFakeKey);
+  c10::impl::tls_set_dispatch_key_included(kFakeKey, on);
+  return was;
+#else
+  (void)on;
+  return false;
+#endif
+}
+
 FakeMode::FakeMode(bool fakeCuda) : previousFakeCuda_(tlsFakeCuda) {
   if (keyFree()) {
     requireHooks();
     pythonHooks.enterFake();
   } else {
-#if TDX_CAPTURE_KEYS
-    previousInclude_ = c10::impl::tls_is_dispatch_key_included(kFakeKey);
-    c10::impl::tls_set_dispatch_key_included(kFakeKey, true);
-#endif
+    previousInclude_ = includeFakeKey(true);
   }
   tlsFakeCuda = fakeCuda || tlsFakeCuda;
 }
@@ -173,13 +183,10 @@ static void runInDestructor(const std::function<void()> &hook) {
 }
 
 FakeMode::~FakeMode() {
-  if (keyFree()) {
+  if (keyFree())
     runInDestructor(pythonHooks.exitFake);
-  } else {
-#if TDX_CAPTURE_KEYS
-    c10::impl::tls_set_dispatch_key_included(kFakeKey, previousInclude_);
-#endif
-  }
+  else
+    includeFakeKey(previousInclude_);
   tlsFakeCuda = previousFakeCuda_;
 }
 
@@ -188,21 +195,15 @@ RealMode::RealMode() {
     if (pythonHooks.enterReal)
       pythonHooks.enterReal();
   } else {
-#if TDX_CAPTURE_KEYS
-    previousFake_ = c10::impl::tls_is_dispatch_key_included(kFakeKey);
-    c10::impl::tls_set_dispatch_key_included(kFakeKey, false);
-#endif
+    previousFake_ = includeFakeKey(false);
   }
 }
 
 RealMode::~RealMode() {
-  if (keyFree()) {
+  if (keyFree())
     runInDestructor(pythonHooks.exitReal);
-  } else {
-#if TDX_CAPTURE_KEYS
-    c10::impl::tls_set_dispatch_key_included(kFakeKey, previousFake_);
-#endif
-  }
+  else
+    includeFakeKey(previousFake_);
 }
 
 bool isFake(const at::Tensor &tensor) {

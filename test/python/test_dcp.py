@@ -15,7 +15,7 @@ import torch
 import torch.distributed.checkpoint as dcp
 
 import tdx
-from test_training import batches, mlp, mlp_loss
+from test_training import assert_losses_match, batches, eager_steps, mlp, mlp_loss
 
 STEPS = 4
 
@@ -32,17 +32,6 @@ def exe():
                                             *batches("mlp")[0]), opt_level=0)
 
 
-def eager_steps(model, opt, data):
-    losses = []
-    for x, y in data:
-        opt.zero_grad()
-        loss = mlp_loss(model, x, y)
-        loss.backward()
-        opt.step()
-        losses.append(loss.item())
-    return losses
-
-
 def torch_layout(model, opt):
     """{"model": ..., "optim": {"state": {name: {...}}}}: the optimizer's state
     by parameter name, as get_optimizer_state_dict gives it."""
@@ -51,19 +40,14 @@ def torch_layout(model, opt):
     return {"model": model.state_dict(), "optim": {"state": state}}
 
 
-def assert_losses_match(got, want):
-    for k, (a, b) in enumerate(zip(got, want)):
-        assert abs(a - b) <= 1e-5 * abs(b), f"step {k}: {a} vs eager {b}"
-
-
 def test_a_dcp_checkpoint_torch_wrote_starts_a_runner_that_trains_on(exe, tmp_path):
     data = batches("mlp")[:STEPS]
     torch.manual_seed(0)
     model = mlp()
     opt = adamw(model.parameters())
-    eager_steps(model, opt, data[:2])
+    eager_steps(model, opt, mlp_loss, data[:2])
     dcp.save(torch_layout(model, opt), checkpoint_id=tmp_path / "torch", no_dist=True)
-    want = eager_steps(model, opt, data[2:])  # eager continues
+    want = eager_steps(model, opt, mlp_loss, data[2:])  # eager continues
     with exe.start(params=tmp_path / "torch") as runner:
         got = [runner.train_step(x, y).item() for x, y in data[2:]]
     assert_losses_match(got, want)
@@ -83,14 +67,14 @@ def test_a_dcp_checkpoint_tdx_wrote_loads_into_torch_and_trains_on(exe, tmp_path
     # torch reads it into its own model and optimizer (the layout above).
     model = mlp()
     opt = adamw(model.parameters())
-    eager_steps(model, opt, data[:1])  # makes the optimizer's state to load into
+    eager_steps(model, opt, mlp_loss, data[:1])  # makes the optimizer's state to load into
     layout = torch_layout(model, opt)
     dcp.load(layout, checkpoint_id=tmp_path / "tdx", no_dist=True)
     model.load_state_dict(layout["model"])
     names = {n: p for n, p in model.named_parameters()}
     for name, s in layout["optim"]["state"].items():
         opt.state[names[name]].update(s)
-    assert_losses_match(eager_steps(model, opt, data[2:]), got)
+    assert_losses_match(eager_steps(model, opt, mlp_loss, data[2:]), got)
 
 
 def test_bad_dcp_folders_are_named(exe, tmp_path):

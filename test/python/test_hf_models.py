@@ -19,6 +19,7 @@ import torch.nn.functional as F
 
 import tdx
 from reference import assert_state_near_float64, eager_runs
+from test_training import eager_steps
 
 VOCAB, STEPS = 96, 3
 
@@ -134,17 +135,7 @@ def eager(name):
         model = build()
         start = {k: v.detach().clone() for k, v in model.state_dict().items()}
         loss_fn = loss_fn_of(kind)
-
-        def loop(m, opt, batches):
-            losses = []
-            for batch in batches:
-                opt.zero_grad()
-                loss = loss_fn(m, *batch)
-                loss.backward()
-                opt.step()
-                losses.append(loss.item())
-            return losses
-
+        loop = lambda m, opt, batches: eager_steps(m, opt, loss_fn, batches)  # noqa: E731
         _EAGER[name] = (start, *eager_runs(model, adamw, loop, data(kind)))
     return _EAGER[name]
 

@@ -20,6 +20,7 @@ from reference import assert_losses_near_float64, assert_state_near_float64, eag
 
 from models import Decoder
 from models import DECODER_LAYERS as LAYERS, DECODER_VOCAB as VOCAB
+from test_training import eager_steps
 
 SEQ, BATCH, STEPS = 8, 4, 3
 
@@ -72,23 +73,13 @@ def torch_mesh():
         dist.destroy_process_group()
 
 
-def eager_loop(model, opt, batches):
-    losses = []
-    for ids, targets in batches:
-        opt.zero_grad()
-        loss = loss_fn(model, ids, targets)
-        loss.backward()
-        opt.step()
-        losses.append(loss.item())
-    return losses
-
-
 @pytest.fixture(scope="module")
 def eager():
     torch.manual_seed(0)
     model = Decoder()
     start = {k: v.detach().clone() for k, v in model.state_dict().items()}
-    fp32, fp64 = eager_runs(model, optimizer, eager_loop, data())
+    fp32, fp64 = eager_runs(model, optimizer,
+                            lambda m, opt, d: eager_steps(m, opt, loss_fn, d), data())
     return start, fp32, fp64
 
 
