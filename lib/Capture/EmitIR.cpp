@@ -420,6 +420,11 @@ Value Functionalizer::scatter(Value base, Value value, const View &view, const a
       n == "aten::unsqueeze" || n == "aten::squeeze" || n == "aten::flatten" ||
       n == "aten::unflatten" || n == "aten::_unsafe_view")
     return ReshapeOp::create(b, loc, baseType, value, b.getDenseI64ArrayAttr(baseType.getShape()));
+  // An expand that repeats no element (it only adds or keeps dims of size
+  // one: Hugging Face's arange(n).expand((1, -1)) buffers) is a reshape.
+  if ((n == "aten::expand" || n == "aten::expand_as") &&
+      cast<RankedTensorType>(value.getType()).getNumElements() == baseType.getNumElements())
+    return ReshapeOp::create(b, loc, baseType, value, b.getDenseI64ArrayAttr(baseType.getShape()));
   if (n == "aten::t" || n == "aten::transpose") {
     if (baseType.getRank() < 2)
       return value;

@@ -107,6 +107,8 @@ double InitProgram::at(int n, const int64_t *index) const {
   switch (node.kind) {
   case Cast:
     return roundTo(node.dtype, at(node.a, index));
+  case Expand:
+    return operand(node.a);
   case Cmp: {
     double x = operand(node.a), y = operand(node.b);
     bool r[] = {x == y, x != y, x < y, x <= y, x > y, x >= y};

@@ -162,6 +162,7 @@ public:
               return success();
             })
             .Case([&](ReshapeOp) { return unary(InitProgram::Reshape); })
+            .Case([&](ExpandOp) { return unary(InitProgram::Expand); })
 #define TDX_UNARY(Name, fn, aten, linear, ...) .Case([&](Name##Op) { return unary(InitProgram::Name); })
 #define TDX_BINARY(Name, fn, aten, ...) .Case([&](Name##Op) { return binary(InitProgram::Name); })
 #include "tdx/Runtime/ElementwiseOps.def"

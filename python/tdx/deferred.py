@@ -244,6 +244,22 @@ torch.Tensor.data = property(_original_data.__get__, _set_data,
                              doc=_original_data.__doc__)
 
 
+@contextlib.contextmanager
+def model_code_tracing():
+    """Within it, ``torch.compiler.is_compiling()`` is true, as under
+    torch.compile and torch.export: a model's own code (Hugging Face's mask
+    builders, for one) then skips the checks that read a tensor's values,
+    which a capture on fake tensors cannot answer. Only around the model's
+    forward (and a step's loss_fn): the optimizer's step keeps eager's
+    Python-number path."""
+    saved = torch.compiler._is_compiling_flag
+    torch.compiler._is_compiling_flag = True
+    try:
+        yield
+    finally:
+        torch.compiler._is_compiling_flag = saved
+
+
 def _torch_compile_frame(error):
     """'file:line (function)' of the function torch.compile (dynamo) was
     compiling on the way to `error`, or None when dynamo was not compiling.

@@ -286,8 +286,12 @@ def _flatten(value, what):
         return [t for v in value for t in _flatten(v, what)]
     if isinstance(value, dict):
         return [t for v in value.values() for t in _flatten(v, what)]
+    hint = ""
+    if type(value).__name__.endswith("Cache"):
+        hint = (" (a Hugging Face model's key/value cache: trace it with use_cache=False, "
+                "e.g. tdx.trace(model, ids, use_cache=False))")
     raise CaptureError(f"{what} must be tensors (or tuples, lists, dicts of them), "
-                       f"got {type(value).__name__}")
+                       f"got {type(value).__name__}{hint}")
 
 
 def _fake_inputs(values, what, fn):
@@ -301,19 +305,27 @@ def _fake_inputs(values, what, fn):
     return inputs
 
 
-def trace(module, *example_inputs, _mixed_precision=None):
+def trace(module, *example_inputs, _mixed_precision=None, **constants):
     """Like :func:`capture`, plus ``func.func @forward`` recorded from
-    ``module(*example_inputs)`` on fake tensors (the inputs' values are never
-    read; only shapes and dtypes matter). Parameters are read by qualified
-    name with ``tdx.param_ref``; shapes are global."""
-    from .deferred import _python_guards
+    ``module(*example_inputs, **constants)`` on fake tensors (the inputs'
+    values are never read; only shapes and dtypes matter). ``constants``
+    are keyword arguments that are not tensors (``use_cache=False``,
+    ``return_dict=False``), passed as they are and fixed in the program.
+    Parameters are read by qualified name with ``tdx.param_ref``; shapes
+    are global."""
+    from .deferred import _python_guards, model_code_tracing
     entries, recording = _checked_entries(module, "trace")
     inputs = _fake_inputs(example_inputs, "example input", "trace")
+    for name, value in constants.items():
+        if isinstance(value, torch.Tensor):
+            raise CaptureError(f"trace: keyword {name!r} is a tensor; tensors are example "
+                               f"inputs, given by position (keywords are constants such as "
+                               f"use_cache=False)")
     log = _C.Trace()
     before = len(recording)
     with _python_guards(fake_cuda=True), _C.TraceMode(log), \
-            computing_in(module, _mixed_precision):
-        out = module(*inputs)
+            computing_in(module, _mixed_precision), model_code_tracing():
+        out = module(*inputs, **constants)
     if len(recording) != before:
         raise CaptureError("the forward pass changed the module's deferred state")
     outputs = _flatten(out, "the forward's outputs")
@@ -321,5 +333,6 @@ def trace(module, *example_inputs, _mixed_precision=None):
                                      non_persistent=_non_persistent(module)))
     prog.forward_op_names = log.op_names()
     prog._model = module
-    prog._retrace = lambda policy: trace(module, *example_inputs, _mixed_precision=policy)
+    prog._retrace = lambda policy: trace(module, *example_inputs, _mixed_precision=policy,
+                                         **constants)
     return prog

@@ -332,12 +332,14 @@ def _accumulated(model, loss_fn, inputs, trained, k):
     whole batch, or (k > 1) eager's accumulation over the k micro-batches
     stacked in dim 0 of each input: grad of loss_i / k summed in order, and
     the mean of the losses."""
+    from .deferred import model_code_tracing
     total = None
     for p in trained:
         p.grad = None
     for i in range(k):
         micro = [x.narrow(0, i, 1).reshape(x.shape[1:]) for x in inputs] if k > 1 else inputs
-        loss = loss_fn(model, *micro)
+        with model_code_tracing():
+            loss = loss_fn(model, *micro)
         if not isinstance(loss, torch.Tensor) or loss.dim() != 0:
             raise CaptureError("loss_fn must return a scalar (0-D) tensor")
         # backward(), as eager's loop calls it (torch.utils.checkpoint's

@@ -165,3 +165,30 @@ def test_a_constructor_reads_values_computed_without_random_draws():
     # forward must not bake a state's value in).
     with pytest.raises(tdx.FakeTensorError):
         tdx.deferred_init(torch.nn.Linear, 2, 2).bias.tolist()
+
+
+def test_a_write_through_an_expand_that_repeats_nothing_is_a_reshape():
+    # Hugging Face's BERT keeps position_ids = arange(n).expand((1, -1)) and
+    # its _init_weights copies into it: an expand that repeats no element is
+    # a reshape, written through as one; its init program (an expand) is
+    # evaluated shard by shard like the rest. One that repeats elements
+    # (a broadcast) is refused by name.
+    class Positions(torch.nn.Module):
+        def __init__(self, repeat=1):
+            super().__init__()
+            self.register_buffer("ids", torch.arange(8).expand((repeat, -1)), persistent=False)
+            self.ids.copy_((torch.arange(8) * 3).expand((repeat, -1)))
+            self.fc = torch.nn.Linear(8, 8)
+
+        def forward(self, x):
+            return self.fc(x) + self.ids.float()
+
+    torch.manual_seed(0)
+    eager = Positions()
+    torch.manual_seed(0)
+    prog = tdx.trace(tdx.deferred_init(Positions), torch.zeros(2, 8))
+    x = torch.randn(2, 8)
+    got, = tdx.compile(prog, opt_level=0).run(x, params=eager.state_dict())
+    torch.testing.assert_close(got, eager(x), rtol=0, atol=0)
+    with pytest.raises(tdx.CaptureError, match="a write through a view made by aten::expand"):
+        tdx.trace(tdx.deferred_init(Positions, 2), torch.zeros(2, 8))

@@ -85,10 +85,7 @@ MODELS["convnext-timm"] = (_timm_convnext, "vision")
 NO_LINEAR_PAIRS = {"convnext-timm"}
 
 # Refused at trace, with the message's start: what tdx cannot take yet.
-XFAIL = {
-    "bert": "tdx: a write through a view made by aten::expand cannot be functionalized yet",
-    "bart": "data-dependent control flow at",
-}
+XFAIL = {}
 
 
 def loss_fn_of(kind):

@@ -104,6 +104,11 @@ tdx.parameter @causal : tensor<5x6xf32> init {
   %9 = tdx.where %7, %0, %8 : (tensor<5x6xi1>, tensor<5x6xf32>, tensor<f32>) -> tensor<5x6xf32>
   tdx.yield %9 : tensor<5x6xf32>
 }
+tdx.parameter @expanded : tensor<4x3x6xf32> init {
+  %0 = tdx.normal(0.0, 1.0) seed(42, 4) : tensor<3x1xf32>
+  %1 = tdx.expand %0 [4, -1, 6] : tensor<3x1xf32> -> tensor<4x3x6xf32>
+  tdx.yield %1 : tensor<4x3x6xf32>
+}
 )mlir";
 
 struct Layout {
@@ -188,6 +193,25 @@ TEST(ShardedInitShapes, ComparisonAndWhereMakeTril) {
   for (int i = 0; i < 5; ++i)
     for (int j = 0; j < 6; ++j)
       EXPECT_EQ(x[i * 6 + j], j <= i ? 1.0f : -2.5f) << i << ", " << j;
+}
+
+// An expand (Hugging Face's arange(n).expand((1, -1)) buffers) reads its
+// operand's element under broadcasting.
+TEST(ShardedInitShapes, ExpandRepeatsItsOperand) {
+  MLIRContext ctx;
+  ctx.loadDialect<TdxDialect, arith::ArithDialect, func::FuncDialect>();
+  OwningOpRef<ModuleOp> module = parseSourceString<ModuleOp>(kParams, &ctx);
+  ASSERT_TRUE(module);
+  auto param = cast<ParameterOp>(module->lookupSymbol("expanded"));
+  FailureOr<std::vector<uint8_t>> got =
+      evaluateInitShard(param, shardBox(param.getTensorType(), {}, {}, {}));
+  ASSERT_TRUE(succeeded(got));
+  const float *x = reinterpret_cast<const float *>(got->data());
+  for (int i = 0; i < 4; ++i)
+    for (int j = 0; j < 3; ++j)
+      for (int k = 0; k < 6; ++k)
+        EXPECT_EQ(x[(i * 3 + j) * 6 + k], x[j * 6]) << i << ", " << j << ", " << k;
+  EXPECT_NE(x[0], x[6]);
 }
 
 TEST(ShardedInitShapes, UnevenChunksFollowTorchChunk) {

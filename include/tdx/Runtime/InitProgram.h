@@ -3,7 +3,7 @@
 // A parameter's init region (tdx.parameter / tdx.buffer) as a small DAG that
 // gives any element of the global tensor from its global index alone: random
 // ops through tdx/Runtime/Philox.h, creation ops, constants, elementwise ops
-// with broadcasting, casts and reshapes. Every value is computed in double
+// with broadcasting, casts, reshapes and expands. Every value is computed in double
 // and rounded once per op to its element type. One rank fills its box of the
 // global tensor without building the rest, and the boxes of all ranks put
 // together are bitwise the one-rank tensor.
@@ -25,12 +25,12 @@
 namespace tdx::rt {
 
 struct InitProgram {
-  /// Leaves, then cast, reshape, comparison (p[0]: the tdx.cmp predicate,
+  /// Leaves, then cast, reshape, expand (a broadcast), comparison (p[0]: the tdx.cmp predicate,
   /// eq ne lt le gt ge) and where (a ? b : c), then the elementwise table's
   /// ops (ElementwiseOps.def), named like their tdx ops.
 #define TDX_INIT_KINDS(X)                                                                  \
   X(Empty) X(Full) X(Arange) X(Uniform) X(Normal) X(TruncNormal) X(Bernoulli) X(Constant) X(Cast) \
-  X(Reshape) X(Cmp) X(Where)
+  X(Reshape) X(Expand) X(Cmp) X(Where)
   enum Kind : int {
 #define TDX_KIND(k) k,
     TDX_INIT_KINDS(TDX_KIND)
