@@ -246,7 +246,9 @@ class Executable:
         if isinstance(params, (str, os.PathLike)):
             if not os.path.exists(params):
                 raise FileNotFoundError(f"params: no such file or directory: {params}")
-            from . import dcp
+            from . import dcp, hf
+            if hf.is_hf(params):
+                hf.check(params, self.signature(), self.tied(), set(self.non_persistent()))
             if not dcp.is_dcp(params):
                 return ["--params", os.fspath(params)]
             params = dcp.read(params, self.signature())

@@ -302,6 +302,12 @@ def _python_guards(fake_cuda):
         yield
     except Exception as e:
         compiled = _torch_compile_frame(e)
+        if compiled and "flex_attention" in compiled:
+            raise CaptureError(
+                f"tdx: FlexAttention ({compiled}) is not supported by tdx yet: it is built "
+                f"on torch.compile, which cannot take tdx's fake tensors; use scaled dot "
+                f"product attention (attn_implementation='sdpa' in a Hugging Face config, "
+                f"or torch.nn.functional.scaled_dot_product_attention)") from None
         if compiled:
             raise CaptureError(
                 f"tdx: {compiled} is compiled with torch.compile, which cannot take tdx's fake "

@@ -163,7 +163,7 @@ class Runner:
                                  f"program's is {shape}")
         self._t.load(dict(state_dict))
 
-    def save(self, checkpoint, keep=2, *, format="tdx"):
+    def save(self, checkpoint, keep=2, *, format="tdx", config=None, max_shard_size=None):
         """A sharded, crash-safe checkpoint of the whole state (optimizer
         included) under the directory `checkpoint`, as step ``self.steps``:
         every rank writes its own shards (tdx.checkpoint's format), and
@@ -174,16 +174,31 @@ class Runner:
         ``format="dcp"``: a torch.distributed.checkpoint folder instead
         (``model.<name>``, ``optim.state.<param>.<key>``; tdx.dcp), which
         torch's ``dcp.load`` reads and ``exe.start(params=...)`` too; the
-        gathered state is written by one process (rank 0 under SPMD)."""
+        gathered state is written by one process (rank 0 under SPMD).
+
+        ``format="hf"``: a Hugging Face folder (tdx.hf): the model's state
+        (no optimizer state) in ``model.safetensors``, or shards of at most
+        `max_shard_size` bytes with their index, tied aliases left out as
+        ``save_pretrained`` leaves them; with ``config=model.config`` also
+        its ``config.json``, so ``from_pretrained(checkpoint)`` loads it."""
         self._check_open("save")
+        if format not in ("tdx", "dcp", "hf"):
+            raise ValueError(f"save: format is 'tdx', 'dcp' or 'hf', got {format!r}")
+        if format != "hf" and (config is not None or max_shard_size is not None):
+            raise ValueError("save: config= and max_shard_size= are for format='hf'")
         if format == "dcp":
             from . import dcp
             state = self.state_dict(optimizer=True)
             if self._t.rank == 0:
                 dcp.write(os.fspath(checkpoint), state)
             return
-        if format != "tdx":
-            raise ValueError(f"save: format is 'tdx' or 'dcp', got {format!r}")
+        if format == "hf":
+            from . import hf
+            state = self.state_dict()
+            if self._t.rank == 0:
+                hf.write(os.fspath(checkpoint), state, self._exe.tied(), config=config,
+                         max_shard_size=max_shard_size)
+            return
         self._t.save(os.fspath(checkpoint), int(keep))
 
     def publish(self, store, key):
