@@ -217,10 +217,16 @@ for _key in ("CPU", "CUDA"):
 _library.impl("trunc_normal_", lambda tensor, mean, std, a, b: tensor, "Meta")
 
 
-@functools.wraps(_original_trunc_normal)
+_original_trunc_normal_body = torch.nn.init._no_grad_trunc_normal_
+
+
+# torch.nn.init.trunc_normal_ calls this module global: replacing it (not
+# trunc_normal_ itself) reaches code that took a reference to trunc_normal_
+# at import (Hugging Face's initialization table).
+@functools.wraps(_original_trunc_normal_body)
 def _trunc_normal(tensor, mean=0.0, std=1.0, a=-2.0, b=2.0, generator=None):
     if not _C.is_fake(tensor):
-        return _original_trunc_normal(tensor, mean, std, a, b, generator=generator)
+        return _original_trunc_normal_body(tensor, mean, std, a, b, generator=generator)
     if generator is not None:
         raise FakeTensorError(
             "torch.nn.init.trunc_normal_ with a generator= on a fake tensor: tdx replays "
@@ -294,7 +300,7 @@ def _python_guards(fake_cuda):
     if _depth == 1:
         for name in _FROM_DATA:
             setattr(torch, name, _lifting(name))
-        torch.nn.init.trunc_normal_ = _trunc_normal
+        torch.nn.init._no_grad_trunc_normal_ = _trunc_normal
     if fake_cuda:
         # No CUDA runtime is needed to describe CUDA tensors.
         torch.cuda._lazy_init = lambda: None
@@ -326,7 +332,7 @@ def _python_guards(fake_cuda):
         if _depth == 0:
             for name, fn in _original_from_data.items():
                 setattr(torch, name, fn)
-            torch.nn.init.trunc_normal_ = _original_trunc_normal
+            torch.nn.init._no_grad_trunc_normal_ = _original_trunc_normal_body
 
 
 @contextlib.contextmanager
