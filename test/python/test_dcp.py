@@ -8,7 +8,10 @@ The reference: eager's loop in float32 on the same weights; the MLP and
 AdamW here are well-conditioned (eager float32 is within ~1e-7 of float64
 on these losses), so losses agree within 1e-5."""
 
+import json
 import os
+import subprocess
+import sys
 
 import pytest
 import torch
@@ -75,6 +78,54 @@ def test_a_dcp_checkpoint_tdx_wrote_loads_into_torch_and_trains_on(exe, tmp_path
     for name, s in layout["optim"]["state"].items():
         opt.state[names[name]].update(s)
     assert_losses_match(eager_steps(model, opt, mlp_loss, data[2:]), got)
+
+
+@pytest.fixture(scope="module")
+def exe_tp2():
+    torch.manual_seed(0)
+    deferred = tdx.deferred_init(mlp)
+    prog = tdx.trace_train_step(deferred, adamw(deferred.parameters()), mlp_loss,
+                                *batches("mlp")[0])
+    assert tdx.auto_parallelize(prog, tdx.init_device_mesh("cpu", (2,), ("tp",)))["plan"]
+    return tdx.compile(prog, opt_level=0)
+
+
+def fsdp2(mode, folder, out):
+    """fsdp2_script.py on 2 gloo ranks (torchrun); its losses."""
+    here = os.path.dirname(os.path.abspath(__file__))
+    env = dict(os.environ, PYTHONPATH=os.pathsep.join([here, os.environ.get("PYTHONPATH", "")]))
+    cmd = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node",
+           "2", os.path.join(here, "fsdp2_script.py"), mode, os.fspath(folder), os.fspath(out)]
+    done = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=240)
+    assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
+    with open(out) as f:
+        return json.load(f)
+
+
+def test_fsdp2s_dcp_checkpoint_starts_a_tdx_tp2_runner_that_trains_on(exe_tp2, tmp_path):
+    # FSDP2 on 2 gloo ranks trains 2 steps and saves; tdx, its parameters
+    # split over tp (another layout), reads the folder and trains on.
+    data = batches("mlp")[:STEPS]
+    torch.manual_seed(0)
+    model = mlp()
+    opt = adamw(model.parameters())
+    want = eager_steps(model, opt, mlp_loss, data)
+    assert_losses_match(fsdp2("save", tmp_path / "fsdp2", tmp_path / "fsdp2.json"), want[:2])
+    with exe_tp2.start(params=tmp_path / "fsdp2") as runner:
+        got = [runner.train_step(x, y).item() for x, y in data[2:]]
+    assert_losses_match(got, want[2:])
+
+
+def test_tdx_tp2s_dcp_checkpoint_loads_into_fsdp2_which_trains_on(exe_tp2, tmp_path):
+    data = batches("mlp")[:STEPS]
+    torch.manual_seed(0)
+    start = {k: v.detach().clone() for k, v in mlp().state_dict().items()}
+    with exe_tp2.start(params=start) as runner:
+        for x, y in data[:2]:
+            runner.train_step(x, y)
+        runner.save(tmp_path / "tdx", format="dcp")
+        got = [runner.train_step(x, y).item() for x, y in data[2:]]
+    assert_losses_match(fsdp2("load", tmp_path / "tdx", tmp_path / "fsdp2.json"), got)
 
 
 def test_bad_dcp_folders_are_named(exe, tmp_path):
