@@ -84,6 +84,12 @@ class Runner:
         return self._t.call(batch, self._local, k)
 
     @property
+    def rank(self):
+        """This process's rank under SPMD (``OMPI_COMM_WORLD_RANK``); 0 for
+        a runner that drives its ranks from one process."""
+        return self._t.rank
+
+    @property
     def spmd(self):
         """Whether this process is one rank of an SPMD script."""
         return isinstance(self._t, _InProcess)
@@ -106,7 +112,7 @@ class Runner:
             self._bar.bar.update(1)
         return outputs[0] if len(outputs) == 1 else outputs
 
-    def state_dict(self, *, optimizer=False):
+    def state_dict(self, *, optimizer=False, dtensor=False):
         """The global state by name, gathered, as ``model.state_dict()`` has
         it: parameters, persistent buffers, and each tied name
         (``lm_head.weight`` sharing ``transformer.wte.weight``: the same
@@ -115,14 +121,29 @@ class Runner:
         ``optimizer=True``: the whole state a resume needs, with the
         optimizer's as ``optimizer.<param>.<key>`` (the names of
         ``exe.train``'s state) and the non-persistent buffers. Under SPMD
-        every rank gets it."""
+        every rank gets it.
+
+        ``dtensor=True`` (SPMD only): the same names, each a torch DTensor
+        of this rank's shard on torch's ``DeviceMesh`` of the program's
+        mesh, over the job's gloo process group (made if the script has
+        none; tdx.dtensor): what DCP's ``dcp.save``, ``full_tensor()`` and
+        torchtitan's checkpointer take."""
         self._check_open("state_dict")
+        if dtensor and not self.spmd:
+            raise InputError("state_dict(dtensor=True) is for SPMD scripts (python3 -m tdx.run "
+                             "or mpirun: every rank holds its shard); here state_dict() gives "
+                             "the full tensors")
         state = self._exe._with_tied(self._t.state())
-        if optimizer:
+        if not optimizer:
+            dropped = set(self._exe.non_persistent())
+            state = {k: v for k, v in state.items()
+                     if not k.startswith("optimizer.") and k not in dropped}
+        if not dtensor:
             return state
-        dropped = set(self._exe.non_persistent())
-        return {k: v for k, v in state.items()
-                if not k.startswith("optimizer.") and k not in dropped}
+        from . import dtensor as dt
+        sig = self._exe.signature()
+        mesh = dt.device_mesh(sig, self._t.rank, self._t._dir)
+        return dt.to_dtensors(state, sig, self._exe.tied(), mesh, self._t.rank)
 
     def load_state_dict(self, state_dict, strict=True):
         """Replaces the ranks' state with `state_dict`'s global tensors (each

@@ -157,3 +157,76 @@ def test_tdx_run_says_what_it_needs():
     done = subprocess.run([sys.executable, "-m", "tdx.run", "--help"], capture_output=True,
                           text=True, timeout=60)
     assert done.returncode == 0 and "each one rank" in done.stdout
+
+
+DTENSOR_SCRIPT = textwrap.dedent('''
+    import json, os, sys
+    import torch
+    import torch.distributed.checkpoint as dcp
+    from torch.distributed.tensor import DTensor, Shard
+    sys.path.insert(0, sys.argv[2])
+    import tdx
+    from test_dcp import adamw
+    from test_training import batches, mlp, mlp_loss
+
+    torch.manual_seed(0)
+    deferred = tdx.deferred_init(mlp)
+    prog = tdx.trace_train_step(deferred, adamw(deferred.parameters()), mlp_loss,
+                                *batches("mlp")[0])
+    tdx.auto_parallelize(prog, tdx.init_device_mesh("cpu", (2,), ("tp",)))
+    torch.manual_seed(0)
+    start = {k: v.detach().clone() for k, v in mlp().state_dict().items()}
+    with tdx.compile(prog, opt_level=0).start(params=start) as runner:
+        for x, y in batches("mlp")[:2]:
+            runner.train_step(x, y)
+        full = runner.state_dict(optimizer=True)
+        state = runner.state_dict(optimizer=True, dtensor=True)
+        sharded = sorted(k for k, v in state.items()
+                         if any(isinstance(p, Shard) for p in v.placements))
+        assert all(isinstance(v, DTensor) for v in state.values())
+        assert all(torch.equal(v.full_tensor(), full[k]) for k, v in state.items())
+        # torch's own distributed checkpoint, every rank writing its shards.
+        dcp.save({(k if k.startswith("optimizer.") else "model." + k).replace(
+                     "optimizer.", "optim.state.", 1): v for k, v in state.items()},
+                 checkpoint_id=sys.argv[1])
+        if runner.rank == 0:
+            tdx.safetensors.save(full, os.path.join(sys.argv[1], "..", "full.safetensors"))
+        print(json.dumps({"rank": runner.rank, "sharded": sharded,
+                          "local": list(state["0.weight"].to_local().shape),
+                          "mesh": state["0.weight"].device_mesh.mesh_dim_names}))
+''')
+
+
+def test_dtensor_state_dict_under_spmd_saves_with_torchs_dcp(tmp_path):
+    # Each rank's state as DTensors on torch's DeviceMesh: full_tensor()
+    # gives the gathered state; torch's dcp.save writes them shard by shard
+    # from both ranks; that folder starts a runner with the same state.
+    script = tmp_path / "dtensor_script.py"
+    script.write_text(DTENSOR_SCRIPT)
+    done, lines = spmd(2, os.fspath(script), os.fspath(tmp_path / "dcp"), HERE, timeout=300)
+    assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
+    assert sorted(line["rank"] for line in lines) == [0, 1]
+    # Colwise then rowwise: both weights split, the local box half of each.
+    assert {"0.weight", "2.weight", "optimizer.0.weight.exp_avg"} <= set(lines[0]["sharded"])
+    assert lines[0]["local"] == [16, 8] and lines[0]["mesh"] == ["tp"]
+    full = tdx.safetensors.load(tmp_path / "full.safetensors")
+    torch.manual_seed(0)
+    deferred = tdx.deferred_init(mlp)
+    from test_dcp import adamw
+    prog = tdx.trace_train_step(deferred, adamw(deferred.parameters()), mlp_loss,
+                                *batches("mlp")[0])
+    with tdx.compile(prog, opt_level=0).start(params=tmp_path / "dcp") as runner:
+        got = runner.state_dict(optimizer=True)
+    assert got.keys() == full.keys()
+    for name, value in full.items():
+        assert torch.equal(got[name], value), name
+
+
+def test_dtensor_state_dict_outside_spmd_is_refused():
+    torch.manual_seed(0)
+    deferred = tdx.deferred_init(mlp)
+    prog = tdx.trace_train_step(deferred, torch.optim.SGD(deferred.parameters(), lr=0.1),
+                                mlp_loss, *batches("mlp")[0])
+    with tdx.compile(prog, opt_level=0).start() as runner:
+        with pytest.raises(tdx.InputError, match=r"dtensor=True\) is for SPMD scripts"):
+            runner.state_dict(dtensor=True)
