@@ -387,6 +387,8 @@ LogicalResult mlir::tdx::emitCpp(ModuleOp module, llvm::raw_ostream &os, Backend
     os << "  p.tied.push_back({\"" << name << "\", \"" << owner << "\"});\n";
   for (const std::string &name : nonPersistent)
     os << "  p.nonPersistent.push_back(\"" << name << "\");\n";
+  for (const std::string &name : tables.needsParams)
+    os << "  p.needsParams.push_back(\"" << name << "\");\n";
   auto values = [&](ArrayRef<std::pair<RankedTensorType, std::string>> vs) {
     std::string text = "{";
     for (auto [i, v] : llvm::enumerate(vs)) {

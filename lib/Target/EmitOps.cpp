@@ -29,6 +29,7 @@ LogicalResult Emitter::emitInit(Operation *decl, StringRef name, RankedTensorTyp
   // Only what the state lacks (read from --params, a checkpoint or a
   // store) is made: init() loops over the entries.
   if (failed(program)) {
+    tables->needsParams.push_back(name.str());
     os << "  if (!s.count(\"" << name << "\"))\n    throw std::runtime_error("
        << quoted("tdx: the init program of '" + name.str() + "': " + why) << ");\n";
     return success();

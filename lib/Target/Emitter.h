@@ -216,6 +216,9 @@ public:
     std::map<std::string, std::string> arrays;      // initializer -> name
     std::string arraysText;
     std::vector<std::string> entries;       // init()'s: name, program, layout
+    /// State whose init program cannot be made shard by shard: it must be
+    /// given (--params, a checkpoint, a store).
+    std::vector<std::string> needsParams;
     /// A static array of `type` holding `items` ("nullptr" when empty).
     std::string array(const std::string &type, const std::string &items);
     std::string text() const;

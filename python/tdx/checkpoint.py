@@ -127,55 +127,21 @@ def verify(path):
     return _C.verify_checkpoint(_existing(path))
 
 
-def _parse_size(size):
-    if isinstance(size, int):
-        return size
-    units = {"KB": 10**3, "MB": 10**6, "GB": 10**9, "KIB": 2**10, "MIB": 2**20, "GIB": 2**30}
-    text = str(size).strip().upper()
-    for unit, factor in sorted(units.items(), key=lambda u: -len(u[0])):
-        if text.endswith(unit):
-            return int(float(text[:-len(unit)]) * factor)
-    return int(text)
-
-
-def export_hf(source, out_dir, *, max_shard_size="5GB", include_optimizer=False):
-    """Writes a Hugging Face style directory: ``model-0000i-of-0000n.safetensors``
-    files of at most ``max_shard_size`` each (a larger tensor gets a file of
-    its own) and ``model.safetensors.index.json`` mapping each tensor to its
-    file. ``source`` is a checkpoint (root or step directory) or a state
-    dict; optimizer state (``optimizer.*``) is left out unless
-    ``include_optimizer``. Returns the index's path."""
-    if isinstance(source, dict):
-        tensors = dict(source)
-    else:
-        tensors = load(source)
+def export_hf(source, out_dir, *, max_shard_size="5GB", include_optimizer=False, config=None):
+    """Writes a Hugging Face folder (tdx.hf.write, as ``runner.save(...,
+    format="hf")`` does): ``model.safetensors``, or shards of at most
+    ``max_shard_size`` each (bytes, or "300KB", "5GB"; a larger tensor
+    gets a file of its own) named by ``model.safetensors.index.json``, and
+    ``config.json`` from `config`. ``source`` is a checkpoint (root or step
+    directory) or a state dict; optimizer state (``optimizer.*``) is left
+    out unless ``include_optimizer``. Returns the index's path (the one
+    file's for a single one)."""
+    from . import hf
+    tensors = dict(source) if isinstance(source, dict) else load(source)
     if not include_optimizer:
         tensors = {k: v for k, v in tensors.items() if not k.startswith("optimizer.")}
-    limit = _parse_size(max_shard_size)
-    shards, current, size = [], [], 0
-    for name, t in tensors.items():
-        n = t.numel() * t.element_size()
-        if current and size + n > limit:
-            shards.append(current)
-            current, size = [], 0
-        current.append(name)
-        size += n
-    if current or not shards:
-        shards.append(current)
-    os.makedirs(out_dir, exist_ok=True)
-    weight_map, total = {}, 0
-    for i, names in enumerate(shards):
-        file = f"model-{i + 1:05d}-of-{len(shards):05d}.safetensors"
-        _C.write_safetensors(os.path.join(out_dir, file), [(n, tensors[n]) for n in names])
-        for n in names:
-            weight_map[n] = file
-            total += tensors[n].numel() * tensors[n].element_size()
-    index = os.path.join(out_dir, "model.safetensors.index.json")
-    tmp = index + ".tmp"
-    with open(tmp, "w") as f:
-        json.dump({"metadata": {"total_size": total}, "weight_map": weight_map}, f, indent=2)
-    os.replace(tmp, index)
-    return index
+    return hf.write(os.fspath(out_dir), tensors, {}, config=config,
+                    max_shard_size=hf.parse_size(max_shard_size))
 
 
 def slice(tensor, num_partitions, dim=0):  # noqa: A001 (TorchShard's name)

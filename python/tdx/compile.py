@@ -34,6 +34,26 @@ def _tool(name):
     return path
 
 
+def _plain_safetensors(path):
+    """The safetensors files of `path` (a file, or a folder of them, as
+    save_pretrained writes); [] for a tdx checkpoint (it has every state)."""
+    if os.path.isfile(path):
+        return [os.fspath(path)]
+    if os.path.exists(os.path.join(path, "LATEST")) or \
+            os.path.exists(os.path.join(path, "tdx.index.json")):
+        return []
+    return sorted(os.path.join(path, f) for f in os.listdir(path) if f.endswith(".safetensors"))
+
+
+def _names_in(files):
+    from safetensors import safe_open
+    names = set()
+    for f in files:
+        with safe_open(f, framework="pt") as h:
+            names.update(h.keys())
+    return names
+
+
 class Executable:
     """A model binary for one mesh; runs under mpirun, one rank per device
     (CPU processes, or GPUs for target="cuda")."""
@@ -238,9 +258,42 @@ class Executable:
                 warnings.warn(line[len("tdx: "):], TdxWarning, stacklevel=3)
         return done.stdout
 
+    def needs_params(self):
+        """State whose init program is not pointwise in the global index
+        (a complex RoPE table made with torch.polar, say), so no rank can
+        make its shard alone: from its signature. When not given, such a
+        non-persistent buffer is computed from the traced model's recorded
+        ops (:meth:`_derived`); anything else must be given."""
+        return list(self.signature().get("needs_params", []))
+
+    def _derived(self, given):
+        """The values of needs_params()'s non-persistent buffers missing from
+        `given`, each replayed through ATen from the ops it depends on in
+        the traced model's recording (no parameter is materialized)."""
+        from .errors import InputError
+        missing = [n for n in self.needs_params() if n not in given]
+        if not missing:
+            return {}
+        state = {}
+        if self._model is not None:
+            state = dict(self._model.named_parameters(remove_duplicate=False))
+            state.update(self._model.named_buffers(remove_duplicate=False))
+        out, transient = {}, set(self.non_persistent())
+        for name in missing:
+            t = state.get(name)
+            recording = _C.recording_of(t) if t is not None and name in transient else None
+            if recording is None:
+                raise InputError(f"{name}'s init program cannot be made shard by shard and it "
+                                 f"is not given: pass it in params= (a state dict or "
+                                 f"checkpoint that has it)")
+            try:
+                out[name] = recording.materialize_ancestors([t])[0]
+            except TdxError as e:
+                raise InputError(f"{name} is not given and cannot be made shard by shard ({e});"
+                                 f" pass it in params=") from None
+        return out
+
     def _params_args(self, params, tmp):
-        if params is None:
-            return []
         if isinstance(params, str) and params.startswith("store:"):
             return ["--params", params]
         if isinstance(params, (str, os.PathLike)):
@@ -250,8 +303,23 @@ class Executable:
             if hf.is_hf(params):
                 hf.check(params, self.signature(), self.tied(), set(self.non_persistent()))
             if not dcp.is_dcp(params):
-                return ["--params", os.fspath(params)]
+                files = _plain_safetensors(params)
+                derived = self._derived(_names_in(files)) if files and self.needs_params() \
+                    else {}
+                if not derived:
+                    return ["--params", os.fspath(params)]
+                # The given files and the derived ones, in a folder of links.
+                folder = os.path.join(tmp, "params")
+                os.makedirs(folder)
+                for f in files:
+                    os.symlink(os.path.abspath(f), os.path.join(folder, os.path.basename(f)))
+                safetensors.save(derived, os.path.join(folder, "tdx-derived.safetensors"))
+                return ["--params", folder]
             params = dcp.read(params, self.signature())
+        params = dict(params or {})
+        params.update(self._derived(params))
+        if not params:
+            return []
         path = os.path.join(tmp, "params.safetensors")
         safetensors.save(params, path)
         return ["--params", path]
@@ -537,6 +605,7 @@ def compile(prog, target="cpu", output=None, cuda_arch="sm_90", keep_source=Fals
                      getattr(prog, "hyperparameters", {}), prog._module.entry(),
                      getattr(prog, "accumulation_steps", 1))
     exe._source = src
+    exe._model = getattr(prog, "_model", None)  # makes what needs_params() names
     exe._opt_level = opt_level  # the shared object links the same object
     # Whether the compile cache served the binary (tdx-compile says so).
     exe.from_cache = "from the compile cache" in done.stdout

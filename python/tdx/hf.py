@@ -95,26 +95,51 @@ def check(path, signature, tied, non_persistent):
                               f"lacks")
 
 
+def parse_size(size):
+    """Bytes of `size`: a number, or text such as "300KB", "5GB", "1MiB"."""
+    if size is None or isinstance(size, int):
+        return size
+    units = {"KB": 10**3, "MB": 10**6, "GB": 10**9, "KIB": 2**10, "MIB": 2**20, "GIB": 2**30}
+    text = str(size).strip().upper()
+    try:
+        for unit, factor in sorted(units.items(), key=lambda u: -len(u[0])):
+            if text.endswith(unit):
+                return int(float(text[:-len(unit)]) * factor)
+        return int(text)
+    except ValueError:
+        raise ValueError(f"max_shard_size is bytes or text such as '5GB', got {size!r}") from None
+
+
 def _size(shard):
     return sum(t.numel() * t.element_size() for t in shard.values())
 
 
 def write(path, state, tied, *, config=None, max_shard_size=None):
     """Writes the model state `state` (a runner's ``state_dict()``) as a
-    Hugging Face folder at `path`: tied aliases left out as save_pretrained
-    leaves them, shards of at most `max_shard_size` bytes (default: one
+    Hugging Face folder at `path`: tied aliases (named in `tied`, or the
+    same tensor as a name before them) left out as save_pretrained leaves
+    them, shards of at most `max_shard_size` bytes (default: one
     file) with ``model.safetensors.index.json``, and ``config.json`` from
     `config` (anything with ``save_pretrained(folder)`` or ``to_dict()``).
     The files are written beside their names and renamed into place, so a
-    failed write leaves no partial checkpoint under them."""
+    failed write leaves no partial checkpoint under them. Returns the
+    index's path (the one file's for a single one)."""
     from safetensors.torch import save_file
     if os.path.isfile(os.path.join(path, SINGLE)) or os.path.isfile(os.path.join(path, INDEX)):
         raise CheckpointError(f"{path} already holds a Hugging Face checkpoint; write to a new "
                               f"folder (tdx does not overwrite a saved checkpoint)")
-    if max_shard_size is not None and (not isinstance(max_shard_size, int) or
-                                       max_shard_size < 1):
+    max_shard_size = parse_size(max_shard_size)
+    if max_shard_size is not None and max_shard_size < 1:
         raise ValueError(f"max_shard_size is a positive number of bytes, got {max_shard_size!r}")
-    tensors = {k: v.contiguous() for k, v in state.items() if k not in tied}
+    tensors, seen = {}, set()
+    for k, v in state.items():
+        # A tied alias, named or sharing the tensor of a name before it
+        # (model.state_dict()'s lm_head.weight): left out, as HF leaves it.
+        same = (v.data_ptr(), tuple(v.shape), v.stride(), v.dtype) if v.numel() else None
+        if k in tied or (same is not None and same in seen):
+            continue
+        seen.add(same)
+        tensors[k] = v.contiguous()
     shards, current = [], {}
     for name, t in tensors.items():
         if current and max_shard_size and _size(current) + t.numel() * t.element_size() > \
@@ -147,3 +172,4 @@ def write(path, state, tied, *, config=None, max_shard_size=None):
         # The index last: a reader never sees it name a shard not yet there.
         for name in sorted(files, key=lambda n: n == INDEX):
             os.replace(files[name], os.path.join(path, name))
+    return os.path.join(path, INDEX if len(shards) > 1 else SINGLE)

@@ -46,3 +46,6 @@ module attributes {tdx.partitioned} {
 // CHECK-NEXT: for (const EmittedInit &e : kInitEntries)
 // CHECK-NEXT: if (!s.count(e.name))
 // CHECK-NEXT: s[e.name] = ctx.init(kInit(e.program), parseLayout(e.layout));
+// The signature names what must be given: state init() cannot make.
+// CHECK: p.needsParams.push_back("w");
+// CHECK-NOT: p.needsParams.push_back("table");

@@ -192,3 +192,40 @@ def test_a_write_through_an_expand_that_repeats_nothing_is_a_reshape():
     torch.testing.assert_close(got, eager(x), rtol=0, atol=0)
     with pytest.raises(tdx.CaptureError, match="a write through a view made by aten::expand"):
         tdx.trace(tdx.deferred_init(Positions, 2), torch.zeros(2, 8))
+
+
+def test_a_buffer_no_rank_can_make_alone_is_computed_from_its_recorded_ops():
+    # torchtitan's Llama keeps its RoPE table as a complex non-persistent
+    # buffer made with torch.polar: no init program makes it shard by
+    # shard (exe.needs_params() names it), and model.state_dict() does not
+    # hold it; tdx computes it from the ops it depends on in the recording
+    # (no parameter materialized). A buffer drawn at random and then
+    # reshuffled cannot be: named, with what to pass.
+    class Rotary(torch.nn.Module):
+        def __init__(self, random=False):
+            super().__init__()
+            angles = torch.outer(torch.arange(4.0), 1.0 / 10.0 ** torch.arange(0, 4, 2.0))
+            self.register_buffer("freqs", torch.polar(torch.ones_like(angles), angles),
+                                 persistent=False)
+            if random:
+                self.register_buffer("noise", torch.randn(4, 4).t(), persistent=False)
+            self.fc = torch.nn.Linear(4, 4)
+
+        def forward(self, x):
+            z = torch.view_as_complex(self.fc(x).reshape(4, 2, 2))
+            return torch.view_as_real(z * self.freqs).flatten(1)
+
+    torch.manual_seed(0)
+    eager = Rotary()
+    prog = tdx.trace(tdx.deferred_init(Rotary), torch.zeros(4, 4))
+    exe = tdx.compile(prog, opt_level=0)
+    assert exe.needs_params() == ["freqs"]
+    assert "freqs" not in eager.state_dict()
+    x = torch.randn(4, 4)
+    got, = exe.run(x, params=eager.state_dict())
+    torch.testing.assert_close(got, eager(x), rtol=0, atol=0)
+    exe = tdx.compile(tdx.trace(tdx.deferred_init(Rotary, True), torch.zeros(4, 4)), opt_level=0)
+    assert sorted(exe.needs_params()) == ["freqs", "noise"]
+    with pytest.raises(tdx.InputError, match="noise is not given and cannot be made shard by "
+                                             "shard .*pass it in params="):
+        exe.run(x, params=eager.state_dict())

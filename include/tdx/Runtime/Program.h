@@ -35,6 +35,9 @@ template <class Context, class Tensor, class ElementType> struct BasicProgram {
   /// Buffers registered with persistent=False: state, but not of
   /// model.state_dict().
   std::vector<std::string> nonPersistent;
+  /// State whose init program is not pointwise in the global index: it is
+  /// read (--params, a checkpoint, a store), never made by init().
+  std::vector<std::string> needsParams;
   struct Value {
     std::vector<int64_t> shape;
     ElementType dtype;
@@ -108,6 +111,9 @@ std::string signatureJson(const P &program, DTypeName dtypeName) {
   json::Array nonPersistent;
   for (const std::string &name : program.nonPersistent)
     nonPersistent.push_back(json::Value(name));
+  json::Array needsParams;
+  for (const std::string &name : program.needsParams)
+    needsParams.push_back(json::Value(name));
   json::Array entries;
   for (const auto &entry : program.entries) {
     json::Array in, out;
@@ -127,6 +133,8 @@ std::string signatureJson(const P &program, DTypeName dtypeName) {
                                               {"tied", json::Value(std::move(tied))},
                                               {"non_persistent",
                                                json::Value(std::move(nonPersistent))},
+                                              {"needs_params",
+                                               json::Value(std::move(needsParams))},
                                               {"inputs", json::Value(std::move(inputs))},
                                               {"outputs", json::Value(std::move(outputs))},
                                               {"entries", json::Value(std::move(entries))}}));
