@@ -36,6 +36,7 @@ from .memory import working_memory
 from .explain import explain
 from .auto import auto_parallelize
 from .precision import MixedPrecision
+from .torch_plans import recorded_plan
 from . import checkpoint, store
 from .checkpoint import slice  # noqa: A004 (TorchShard's name)
 from .sharding import (
@@ -63,6 +64,7 @@ __all__ = [
     "working_memory",
     "explain",
     "auto_parallelize",
+    "recorded_plan",
     "MixedPrecision",
     "Executable",
     "Runner",

@@ -108,3 +108,51 @@ def style(s, module, m):
         return _s.VocabParallel(axis) if embedding else _s.RowwiseParallel(axis)
     raise TypeError(f"{type(s).__name__} is a torch plan style tdx does not take; use "
                     f"ColwiseParallel, RowwiseParallel, SequenceParallel or PrepareModuleInput")
+
+
+def recorded_plan(apply, model, *args, **kwargs):
+    """The tensor-parallel plan that ``apply(model, *args, **kwargs)`` gives
+    through torch's ``parallelize_module`` (torchtitan's ``apply_tp``, or a
+    user's own function), as one plan dict ``{qualified module name: torch
+    style}`` for :func:`tdx.parallelize`, recorded instead of applied: the
+    model is not changed and no process group is needed (the mesh ``apply``
+    is given is only passed along). Every ``parallelize_module`` call on
+    `model` or one of its submodules is recorded, its plan keys prefixed
+    with that submodule's name; a style given for a whole module (not a
+    dict) is recorded under the module's own name."""
+    import sys
+
+    from torch.distributed.tensor.parallel import api
+
+    original = api.parallelize_module
+    names = {id(m): n for n, m in model.named_modules()}
+    plan = {}
+
+    def record(module, device_mesh=None, parallelize_plan=None, **_):
+        if id(module) not in names:
+            raise ValueError(f"recorded_plan: parallelize_module was called on a "
+                             f"{type(module).__name__} that is not a submodule of the model "
+                             f"given; pass the model apply() parallelizes")
+        prefix = names[id(module)]
+        entries = parallelize_plan if isinstance(parallelize_plan, dict) else \
+            {"": parallelize_plan}
+        for key, style in entries.items():
+            name = ".".join(p for p in (prefix, key) if p)
+            if not name:
+                raise ValueError("recorded_plan: a style for the whole model has no module "
+                                 "name to place; give styles for its submodules")
+            plan[name] = style
+        return module
+
+    # Modules that imported the function by name (torchtitan's do) hold
+    # their own reference: each is pointed at the recorder for the call.
+    holders = [m for m in list(sys.modules.values())
+               if getattr(m, "parallelize_module", None) is original]
+    for m in holders:
+        m.parallelize_module = record
+    try:
+        apply(model, *args, **kwargs)
+    finally:
+        for m in holders:
+            m.parallelize_module = original
+    return plan

@@ -33,7 +33,8 @@ def _lm(cls, config_cls, **kw):
 _DECODER = dict(hidden_size=32, intermediate_size=64, num_hidden_layers=2, num_attention_heads=4,
                 num_key_value_heads=2, max_position_embeddings=16, bos_token_id=1, eos_token_id=2)
 
-# name -> (builder, kind). kind: "lm" (ids -> logits, next-token targets),
+# name -> (builder, kind). kind: "lm" (ids -> logits, next-token targets;
+# "titan": torchtitan's model(tokens) -> logits),
 # "image" (pixel_values -> class logits), "seq2seq" (ids, labels -> loss),
 # "vision" (a torchvision-style model(images) -> class logits).
 MODELS = {
@@ -79,7 +80,31 @@ MODELS["vit"] = (_vit, "image")
 # small config: LayerNorm, depthwise convolutions, layer scale) and timm's.
 MODELS["convnext"] = (lambda: __import__("vision_models").convnext_small(), "vision")
 MODELS["convnext-timm"] = (_timm_convnext, "vision")
-# torchvision's ResNet-50 (bottleneck blocks, batch norm; 32x32 images).
+
+
+def _torchtitan_llama3():
+    # torchtitan's Llama 3 (RoPE as a complex table made with torch.polar,
+    # grouped-query attention, SDPA): built, then initialized, as
+    # torchtitan's trainer does.
+    from torchtitan.models.llama3 import Transformer, TransformerModelArgs
+    model = Transformer(TransformerModelArgs(dim=32, n_layers=2, n_heads=4, n_kv_heads=2,
+                                             vocab_size=VOCAB, multiple_of=16, max_seq_len=16))
+    with torch.no_grad():
+        model.init_weights()
+    return model
+
+
+def _torchtitan_plan(model, mesh):
+    # torchtitan's own tensor-parallel plan: its apply_tp, recorded.
+    from torchtitan.models.llama3.infra.parallelize import apply_tp
+    return tdx.recorded_plan(apply_tp, model, mesh, loss_parallel=False,
+                             enable_float8_tensorwise_tp=False)
+
+
+MODELS["llama3-torchtitan"] = (_torchtitan_llama3, "titan")
+# tp2 with the model's own plan rather than auto_parallelize's.
+OWN_PLANS = {"llama3-torchtitan": _torchtitan_plan}
+# torchvision's ResNet-50 (bottleneck blocks, batch norm; 64x64 images).
 MODELS["resnet50"] = (lambda: __import__("torchvision").models.resnet50(num_classes=10), "vision")
 
 # No linear layer feeds another (timm's ConvNeXt computes its MLPs as 1x1
@@ -98,6 +123,9 @@ def loss_fn_of(kind):
         return lambda model, x, y: F.cross_entropy(model(x), y)
     if kind == "seq2seq":
         return lambda model, ids, labels: model(input_ids=ids, labels=labels).loss
+    if kind == "titan":
+        return lambda model, ids, targets: F.cross_entropy(model(ids).reshape(-1, VOCAB),
+                                                           targets.reshape(-1))
     return lambda model, ids, targets: F.cross_entropy(
         model(input_ids=ids).logits.reshape(-1, VOCAB), targets.reshape(-1))
 
@@ -171,8 +199,11 @@ def test_hf_model_trains_from_the_runner_like_eager(name, layout):
             with pytest.raises(ValueError, match="found no pair of linear layers to split"):
                 tdx.auto_parallelize(prog, mesh)
             return
-        chosen = tdx.auto_parallelize(prog, mesh)
-        assert chosen["plan"], f"{name}: auto_parallelize found no linear pairs"
+        if name in OWN_PLANS:
+            tdx.parallelize(prog, mesh, OWN_PLANS[name](prog._model, mesh))
+        else:
+            chosen = tdx.auto_parallelize(prog, mesh)
+            assert chosen["plan"], f"{name}: auto_parallelize found no linear pairs"
     start, fp32, fp64 = eager(name)
     exe = tdx.compile(prog, opt_level=0)
     with exe.start(params=start) as runner:
@@ -243,8 +274,32 @@ def test_hf_model_inference_matches_eager(name, layout):
             with pytest.raises(ValueError, match="found no pair of linear layers to split"):
                 tdx.auto_parallelize(prog, mesh)
             return
-        assert tdx.auto_parallelize(prog, mesh)["plan"]
+        if name in OWN_PLANS:
+            tdx.parallelize(prog, mesh, OWN_PLANS[name](deferred, mesh))
+        else:
+            assert tdx.auto_parallelize(prog, mesh)["plan"]
     got = tdx.compile(prog, opt_level=0).run(*inputs, params=model.state_dict())[0]
     with torch.no_grad():
         want = _logits(model(*inputs, **_constants(model)))
     torch.testing.assert_close(got, want, rtol=1e-5, atol=1e-5)
+
+
+def test_recorded_plan_is_torchtitans_apply_tp_unapplied():
+    # Recorded, not applied: the model keeps plain parameters, and every
+    # parallelize_module call's plan is there under its module's full name.
+    model = tdx.deferred_init(_torchtitan_llama3)
+    mesh = tdx.init_device_mesh("cpu", (2,), ("tp",))
+    plan = _torchtitan_plan(model, mesh)
+    kinds = {k: type(v).__name__ for k, v in plan.items()}
+    assert kinds["tok_embeddings"] == "RowwiseParallel" and kinds["norm"] == "SequenceParallel"
+    assert kinds["layers.1.attention.wq"] == "ColwiseParallel"
+    assert kinds["layers.1.feed_forward.w2"] == "RowwiseParallel"
+    assert kinds["layers.0.attention"] == "PrepareModuleInput"
+    assert all(type(p) is torch.nn.Parameter for p in model.parameters())
+
+    def elsewhere(model, mesh):
+        from torch.distributed.tensor.parallel import ColwiseParallel, parallelize_module
+        parallelize_module(torch.nn.Linear(2, 2), mesh, ColwiseParallel())
+
+    with pytest.raises(ValueError, match="not a submodule of the model given"):
+        tdx.recorded_plan(elsewhere, model, mesh)
