@@ -303,3 +303,30 @@ def test_recorded_plan_is_torchtitans_apply_tp_unapplied():
 
     with pytest.raises(ValueError, match="not a submodule of the model given"):
         tdx.recorded_plan(elsewhere, model, mesh)
+
+
+# bf16 rows: tdx.MixedPrecision (bf16 compute on fp32 master weights, fp32
+# reductions) against eager with the same casts (test_mixed_precision's
+# loop); losses within 2e-2 of eager's.
+BF16 = ["gpt2", "llama", "llama3-torchtitan"]
+
+
+@pytest.mark.parametrize("layout", ["1", "tp2"])
+@pytest.mark.parametrize("name", BF16)
+def test_hf_model_trains_in_bf16_like_eager_with_the_same_casts(name, layout):
+    from test_mixed_precision import POLICY, eager_loop_with_casts
+    build, kind = MODELS[name]
+    batches = data(kind, name)
+    torch.manual_seed(0)
+    model = build()
+    start = {k: v.detach().clone() for k, v in model.state_dict().items()}
+    _, want = eager_loop_with_casts(model, adamw, loss_fn_of(kind), batches)
+    prog = traced(name)
+    mesh = tdx.init_device_mesh("cpu", (2,) if layout == "tp2" else (1,), ("tp",))
+    plan = {} if layout == "1" else OWN_PLANS[name](prog._model, mesh) if name in OWN_PLANS \
+        else tdx.auto_parallelize(prog.copy(), mesh)["plan"]
+    tdx.parallelize(prog, mesh, plan, mixed_precision=POLICY)
+    with tdx.compile(prog, opt_level=0).start(params=start) as runner:
+        got = [runner.train_step(*batch).item() for batch in batches]
+    for k, (g, w) in enumerate(zip(got, want)):
+        assert abs(g - w) <= 2e-2 * abs(w), f"{name} bf16 step {k}: {g} vs eager {w}"

@@ -44,11 +44,17 @@ def compiled(model, mesh, zero=0):
 def eager_with_casts(model, data):
     """Eager's 10 AdamW steps with a bf16 copy of the fp32 weights computing
     each step (one copy per tensor: a tied weight's two names share it)."""
-    from torch.nn.utils.stateless import _reparametrize_module
     build, loss_fn = MODELS[model]
     torch.manual_seed(0)
-    m = build()
-    optimizer = OPTIMIZERS["adamw"](m.parameters())
+    return eager_loop_with_casts(build(), OPTIMIZERS["adamw"], loss_fn, data)
+
+
+def eager_loop_with_casts(m, make_optimizer, loss_fn, data):
+    """Eager's loop on model `m`, each step computed by a bf16 copy of its
+    fp32 weights, the gradients reaching the fp32 weights as fp32, which
+    make_optimizer(parameters) updates: (m, losses)."""
+    from torch.nn.utils.stateless import _reparametrize_module
+    optimizer = make_optimizer(m.parameters())
     losses = []
     for batch in data:
         optimizer.zero_grad()
