@@ -4,9 +4,10 @@ model (bench_training's GPT), batch, AdamW step and steps:
   - 1 rank: torch eager; torch.compile (inductor, CPU; its first step is
     its compile) next to tdx's 1-rank binary (and tdx's trace + place +
     compile time next to torch.compile's first step);
-  - data parallel on 2 and 4 ranks: DDP and FSDP2 (``fully_shard`` per
-    block and the root, with and without ``reshard_after_forward``) on gloo,
-    next to tdx dp2/dp4 and tdx's ZeRO-3 (what FSDP does) on 2 and 4;
+  - data parallel on 2 and 4 ranks: DDP next to tdx's data parallelism;
+    FSDP2 (``fully_shard`` per block and the root) next to tdx's ZeRO-3,
+    and FSDP2 without ``reshard_after_forward`` (one all-gather a step)
+    next to tdx's ZeRO-2 (one all-gather a step, after the update);
   - tensor parallel on 2 ranks: DTensor's ``parallelize_module`` with the
     Megatron plan (ColwiseParallel q, k, v, fc; RowwiseParallel wo, proj),
     next to tdx's same plan;
@@ -19,13 +20,17 @@ model (bench_training's GPT), batch, AdamW step and steps:
 
 Each line: the step time, its ratio to the torch peer of that layout (how
 many times faster tdx is: > 1 is tdx faster), the bytes one rank sends per
-step, and memory per rank. tdx's bytes and peak are its binary's own
-(--verbose: bytes communicated, peak tensor memory of a step); the peers'
-bytes are the payload their algorithm moves (DDP: a ring all-reduce of the
-gradients, 2 (w-1)/w of them; FSDP2: all-gathers of the parameters, one or
-two, and a reduce-scatter of the gradients, (w-1)/w each; tensor
-parallelism: a ring all-reduce of 4 activations per block; pipelining: the
-activations and their gradients across the cut), and their memory is what
+step, and memory per rank. Bytes are what one rank hands to collectives
+per step, each call's input (an all-reduce's or reduce-scatter's whole
+input, an all-gather's shard, a send's buffer; what goes on the wire
+depends on the collective's algorithm): tdx's are its binary's own count
+(--verbose), the peers' their algorithm's (DDP: an all-reduce of the
+gradients; FSDP2: all-gathers of the parameters' shards, two or one, and a
+reduce-scatter of the gradients; tensor parallelism: 4 all-reduces of
+activations per block; FSDP2 + TP: both, of a tp rank's half; pipelining:
+the activations or their gradients across the cut and the tied gradient's
+all-reduce). tdx's memory is its binary's peak tensor memory of a step;
+the peers' memory is what
 a rank process's peak resident set grew by from its start to the end of
 the steps (model, optimizer state and the steps' tensors; torch's CPU
 allocator keeps no tensor count, and freed memory it keeps counts too), so
@@ -59,29 +64,43 @@ from gpt_2x2 import GPT  # noqa: E402
 MICRO = 4  # pipeline micro-batches
 
 
-def _params_bytes():
-    m = model()
-    return sum(p.numel() * p.element_size() for p in m.parameters())
+def _params_bytes(tp=1):
+    """Bytes of the parameters one rank holds under the Megatron plan over
+    `tp` ranks (q, k, v, fc split by rows, wo and proj by columns with their
+    biases whole; the rest replicated); a tied tensor once."""
+    split = {"wq", "wk", "wv", "fc", "wo", "proj"}
+    total = 0
+    for name, p in model().named_parameters():
+        parts = name.split(".")
+        cut = tp if parts[-2] in split and not (parts[-2] in ("wo", "proj") and
+                                                 parts[-1] == "bias") else 1
+        total += p.numel() * p.element_size() // cut
+    return total
 
 
-def _act_bytes():
-    return BATCH * SEQ * CONFIG["d"] * 4
+def _act_bytes(batch=BATCH):
+    return batch * SEQ * CONFIG["d"] * 4
 
 
 def payload(kind, world):
-    """The bytes one rank sends per step in the peer's algorithm."""
+    """The bytes one rank hands to collectives per step in the peer's
+    algorithm: each call's input, as tdx's binary counts its own (an
+    all-reduce's or a reduce-scatter's whole input, an all-gather's shard,
+    a send's buffer)."""
     p, a, layers = _params_bytes(), _act_bytes(), CONFIG["layers"]
     if kind == "ddp":
-        return 2 * (world - 1) / world * p
-    if kind == "fsdp+tp":  # tp's all-reduces on half the batch; FSDP2 of a tp rank's half
-        return 4 * layers * 2 * 0.5 * (a / 2) + 3 * 0.5 * (p / 2)
-    if kind.startswith("fsdp"):
-        gathers = 2 if kind == "fsdp" else 1  # reshard_after_forward gathers again
-        return (gathers + 1) * (world - 1) / world * p
+        return p  # the gradients' all-reduce
+    if kind == "fsdp":  # all-gathers before the forward and the backward, a reduce-scatter
+        return 2 * p / world + p
+    if kind == "fsdp-keep":  # no second all-gather
+        return p / world + p
     if kind == "tp":
-        return 4 * layers * 2 * (world - 1) / world * a
-    if kind == "pp":
-        return a + CONFIG["vocab"] * CONFIG["d"] * 4  # activations or their grads, the tied grad
+        return 4 * layers * a  # two all-reduces per block each way
+    if kind == "fsdp+tp":  # tp on half the batch; FSDP2 over dp of a tp rank's parameters
+        mine = _params_bytes(tp=2)
+        return 4 * layers * _act_bytes(BATCH // 2) + 2 * mine / 2 + mine
+    if kind == "pp":  # activations or their gradients across the cut, the tied gradient
+        return a + CONFIG["vocab"] * CONFIG["d"] * 4
     raise ValueError(kind)
 
 
@@ -301,9 +320,9 @@ def main():
     t0 = time.perf_counter()
     tdx_one = compile_tdx()  # trace + place + compile, timed whole below
     first_tdx = (time.perf_counter() - t0) * 1e3
-    exes = {"1": tdx_one, "dp2": compile_tdx((2,), ("dp",)),
-            "dp2 zero3": compile_tdx((2,), ("dp",), 3), "dp4": compile_tdx((4,), ("dp",)),
-            "dp4 zero3": compile_tdx((4,), ("dp",), 3), "tp2": compile_tdx((2,), ("tp",)),
+    exes = {"1": tdx_one, "tp2": compile_tdx((2,), ("tp",)),
+            **{f"dp{w}{z}": compile_tdx((w,), ("dp",), int(z[-1]) if z else 0)
+               for w in (2, 4) for z in ("", " zero2", " zero3")},
             "2x2": compile_tdx((2, 2), ("dp", "tp")), "pp2 1f1b": tdx_pipeline()}
     peers = {"DDP dp2": ("ddp", 2), "FSDP2 dp2": ("fsdp", 2),
              "FSDP2 dp2 no-reshard": ("fsdp-keep", 2), "DDP dp4": ("ddp", 4),
@@ -335,9 +354,10 @@ def main():
             facts[name] = (payload(kind, world), rss)
             check(name, got, want)
     rows = [("1 rank", "torch eager", ["tdx 1"]), ("1 rank", "torch.compile", ["tdx 1"])]
-    for world in (2, 4):
-        for p in (f"DDP dp{world}", f"FSDP2 dp{world}", f"FSDP2 dp{world} no-reshard"):
-            rows.append((f"dp{world}", p, [f"tdx dp{world}", f"tdx dp{world} zero3"]))
+    for world in (2, 4):  # each peer beside tdx's plan that communicates as it does
+        rows += [(f"dp{world}", f"DDP dp{world}", [f"tdx dp{world}"]),
+                 (f"dp{world}", f"FSDP2 dp{world}", [f"tdx dp{world} zero3"]),
+                 (f"dp{world}", f"FSDP2 dp{world} no-reshard", [f"tdx dp{world} zero2"])]
     rows += [("tp2", "DTensor tp2", ["tdx tp2"]), ("2x2", "FSDP2+DTensor 2x2", ["tdx 2x2"]),
              ("pp2", "pipelining pp2 1F1B", ["tdx pp2 1f1b"])]
     print(f"GPT {CONFIG}, batch {BATCH}x{SEQ}, AdamW, {args.steps} steps x best of "
