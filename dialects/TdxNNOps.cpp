@@ -234,7 +234,12 @@ LogicalResult SdpaOp::inferReturnTypes(MLIRContext *, std::optional<Location> lo
   auto shape = q.getShape();
   inferred.push_back(RankedTensorType::get({shape[0], shape[1], shape[2], v.getShape()[3]},
                                            q.getElementType()));
-  inferred.push_back(RankedTensorType::get(shape.drop_back(), q.getElementType()));
+  // The log-sum-exp is kept in the accumulate type, as torch's kernel keeps
+  // it: f32 for bf16 and f16 queries.
+  Type lse = q.getElementType();
+  if (isa<BFloat16Type, Float16Type>(lse))
+    lse = Float32Type::get(lse.getContext());
+  inferred.push_back(RankedTensorType::get(shape.drop_back(), lse));
   return success();
 }
 

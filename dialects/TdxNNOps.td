@@ -167,7 +167,8 @@ def Tdx_SdpaOp : Tdx_InferredOp<"sdpa"> {
     may have fewer heads than `query` (a divisor; query head `h` reads key
     head `h / (heads / kv_heads)`), as `enable_gqa=True`. The second result
     is the log-sum-exp of each query row, `[batch, heads, seq]`, which the
-    backward reads. Dropout is not part of it: with `dropout_p > 0` torch
+    backward reads, in the accumulate type (f32 for bf16 and f16 queries,
+    as torch's kernel keeps it). Dropout is not part of it: with `dropout_p > 0` torch
     takes its math path, whose ops stay generic (the mask a counter-based
     `tdx.bernoulli`).
 

@@ -342,11 +342,23 @@ void Module::annotateUses(const std::string &param, const std::string &meshName,
         users.push_back(ref);
       return;
     }
-    for (Operation *user : ref->getUsers())
+    auto consider = [&](Operation *user) {
       if (user->getNumResults() == 1)
         if (auto t = dyn_cast<RankedTensorType>(user->getResult(0).getType()))
           if (t.getRank() >= needed)
             users.push_back(user);
+    };
+    // Under mixed precision the parameter is read through its cast to the
+    // compute dtype (and an op computing in f32 casts it back): the casts'
+    // users are the parameter's.
+    SmallVector<Value> values = {ref.getResult()};
+    while (!values.empty())
+      for (Operation *user : values.pop_back_val().getUsers()) {
+        if (floatWidening(user) != 0)
+          values.push_back(user->getResult(0));
+        else
+          consider(user);
+      }
   });
   // Every placement is checked before the first edit.
   for (Operation *user : users)

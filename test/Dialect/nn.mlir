@@ -123,3 +123,11 @@ func.func @sdpa(%q: tensor<2x4x8x16xf32>, %k: tensor<2x2x8x16xf32>, %v: tensor<2
   %dq, %dk, %dv = tdx.sdpa_backward %o, %q, %k, %v, %o, %lse causal : (tensor<2x4x8x32xf32>, tensor<2x4x8x16xf32>, tensor<2x2x8x16xf32>, tensor<2x2x8x32xf32>, tensor<2x4x8x32xf32>, tensor<2x4x8xf32>) -> (tensor<2x4x8x16xf32>, tensor<2x2x8x16xf32>, tensor<2x2x8x32xf32>)
   return
 }
+
+// bf16 queries: the log-sum-exp stays f32, as torch's kernel keeps it.
+// CHECK-LABEL: func.func @sdpa_bf16
+func.func @sdpa_bf16(%q: tensor<2x4x8x16xbf16>) {
+  // CHECK: tdx.sdpa {{.*}} -> (tensor<2x4x8x16xbf16>, tensor<2x4x8xf32>)
+  %o, %lse = tdx.sdpa %q, %q, %q causal : (tensor<2x4x8x16xbf16>, tensor<2x4x8x16xbf16>, tensor<2x4x8x16xbf16>) -> (tensor<2x4x8x16xbf16>, tensor<2x4x8xf32>)
+  return
+}
