@@ -69,7 +69,7 @@ class Program:
         the main entry: the main entry decides the state's placements, and
         the others read the state where it is (data parallelism splits their
         batch too)."""
-        from .deferred import _python_guards
+        from .deferred import _python_guards, model_code_tracing
         model = getattr(self, "_model", None)
         if model is None:
             raise CaptureError(f"add_entry('{name}'): the program does not know its model; "
@@ -84,7 +84,8 @@ class Program:
         inputs = _fake_inputs(example_inputs, "example input", "add_entry")
         log = _C.Trace()
         before = len(recording)
-        with torch.no_grad(), _python_guards(fake_cuda=True), _C.TraceMode(log):
+        with torch.no_grad(), _python_guards(fake_cuda=True), _C.TraceMode(log), \
+                model_code_tracing():
             out = fn(model, *inputs)
         if len(recording) != before:
             raise CaptureError(f"add_entry('{name}'): fn changed the model's state (a batch "

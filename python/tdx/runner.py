@@ -142,8 +142,9 @@ class Runner:
             return state
         from . import dtensor as dt
         sig = self._exe.signature()
-        mesh = dt.device_mesh(sig, self._t.rank, self._t._dir)
-        return dt.to_dtensors(state, sig, self._exe.tied(), mesh, self._t.rank)
+        if getattr(self, "_torch_mesh", None) is None:  # made once, its groups kept
+            self._torch_mesh = dt.device_mesh(sig, self._t.rank, self._t._dir)
+        return dt.to_dtensors(state, sig, self._exe.tied(), self._torch_mesh, self._t.rank)
 
     def load_state_dict(self, state_dict, strict=True):
         """Replaces the ranks' state with `state_dict`'s global tensors (each

@@ -120,3 +120,21 @@ def test_a_config_asking_for_what_tdx_cannot_take_is_refused_by_name():
     with pytest.raises(tdx.CaptureError, match=r"FlexAttention .* is not supported by tdx yet"
                                                r".*attn_implementation='sdpa'"):
         tdx.trace(deferred, data("lm")[0][0], use_cache=False)
+
+
+def test_trace_takes_keyword_constants_and_names_a_cache_output():
+    # A Hugging Face model returns its key/value cache unless told not to:
+    # named with the fix; keywords are constants, a tensor keyword is not.
+    ids = data("lm")[0][0]
+    deferred = tdx.deferred_init(_gpt2)
+    with pytest.raises(tdx.CaptureError, match=r"got DynamicCache .*use_cache=False"):
+        tdx.trace(deferred, ids)
+    with pytest.raises(tdx.CaptureError, match="keyword 'attention_mask' is a tensor"):
+        tdx.trace(deferred, ids, attention_mask=torch.ones_like(ids))
+    # An evaluation entry runs the model's own code as the forward does.
+    prog = tdx.trace_train_step(deferred, adamw(deferred.parameters()), loss_fn_of("lm"),
+                                *data("lm")[0])
+    prog.add_entry("logits", lambda m, x: m(x, use_cache=False).logits, ids)
+    with tdx.compile(prog, opt_level=0).start(params=_gpt2().state_dict()) as runner:
+        got = runner.logits(ids)
+    torch.testing.assert_close(got, _gpt2()(ids, use_cache=False).logits, rtol=1e-6, atol=1e-6)

@@ -191,9 +191,11 @@ DTENSOR_SCRIPT = textwrap.dedent('''
                  checkpoint_id=sys.argv[1])
         if runner.rank == 0:
             tdx.safetensors.save(full, os.path.join(sys.argv[1], "..", "full.safetensors"))
-        print(json.dumps({"rank": runner.rank, "sharded": sharded,
-                          "local": list(state["0.weight"].to_local().shape),
-                          "mesh": state["0.weight"].device_mesh.mesh_dim_names}))
+        # A file per rank: two ranks printing at once may share a line.
+        with open(os.path.join(sys.argv[1], "..", f"rank-{runner.rank}.json"), "w") as f:
+            json.dump({"rank": runner.rank, "sharded": sharded,
+                       "local": list(state["0.weight"].to_local().shape),
+                       "mesh": state["0.weight"].device_mesh.mesh_dim_names}, f)
 ''')
 
 
@@ -203,8 +205,9 @@ def test_dtensor_state_dict_under_spmd_saves_with_torchs_dcp(tmp_path):
     # from both ranks; that folder starts a runner with the same state.
     script = tmp_path / "dtensor_script.py"
     script.write_text(DTENSOR_SCRIPT)
-    done, lines = spmd(2, os.fspath(script), os.fspath(tmp_path / "dcp"), HERE, timeout=300)
+    done, _ = spmd(2, os.fspath(script), os.fspath(tmp_path / "dcp"), HERE, timeout=300)
     assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
+    lines = [json.load(open(tmp_path / f"rank-{r}.json")) for r in (0, 1)]
     assert sorted(line["rank"] for line in lines) == [0, 1]
     # Colwise then rowwise: both weights split, the local box half of each.
     assert {"0.weight", "2.weight", "optimizer.0.weight.exp_avg"} <= set(lines[0]["sharded"])
