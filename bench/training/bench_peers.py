@@ -43,6 +43,7 @@ oversubscribe it.
     . build/env.sh && "$TDX_PYTHON" bench/training/bench_peers.py [--steps 8] [--rounds 2]
 """
 
+import functools
 import os
 import sys
 import time
@@ -58,12 +59,13 @@ import torch.multiprocessing as mp  # noqa: E402
 
 import tdx  # noqa: E402
 from bench_training import (BATCH, CONFIG, SEQ, batches, compile_tdx, eager, loss_fn,  # noqa: E402
-                            model, optimizer, run_tdx)
+                            model, optimizer, run_tdx, timed_steps)
 from gpt_2x2 import GPT  # noqa: E402
 
 MICRO = 4  # pipeline micro-batches
 
 
+@functools.lru_cache(maxsize=None)
 def _params_bytes(tp=1):
     """Bytes of the parameters one rank holds under the Megatron plan over
     `tp` ranks (q, k, v, fc split by rows, wo and proj by columns with their
@@ -173,20 +175,17 @@ def worker(rank, world, kind, data, port, out):
     if kind == "pp":
         return _pipeline_worker(rank, world, m, data, out, rss)
     opt = optimizer(m.parameters())
-    t0, losses = None, []
-    for k, batch in enumerate(data):
-        if k == 1:
-            dist.barrier()
-            t0 = time.perf_counter()
+
+    def step(batch):
         opt.zero_grad()
         loss = loss_fn(m, *split(batch))
         loss.backward()
         opt.step()
         mean = loss.detach().clone()
         dist.all_reduce(mean)  # the global batch's loss (tp ranks: the same one)
-        losses.append(mean.item() / world)
-    dist.barrier()
-    ms = (time.perf_counter() - t0) * 1e3 / (len(data) - 1)
+        return mean.item() / world
+
+    ms, losses = timed_steps(data, step)
     if rank == 0:
         out.put((ms, losses, _rss_growth(rss)))
     dist.destroy_process_group()
@@ -229,11 +228,9 @@ def _pipeline_worker(rank, world, m, data, out, rss):
     schedule = Schedule1F1B(stage, MICRO, loss_fn=mean_ce)
     tied = stage_module.wte.weight if rank == 0 else stage_module.lm_head.weight
     opt = optimizer(stage_module.parameters())
-    t0, losses = None, []
-    for k, (ids, y) in enumerate(data):
-        if k == 1:
-            dist.barrier()
-            t0 = time.perf_counter()
+
+    def step(batch):
+        ids, y = batch
         opt.zero_grad()
         micro = []
         if rank == 0:
@@ -246,9 +243,9 @@ def _pipeline_worker(rank, world, m, data, out, rss):
         opt.step()
         loss = torch.stack(micro).mean() if micro else torch.zeros(())
         dist.all_reduce(loss)
-        losses.append(loss.item())
-    dist.barrier()
-    ms = (time.perf_counter() - t0) * 1e3 / (len(data) - 1)
+        return loss.item()
+
+    ms, losses = timed_steps(data, step)
     if rank == 0:
         out.put((ms, losses, _rss_growth(rss)))
     dist.destroy_process_group()

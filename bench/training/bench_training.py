@@ -168,6 +168,20 @@ def megatron_model(rank, world):
     return m
 
 
+def timed_steps(data, step):
+    """Each rank's loop of a gloo peer: step(batch) -> its loss (a float)
+    for every batch; (the mean ms of a step after the first, the losses),
+    the ranks meeting at a barrier where the timing starts and ends."""
+    t0, losses = None, []
+    for k, batch in enumerate(data):
+        if k == 1:
+            dist.barrier()
+            t0 = time.perf_counter()
+        losses.append(step(batch))
+    dist.barrier()
+    return (time.perf_counter() - t0) * 1e3 / (len(data) - 1), losses
+
+
 def gloo_worker(rank, world, peer, data, port, out):
     """One rank of a gloo peer: "ddp" (DDP on this rank's part of each batch)
     or "megatron" (hand-written tensor parallelism on the whole batch)."""
@@ -181,18 +195,15 @@ def gloo_worker(rank, world, peer, data, port, out):
         m = megatron_model(rank, world)
         part = lambda batch: batch
     opt = optimizer(m.parameters())
-    t0, losses = None, []
-    for k, batch in enumerate(data):
-        if k == 1:
-            dist.barrier()
-            t0 = time.perf_counter()
+
+    def step(batch):
         opt.zero_grad()
         loss = loss_fn(m, *part(batch))
         loss.backward()
         opt.step()
-        losses.append(loss.item())
-    dist.barrier()
-    ms = (time.perf_counter() - t0) * 1e3 / (len(data) - 1)
+        return loss.item()
+
+    ms, losses = timed_steps(data, step)
     if rank == 0:
         state = (m.module if peer == "ddp" else m).state_dict()
         # numpy arrays travel by value (a tensor's shared memory dies with this process).

@@ -492,22 +492,13 @@ std::string captureToMlir(const Recording &recording, const std::vector<StateEnt
   b.setInsertionPoint(scratch);
   for (auto [i, e] : llvm::enumerate(entries)) {
     RankedTensorType type = tensorType(b, e.tensor);
-    bool transient = !e.persistent;
-    Operation *decl;
-    if (!e.tiedTo.empty()) {
-      auto tied = FlatSymbolRefAttr::get(&ctx, e.tiedTo);
-      decl = e.isBuffer
-                 ? BufferOp::create(b, loc, e.name, type, tied, ShardingAttr(), transient)
-                       .getOperation()
-                 : ParameterOp::create(b, loc, e.name, type, tied, ShardingAttr()).getOperation();
-      continue;
-    }
-    decl = e.isBuffer
-               ? BufferOp::create(b, loc, e.name, type, FlatSymbolRefAttr(), ShardingAttr(),
-                                  transient)
-                     .getOperation()
-               : ParameterOp::create(b, loc, e.name, type, FlatSymbolRefAttr(), ShardingAttr())
-                     .getOperation();
+    auto tied = e.tiedTo.empty() ? FlatSymbolRefAttr() : FlatSymbolRefAttr::get(&ctx, e.tiedTo);
+    Operation *decl =
+        e.isBuffer ? BufferOp::create(b, loc, e.name, type, tied, ShardingAttr(), !e.persistent)
+                         .getOperation()
+                   : ParameterOp::create(b, loc, e.name, type, tied, ShardingAttr()).getOperation();
+    if (tied)
+      continue; // a tied name takes the value of the one it names: no init
     Region &region = decl->getRegion(0);
     Block *init = b.createBlock(&region);
     OpBuilder ib = OpBuilder::atBlockEnd(init);

@@ -127,6 +127,15 @@ def verify(path):
     return _C.verify_checkpoint(_existing(path))
 
 
+def required_state(signature):
+    """The state names a checkpoint of a program (``exe.signature()``) must
+    hold: its parameters and persistent buffers (not optimizer state, which
+    a fresh optimizer makes, nor non-persistent buffers, nor tied names)."""
+    transient = set(signature.get("non_persistent", []))
+    return [p["name"] for p in signature["params"]
+            if not p["name"].startswith("optimizer.") and p["name"] not in transient]
+
+
 def export_hf(source, out_dir, *, max_shard_size="5GB", include_optimizer=False, config=None):
     """Writes a Hugging Face folder (tdx.hf.write, as ``runner.save(...,
     format="hf")`` does): ``model.safetensors``, or shards of at most

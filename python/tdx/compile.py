@@ -45,15 +45,6 @@ def _plain_safetensors(path):
     return sorted(os.path.join(path, f) for f in os.listdir(path) if f.endswith(".safetensors"))
 
 
-def _names_in(files):
-    from safetensors import safe_open
-    names = set()
-    for f in files:
-        with safe_open(f, framework="pt") as h:
-            names.update(h.keys())
-    return names
-
-
 class Executable:
     """A model binary for one mesh; runs under mpirun, one rank per device
     (CPU processes, or GPUs for target="cuda")."""
@@ -301,10 +292,10 @@ class Executable:
                 raise FileNotFoundError(f"params: no such file or directory: {params}")
             from . import dcp, hf
             if hf.is_hf(params):
-                hf.check(params, self.signature(), self.tied(), set(self.non_persistent()))
+                hf.check(params, self.signature(), self.tied())
             if not dcp.is_dcp(params):
                 files = _plain_safetensors(params)
-                derived = self._derived(_names_in(files)) if files and self.needs_params() \
+                derived = self._derived(hf.headers(files)) if files and self.needs_params() \
                     else {}
                 if not derived:
                     return ["--params", os.fspath(params)]

@@ -67,9 +67,9 @@ def read(path, signature):
     except Exception as e:  # noqa: BLE001 (torch raises what the file system or pickle does)
         raise CheckpointError(f"{path}: DCP's .metadata cannot be read ({e}); the checkpoint "
                               f"is incomplete or not a DCP folder") from None
+    from .checkpoint import required_state
     state = {p["name"]: p for p in signature["params"]}
     tied = signature.get("tied", {})
-    transient = set(signature.get("non_persistent", []))
     buffers, names = {}, {}
     for key, meta in sorted(metadata.state_dict_metadata.items()):
         if key.startswith(_GROUPS):
@@ -87,8 +87,7 @@ def read(path, signature):
         buffers[key] = torch.empty(tuple(meta.size), dtype=meta.properties.dtype)
         names[key] = name
     found = set(names.values())
-    missing = [n for n in state if not n.startswith("optimizer.") and n not in transient
-               and n not in found]
+    missing = [n for n in required_state(signature) if n not in found]
     if missing:
         raise CheckpointError(f"{path}: no tensor for {missing[0]}"
                               + (f" (and {len(missing) - 1} more)" if len(missing) > 1 else "")

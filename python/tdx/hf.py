@@ -51,28 +51,28 @@ def _files(path):
     return files
 
 
-def _headers(path):
-    """Name -> (shape, file) of every tensor in the folder."""
+def headers(files):
+    """Name -> (shape, file's name) of every tensor in safetensors `files`
+    (paths), from their headers alone."""
     from safetensors import safe_open
     found = {}
-    for name in _files(path):
-        file = os.path.join(path, name)
+    for file in files:
         try:
             with safe_open(file, framework="pt") as f:
                 for key in f.keys():
-                    found[key] = (tuple(f.get_slice(key).get_shape()), name)
+                    found[key] = (tuple(f.get_slice(key).get_shape()), os.path.basename(file))
         except Exception as e:  # safetensors raises its own error types
             raise CheckpointError(f"{file} is not a readable safetensors file ({e})") from None
     return found
 
 
-def check(path, signature, tied, non_persistent):
+def check(path, signature, tied):
     """Raises a CheckpointError naming the first tensor of HF folder `path`
     that the program (``exe.signature()``) cannot take: a name that is no
     state of it, another shape, or a parameter or persistent buffer the
     folder lacks."""
     state = {p["name"]: p for p in signature["params"]}
-    found = _headers(path)
+    found = headers([os.path.join(path, name) for name in _files(path)])
     for key, (shape, file) in sorted(found.items()):
         name = tied.get(key, key)
         if name not in state:
@@ -86,8 +86,8 @@ def check(path, signature, tied, non_persistent):
                                   f"program's {name} is {tuple(state[name]['shape'])} (a "
                                   f"checkpoint of another config)")
     have = {tied.get(k, k) for k in found}
-    missing = sorted(n for n in state if not n.startswith("optimizer.") and
-                     n not in have and n not in non_persistent)
+    from .checkpoint import required_state
+    missing = sorted(n for n in required_state(signature) if n not in have)
     if missing:
         raise CheckpointError(f"{path} has no {', '.join(missing[:3])}"
                               f"{' (and more)' if len(missing) > 3 else ''}: state of this "

@@ -171,9 +171,9 @@ class Runner:
             raise InputError(f"load_state_dict: {', '.join(unknown)} "
                              f"{'is' if len(unknown) == 1 else 'are'} not state of this "
                              f"program; it has {', '.join(sorted(want))}")
-        transient = set(self._exe.non_persistent())
-        missing = sorted(n for n in want if n not in state_dict and
-                         not n.startswith("optimizer.") and n not in transient)
+        from .checkpoint import required_state
+        missing = sorted(n for n in required_state(self._exe.signature())
+                         if n not in state_dict)
         if strict and missing:
             raise InputError(f"load_state_dict: {', '.join(missing)} "
                              f"{'is' if len(missing) == 1 else 'are'} missing (pass "

@@ -293,11 +293,9 @@ class _Style:
 
 
 class _LinearStyle(_Style):
-    # (output-features dim, input-features dim) of the weight.
     def __init__(self, mesh_axis="tp", in_out=False):
         super().__init__(mesh_axis)
-        self.in_out = in_out
-        self._dims = (1, 0) if in_out else (0, 1)
+        self.in_out = in_out  # the weight stored (in, out) rather than (out, in)
 
     def __repr__(self):
         extra = ", in_out=True" if self.in_out else ""
@@ -311,7 +309,7 @@ class ColwiseParallel(_LinearStyle):
 
     @property
     def placements(self):
-        return {"weight": Shard(self._dims[0]), "bias": Shard(0)}
+        return {"weight": Shard(1 if self.in_out else 0), "bias": Shard(0)}
 
 
 class RowwiseParallel(_LinearStyle):
@@ -321,7 +319,7 @@ class RowwiseParallel(_LinearStyle):
 
     @property
     def placements(self):
-        return {"weight": Shard(self._dims[1]), "bias": Replicate()}
+        return {"weight": Shard(0 if self.in_out else 1), "bias": Replicate()}
 
 
 class VocabParallel(_Style):

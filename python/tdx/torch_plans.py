@@ -146,8 +146,9 @@ def recorded_plan(apply, model, *args, **kwargs):
 
     # Modules that imported the function by name (torchtitan's do) hold
     # their own reference: each is pointed at the recorder for the call.
+    # (Their own dicts only: a module's __getattr__ may import or warn.)
     holders = [m for m in list(sys.modules.values())
-               if getattr(m, "parallelize_module", None) is original]
+               if getattr(m, "__dict__", {}).get("parallelize_module") is original]
     for m in holders:
         m.parallelize_module = record
     try:

@@ -56,17 +56,26 @@ def test_a_dcp_checkpoint_torch_wrote_starts_a_runner_that_trains_on(exe, tmp_pa
     assert_losses_match(got, want)
 
 
-def test_a_dcp_checkpoint_tdx_wrote_loads_into_torch_and_trains_on(exe, tmp_path):
+def tdx_saves_dcp(exe, folder):
+    """A runner of `exe` from the MLP's start: 2 steps, runner.save(folder,
+    format="dcp") (a second save there refused), then the other steps;
+    their losses."""
     data = batches("mlp")[:STEPS]
     torch.manual_seed(0)
     start = {k: v.detach().clone() for k, v in mlp().state_dict().items()}
     with exe.start(params=start) as runner:
         for x, y in data[:2]:
             runner.train_step(x, y)
-        runner.save(tmp_path / "tdx", format="dcp")
+        runner.save(folder, format="dcp")
         got = [runner.train_step(x, y).item() for x, y in data[2:]]
         with pytest.raises(tdx.CheckpointError, match="exists and is not empty"):
-            runner.save(tmp_path / "tdx", format="dcp")
+            runner.save(folder, format="dcp")
+    return got
+
+
+def test_a_dcp_checkpoint_tdx_wrote_loads_into_torch_and_trains_on(exe, tmp_path):
+    data = batches("mlp")[:STEPS]
+    got = tdx_saves_dcp(exe, tmp_path / "tdx")
     # torch reads it into its own model and optimizer (the layout above).
     model = mlp()
     opt = adamw(model.parameters())
@@ -117,14 +126,7 @@ def test_fsdp2s_dcp_checkpoint_starts_a_tdx_tp2_runner_that_trains_on(exe_tp2, t
 
 
 def test_tdx_tp2s_dcp_checkpoint_loads_into_fsdp2_which_trains_on(exe_tp2, tmp_path):
-    data = batches("mlp")[:STEPS]
-    torch.manual_seed(0)
-    start = {k: v.detach().clone() for k, v in mlp().state_dict().items()}
-    with exe_tp2.start(params=start) as runner:
-        for x, y in data[:2]:
-            runner.train_step(x, y)
-        runner.save(tmp_path / "tdx", format="dcp")
-        got = [runner.train_step(x, y).item() for x, y in data[2:]]
+    got = tdx_saves_dcp(exe_tp2, tmp_path / "tdx")
     assert_losses_match(fsdp2("load", tmp_path / "tdx", tmp_path / "fsdp2.json"), got)
 
 

@@ -182,6 +182,27 @@ def eager(name):
     return _EAGER[name]
 
 
+def place_tp2(name, prog, **options):
+    """Places `prog` on a ("tp",) mesh of 2 with the model's plan: its own
+    (OWN_PLANS), else auto_parallelize's (given `options` such as
+    mixed_precision=: the plan it chooses on a copy, placed with them).
+    False for a model with no linear pair, whose refusal is asserted."""
+    mesh = tdx.init_device_mesh("cpu", (2,), ("tp",))
+    if name in NO_LINEAR_PAIRS:
+        # Nothing to split over tp: refused with the reason, not a crash.
+        with pytest.raises(ValueError, match="found no pair of linear layers to split"):
+            tdx.auto_parallelize(prog, mesh)
+        return False
+    if name in OWN_PLANS:
+        tdx.parallelize(prog, mesh, OWN_PLANS[name](prog._model, mesh), **options)
+    elif options:
+        tdx.parallelize(prog, mesh, tdx.auto_parallelize(prog.copy(), mesh)["plan"], **options)
+    else:
+        chosen = tdx.auto_parallelize(prog, mesh)
+        assert chosen["plan"], f"{name}: auto_parallelize found no linear pairs"
+    return True
+
+
 @pytest.mark.parametrize("layout", ["1", "dp2", "tp2"])
 @pytest.mark.parametrize("name", sorted(MODELS))
 def test_hf_model_trains_from_the_runner_like_eager(name, layout):
@@ -192,18 +213,8 @@ def test_hf_model_trains_from_the_runner_like_eager(name, layout):
     prog = traced(name)
     if layout == "dp2":
         tdx.parallelize(prog, tdx.init_device_mesh("cpu", (2,), ("dp",)), {}, data_parallel="dp")
-    elif layout == "tp2":
-        mesh = tdx.init_device_mesh("cpu", (2,), ("tp",))
-        if name in NO_LINEAR_PAIRS:
-            # Nothing to split over tp: refused with the reason, not a crash.
-            with pytest.raises(ValueError, match="found no pair of linear layers to split"):
-                tdx.auto_parallelize(prog, mesh)
-            return
-        if name in OWN_PLANS:
-            tdx.parallelize(prog, mesh, OWN_PLANS[name](prog._model, mesh))
-        else:
-            chosen = tdx.auto_parallelize(prog, mesh)
-            assert chosen["plan"], f"{name}: auto_parallelize found no linear pairs"
+    elif layout == "tp2" and not place_tp2(name, prog):
+        return
     start, fp32, fp64 = eager(name)
     exe = tdx.compile(prog, opt_level=0)
     with exe.start(params=start) as runner:
@@ -268,16 +279,8 @@ def test_hf_model_inference_matches_eager(name, layout):
     torch.manual_seed(0)
     deferred = tdx.deferred_init(build).eval()
     prog = tdx.trace(deferred, *inputs, **_constants(model))
-    if layout == "tp2":
-        mesh = tdx.init_device_mesh("cpu", (2,), ("tp",))
-        if name in NO_LINEAR_PAIRS:
-            with pytest.raises(ValueError, match="found no pair of linear layers to split"):
-                tdx.auto_parallelize(prog, mesh)
-            return
-        if name in OWN_PLANS:
-            tdx.parallelize(prog, mesh, OWN_PLANS[name](deferred, mesh))
-        else:
-            assert tdx.auto_parallelize(prog, mesh)["plan"]
+    if layout == "tp2" and not place_tp2(name, prog):
+        return
     got = tdx.compile(prog, opt_level=0).run(*inputs, params=model.state_dict())[0]
     with torch.no_grad():
         want = _logits(model(*inputs, **_constants(model)))
@@ -322,10 +325,11 @@ def test_hf_model_trains_in_bf16_like_eager_with_the_same_casts(name, layout):
     start = {k: v.detach().clone() for k, v in model.state_dict().items()}
     _, want = eager_loop_with_casts(model, adamw, loss_fn_of(kind), batches)
     prog = traced(name)
-    mesh = tdx.init_device_mesh("cpu", (2,) if layout == "tp2" else (1,), ("tp",))
-    plan = {} if layout == "1" else OWN_PLANS[name](prog._model, mesh) if name in OWN_PLANS \
-        else tdx.auto_parallelize(prog.copy(), mesh)["plan"]
-    tdx.parallelize(prog, mesh, plan, mixed_precision=POLICY)
+    if layout == "tp2":
+        assert place_tp2(name, prog, mixed_precision=POLICY)
+    else:
+        tdx.parallelize(prog, tdx.init_device_mesh("cpu", (1,), ("tp",)), {},
+                        mixed_precision=POLICY)
     with tdx.compile(prog, opt_level=0).start(params=start) as runner:
         got = [runner.train_step(*batch).item() for batch in batches]
     for k, (g, w) in enumerate(zip(got, want)):

@@ -178,18 +178,28 @@ INSTANTIATE_TEST_SUITE_P(
                       Layout{{2, 2}, {"S0", "S0"}}, Layout{{2, 4}, {"R", "S0"}},
                       Layout{{2, 4}, {"S1", "S0"}}));
 
-// torch.tril's mask as PyTorch records it (nanoGPT's causal buffer):
-// arange, a comparison and where, evaluated per element.
-TEST(ShardedInitShapes, ComparisonAndWhereMakeTril) {
+/// The whole (one-rank) value of kParams' f32 parameter `name`.
+static std::vector<float> wholeInit(const char *name) {
   MLIRContext ctx;
   ctx.loadDialect<TdxDialect, arith::ArithDialect, func::FuncDialect>();
   OwningOpRef<ModuleOp> module = parseSourceString<ModuleOp>(kParams, &ctx);
-  ASSERT_TRUE(module);
-  auto param = cast<ParameterOp>(module->lookupSymbol("causal"));
+  if (!module)
+    return {};
+  auto param = cast<ParameterOp>(module->lookupSymbol(name));
   FailureOr<std::vector<uint8_t>> got =
       evaluateInitShard(param, shardBox(param.getTensorType(), {}, {}, {}));
-  ASSERT_TRUE(succeeded(got));
-  const float *x = reinterpret_cast<const float *>(got->data());
+  if (failed(got))
+    return {};
+  std::vector<float> out(got->size() / sizeof(float));
+  std::memcpy(out.data(), got->data(), got->size());
+  return out;
+}
+
+// torch.tril's mask as PyTorch records it (nanoGPT's causal buffer):
+// arange, a comparison and where, evaluated per element.
+TEST(ShardedInitShapes, ComparisonAndWhereMakeTril) {
+  std::vector<float> x = wholeInit("causal");
+  ASSERT_EQ(x.size(), 30u);
   for (int i = 0; i < 5; ++i)
     for (int j = 0; j < 6; ++j)
       EXPECT_EQ(x[i * 6 + j], j <= i ? 1.0f : -2.5f) << i << ", " << j;
@@ -198,15 +208,8 @@ TEST(ShardedInitShapes, ComparisonAndWhereMakeTril) {
 // An expand (Hugging Face's arange(n).expand((1, -1)) buffers) reads its
 // operand's element under broadcasting.
 TEST(ShardedInitShapes, ExpandRepeatsItsOperand) {
-  MLIRContext ctx;
-  ctx.loadDialect<TdxDialect, arith::ArithDialect, func::FuncDialect>();
-  OwningOpRef<ModuleOp> module = parseSourceString<ModuleOp>(kParams, &ctx);
-  ASSERT_TRUE(module);
-  auto param = cast<ParameterOp>(module->lookupSymbol("expanded"));
-  FailureOr<std::vector<uint8_t>> got =
-      evaluateInitShard(param, shardBox(param.getTensorType(), {}, {}, {}));
-  ASSERT_TRUE(succeeded(got));
-  const float *x = reinterpret_cast<const float *>(got->data());
+  std::vector<float> x = wholeInit("expanded");
+  ASSERT_EQ(x.size(), 72u);
   for (int i = 0; i < 4; ++i)
     for (int j = 0; j < 3; ++j)
       for (int k = 0; k < 6; ++k)
