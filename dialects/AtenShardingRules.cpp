@@ -247,13 +247,136 @@ std::optional<ShardingRule> sliceBackward(AtenOp op) {
   return rule;
 }
 
+/// Ops over [N, C, spatial...] planes, each plane on its own: pooling
+/// (max_pool2d_with_indices -> (out, indices), whose indices count within a
+/// plane) and the pooling backwards (grad_output, self[, indices]) ->
+/// grad_input. The batch and channel dims split; the spatial dims, whose
+/// windows cross any split, stay whole.
+std::optional<ShardingRule> planes(AtenOp op) {
+  if (op->getNumOperands() == 0)
+    return std::nullopt;
+  RankedTensorType first = typeOf(op->getOperand(0));
+  if (first.getRank() < 3)
+    return std::nullopt;
+  ShardingRule rule;
+  int64_t n = rule.addFactor(first.getDimSize(0)), c = rule.addFactor(first.getDimSize(1));
+  auto factors = [&](RankedTensorType t) -> std::optional<TensorFactors> {
+    if (t.getRank() != first.getRank() || t.getDimSize(0) != first.getDimSize(0) ||
+        t.getDimSize(1) != first.getDimSize(1))
+      return std::nullopt;
+    TensorFactors dims{{n}, {c}};
+    for (int64_t d = 2; d < t.getRank(); ++d)
+      dims.push_back({rule.addFactor(t.getDimSize(d), FactorKind::Replicated)});
+    return dims;
+  };
+  for (Value v : op->getOperands()) {
+    auto dims = factors(typeOf(v));
+    if (!dims)
+      return std::nullopt;
+    rule.operands.push_back(*dims);
+    rule.addedAfterReduction.push_back(false);
+  }
+  for (Value r : op->getResults()) {
+    auto dims = factors(typeOf(r));
+    if (!dims)
+      return std::nullopt;
+    rule.results.push_back(*dims);
+  }
+  return rule;
+}
+
+/// convolution_backward(grad_output [N, Co, ...], input [N, Ci, ...],
+/// weight [Co, Ci/groups, ...], ...) -> (grad_input, grad_weight,
+/// grad_bias [Co] or [0]): each sample's gradient is its own, the weight's
+/// and bias's sum over the batch, so a split batch leaves them Partial. The
+/// channel and spatial dims stay whole.
+std::optional<ShardingRule> convolutionBackward(AtenOp op) {
+  DictionaryAttr args = op.getArgsAttr();
+  auto transposed = args ? args.getAs<BoolAttr>("transposed") : BoolAttr();
+  if (!transposed || transposed.getValue() || op->getNumOperands() != 3 ||
+      op->getNumResults() != 3)
+    return std::nullopt;
+  RankedTensorType dy = typeOf(op->getOperand(0)), x = typeOf(op->getOperand(1));
+  // A gradient the output mask leaves out is an empty tensor.
+  RankedTensorType dx = typeOf(op->getResult(0));
+  bool inputGrad = dx.getNumElements() != 0;
+  if (dy.getRank() < 3 || x.getRank() != dy.getRank() || dy.getDimSize(0) != x.getDimSize(0) ||
+      (inputGrad && dx != x))
+    return std::nullopt;
+  ShardingRule rule;
+  int64_t n = rule.addFactor(x.getDimSize(0), FactorKind::Reduction);
+  auto own = [&](RankedTensorType t, bool batch) {
+    TensorFactors dims;
+    for (int64_t d = 0; d < t.getRank(); ++d)
+      dims.push_back({batch && d == 0 ? n
+                                      : rule.addFactor(t.getDimSize(d), FactorKind::Replicated)});
+    return dims;
+  };
+  TensorFactors input = own(x, true);
+  rule.operands = {own(dy, true), input, own(typeOf(op->getOperand(2)), false)};
+  rule.addedAfterReduction.assign(3, false);
+  rule.results = {inputGrad ? input : own(dx, false), own(typeOf(op->getResult(1)), false),
+                  own(typeOf(op->getResult(2)), false)};
+  return rule;
+}
+
+/// native_group_norm(input [N, C, ...], weight?, bias?, N, C, HxW, group,
+/// eps) -> (out, mean [N, group], rstd [N, group]), and
+/// native_group_norm_backward(grad_out, input, mean, rstd, weight?, N, C,
+/// HxW, group, output_mask) -> (grad_input, grad_weight [C], grad_bias
+/// [C]): every sample is normalized on its own, so the batch splits (its
+/// count `N` becomes the local one); the weight's and bias's gradients sum
+/// over it, Partial when it is split. Channels and the rest stay whole.
+std::optional<ShardingRule> groupNorm(AtenOp op) {
+  bool backward = op.getSchema() == "aten::native_group_norm_backward";
+  if (op->getNumResults() != 3 || op->getNumOperands() < (backward ? 4u : 1u))
+    return std::nullopt;
+  RankedTensorType x = typeOf(op->getOperand(backward ? 1 : 0));
+  if (x.getRank() < 2)
+    return std::nullopt;
+  ShardingRule rule;
+  int64_t n = rule.addFactor(x.getDimSize(0), backward ? FactorKind::Reduction
+                                                       : FactorKind::Parallel);
+  auto own = [&](RankedTensorType t, bool batch) -> std::optional<TensorFactors> {
+    if (batch && (t.getRank() < 1 || t.getDimSize(0) != x.getDimSize(0)))
+      return std::nullopt;
+    TensorFactors dims;
+    for (int64_t d = 0; d < t.getRank(); ++d)
+      dims.push_back({batch && d == 0 ? n
+                                      : rule.addFactor(t.getDimSize(d), FactorKind::Replicated)});
+    return dims;
+  };
+  auto add = [&](SmallVector<TensorFactors> &to, Value v, bool batch) {
+    auto dims = own(typeOf(v), batch);
+    if (dims)
+      to.push_back(*dims);
+    return dims.has_value();
+  };
+  // Forward: input, then [C] weight and bias. Backward: grad_out, input,
+  // mean, rstd ([N, group]), then the [C] weight.
+  for (auto [i, v] : llvm::enumerate(op->getOperands()))
+    if (!add(rule.operands, v, backward ? i < 4 : i == 0))
+      return std::nullopt;
+  rule.addedAfterReduction.assign(op->getNumOperands(), false);
+  for (auto [i, r] : llvm::enumerate(op->getResults())) {
+    // An output the mask leaves out is an empty tensor.
+    bool batch = backward ? i == 0 && typeOf(r).getNumElements() != 0 : true;
+    if (!add(rule.results, r, batch))
+      return std::nullopt;
+  }
+  return rule;
+}
+
 using Rule = std::optional<ShardingRule> (*)(AtenOp);
 /// A schema's rule, and the argument that spells the result's shape (global
 /// in the captured program, the local shape once partitioned).
 struct Row {
-  Row(Rule rule, const char *resultSizes = nullptr) : rule(rule), resultSizes(resultSizes) {}
+  Row(Rule rule, const char *resultSizes = nullptr, const char *batchCount = nullptr)
+      : rule(rule), resultSizes(resultSizes), batchCount(batchCount) {}
   Rule rule;
   const char *resultSizes;
+  /// The int argument that counts the batch (dim 0 of the first operand).
+  const char *batchCount;
 };
 const llvm::StringMap<Row> &rules() {
   static const llvm::StringMap<Row> table = {
@@ -270,6 +393,13 @@ const llvm::StringMap<Row> &rules() {
       {"aten::embedding_dense_backward", embeddingBackward},
       {"aten::nll_loss_backward", nllLossBackward},
       {"aten::slice_backward", {sliceBackward, "input_sizes"}},
+      {"aten::native_group_norm", {groupNorm, nullptr, "N"}},
+      {"aten::native_group_norm_backward", {groupNorm, nullptr, "N"}},
+      {"aten::convolution_backward", convolutionBackward},
+      {"aten::max_pool2d_with_indices", planes},
+      {"aten::max_pool2d_with_indices_backward", planes},
+      {"aten::avg_pool2d_backward", planes},
+      {"aten::_adaptive_avg_pool2d_backward", planes},
   };
   return table;
 }
@@ -286,7 +416,18 @@ ShardingRule AtenOp::getShardingRule() {
 
 LogicalResult AtenOp::partition(PartitionContext &) {
   auto row = rules().find(getSchema());
-  if (row == rules().end() || !row->second.resultSizes)
+  if (row == rules().end())
+    return success();
+  if (const char *count = row->second.batchCount) {
+    int64_t local = cast<RankedTensorType>(getOperand(0).getType()).getDimSize(0);
+    if (ShapedType::isDynamic(local))
+      return emitOpError() << "(" << getSchema() << ") is split unevenly, so its '" << count
+                           << "' differs between ranks; split the batch evenly";
+    NamedAttrList args(getArgsAttr());
+    args.set(count, IntegerAttr::get(IntegerType::get(getContext(), 64), local));
+    setArgsAttr(args.getDictionary(getContext()));
+  }
+  if (!row->second.resultSizes)
     return success();
   auto local = cast<RankedTensorType>(getResult(0).getType());
   if (!local.hasStaticShape())

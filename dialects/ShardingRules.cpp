@@ -554,6 +554,8 @@ ShardingRule ConcatOp::getShardingRule() {
   TensorFactors resultDims = shared;
   resultDims[dim] = {rule.addFactor(r.getDimSize(dim), FactorKind::Replicated)};
   rule.results = {resultDims};
+  // Concatenated partial sums are the partial sum of the concatenation.
+  rule.linear = true;
   return rule;
 }
 

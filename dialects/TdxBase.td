@@ -55,6 +55,11 @@ def Tdx_Dialect : Dialect {
     /// when its value is a narrower float (a TypeAttr: mixed precision's
     /// reduce_dtype, honored by tdx-widen-reductions).
     static constexpr ::llvm::StringLiteral kReduceTypeAttrName = "tdx.reduce_type";
+    /// On the module: the mesh axis that splits training-mode batch norm's
+    /// batch and whose statistics it takes, `{axis = "dp", statistics =
+    /// "global" | "local"}` (tdx.parallelize's data_parallel and
+    /// batch_norm, honored by tdx-expand-batch-norm).
+    static constexpr ::llvm::StringLiteral kBatchNormAttrName = "tdx.batch_norm";
     /// On the module: the bytes a rank may hold at the step's peak (i64 > 0;
     /// tdx.parallelize's memory_budget, checked by tdx-memory-report).
     static constexpr ::llvm::StringLiteral kMemoryBudgetAttrName = "tdx.memory_budget";

@@ -132,6 +132,17 @@ static LogicalResult verifyTdxAttribute(Operation *op, NamedAttribute attr, bool
       return wrong("f32 or f64 on a module");
     return success();
   }
+  if (name == TdxDialect::kBatchNormAttrName) {
+    auto spec = dyn_cast<DictionaryAttr>(value);
+    auto axis = spec ? spec.getAs<StringAttr>("axis") : StringAttr();
+    auto statistics = spec ? spec.getAs<StringAttr>("statistics") : StringAttr();
+    if (!axis || axis.getValue().empty() || !statistics ||
+        (statistics.getValue() != "global" && statistics.getValue() != "local") ||
+        spec.size() != 2 || !isa<ModuleOp>(op))
+      return wrong("{axis = \"<mesh axis>\", statistics = \"global\" or \"local\"} on a "
+                   "module");
+    return success();
+  }
   if (name == TdxDialect::kArenaAttrName) {
     auto offsets = dyn_cast<DenseI64ArrayAttr>(value);
     if (!offsets || offsets.size() != static_cast<int64_t>(op->getNumResults()))
@@ -173,6 +184,7 @@ static LogicalResult verifyTdxAttribute(Operation *op, NamedAttribute attr, bool
                          << TdxDialect::kStageAttrName << "' and '"
                          << TdxDialect::kPartAttrName << "' on ops, and '"
                          << TdxDialect::kReduceTypeAttrName << "', '"
+                         << TdxDialect::kBatchNormAttrName << "', '"
                          << TdxDialect::kPipelineAttrName << "' and '"
                          << TdxDialect::kMemoryBudgetAttrName << "' on a module";
 }

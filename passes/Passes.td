@@ -50,6 +50,33 @@ def RaiseAten : Pass<"tdx-raise-aten", "::mlir::ModuleOp"> {
   ];
 }
 
+def ExpandBatchNorm : Pass<"tdx-expand-batch-norm", "::mlir::ModuleOp"> {
+  let summary = "Write training-mode batch norm as per-channel sums";
+  let description = [{
+    Rewrites `aten::native_batch_norm` in training mode and its
+    `aten::native_batch_norm_backward` (generic ops ATen runs on whole
+    tensors) into per-channel sums and elementwise ops: the mean, the sum
+    of squares about it, the normalized batch; in the backward the sums of
+    `dy` and `dy * (x - mean)`. The running statistics become `tdx.assign`s
+    of their buffers (momentum, unbiased variance, as ATen). With the batch
+    split over a mesh axis every sum is a per-channel Partial that
+    propagation all-reduces, so a data-parallel step never gathers the
+    batch and its statistics are the global batch's (SyncBatchNorm's).
+
+    A module attribute `tdx.batch_norm_local = "dp"` (`tdx.parallelize(...,
+    batch_norm="local")`) takes each shard's own statistics instead, as DDP
+    without SyncBatchNorm: the batch is viewed as `[G, N/G, ...]` for the
+    axis' `G` ranks, every statistic is per group (no communication), the
+    parameters' gradients sum over the groups and the running statistics
+    follow group 0 (DDP's rank 0). Eval-mode batch norm is left to
+    `tdx-raise-aten`. The place pipeline runs this pass first.
+
+    ```
+    tdx-opt step.mlir --tdx-expand-batch-norm
+    ```
+  }];
+}
+
 def PrintShardingRules : Pass<"tdx-print-sharding-rules"> {
   let summary = "Report the sharding rule (factor mapping) of every op";
   let description = [{

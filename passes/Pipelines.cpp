@@ -46,6 +46,7 @@ struct BackendOptions : public PassPipelineOptions<BackendOptions> {
 void mlir::tdx::buildPlacePipeline(OpPassManager &pm, const PropagateShardingOptions &options) {
   // canonicalize first: it folds the reshapes that PyTorch's decomposition
   // of torch.matmul puts around batched matmuls, so heads stay sharded.
+  pm.addPass(createExpandBatchNorm());
   pm.addPass(createCanonicalizerPass());
   pm.addPass(createPropagateSharding(options));
 }
@@ -92,7 +93,8 @@ LogicalResult mlir::tdx::prepareForEmission(ModuleOp module, int64_t opsPerPart)
 void mlir::tdx::registerTdxPipelines() {
   PassPipelineRegistration<PlaceOptions>(
       "tdx-place",
-      "canonicalize, then tdx-propagate-sharding: every value gets a placement",
+      "tdx-expand-batch-norm, canonicalize, then tdx-propagate-sharding: every value gets a "
+      "placement",
       [](OpPassManager &pm, const PlaceOptions &o) {
         PropagateShardingOptions p;
         p.bandwidth.assign(o.bandwidth.begin(), o.bandwidth.end());

@@ -89,6 +89,7 @@ const llvm::StringMap<RaiseFn> &table() {
     t["aten::select_scatter"] = &raiseScatter;
     t["aten::index"] = &raiseIndex;
     t["aten::as_strided"] = &raiseAsStrided;
+    t["aten::as_strided_scatter"] = &raiseAsStridedScatter;
     t["aten::convolution"] = &raiseConvolution;
     t["aten::max_pool2d_with_indices"] = &raiseMaxPool;
     t["aten::max_pool2d"] = &raiseMaxPool;

@@ -151,6 +151,7 @@ Value raiseRoll(Call &c);
 Value raiseConstantPad(Call &c);
 Value raiseScatter(Call &c);
 Value raiseAsStrided(Call &c);
+Value raiseAsStridedScatter(Call &c);
 Value raiseIndex(Call &c);
 Value raiseConvolution(Call &c);
 Value raiseMaxPool(Call &c);

@@ -172,21 +172,41 @@ Value raiseScatter(Call &c) {
 
 /// as_strided(x, size, stride, 0) that reads x in row-major order (every dim
 /// longer than 1 has its contiguous stride) is a reshape of x.
-Value raiseAsStrided(Call &c) {
+/// Whether as_strided's (size, stride, storage_offset) view every element of
+/// a contiguous base of `elements` once, in order: a reshape.
+static bool wholeContiguousView(Call &c, int64_t elements) {
   auto size = c.ints("size"), stride = c.ints("stride");
-  RankedTensorType t = c.resultType();
-  auto x = c.plain.size() == 1 ? dyn_cast<RankedTensorType>(c.plain[0].getType()) : nullptr;
-  if (!x || !size || !stride || size->size() != stride->size() ||
-      c.i64("storage_offset").value_or(0) != 0 || !x.hasStaticShape() ||
-      x.getNumElements() != t.getNumElements() || x.getElementType() != t.getElementType())
-    return {};
+  if (!size || !stride || size->size() != stride->size() ||
+      c.i64("storage_offset").value_or(0) != 0)
+    return false;
   int64_t expected = 1;
   for (int64_t d = static_cast<int64_t>(size->size()) - 1; d >= 0; --d) {
     if ((*size)[d] != 1 && (*stride)[d] != expected)
-      return {};
+      return false;
     expected *= (*size)[d];
   }
+  return expected == elements;
+}
+
+Value raiseAsStrided(Call &c) {
+  RankedTensorType t = c.resultType();
+  auto x = c.plain.size() == 1 ? dyn_cast<RankedTensorType>(c.plain[0].getType()) : nullptr;
+  if (!x || !x.hasStaticShape() || x.getElementType() != t.getElementType() ||
+      !wholeContiguousView(c, x.getNumElements()))
+    return {};
   return x == t ? c.plain[0] : c.reshape(c.plain[0], t.getShape());
+}
+
+/// as_strided_scatter(self, src, size, stride, storage_offset) writing
+/// every element of `self` in order (a flattened view's backward): src
+/// reshaped.
+Value raiseAsStridedScatter(Call &c) {
+  RankedTensorType t = c.resultType();
+  auto src = c.plain.size() == 2 ? dyn_cast<RankedTensorType>(c.plain[1].getType()) : nullptr;
+  if (!src || !t.hasStaticShape() || src.getElementType() != t.getElementType() ||
+      !wholeContiguousView(c, t.getNumElements()) || src.getNumElements() != t.getNumElements())
+    return {};
+  return src == t ? c.plain[1] : c.reshape(c.plain[1], t.getShape());
 }
 
 /// x[idx] (index.Tensor with one integer index tensor, on dim 0): rows of

@@ -198,6 +198,17 @@ void Module::setMemoryBudget(int64_t bytes) {
                            IntegerAttr::get(IntegerType::get(&impl->ctx, 64), bytes));
 }
 
+void Module::setBatchNorm(const std::string &axis, const std::string &statistics) {
+  if (statistics != "global" && statistics != "local")
+    throw CaptureError("tdx: batch norm statistics are 'global' or 'local', got '" + statistics +
+                       "'");
+  MLIRContext *ctx = &impl->ctx;
+  NamedAttrList spec;
+  spec.set("axis", StringAttr::get(ctx, axis));
+  spec.set("statistics", StringAttr::get(ctx, statistics));
+  (*impl->module)->setAttr(TdxDialect::kBatchNormAttrName, spec.getDictionary(ctx));
+}
+
 void Module::setPipeline(const std::string &axis, int64_t microbatches,
                          const std::string &schedule, int64_t stagesPerRank) {
   MLIRContext *ctx = &impl->ctx;

@@ -292,6 +292,7 @@ PYBIND11_MODULE(_C, m) {
       .def("set_mesh_ranks", &Module::setMeshRanks, py::arg("name"), py::arg("ranks"))
       .def("set_reduce_type", &Module::setReduceType, py::arg("type"))
       .def("set_memory_budget", &Module::setMemoryBudget, py::arg("bytes"))
+      .def("set_batch_norm", &Module::setBatchNorm, py::arg("axis"), py::arg("statistics"))
       .def("set_pipeline", &Module::setPipeline, py::arg("axis"), py::arg("microbatches"),
            py::arg("schedule"), py::arg("stages_per_rank"))
       .def("annotate", &Module::annotate, py::arg("target"), py::arg("mesh_name"),

@@ -425,8 +425,11 @@ def _place_pipeline(prog, mesh, pipeline, data_parallel, fold):
     prog.pipeline = pipeline
 
 
+BATCH_NORM = ("global", "local")
+
+
 def parallelize(prog, mesh, plan, *, data_parallel=None, zero=0, fold=(), mixed_precision=None,
-                memory_budget=None, pipeline=None):
+                memory_budget=None, pipeline=None, batch_norm="global"):
     """Places a traced program by a plan: ``plan`` maps module name patterns
     (fnmatch, ``"layers.*.attn.wq"``) to ColwiseParallel(), RowwiseParallel(),
     SequenceParallel() or VocabParallel() over their mesh axis (default
@@ -481,11 +484,29 @@ def parallelize(prog, mesh, plan, *, data_parallel=None, zero=0, fold=(), mixed_
     pipeline over its mesh axis, which the plan, ``data_parallel`` and
     ``zero`` leave alone: they place each stage over the other axes. A step
     traced without micro-batches is recorded again with the pipeline's
-    (``accumulation_steps``). Returns the program."""
+    (``accumulation_steps``).
+
+    ``batch_norm`` says whose statistics batch norm in training mode takes
+    when ``data_parallel`` splits the batch: ``"global"`` (the default) the
+    whole batch's, as eager on one process and SyncBatchNorm (each rank's
+    per-channel sums are all-reduced, in the backward too; the batch is
+    never gathered); ``"local"`` each rank's own half, as DDP without
+    SyncBatchNorm (no communication for them; the running statistics follow
+    rank 0's, as DDP's broadcast buffers do). Returns the program."""
     from . import torch_plans
     mesh = torch_plans.mesh(mesh)
     if zero not in (0, 1, 2, 3):
         raise ValueError(f"zero must be 0, 1, 2 or 3, got {zero!r}")
+    if batch_norm not in BATCH_NORM:
+        import difflib
+        close = difflib.get_close_matches(str(batch_norm), BATCH_NORM, n=1)
+        hint = f"; did you mean {close[0]!r}?" if close else ""
+        raise ValueError(f"batch_norm is 'global' (the whole batch's statistics, the default) "
+                         f"or 'local' (each data-parallel rank's own, as DDP without "
+                         f"SyncBatchNorm), got {batch_norm!r}{hint}")
+    if batch_norm == "local" and data_parallel is None:
+        raise ValueError("batch_norm='local' takes each data-parallel rank's own statistics: "
+                         "give data_parallel=<mesh axis> too")
     if memory_budget is not None and not (isinstance(memory_budget, int) and memory_budget > 0):
         raise ValueError(f"memory_budget is a positive number of bytes per rank, got "
                          f"{memory_budget!r}")
@@ -569,6 +590,7 @@ def parallelize(prog, mesh, plan, *, data_parallel=None, zero=0, fold=(), mixed_
         _place_zero(prog, mesh, mesh.axis(data_parallel), zero, placed)
     if data_parallel is not None:
         _place_batch(prog, mesh, mesh.axis(data_parallel))
+        prog._module.set_batch_norm(data_parallel, batch_norm)
     if memory_budget is not None:
         prog._module.set_memory_budget(memory_budget)
     if fold:

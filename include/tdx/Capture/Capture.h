@@ -353,6 +353,10 @@ public:
   /// which tdx-recompute fits and tdx-memory-report checks when the step
   /// is compiled).
   void setMemoryBudget(int64_t bytes);
+  /// Training-mode batch norm's batch is split over mesh axis `axis`; it
+  /// takes the global batch's statistics or each shard's (`statistics`
+  /// "global" or "local"; the module's `tdx.batch_norm`).
+  void setBatchNorm(const std::string &axis, const std::string &statistics);
   /// A pipeline over mesh axis `axis` (the module's `tdx.pipeline`, which
   /// tdx-split-stages and tdx-schedule-pipeline read; the dialect checks it).
   void setPipeline(const std::string &axis, int64_t microbatches, const std::string &schedule,
