@@ -145,6 +145,7 @@ public:
   /// Sum over every dim of `x` but the channels' (and the groups', with
   /// `perGroup`), the summed dims kept as 1.
   Value channelSum(Value x, bool perGroup) {
+    x = cast(x, b.getF64Type()); // sums accumulate in float64, as ATen's
     auto t = typeOf(x);
     SmallVector<int64_t> dims, shape(t.getShape());
     for (int64_t d = 0; d < t.getRank(); ++d)
@@ -325,12 +326,15 @@ struct ExpandBatchNormPass : public mlir::tdx::impl::ExpandBatchNormBase<ExpandB
     double each = total / static_cast<double>(e.mode.groups);
     Value xg = e.group(x);
     int64_t rank = typeOf(xg).getRank();
+    Type wide = e.b.getF64Type();
     // Each group's mean and sum of squares about it (the only ones without
-    // groups).
+    // groups), in float64 as ATen's statistics: the mean is then the
+    // float64 mean rounded once, so which side of it an element lies on
+    // (what a following ReLU keeps) is exact.
     Value groupMean = e.over(e.channelSum(xg, true), each);
-    Value groupCentered = e.binary<SubOp>(xg, groupMean);
+    Value groupCentered = e.binary<SubOp>(e.cast(xg, wide), groupMean);
     Value groupSquares = e.channelSum(e.binary<MulOp>(groupCentered, groupCentered), true);
-    Value mean = groupMean, centered = groupCentered, squares = groupSquares;
+    Value mean = groupMean, squares = groupSquares;
     double n = e.mode.local ? each : total;
     if (e.grouped() && !e.mode.local) {
       // The groups' statistics merged exactly, on every rank.
@@ -347,23 +351,23 @@ struct ExpandBatchNormPass : public mlir::tdx::impl::ExpandBatchNormBase<ExpandB
       Value apart = e.binary<SubOp>(means, mean);
       squares = e.binary<AddOp>(
           overGroups(sums),
-          e.binary<MulOp>(overGroups(e.binary<MulOp>(apart, apart)), e.full(each, f)));
-      centered = e.binary<SubOp>(xg, mean);
+          e.binary<MulOp>(overGroups(e.binary<MulOp>(apart, apart)), e.full(each, wide)));
     }
     Value var = e.over(squares, n);
-    Value invstd = RsqrtOp::create(e.b, e.loc, e.binary<AddOp>(var, e.full(*eps, f)));
+    Value invstd = e.cast(RsqrtOp::create(e.b, e.loc, e.binary<AddOp>(var, e.full(*eps, wide))), f);
+    Value centered = e.binary<SubOp>(xg, e.cast(mean, f));
     Value scale = given[0] ? e.binary<MulOp>(invstd, e.perChannel(given[0], rank, f)) : invstd;
     Value y = e.binary<MulOp>(centered, scale);
     if (given[1])
       y = e.binary<AddOp>(y, e.perChannel(given[1], rank, f));
     op->getResult(0).replaceAllUsesWith(e.ungroup(y, t));
-    stats[op] = {mean, invstd};
+    stats[op] = {e.cast(mean, f), invstd};
     for (unsigned i : {1u, 2u}) {
       Value r = op->getResult(i);
       for (OpOperand &use : llvm::make_early_inc_range(r.getUses())) {
         auto user = dyn_cast<AtenOp>(use.getOwner());
         if (!user || user.getSchema() != "aten::native_batch_norm_backward")
-          use.set(e.flat(i == 1 ? mean : invstd, channels));
+          use.set(e.flat(i == 1 ? e.cast(mean, f) : invstd, channels));
       }
     }
     // The running statistics, as ATen's update (the variance unbiased):
@@ -422,9 +426,11 @@ struct ExpandBatchNormPass : public mlir::tdx::impl::ExpandBatchNormBase<ExpandB
       sumDy = e.part(all, 0, 0, size);
       dot = e.part(all, 0, 1, size);
     }
+    // The per-channel coefficients in float64, then the step's type.
+    Value invstd = e.cast(s.invstd, typeOf(dot).getElementType());
     if (!op->getResult(0).use_empty()) {
-      Value k = e.over(e.binary<MulOp>(dot, e.binary<MulOp>(s.invstd, s.invstd)), n);
-      Value g = e.binary<SubOp>(e.binary<SubOp>(dyg, e.over(sumDy, n)),
+      Value k = e.cast(e.over(e.binary<MulOp>(dot, e.binary<MulOp>(invstd, invstd)), n), f);
+      Value g = e.binary<SubOp>(e.binary<SubOp>(dyg, e.cast(e.over(sumDy, n), f)),
                                 e.binary<MulOp>(centered, k));
       Value scale =
           given[0] ? e.binary<MulOp>(s.invstd, e.perChannel(given[0], rank, f)) : s.invstd;
@@ -436,11 +442,13 @@ struct ExpandBatchNormPass : public mlir::tdx::impl::ExpandBatchNormBase<ExpandB
       auto vt = typeOf(v);
       if (vt.getNumElements() == channels)
         return e.reshape(v, {channels});
+      // Each group's in the step's type first: the sum over the groups
+      // is the gradients' all-reduce, as DDP's.
       SmallVector<int64_t> dims;
       for (int64_t d = 0; d < vt.getRank(); ++d)
         if (d != e.channelDim())
           dims.push_back(d);
-      return Value(SumOp::create(e.b, e.loc, RankedTensorType::get({channels}, f), v,
+      return Value(SumOp::create(e.b, e.loc, RankedTensorType::get({channels}, f), e.cast(v, f),
                                  e.b.getDenseI64ArrayAttr(dims), UnitAttr()));
     };
     auto weightLike = [&](unsigned i, Value v) {
@@ -448,7 +456,7 @@ struct ExpandBatchNormPass : public mlir::tdx::impl::ExpandBatchNormBase<ExpandB
       if (!r.use_empty())
         r.replaceAllUsesWith(e.cast(perParameter(v), typeOf(r).getElementType()));
     };
-    weightLike(1, e.binary<MulOp>(dot, s.invstd));
+    weightLike(1, e.binary<MulOp>(dot, invstd));
     weightLike(2, sumDy);
     return success();
   }
