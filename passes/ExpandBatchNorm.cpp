@@ -194,9 +194,9 @@ public:
 
 /// Why an op cannot be expanded, or empty.
 std::string unsupported(AtenOp op) {
-  if (op->getNumResults() != 3 || op.getPlainOperands().size() < 2)
-    return "its operands are not the schema's";
   bool forward = op.getSchema() == "aten::native_batch_norm";
+  if (op->getNumResults() != 3 || op.getPlainOperands().size() < (forward ? 1u : 2u))
+    return "its operands are not the schema's";
   auto x = dyn_cast<RankedTensorType>(op.getPlainOperands()[forward ? 0 : 1].getType());
   if (!x || x.getRank() < 2 || !x.hasStaticShape())
     return "its input is not a static [N, C, ...] tensor";

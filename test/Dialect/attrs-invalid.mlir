@@ -75,7 +75,7 @@ func.func @unknown_mesh(%x: tensor<8x8xf32>) -> tensor<8x8xf32> {
 // -----
 
 // The dialect's discardable attributes are checked where they appear.
-// expected-error @+1 {{unknown tdx attribute 'tdx.shardingz'; tdx puts 'tdx.shardings', 'tdx.partitioned', 'tdx.payload_bytes', 'tdx.arena', 'tdx.arena_bytes', 'tdx.step_bytes', 'tdx.recomputed', 'tdx.stage' and 'tdx.part' on ops, and 'tdx.reduce_type', 'tdx.pipeline' and 'tdx.memory_budget' on a module}}
+// expected-error @+1 {{unknown tdx attribute 'tdx.shardingz'; tdx puts 'tdx.shardings', 'tdx.partitioned', 'tdx.payload_bytes', 'tdx.arena', 'tdx.arena_bytes', 'tdx.step_bytes', 'tdx.recomputed', 'tdx.stage' and 'tdx.part' on ops, and 'tdx.reduce_type', 'tdx.batch_norm', 'tdx.pipeline' and 'tdx.memory_budget' on a module}}
 func.func @misspelled() attributes {tdx.shardingz = 1} { return }
 
 // -----

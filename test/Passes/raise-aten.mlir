@@ -152,6 +152,21 @@ func.func @strided(%x: tensor<2x32x1x1xf32>) -> (tensor<2x32x1x1xf32>, tensor<64
 
 // -----
 
+// as_strided_scatter writing every element in row-major order (a flattened
+// view's backward) is its source reshaped; a partial write stays generic.
+// CHECK-LABEL: func.func @strided_scatter
+func.func @strided_scatter(%base: tensor<256xf32>, %src: tensor<8x32xf32>, %part: tensor<4x32xf32>) -> (tensor<256xf32>, tensor<256xf32>) {
+  // CHECK: %[[R:.*]] = tdx.reshape %arg1 [256]
+  %0 = tdx.aten "aten::as_strided_scatter"(%base, %src) {args = {size = array<i64: 8, 32>, stride = array<i64: 32, 1>, storage_offset = 0 : i64}} : (tensor<256xf32>, tensor<8x32xf32>) -> tensor<256xf32>
+  // CHECK: %[[G:.*]] = tdx.aten "aten::as_strided_scatter"
+  // expected-remark @+1 {{stays generic}}
+  %1 = tdx.aten "aten::as_strided_scatter"(%base, %part) {args = {size = array<i64: 4, 32>, stride = array<i64: 32, 1>, storage_offset = 0 : i64}} : (tensor<256xf32>, tensor<4x32xf32>) -> tensor<256xf32>
+  // CHECK: return %[[R]], %[[G]]
+  return %0, %1 : tensor<256xf32>, tensor<256xf32>
+}
+
+// -----
+
 // The 2-norm is sqrt(sum(x * x)), a reduction that shards; other orders
 // stay generic.
 // CHECK-LABEL: func.func @norms

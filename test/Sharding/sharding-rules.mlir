@@ -102,3 +102,24 @@ func.func @creation() {
   %1 = tdx.arange start 0.0 end 8.0 step 1.0 : tensor<8xi64>
   return
 }
+
+// -----
+
+// Conv nets' generic ops: the batch splits (a weight's gradient sums it:
+// Partial); channels and the spatial dims, whose windows cross a split,
+// stay whole. Group norm normalizes each sample on its own.
+func.func @conv_net_rules(%dy: tensor<2x8x4x4xf32>, %x: tensor<2x3x8x8xf32>, %w: tensor<8x3x3x3xf32>,
+                          %p: tensor<2x8x8x8xf32>, %pi: tensor<2x8x4x4xi64>, %c: tensor<8xf32>,
+                          %stats: tensor<2x4xf32>) {
+  // expected-remark @+1 {{sharding rule: ([i, m, n, o], [i, j, k, l], [p, q, r, s]) -> ([i, j, k, l], [t, u, v, w], [x]) {i=2, j=3, k=8, l=8, m=8, n=4, o=4, p=8, q=3, r=3, s=3, t=8, u=3, v=3, w=3, x=8} reduction={i} partial=sum replicated={j, k, l, m, n, o, p, q, r, s, t, u, v, w, x}}}
+  %0:3 = tdx.aten "aten::convolution_backward"(%dy, %x, %w) {args = {bias_sizes = array<i64: 8>, dilation = array<i64: 1, 1>, groups = 1 : i64, output_mask = [true, true, true], output_padding = array<i64: 0, 0>, padding = array<i64: 1, 1>, stride = array<i64: 2, 2>, transposed = false}} : (tensor<2x8x4x4xf32>, tensor<2x3x8x8xf32>, tensor<8x3x3x3xf32>) -> (tensor<2x3x8x8xf32>, tensor<8x3x3x3xf32>, tensor<8xf32>)
+  // expected-remark @+1 {{sharding rule: ([i, j, k, l]) -> ([i, j, m, n], [i, j, o, p]) {i=2, j=8, k=8, l=8, m=4, n=4, o=4, p=4} replicated={k, l, m, n, o, p}}}
+  %1:2 = tdx.aten "aten::max_pool2d_with_indices"(%p) {args = {ceil_mode = false, dilation = array<i64: 1, 1>, kernel_size = array<i64: 3, 3>, padding = array<i64: 1, 1>, stride = array<i64: 2, 2>}} : (tensor<2x8x8x8xf32>) -> (tensor<2x8x4x4xf32>, tensor<2x8x4x4xi64>)
+  // expected-remark @+1 {{sharding rule: ([i, j, k, l], [i, j, m, n], [i, j, o, p]) -> ([i, j, q, r]) {i=2, j=8, k=4, l=4, m=8, n=8, o=4, p=4, q=8, r=8} replicated={k, l, m, n, o, p, q, r}}}
+  %2 = tdx.aten "aten::max_pool2d_with_indices_backward"(%dy, %p, %pi) {args = {ceil_mode = false, dilation = array<i64: 1, 1>, kernel_size = array<i64: 3, 3>, padding = array<i64: 1, 1>, stride = array<i64: 2, 2>}} : (tensor<2x8x4x4xf32>, tensor<2x8x8x8xf32>, tensor<2x8x4x4xi64>) -> tensor<2x8x8x8xf32>
+  // expected-remark @+1 {{sharding rule: ([i, j, k, l], [m], [n]) -> ([i, o, p, q], [i, r], [i, s]) {i=2, j=8, k=8, l=8, m=8, n=8, o=8, p=8, q=8, r=4, s=4} replicated={j, k, l, m, n, o, p, q, r, s}}}
+  %3:3 = tdx.aten "aten::native_group_norm"(%p, %c, %c) {args = {N = 2 : i64, C = 8 : i64, HxW = 64 : i64, group = 4 : i64, eps = 1.000000e-05 : f64}} : (tensor<2x8x8x8xf32>, tensor<8xf32>, tensor<8xf32>) -> (tensor<2x8x8x8xf32>, tensor<2x4xf32>, tensor<2x4xf32>)
+  // expected-remark @+1 {{sharding rule: ([i, j, k, l], [i, m, n, o], [i, p], [i, q], [r]) -> ([i, s, t, u], [v], [w]) {i=2, j=8, k=8, l=8, m=8, n=8, o=8, p=4, q=4, r=8, s=8, t=8, u=8, v=8, w=8} reduction={i} partial=sum replicated={j, k, l, m, n, o, p, q, r, s, t, u, v, w}}}
+  %4:3 = tdx.aten "aten::native_group_norm_backward"(%p, %p, %stats, %stats, %c) {args = {N = 2 : i64, C = 8 : i64, HxW = 64 : i64, group = 4 : i64, output_mask = [true, true, true]}} : (tensor<2x8x8x8xf32>, tensor<2x8x8x8xf32>, tensor<2x4xf32>, tensor<2x4xf32>, tensor<8xf32>) -> (tensor<2x8x8x8xf32>, tensor<8xf32>, tensor<8xf32>)
+  return
+}
