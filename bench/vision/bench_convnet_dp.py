@@ -112,7 +112,7 @@ def ddp(name, data, port, world=2):
     return result
 
 
-def compile_tdx(name, data, world, batch_norm="global"):
+def compile_tdx(name, data, world, batch_norm="global", zero=0):
     """(binary, bytes a step hands to collectives) of the step on `world`
     ranks data parallel (1: one rank)."""
     torch.manual_seed(0)
@@ -120,7 +120,7 @@ def compile_tdx(name, data, world, batch_norm="global"):
     prog = tdx.trace_train_step(model, optimizer(model.parameters()), loss_fn, *data[0])
     if world > 1:
         tdx.parallelize(prog, tdx.init_device_mesh("cpu", (world,), ("dp",)), {},
-                        data_parallel="dp", batch_norm=batch_norm)
+                        data_parallel="dp", batch_norm=batch_norm, zero=zero)
     sent = sum(c["bytes"] for c in prog.comm_report())
     return tdx.compile(prog), sent
 
@@ -148,9 +148,9 @@ def main():
         data = batches(args.steps + 1, batch, size)
         weights = {k: v.detach() for k, v in build(name).state_dict().items()}
         grads = sum(p.numel() * 4 for p in build(name).parameters())
-        configs = {"tdx 1 rank": (1, "global"), "tdx dp2": (2, "global"),
-                   "tdx dp2 local": (2, "local")}
-        exes = {c: compile_tdx(name, data, w, bn) for c, (w, bn) in configs.items()}
+        configs = {"tdx 1 rank": (1, "global", 0), "tdx dp2": (2, "global", 0),
+                   "tdx dp2 zero2": (2, "global", 2), "tdx dp2 local": (2, "local", 0)}
+        exes = {c: compile_tdx(name, data, *config) for c, config in configs.items()}
         best, losses = {}, {}
         keep = lambda key, ms: best.__setitem__(key, min(best.get(key, ms), ms))
         for _ in range(args.rounds):
@@ -163,9 +163,9 @@ def main():
                 ms, losses[c] = run_tdx(exe, data, weights)
                 keep(c, ms)
         oracle = {"tdx 1 rank": "torch eager", "tdx dp2": "torch eager",
-                  "tdx dp2 local": "DDP gloo 2"}
+                  "tdx dp2 zero2": "torch eager", "tdx dp2 local": "DDP gloo 2"}
         peer = {"tdx 1 rank": "torch eager", "tdx dp2": "DDP gloo 2",
-                "tdx dp2 local": "DDP gloo 2"}
+                "tdx dp2 zero2": "DDP gloo 2", "tdx dp2 local": "DDP gloo 2"}
         for c, (_, sent) in exes.items():
             err = worst(losses[c], losses[oracle[c]])
             p = peer[c]
