@@ -192,6 +192,18 @@ public:
   }
 };
 
+/// Whether a forward's running statistics (if any) are the model's buffers,
+/// which the expansion writes explicitly. Others (F.batch_norm on tensors
+/// of the caller's, instance norm's repeated ones) are left to ATen.
+bool statsAreBuffers(AtenOp op) {
+  Expander e(op, Mode());
+  SmallVector<Value> given = e.optionals({"weight", "bias", "running_mean", "running_var"}, 1);
+  for (Value v : ArrayRef<Value>(given).drop_front(2))
+    if (v && !v.getDefiningOp<ParamRefOp>())
+      return false;
+  return true;
+}
+
 /// Why an op cannot be expanded, or empty.
 std::string unsupported(AtenOp op) {
   bool forward = op.getSchema() == "aten::native_batch_norm";
@@ -250,7 +262,7 @@ struct ExpandBatchNormPass : public mlir::tdx::impl::ExpandBatchNormBase<ExpandB
       bool forward = op.getSchema() == "aten::native_batch_norm";
       if (!Expander(op, mode).flag(forward ? "training" : "train").value_or(false))
         continue; // eval mode: tdx-raise-aten's elementwise form, or ATen
-      if (!unsupported(op).empty())
+      if (!unsupported(op).empty() || (forward && !statsAreBuffers(op)))
         continue; // ATen's kernel on the whole batch
       Mode m = mode;
       if (forward) {
@@ -273,8 +285,7 @@ struct ExpandBatchNormPass : public mlir::tdx::impl::ExpandBatchNormBase<ExpandB
         Operation *def = plain.size() > 5 ? plain.back().getDefiningOp() : nullptr;
         auto found = def ? modes.find(def) : modes.end();
         if (found == modes.end())
-          return op.emitOpError() << "(native_batch_norm_backward) does not read the statistics "
-                                     "of a training-mode native_batch_norm of this step";
+          continue; // the backward of a forward left to ATen: ATen's too
         Expander e(op, found->second);
         if (failed(expandBackward(e, stats)))
           return failure();
@@ -309,15 +320,9 @@ struct ExpandBatchNormPass : public mlir::tdx::impl::ExpandBatchNormBase<ExpandB
     if (!eps || !momentum)
       return op.emitOpError() << "(native_batch_norm) has no constant eps and momentum";
     for (Value stat : {given[2], given[3]}) {
-      if (!stat)
-        continue;
-      auto ref = stat.getDefiningOp<ParamRefOp>();
-      if (!ref)
-        return op.emitOpError()
-               << "(native_batch_norm) updates running statistics that are not a buffer of "
-                  "the model; keep them in a registered buffer (nn.BatchNorm's own)";
-      if (llvm::any_of(fn.getOps<AssignOp>(),
-                       [&](AssignOp a) { return a.getName() == ref.getName(); }))
+      auto ref = stat ? stat.getDefiningOp<ParamRefOp>() : ParamRefOp();
+      if (ref && llvm::any_of(fn.getOps<AssignOp>(),
+                              [&](AssignOp a) { return a.getName() == ref.getName(); }))
         return op.emitOpError() << "(native_batch_norm) updates " << ref.getName()
                                 << ", which the step also writes otherwise";
     }

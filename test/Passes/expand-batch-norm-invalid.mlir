@@ -16,18 +16,3 @@ func.func @uneven(%x: tensor<5x4xf32>) -> tensor<5x4xf32> {
 }
 }
 
-// -----
-
-func.func @not_a_buffer(%x: tensor<8x4xf32>, %m: tensor<4xf32>, %v: tensor<4xf32>) -> tensor<8x4xf32> {
-  // expected-error @+1 {{'tdx.aten' op (native_batch_norm) updates running statistics that are not a buffer of the model; keep them in a registered buffer (nn.BatchNorm's own)}}
-  %0:3 = tdx.aten "aten::native_batch_norm"(%x, %m, %v) {args = {weight = unit, bias = unit, eps = 1.000000e-05 : f64, momentum = 1.000000e-01 : f64, training = true}} : (tensor<8x4xf32>, tensor<4xf32>, tensor<4xf32>) -> (tensor<8x4xf32>, tensor<4xf32>, tensor<4xf32>)
-  return %0#0 : tensor<8x4xf32>
-}
-
-// -----
-
-func.func @orphan_backward(%dy: tensor<8x4xf32>, %x: tensor<8x4xf32>, %m: tensor<4xf32>, %r: tensor<4xf32>) -> tensor<8x4xf32> {
-  // expected-error @+1 {{'tdx.aten' op (native_batch_norm_backward) does not read the statistics of a training-mode native_batch_norm of this step}}
-  %0:3 = tdx.aten "aten::native_batch_norm_backward"(%dy, %x, %m, %r) {args = {weight = unit, running_mean = unit, running_var = unit, eps = 1.000000e-05 : f64, output_mask = [true, false, false], train = true}} : (tensor<8x4xf32>, tensor<8x4xf32>, tensor<4xf32>, tensor<4xf32>) -> (tensor<8x4xf32>, tensor<0xf32>, tensor<0xf32>)
-  return %0#0 : tensor<8x4xf32>
-}

@@ -116,3 +116,17 @@ func.func @eval(%x: tensor<8x4xf32>, %m: tensor<4xf32>, %v: tensor<4xf32>) -> te
   %0:3 = tdx.aten "aten::native_batch_norm"(%x, %m, %v) {args = {weight = unit, bias = unit, eps = 1.000000e-05 : f64, momentum = 1.000000e-01 : f64, training = false}} : (tensor<8x4xf32>, tensor<4xf32>, tensor<4xf32>) -> (tensor<8x4xf32>, tensor<4xf32>, tensor<4xf32>)
   return %0#0 : tensor<8x4xf32>
 }
+
+// -----
+
+// Running statistics of the caller's (F.batch_norm on its own tensors,
+// instance norm's repeated ones) are not state the step can write: the
+// op, and its backward, stay ATen's.
+// CHECK-LABEL: func.func @callers_statistics
+// CHECK: tdx.aten "aten::native_batch_norm"
+// CHECK: tdx.aten "aten::native_batch_norm_backward"
+func.func @callers_statistics(%x: tensor<8x4xf32>, %m: tensor<4xf32>, %v: tensor<4xf32>, %dy: tensor<8x4xf32>) -> (tensor<8x4xf32>, tensor<8x4xf32>) {
+  %0:3 = tdx.aten "aten::native_batch_norm"(%x, %m, %v) {args = {weight = unit, bias = unit, eps = 1.000000e-05 : f64, momentum = 1.000000e-01 : f64, training = true}} : (tensor<8x4xf32>, tensor<4xf32>, tensor<4xf32>) -> (tensor<8x4xf32>, tensor<4xf32>, tensor<4xf32>)
+  %1:3 = tdx.aten "aten::native_batch_norm_backward"(%dy, %x, %m, %v, %0#1, %0#2) {args = {weight = unit, eps = 1.000000e-05 : f64, output_mask = [true, false, false], train = true}} : (tensor<8x4xf32>, tensor<8x4xf32>, tensor<4xf32>, tensor<4xf32>, tensor<4xf32>, tensor<4xf32>) -> (tensor<8x4xf32>, tensor<0xf32>, tensor<0xf32>)
+  return %0#0, %1#0 : tensor<8x4xf32>, tensor<8x4xf32>
+}
