@@ -14,7 +14,8 @@ Every process uses one ATen thread. A step time is the mean of --steps steps
 after one warm-up step, best of --rounds rounds that alternate between
 them. The bytes are what tdx's comm_report() says one step hands to
 collectives, next to the gradients' bytes; the peer's are DDP's gradients.
-The losses of each tdx configuration are checked against its oracle's.
+The last column is the first step's loss error against the oracle
+(eager for the global statistics, DDP for the local ones).
 
     . build/env.sh && "$TDX_PYTHON" bench/vision/bench_convnet_dp.py
         [--models resnet18,resnet50] [--size 32] [--batch 32] [--steps 3]
@@ -130,8 +131,12 @@ def run_tdx(exe, data, weights):
     return exe.last_step_ms(), losses
 
 
-def worst(got, want):
-    return max(abs(a - b) / abs(b) for a, b in zip(got, want))
+def first(got, want):
+    """The first step's loss error: one forward of the same weights. Later
+    steps drift chaotically at these sizes (batch norm over 32 samples of
+    a 1x1 map: eager float32's own ResNet-50 loss is 7% off float64 eager's
+    at step 1), which test_batch_norm.py judges against float64."""
+    return abs(got[0] - want[0]) / abs(want[0])
 
 
 def main():
@@ -142,7 +147,7 @@ def main():
     print(f"{args.steps} steps x best of {args.rounds} rounds, batch {batch} of {size}x{size} "
           f"images, SGD momentum, 1 ATen thread per process, torch {torch.__version__}")
     print(f"{'model':>9} {'config':>16} | {'ms':>8} {'vs 1 rank':>9} {'bytes/step':>11} "
-          f"{'grads':>10} | {'peer':>12} {'peer ms':>8} {'peer/tdx':>8} | {'loss err':>8}")
+          f"{'grads':>10} | {'peer':>12} {'peer ms':>8} {'peer/tdx':>8} | {'step-0 err':>10}")
     port = 29700
     for name in args.models.split(","):
         data = batches(args.steps + 1, batch, size)
@@ -167,11 +172,11 @@ def main():
         peer = {"tdx 1 rank": "torch eager", "tdx dp2": "DDP gloo 2",
                 "tdx dp2 zero2": "DDP gloo 2", "tdx dp2 local": "DDP gloo 2"}
         for c, (_, sent) in exes.items():
-            err = worst(losses[c], losses[oracle[c]])
+            err = first(losses[c], losses[oracle[c]])
             p = peer[c]
             print(f"{name:>9} {c:>16} | {best[c]:>8.1f} {best[c] / best['tdx 1 rank']:>9.2f} "
                   f"{sent:>11} {grads if sent else 0:>10} | {p:>12} {best[p]:>8.1f} "
-                  f"{best[p] / best[c]:>8.2f} | {err:>8.1e}")
+                  f"{best[p] / best[c]:>8.2f} | {err:>10.1e}")
 
 
 if __name__ == "__main__":
