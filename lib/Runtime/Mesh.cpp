@@ -7,6 +7,7 @@
 
 #include <algorithm>
 #include <chrono>
+#include <cstdlib>
 #include <cstdio>
 #include <cstring>
 #include <numeric>
@@ -30,6 +31,11 @@ Mesh::Mesh(std::vector<int64_t> meshShape, std::vector<std::string> axes)
   int initialized = 0;
   MPI_Initialized(&initialized);
   if (!initialized) {
+    // Open MPI's non-blocking all-reduce (libnbc) picks a binomial tree by
+    // default; its ring moves each rank's half once each way and measured
+    // twice as fast on 44 MB between 2 ranks here (bench_convnet_dp.py's
+    // gradients: 23 ms against 43). The user's own setting wins.
+    setenv("OMPI_MCA_coll_libnbc_iallreduce_algorithm", "1", /*overwrite=*/0);
     int provided;
     MPI_Init_thread(nullptr, nullptr, MPI_THREAD_FUNNELED, &provided);
   }
