@@ -15,9 +15,11 @@
 //            * invstd * w
 //   dw     = sum(dy (x - mean)) * invstd,   db = sum(dy)
 //
-// With the batch split, each sum is a Partial of per-channel values that
-// propagation all-reduces; the variance is the sum of squares about the
-// global mean (two exact passes, not E[x^2] - E[x]^2). The running
+// The sums accumulate in float64, as ATen's statistics do (the mean is the
+// float64 mean rounded once). With the batch split, each sum is a Partial
+// of per-channel values that propagation all-reduces; the variance is the
+// sum of squares about the global mean (two exact passes, not
+// E[x^2] - E[x]^2). The running
 // statistics become explicit writes of the buffers (ATen updates them in
 // place): running = (1 - momentum) running + momentum stat, the variance
 // unbiased.
@@ -35,6 +37,7 @@
 //
 //===----------------------------------------------------------------------===//
 
+#include "RaiseAtenCall.h"
 #include "tdx/IR/TdxOps.h"
 #include "tdx/Transforms/Passes.h"
 
@@ -68,61 +71,27 @@ struct Statistics {
   Value mean, invstd;
 };
 
-/// Builds the expansion of one op.
-class Expander {
-public:
-  Expander(AtenOp op, const Mode &mode) : op(op), b(op), loc(op.getLoc()), mode(mode) {}
+/// The expansion's builder: it owns the OpBuilder that raise::Call (the
+/// helpers tdx-raise-aten's rows build with) refers to.
+struct OwnBuilder {
+  explicit OwnBuilder(Operation *at) : builder(at) {}
+  OpBuilder builder;
+};
 
-  mutable AtenOp op;
-  OpBuilder b;
-  Location loc;
+/// Builds the expansion of one op.
+class Expander : private OwnBuilder, public raise::Call {
+public:
+  Expander(AtenOp op, const Mode &mode) : OwnBuilder(op), Call(op, builder), mode(mode) {}
+
   Mode mode;
 
-  Attribute arg(StringRef n) const {
-    DictionaryAttr d = op.getArgsAttr();
-    return d ? d.get(n) : Attribute();
-  }
-  std::optional<double> number(StringRef n) const {
-    if (auto f = dyn_cast_or_null<FloatAttr>(arg(n)))
-      return f.getValueAsDouble();
-    if (auto i = dyn_cast_or_null<IntegerAttr>(arg(n)))
-      return static_cast<double>(i.getInt());
-    return std::nullopt;
-  }
-  std::optional<bool> flag(StringRef n) const {
-    if (auto x = dyn_cast_or_null<BoolAttr>(arg(n)))
-      return x.getValue();
-    return std::nullopt;
-  }
   /// The optional tensor arguments in schema order (null where None).
   SmallVector<Value> optionals(ArrayRef<StringRef> names, size_t first) const {
-    SmallVector<Value> plain = op.getPlainOperands();
     SmallVector<Value> out;
     size_t next = first;
     for (StringRef n : names)
-      out.push_back(isa_and_nonnull<UnitAttr>(arg(n)) || next >= plain.size() ? Value()
-                                                                            : plain[next++]);
+      out.push_back(isNone(n) || next >= plain.size() ? Value() : plain[next++]);
     return out;
-  }
-
-  Value full(double v, Type e) {
-    return FullOp::create(b, loc, RankedTensorType::get({}, e), b.getF64FloatAttr(v));
-  }
-  Value reshape(Value v, ArrayRef<int64_t> shape) {
-    return ReshapeOp::create(b, loc, RankedTensorType::get(shape, typeOf(v).getElementType()), v,
-                             b.getDenseI64ArrayAttr(shape));
-  }
-  Value cast(Value v, Type e) {
-    if (typeOf(v).getElementType() == e)
-      return v;
-    return CastOp::create(b, loc, typeOf(v).clone(e), v);
-  }
-  template <typename OpT> Value binary(Value lhs, Value rhs) {
-    SmallVector<Type> t;
-    if (failed(OpT::inferReturnTypes(b.getContext(), loc, ValueRange{lhs, rhs}, DictionaryAttr(),
-                                     OpaqueProperties(nullptr), RegionRange(), t)))
-      return {};
-    return OpT::create(b, loc, t[0], lhs, rhs);
   }
   Value over(Value v, double n) { return binary<DivOp>(v, full(n, typeOf(v).getElementType())); }
 
@@ -204,17 +173,16 @@ bool statsAreBuffers(AtenOp op) {
   return true;
 }
 
-/// Why an op cannot be expanded, or empty.
-std::string unsupported(AtenOp op) {
+/// Whether the op is one this pass writes out: the schema's operands on a
+/// static float32 or float64 [N, C, ...] input (others stay ATen's).
+bool expandable(AtenOp op) {
   bool forward = op.getSchema() == "aten::native_batch_norm";
-  if (op->getNumResults() != 3 || op.getPlainOperands().size() < (forward ? 1u : 2u))
-    return "its operands are not the schema's";
-  auto x = dyn_cast<RankedTensorType>(op.getPlainOperands()[forward ? 0 : 1].getType());
-  if (!x || x.getRank() < 2 || !x.hasStaticShape())
-    return "its input is not a static [N, C, ...] tensor";
-  if (!x.getElementType().isF32() && !x.getElementType().isF64())
-    return "its input is not float32 or float64";
-  return "";
+  SmallVector<Value> plain = op.getPlainOperands();
+  if (op->getNumResults() != 3 || plain.size() < (forward ? 1u : 2u))
+    return false;
+  auto x = dyn_cast<RankedTensorType>(plain[forward ? 0 : 1].getType());
+  return x && x.getRank() >= 2 && x.hasStaticShape() &&
+         (x.getElementType().isF32() || x.getElementType().isF64());
 }
 
 struct ExpandBatchNormPass : public mlir::tdx::impl::ExpandBatchNormBase<ExpandBatchNormPass> {
@@ -260,9 +228,9 @@ struct ExpandBatchNormPass : public mlir::tdx::impl::ExpandBatchNormBase<ExpandB
     llvm::MapVector<StringAttr, Value> running;
     for (AtenOp op : ops) {
       bool forward = op.getSchema() == "aten::native_batch_norm";
-      if (!Expander(op, mode).flag(forward ? "training" : "train").value_or(false))
+      if (!Expander(op, mode).boolean(forward ? "training" : "train").value_or(false))
         continue; // eval mode: tdx-raise-aten's elementwise form, or ATen
-      if (!unsupported(op).empty() || (forward && !statsAreBuffers(op)))
+      if (!expandable(op) || (forward && !statsAreBuffers(op)))
         continue; // ATen's kernel on the whole batch
       Mode m = mode;
       if (forward) {
