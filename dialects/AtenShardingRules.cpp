@@ -247,6 +247,16 @@ std::optional<ShardingRule> sliceBackward(AtenOp op) {
   return rule;
 }
 
+/// One factor per dim of `t`: `batch` (a factor of `rule`, or -1) on dim 0,
+/// a replicated factor of its own on each other dim.
+TensorFactors batchOnly(ShardingRule &rule, RankedTensorType t, int64_t batch) {
+  TensorFactors dims;
+  for (int64_t d = 0; d < t.getRank(); ++d)
+    dims.push_back({batch >= 0 && d == 0 ? batch
+                                         : rule.addFactor(t.getDimSize(d), FactorKind::Replicated)});
+  return dims;
+}
+
 /// Ops over [N, C, spatial...] planes, each plane on its own: pooling
 /// (max_pool2d_with_indices -> (out, indices), whose indices count within a
 /// plane) and the pooling backwards (grad_output, self[, indices]) ->
@@ -305,18 +315,12 @@ std::optional<ShardingRule> convolutionBackward(AtenOp op) {
     return std::nullopt;
   ShardingRule rule;
   int64_t n = rule.addFactor(x.getDimSize(0), FactorKind::Reduction);
-  auto own = [&](RankedTensorType t, bool batch) {
-    TensorFactors dims;
-    for (int64_t d = 0; d < t.getRank(); ++d)
-      dims.push_back({batch && d == 0 ? n
-                                      : rule.addFactor(t.getDimSize(d), FactorKind::Replicated)});
-    return dims;
-  };
-  TensorFactors input = own(x, true);
-  rule.operands = {own(dy, true), input, own(typeOf(op->getOperand(2)), false)};
+  TensorFactors input = batchOnly(rule, x, n);
+  rule.operands = {batchOnly(rule, dy, n), input, batchOnly(rule, typeOf(op->getOperand(2)), -1)};
   rule.addedAfterReduction.assign(3, false);
-  rule.results = {inputGrad ? input : own(dx, false), own(typeOf(op->getResult(1)), false),
-                  own(typeOf(op->getResult(2)), false)};
+  rule.results = {inputGrad ? input : batchOnly(rule, dx, -1),
+                  batchOnly(rule, typeOf(op->getResult(1)), -1),
+                  batchOnly(rule, typeOf(op->getResult(2)), -1)};
   return rule;
 }
 
@@ -337,20 +341,12 @@ std::optional<ShardingRule> groupNorm(AtenOp op) {
   ShardingRule rule;
   int64_t n = rule.addFactor(x.getDimSize(0), backward ? FactorKind::Reduction
                                                        : FactorKind::Parallel);
-  auto own = [&](RankedTensorType t, bool batch) -> std::optional<TensorFactors> {
-    if (batch && (t.getRank() < 1 || t.getDimSize(0) != x.getDimSize(0)))
-      return std::nullopt;
-    TensorFactors dims;
-    for (int64_t d = 0; d < t.getRank(); ++d)
-      dims.push_back({batch && d == 0 ? n
-                                      : rule.addFactor(t.getDimSize(d), FactorKind::Replicated)});
-    return dims;
-  };
   auto add = [&](SmallVector<TensorFactors> &to, Value v, bool batch) {
-    auto dims = own(typeOf(v), batch);
-    if (dims)
-      to.push_back(*dims);
-    return dims.has_value();
+    RankedTensorType t = typeOf(v);
+    if (batch && (t.getRank() < 1 || t.getDimSize(0) != x.getDimSize(0)))
+      return false;
+    to.push_back(batchOnly(rule, t, batch ? n : -1));
+    return true;
   };
   // Forward: input, then [C] weight and bias. Backward: grad_out, input,
   // mean, rstd ([N, group]), then the [C] weight.
