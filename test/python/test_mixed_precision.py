@@ -6,6 +6,7 @@ parameters as fp32, and torch's AdamW updates them in fp32."""
 
 import collections
 import functools
+import re
 
 import pytest
 import torch
@@ -195,3 +196,34 @@ def test_mixed_precision_misuse_is_named():
     loaded = tdx.Program(traced("mlp", "sgd").mlir)
     with pytest.raises(tdx.CaptureError, match="traced in this process"):
         tdx.parallelize(loaded, mesh, {}, data_parallel="dp", mixed_precision=POLICY)
+
+
+def build_and_load(build, weights):
+    model = build()
+    model.load_state_dict(weights)
+    return model
+
+
+def test_a_batch_of_another_dtype_than_a_bf16_programs_is_named():
+    # A program traced on bfloat16 images takes bfloat16: a float32 batch
+    # is refused in Python with what the program takes, before a rank
+    # starts, by the binary's loop and by the runner alike.
+    def build():
+        return torch.nn.Sequential(torch.nn.Linear(8, 4)).to(torch.bfloat16)
+
+    torch.manual_seed(0)
+    x = torch.randn(4, 8).to(torch.bfloat16)
+    prog = tdx.trace(tdx.deferred_init(build), x)
+    exe = tdx.compile(prog)
+    torch.manual_seed(0)
+    weights = build().state_dict()
+    want = "the program was traced for torch.bfloat16 of shape (4, 8)"
+    with pytest.raises(tdx.InputError, match=re.escape(
+            f"run: input 0 is torch.float32 of shape (4, 8); {want}")):
+        exe.run(x.float(), params=weights)
+    with exe.start(params=weights) as runner:
+        with pytest.raises(tdx.InputError, match=re.escape(want)):
+            runner(x.float())
+        y = runner(x)
+        assert y.dtype == torch.bfloat16
+        torch.testing.assert_close(y, build_and_load(build, weights)(x), rtol=1e-2, atol=1e-2)
