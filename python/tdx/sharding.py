@@ -489,8 +489,9 @@ def parallelize(prog, mesh, plan, *, data_parallel=None, zero=0, fold=(), mixed_
     ``batch_norm`` says whose statistics batch norm in training mode takes
     when ``data_parallel`` splits the batch: ``"global"`` (the default) the
     whole batch's, as eager on one process and SyncBatchNorm (each rank's
-    per-channel sums are all-reduced, in the backward too; the batch is
-    never gathered); ``"local"`` each rank's own half, as DDP without
+    per-channel mean and sum of squares are gathered and merged exactly, and
+    the backward's two per-channel sums all-reduced; the batch is never
+    gathered); ``"local"`` each rank's own shard's, as DDP without
     SyncBatchNorm (no communication for them; the running statistics follow
     rank 0's, as DDP's broadcast buffers do). Returns the program."""
     from . import torch_plans

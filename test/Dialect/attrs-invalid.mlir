@@ -114,6 +114,12 @@ module attributes {tdx.reduce_type = bf16} {
 
 // -----
 
+// expected-error @+1 {{'tdx.batch_norm' must be {axis = "<mesh axis>", statistics = "global" or "local"} on a module, got {axis = "dp", statistics = "sync"}}}
+module attributes {tdx.batch_norm = {axis = "dp", statistics = "sync"}} {
+}
+
+// -----
+
 func.func @recomputed_is_a_unit(%x: tensor<4xf32>) -> tensor<4xf32> {
   // expected-error @+1 {{'tdx.recomputed' must be a unit attribute}}
   %y = tdx.exp %x {tdx.recomputed = 1 : i64} : tensor<4xf32>

@@ -5,11 +5,10 @@ norm nets split the batch as they are; an evaluation entry reads the
 running statistics with no communication.
 
 Models are torchvision's and torch.nn's, built from small configurations.
-The oracle of the global statistics is eager on one process (within 1e-5
-for losses and 1e-4 for the state, or twice eager float32's own distance
-from float64 eager where batch norm on a few samples makes the step
-ill-conditioned, reference.py); that of the local statistics is DDP's own
-loop on 2 gloo ranks."""
+The oracle of the global statistics is eager on one process, that of the
+local statistics DDP's own loop on 2 gloo ranks; batch norm over a few
+samples makes the steps ill-conditioned, so both are judged in float64,
+within twice their own float32 run's distance from it (reference.py)."""
 
 import collections
 import os
