@@ -66,9 +66,11 @@ struct Mode {
   int64_t meshRank = 0;
 };
 
-/// The forward's statistics, shaped to broadcast against the grouped input.
+/// A forward's statistics, shaped to broadcast against its grouped input,
+/// and how it took them (its backward takes the same).
 struct Statistics {
   Value mean, invstd;
+  Mode mode;
 };
 
 /// The expansion's builder: it owns the OpBuilder that raise::Call (the
@@ -161,6 +163,10 @@ public:
   }
 };
 
+/// native_batch_norm_backward's optional tensors, after grad_out and input.
+constexpr StringRef backwardOptionals[] = {"weight", "running_mean", "running_var", "save_mean",
+                                           "save_invstd"};
+
 /// Whether a forward's running statistics (if any) are the model's buffers,
 /// which the expansion writes explicitly. Others (F.batch_norm on tensors
 /// of the caller's, instance norm's repeated ones) are left to ATen.
@@ -221,7 +227,6 @@ struct ExpandBatchNormPass : public mlir::tdx::impl::ExpandBatchNormBase<ExpandB
         ops.push_back(op);
     });
     DenseMap<Operation *, Statistics> stats;
-    DenseMap<Operation *, Mode> modes;
     SmallVector<AtenOp> expanded;
     // Each running buffer's latest value (a step that runs the model twice
     // updates it twice, in order).
@@ -244,18 +249,21 @@ struct ExpandBatchNormPass : public mlir::tdx::impl::ExpandBatchNormBase<ExpandB
                    << " equal shards; use batch_norm=\"global\" or a batch that splits evenly";
           m.groups = 1; // the global sums, placed by propagation
         }
-        modes[op] = m;
         Expander e(op, m);
         if (failed(expandForward(fn, e, stats, running)))
           return failure();
       } else {
-        SmallVector<Value> plain = op.getPlainOperands();
-        Operation *def = plain.size() > 5 ? plain.back().getDefiningOp() : nullptr;
-        auto found = def ? modes.find(def) : modes.end();
-        if (found == modes.end())
+        SmallVector<Value> given = Expander(op, mode).optionals(backwardOptionals, 2);
+        Value saveMean = given[3], saveInvstd = given[4];
+        Operation *forwardOp = saveInvstd ? saveInvstd.getDefiningOp() : nullptr;
+        auto found = forwardOp ? stats.find(forwardOp) : stats.end();
+        if (found == stats.end())
           continue; // the backward of a forward left to ATen: ATen's too
-        Expander e(op, found->second);
-        if (failed(expandBackward(e, stats)))
+        if (!saveMean || saveMean.getDefiningOp() != forwardOp)
+          return op.emitOpError() << "(native_batch_norm_backward) reads the saved statistics "
+                                     "of two different native_batch_norms";
+        Expander e(op, found->second.mode);
+        if (failed(expandBackward(e, found->second)))
           return failure();
       }
       expanded.push_back(op);
@@ -328,19 +336,20 @@ struct ExpandBatchNormPass : public mlir::tdx::impl::ExpandBatchNormBase<ExpandB
     }
     Value var = e.over(squares, n);
     Value invstd = e.cast(RsqrtOp::create(e.b, e.loc, e.binary<AddOp>(var, e.full(*eps, wide))), f);
-    Value centered = e.binary<SubOp>(xg, e.cast(mean, f));
+    Value narrowMean = e.cast(mean, f);
+    Value centered = e.binary<SubOp>(xg, narrowMean);
     Value scale = given[0] ? e.binary<MulOp>(invstd, e.perChannel(given[0], rank, f)) : invstd;
     Value y = e.binary<MulOp>(centered, scale);
     if (given[1])
       y = e.binary<AddOp>(y, e.perChannel(given[1], rank, f));
     op->getResult(0).replaceAllUsesWith(e.ungroup(y, t));
-    stats[op] = {e.cast(mean, f), invstd};
+    stats[op] = {narrowMean, invstd, e.mode};
     for (unsigned i : {1u, 2u}) {
       Value r = op->getResult(i);
       for (OpOperand &use : llvm::make_early_inc_range(r.getUses())) {
         auto user = dyn_cast<AtenOp>(use.getOwner());
         if (!user || user.getSchema() != "aten::native_batch_norm_backward")
-          use.set(e.flat(i == 1 ? e.cast(mean, f) : invstd, channels));
+          use.set(e.flat(i == 1 ? narrowMean : invstd, channels));
       }
     }
     // The running statistics, as ATen's update (the variance unbiased):
@@ -369,19 +378,12 @@ struct ExpandBatchNormPass : public mlir::tdx::impl::ExpandBatchNormBase<ExpandB
     return success();
   }
 
-  LogicalResult expandBackward(Expander &e, DenseMap<Operation *, Statistics> &stats) {
+  LogicalResult expandBackward(Expander &e, const Statistics &s) {
     AtenOp op = e.op;
-    SmallVector<Value> plain = op.getPlainOperands();
-    Value dy = plain[0], x = plain[1];
+    Value dy = e.plain[0], x = e.plain[1];
     auto t = typeOf(x);
     Type f = t.getElementType();
-    SmallVector<Value> given = e.optionals(
-        {"weight", "running_mean", "running_var", "save_mean", "save_invstd"}, 2);
-    Operation *forward = given[3] ? given[3].getDefiningOp() : nullptr;
-    if (!given[4] || given[4].getDefiningOp() != forward || !stats.count(forward))
-      return op.emitOpError() << "(native_batch_norm_backward) does not read the statistics of "
-                                 "a training-mode native_batch_norm of this step";
-    Statistics s = stats[forward];
+    SmallVector<Value> given = e.optionals(backwardOptionals, 2);
     int64_t channels = t.getDimSize(1);
     double n = static_cast<double>(t.getNumElements() / channels);
     if (e.mode.local)

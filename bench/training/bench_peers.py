@@ -55,10 +55,9 @@ import common  # noqa: E402
 common.setup()
 import torch  # noqa: E402
 import torch.distributed as dist  # noqa: E402
-import torch.multiprocessing as mp  # noqa: E402
 
 import tdx  # noqa: E402
-from bench_training import (BATCH, CONFIG, SEQ, batches, compile_tdx, eager, loss_fn,  # noqa: E402
+from bench_training import (BATCH, CONFIG, SEQ, batches, compile_tdx, eager, loss_fn, spawned,  # noqa: E402
                             model, optimizer, run_tdx, timed_steps)
 from gpt_2x2 import GPT  # noqa: E402
 
@@ -252,29 +251,17 @@ def _pipeline_worker(rank, world, m, data, out, rss):
 
 
 def peer(kind, world, data, port):
-    ctx = mp.get_context("spawn")
-    out = ctx.Queue()
-    procs = mp.spawn(worker, args=(world, kind, data, port, out), nprocs=world, join=False)
-    got = out.get()
-    while not procs.join():
-        pass
-    return got
+    return spawned(worker, world, kind, data, port)
 
 
-def compile_worker(rank, data, out):
+def compile_worker(rank, world, data, out):
     out.put(compiled(data))
 
 
 def compiled_apart(data):
     """compiled() in a process of its own: inductor's compile workers end
     with it instead of sharing the cores with what is timed after."""
-    ctx = mp.get_context("spawn")
-    out = ctx.Queue()
-    procs = mp.spawn(compile_worker, args=(data, out), nprocs=1, join=False)
-    got = out.get()
-    while not procs.join():
-        pass
-    return got
+    return spawned(compile_worker, 1, data)
 
 
 def compiled(data):

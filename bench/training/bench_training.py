@@ -211,16 +211,23 @@ def gloo_worker(rank, world, peer, data, port, out):
     dist.destroy_process_group()
 
 
+def spawned(worker, world, *args):
+    """What rank 0 of worker(rank, world, *args, out) puts in `out`, run on
+    `world` spawned processes. Read before joining: rank 0 exits only once
+    its result is through the pipe."""
+    ctx = mp.get_context("spawn")
+    out = ctx.Queue()
+    procs = mp.spawn(worker, args=(world, *args, out), nprocs=world, join=False)
+    got = out.get()
+    while not procs.join():
+        pass
+    return got
+
+
 def gloo(peer, data, world, port):
     """(step ms, rank 0's losses, rank 0's final state_dict) of a gloo peer on
     `world` processes."""
-    ctx = mp.get_context("spawn")
-    out = ctx.Queue()
-    procs = mp.spawn(gloo_worker, args=(world, peer, data, port, out), nprocs=world, join=False)
-    # Read before joining: rank 0 exits only once its state is through the pipe.
-    ms, losses, state = out.get()
-    while not procs.join():
-        pass
+    ms, losses, state = spawned(gloo_worker, world, peer, data, port)
     return ms, losses, {k: torch.from_numpy(v) for k, v in state.items()}
 
 

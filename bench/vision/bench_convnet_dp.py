@@ -32,12 +32,11 @@ import common  # noqa: E402
 common.setup()  # before torch loads
 import torch  # noqa: E402
 import torch.distributed as dist  # noqa: E402
-import torch.multiprocessing as mp  # noqa: E402
 import torch.nn.functional as F  # noqa: E402
 import torchvision  # noqa: E402
 
 import tdx  # noqa: E402
-from bench_training import timed_steps  # noqa: E402
+from bench_training import spawned, timed_steps  # noqa: E402
 
 MODELS = {"resnet18": torchvision.models.resnet18, "resnet50": torchvision.models.resnet50}
 
@@ -104,13 +103,7 @@ def ddp_worker(rank, world, name, data, port, out):
 
 
 def ddp(name, data, port, world=2):
-    ctx = mp.get_context("spawn")
-    out = ctx.Queue()
-    procs = mp.spawn(ddp_worker, args=(world, name, data, port, out), nprocs=world, join=False)
-    result = out.get()
-    while not procs.join():
-        pass
-    return result
+    return spawned(ddp_worker, world, name, data, port)
 
 
 def compile_tdx(name, data, world, batch_norm="global", zero=0):

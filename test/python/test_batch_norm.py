@@ -24,6 +24,7 @@ import torch.nn.functional as F
 
 import tdx
 from reference import assert_losses_near_float64, assert_state_near_float64, eager_runs
+from test_training import eager_steps
 from vision_models import convnext_small, resnet18_small
 
 STEPS = 3
@@ -88,14 +89,7 @@ def assert_clear_of_relu_ties(margin):
 
 
 def eager_loop(model, optimizer, data):
-    losses = []
-    for x, y in data:
-        optimizer.zero_grad()
-        loss = loss_fn(model, x, y)
-        loss.backward()
-        optimizer.step()
-        losses.append(loss.item())
-    return losses
+    return eager_steps(model, optimizer, loss_fn, data)
 
 
 def step_program(name, mesh, batch_norm="global", data=None):

@@ -16,7 +16,7 @@ import torch.nn.functional as F
 import tdx
 from models import GPT2, Llama
 from test_sharding import GPT2_PLAN, LLAMA_PLAN
-from test_training import assert_losses_match, rel
+from test_training import assert_losses_match, eager_steps, rel
 
 STEPS = 4
 slow = pytest.mark.slow
@@ -67,18 +67,11 @@ def pipelined(model, mesh, schedule, microbatches=4, zero=0):
     return prog
 
 
-def eager_steps(model, batches):
+def eager_run(model, batches):
     torch.manual_seed(0)
     eager = MODELS[model]()
     start = {k: v.detach().clone() for k, v in eager.state_dict().items()}
-    optimizer = OPTIMIZER(eager.parameters())
-    losses = []
-    for ids, targets in batches:
-        optimizer.zero_grad()
-        loss = lm_loss(eager, ids, targets)
-        loss.backward()
-        optimizer.step()
-        losses.append(loss.item())
+    losses = eager_steps(eager, OPTIMIZER(eager.parameters()), lm_loss, batches)
     return eager, start, losses
 
 
@@ -96,7 +89,7 @@ def test_pipeline_matches_eager(model, mesh, schedule):
     batches = data()
     prog = pipelined(model, mesh, schedule)
     exe = tdx.compile(prog, opt_level=0)
-    eager, start, want = eager_steps(model, batches)
+    eager, start, want = eager_run(model, batches)
     losses, state = exe.train(batches, params=start)
     assert len(losses) == STEPS
     assert_losses_match(losses, want)
@@ -216,7 +209,7 @@ def test_each_pipeline_rank_holds_its_own_stages_state():
     prog = pipelined("gpt2", "pp2", "1f1b", microbatches=2)
     exe = tdx.compile(prog, opt_level=0)
     batches = data(2)
-    _, start, want = eager_steps("gpt2", batches)
+    _, start, want = eager_run("gpt2", batches)
     losses, _ = exe.train(batches, params=start, verbose=True)
     assert_losses_match(losses, want)
     held = {int(r): int(b) for r, b in
@@ -239,7 +232,7 @@ def test_a_pipeline_checkpoint_resumes_on_another_layout(tmp_path):
     2 pipeline ranks after 2 steps resumes on one rank without a pipeline,
     and the 4 steps match eager's."""
     batches = data(4)
-    eager, start, want = eager_steps("gpt2", batches)
+    eager, start, want = eager_run("gpt2", batches)
     piped = tdx.compile(pipelined("gpt2", "pp2", "1f1b", microbatches=2), opt_level=0)
     losses, _ = piped.train(batches[:2], params=start, checkpoint=tmp_path / "ckpt")
     _, prog = build("gpt2")
@@ -317,7 +310,7 @@ def test_pipeline_composes_with_zero(zero):
     ZeRO-3, its parameters) split over dp, the step still eager's."""
     batches = data()
     exe = tdx.compile(pipelined("gpt2", "pp2xdp2", "1f1b", zero=zero), opt_level=0)
-    eager, start, want = eager_steps("gpt2", batches)
+    eager, start, want = eager_run("gpt2", batches)
     losses, state = exe.train(batches, params=start)
     assert_losses_match(losses, want)
     for name, p in eager.named_parameters():
