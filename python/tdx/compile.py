@@ -7,12 +7,13 @@ import shutil
 import subprocess
 import sys
 import tempfile
+import time
 import warnings
 
 import torch
 
 from . import _C, safetensors
-from .checkpoint import latest as latest_checkpoint, step_of as checkpoint_step
+from .checkpoint import latest as latest_checkpoint
 from .errors import InputError, TdxError, TdxWarning
 
 # torch dtypes by the safetensors name a binary's --signature gives
@@ -226,29 +227,6 @@ class Executable:
         self.library_from_cache = "from the compile cache" in done.stdout
         return path
 
-    def _launch(self, nprocs, args, timeout, on_line=None):
-        """Runs the binary on `nprocs` ranks; its stdout. `on_line` sees
-        each line of stdout as it comes (exe.train's progress)."""
-        with tempfile.TemporaryDirectory(prefix="tdx-mpi-") as session:
-            cmd, env = self._mpirun(nprocs, args, session)
-            try:
-                if on_line is None:
-                    done = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout,
-                                          env=env)
-                else:
-                    done = _streamed(cmd, env, timeout, on_line)
-            except subprocess.TimeoutExpired:
-                raise TdxError(f"the model binary did not finish in {timeout} s") from None
-        if done.returncode != 0:
-            raise TdxError(f"the model binary failed (exit {done.returncode}):\n"
-                           f"{done.stderr.strip()}")
-        # What a run that succeeded says to its user (a --params file that
-        # lacks a parameter) reaches Python as a warning.
-        for line in done.stderr.splitlines():
-            if line.startswith("tdx: "):
-                warnings.warn(line[len("tdx: "):], TdxWarning, stacklevel=3)
-        return done.stdout
-
     def needs_params(self):
         """State whose init program is not pointwise in the global index
         (a complex RoPE table made with torch.polar, say), so no rank can
@@ -343,16 +321,36 @@ class Executable:
         ``overlap=False`` waits for every all_reduce and reduce_scatter where
         it starts (``--no-overlap``: what overlap hides, measured)."""
         inputs = self._check_inputs(inputs, "run")
-        with tempfile.TemporaryDirectory() as tmp:
-            inp, out = os.path.join(tmp, "in.safetensors"), os.path.join(tmp, "out.safetensors")
-            safetensors.save({f"input:{i}": x for i, x in enumerate(inputs)}, inp)
-            args = ["--inputs", inp, "--outputs", out, "--seed", str(seed), "--steps", str(steps)]
-            args += self._params_args(params, tmp) + (["--verbose"] if verbose else [])
-            args += (["--profile"] if profile else []) + self._store_args(store)
-            args += self._threads_args(threads) + ([] if overlap else ["--no-overlap"])
-            self.last_log = self._launch(nprocs, args, timeout)
-            got = safetensors.load(out)
-        return tuple(got[f"output:{i}"] for i in range(len(got)))
+        with self._served(nprocs, params, seed, store, threads, timeout, verbose, profile,
+                          overlap) as runner:
+            for _ in range(steps):
+                out = runner._t.call(inputs)
+        self._finished(runner)
+        return out
+
+    def _served(self, nprocs, params, seed, store, threads, timeout, verbose=False,
+                profile=False, overlap=True, resume=None):
+        """The ranks of one exe.run / exe.train / exe.materialize ...: a
+        single controller's :class:`tdx.Runner` (never this process as a
+        rank, even under mpirun) whose requests all end within `timeout`
+        seconds of now; ``resume``: a checkpoint to go on from."""
+        from .runner import Runner
+        flags = (["--verbose"] if verbose else []) + (["--profile"] if profile else [])
+        flags += [] if overlap else ["--no-overlap"]
+        return Runner(self, params=params, seed=seed,
+                      nprocs=self.world_size if nprocs is None else nprocs, threads=threads,
+                      store=store, timeout=timeout, _flags=flags, _resume=resume,
+                      _deadline=time.monotonic() + timeout)
+
+    def _finished(self, runner):
+        """What the closed `runner`'s ranks printed: their stdout as
+        ``self.last_log`` (--verbose's timing lines), and each "tdx: " line
+        of their stderr (a --params file that lacks a parameter) as a
+        warning."""
+        self.last_log = runner.log
+        for line in runner.errors.splitlines():
+            if line.startswith("tdx: "):
+                warnings.warn(line[len("tdx: "):], TdxWarning, stacklevel=3)
 
     def _hyperparameter_inputs(self):
         """How many inputs the hyperparameters take: one per name, or one per
@@ -457,39 +455,31 @@ class Executable:
             raise ValueError("resume=True reads the state from the checkpoint; drop params")
         batches = self._with_hyperparameters(batches, hyperparameters)
         batches = [self._check_inputs(batch, f"batch {k}") for k, batch in enumerate(batches)]
-        with tempfile.TemporaryDirectory() as tmp:
-            inp = os.path.join(tmp, "batches.safetensors")
-            out = os.path.join(tmp, "out.safetensors")
-            state = os.path.join(tmp, "state.safetensors")
-            safetensors.save({f"{k}:input:{i}": x for k, batch in enumerate(batches)
-                              for i, x in enumerate(batch)}, inp)
-            args = ["--batches", inp, "--steps", str(len(batches)), "--outputs", out,
-                    "--save-state", state]
-            self.first_step = 0
-            if resume and _C.is_checkpoint(os.fspath(checkpoint)):
-                args += ["--resume", os.fspath(checkpoint)]
-                self.first_step = checkpoint_step(checkpoint)
-            else:
-                args += ["--seed", str(seed)] + self._params_args(params, tmp)
-            if checkpoint is not None:
-                args += ["--save", os.fspath(checkpoint), "--save-keep", str(keep)]
-                args += ["--save-every", str(save_every)] if save_every else []
-            args += self._store_args(store) + (["--publish", publish] if publish else [])
-            args += ["--publish-every", str(publish_every)] if publish_every else []
-            args += (["--verbose"] if verbose else []) + self._threads_args(threads)
-            args += (["--profile"] if profile else []) + ([] if overlap else ["--no-overlap"])
-            bar = _progress_bar(progress, "train", len(batches), self.first_step)
-            if bar is not None:
-                args.append("--progress")
+        resume = os.fspath(checkpoint) if resume and _C.is_checkpoint(os.fspath(checkpoint)) \
+            else None
+        last = len(batches)
+        losses = []
+        with self._served(nprocs, params, seed, store, threads, timeout, verbose, profile,
+                          overlap, resume) as runner:
+            self.first_step = runner.steps
+            bar = _progress_bar(progress, "train", last, self.first_step)
             try:
-                self.last_log = self._launch(nprocs, args, timeout,
-                                             None if bar is None else bar.step_line)
+                for k in range(self.first_step, last):
+                    out = runner._t.call(batches[k])
+                    losses.append(float(out[0]))
+                    if bar is not None:
+                        bar.step(losses[-1])
+                    if checkpoint is not None and (k + 1 == last or
+                                                   (save_every and (k + 1) % save_every == 0)):
+                        runner._t.save(os.fspath(checkpoint), int(keep))
+                    if publish and (k + 1 == last or
+                                    (publish_every and (k + 1) % publish_every == 0)):
+                        runner.publish(store, publish)
             finally:
                 if bar is not None:
                     bar.close()
-            got = safetensors.load(out) if os.path.exists(out) else {}
-            final = self._with_tied(safetensors.load(state))
-        losses = [float(got[f"{k}:output:0"]) for k in range(self.first_step, len(batches))]
+            final = self._with_tied(runner._t.state())
+        self._finished(runner)
         return losses, final
 
     def save_init(self, checkpoint, *, nprocs=None, params=None, seed=0, keep=2, timeout=300):
@@ -497,18 +487,18 @@ class Executable:
         from the init programs with ``seed`` or from ``params``) and saves it
         as step 0 of the checkpoint directory ``checkpoint``: no rank ever
         holds a global tensor. Returns the step directory."""
-        with tempfile.TemporaryDirectory() as tmp:
-            args = ["--save", os.fspath(checkpoint), "--save-keep", str(keep), "--seed", str(seed)]
-            self.last_log = self._launch(nprocs, args + self._params_args(params, tmp), timeout)
+        with self._served(nprocs, params, seed, None, None, timeout) as runner:
+            runner.save(checkpoint, keep)
+        self._finished(runner)
         return latest_checkpoint(checkpoint)
 
     def publish(self, store, key, *, nprocs=None, params=None, seed=0, timeout=300):
         """Makes the state as :meth:`run` would and commits its parameters as
         the next version of ``key`` in the tensor store ``store`` (a path or
         :class:`tdx.store.Store`), each rank writing its own shards."""
-        with tempfile.TemporaryDirectory() as tmp:
-            args = ["--publish", key, "--seed", str(seed)] + self._store_args(store)
-            self.last_log = self._launch(nprocs, args + self._params_args(params, tmp), timeout)
+        with self._served(nprocs, params, seed, store, None, timeout) as runner:
+            runner.publish(store, key)
+        self._finished(runner)
 
     def last_step_ms(self):
         """The step time (ms) of the last ``run(..., verbose=True)``, from the
@@ -522,12 +512,10 @@ class Executable:
         """The gathered global parameters after sharded init (or after each
         rank read its shards of ``params``, as for :meth:`run`), by
         qualified name."""
-        with tempfile.TemporaryDirectory() as tmp:
-            path = os.path.join(tmp, "params.safetensors")
-            args = ["--dump-params", path, "--seed", str(seed)] + self._params_args(params, tmp)
-            args += self._store_args(store)
-            self._launch(nprocs, args, timeout)
-            return safetensors.load(path)
+        with self._served(nprocs, params, seed, store, None, timeout) as runner:
+            state = runner._t.state()
+        self._finished(runner)
+        return state
 
     def save(self, path):
         shutil.copyfile(self.path, path)
@@ -674,12 +662,10 @@ class _Bar:
             {"ncols": columns or 80, "nrows": lines or 24}
         self.bar = tqdm(desc=desc, total=total, initial=initial, unit=unit, leave=True, **size)
 
-    def step_line(self, line):
-        """The binary's "tdx: step K/N loss L" (--progress)."""
-        m = re.match(r"tdx: step (\d+)/\d+ loss (\S+)", line)
-        if m:
-            self.bar.set_postfix(loss=f"{float(m.group(2)):.4f}", refresh=False)
-            self.bar.update(int(m.group(1)) - self.bar.n)
+    def step(self, loss):
+        """One step more, with its loss."""
+        self.bar.set_postfix(loss=f"{loss:.4f}", refresh=False)
+        self.bar.update(1)
 
     def stage_line(self, line):
         """tdx-compile's "tdx-compile: [K/N] what" (--progress)."""

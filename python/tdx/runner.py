@@ -48,7 +48,12 @@ class Runner:
     block ends, or when this process dies."""
 
     def __init__(self, exe, *, params=None, seed=0, nprocs=None, threads=None, store=None,
-                 timeout=600, progress=False, local=False):
+                 timeout=600, progress=False, local=False, _flags=(), _resume=None,
+                 _deadline=None):
+        # exe.run, exe.train and the like drive a runner too: with the
+        # binary's _flags (--verbose, --profile, --no-overlap), resuming
+        # from the checkpoint _resume (its seed, step and stream), every
+        # request ending by the time.monotonic() _deadline.
         self._exe = exe
         self._bar = None
         self._t = None
@@ -58,9 +63,13 @@ class Runner:
             raise TdxError("local=True needs an SPMD script (mpirun -np N python3 script.py): "
                            "each rank passes its own part of the batch; a single controller "
                            "passes the global batch")
-        make = _InProcess if spmd else _Workers
-        self._t = make(exe, params=params, seed=seed, nprocs=nprocs, threads=threads,
-                       store=store, timeout=timeout)
+        if spmd:
+            self._t = _InProcess(exe, params=params, seed=seed, nprocs=nprocs, threads=threads,
+                                 store=store, timeout=timeout)
+        else:
+            self._t = _Workers(exe, params=params, seed=seed, nprocs=nprocs, threads=threads,
+                               store=store, timeout=timeout, flags=list(_flags),
+                               resume=_resume, deadline=_deadline)
         self.steps = self._t.steps
         setattr(self, exe.entry, self.__call__)
         # The program's other entries (prog.add_entry): runner.evaluate(x, y).
@@ -88,6 +97,18 @@ class Runner:
         """This process's rank under SPMD (``OMPI_COMM_WORLD_RANK``); 0 for
         a runner that drives its ranks from one process."""
         return self._t.rank
+
+    @property
+    def log(self):
+        """What the ranks printed on stdout (``--verbose``'s lines), once the
+        runner is closed; "" under SPMD, where the ranks print to the
+        script's own stdout."""
+        return getattr(self._t, "log", "")
+
+    @property
+    def errors(self):
+        """What the ranks printed on stderr, once the runner is closed."""
+        return getattr(self._t, "errors", "")
 
     @property
     def spmd(self):
@@ -257,9 +278,12 @@ class _Workers:
     done; its tensors are the files k.in.safetensors and k.out.safetensors."""
 
     rank = 0
+    log = errors = ""
 
-    def __init__(self, exe, *, params, seed, nprocs, threads, store, timeout):
+    def __init__(self, exe, *, params, seed, nprocs, threads, store, timeout, flags=(),
+                 resume=None, deadline=None):
         self._timeout = timeout
+        self._deadline = deadline
         self._k = 0
         self.closed = True
         self.steps = 0
@@ -275,9 +299,12 @@ class _Workers:
             os.mkfifo(os.path.join(self._dir, path))
             self._pipes.append(os.open(os.path.join(self._dir, path), os.O_RDWR))
         self._replies = b""
-        args = ["--serve", self._dir, "--seed", str(seed)]
-        args += exe._params_args(params, self._dir) + exe._store_args(store)
-        args += exe._threads_args(threads)
+        args = ["--serve", self._dir] + list(flags)
+        if resume is not None:
+            args += ["--resume", resume]
+        else:
+            args += ["--seed", str(seed)] + exe._params_args(params, self._dir)
+        args += exe._store_args(store) + exe._threads_args(threads)
         self._stderr_path = os.path.join(self._dir, "stderr")
         self._proc = exe._start(nprocs, args, self._dir, self._stderr_path)
         self.closed = False
@@ -350,6 +377,8 @@ class _Workers:
         for fd in self._pipes[:-1]:
             os.write(fd, line)
         deadline = time.monotonic() + self._timeout
+        if self._deadline is not None:
+            deadline = min(deadline, self._deadline)
         reply = self._pipes[-1]
         while b"\n" not in self._replies:
             ready, _, _ = select.select([reply], [], [], 0.5)
@@ -362,6 +391,9 @@ class _Workers:
                 self._proc.kill()
                 self._proc.wait()
                 self._end()
+                if self._deadline is not None:
+                    raise TdxError(f"the model's ranks did not finish in the {self._timeout} s "
+                                   f"given (timeout=); they were ended during {op}")
                 raise TdxError(f"the runner's {op} did not finish in {self._timeout} s; its "
                                f"ranks were ended")
         answer, self._replies = self._replies.split(b"\n", 1)
@@ -369,6 +401,13 @@ class _Workers:
 
     def _end(self):
         self.closed = True
+        # What the ranks printed, kept before their directory goes.
+        for attr, name in (("log", "stdout"), ("errors", "stderr")):
+            try:
+                with open(os.path.join(self._dir, name)) as f:
+                    setattr(self, attr, f.read())
+            except OSError:
+                pass
         for fd in self._pipes:
             os.close(fd)
         self._pipes = []

@@ -1,11 +1,11 @@
 //===- Session.h - a rank's CPU program with its state resident -*- C++ -*-===//
 //
-// What every way of running a CPU model shares: the binary's command line
-// (runMain's loops), the single controller's requests (--serve DIR) and the
-// in-process library of SPMD scripts (Library.cpp, python/tdx/runner.py).
-// A session reads or makes its state once (--params, --resume, the init
-// programs), runs calls of the program on it, and saves, loads, publishes
-// and writes it.
+// The CPU backend's Engine (tdx/Runtime/Serve.h), which every way of running
+// a CPU model goes through: the binary's command line and the single
+// controller's requests (serve()), and the in-process library of SPMD
+// scripts (Library.cpp, python/tdx/runner.py). A session reads or makes its
+// state once (--params, --resume, the init programs), runs calls of the
+// program on it, and saves, loads, publishes and writes it.
 //
 //===----------------------------------------------------------------------===//
 
@@ -15,6 +15,7 @@
 #include "tdx/Runtime/Options.h"
 #include "tdx/Runtime/Runtime.h"
 #include "tdx/Runtime/Safetensors.h"
+#include "tdx/Runtime/Serve.h"
 
 #include <map>
 #include <memory>
@@ -43,7 +44,7 @@ struct StepMemory {
   void report(int rank, const Program &program) const;
 };
 
-class Session {
+class Session : public Engine {
 public:
   /// Sets threads, reads the state (--params, --resume: its step, seed and
   /// call count too) and makes the rest with the init programs. `ownsProcess`
@@ -52,15 +53,14 @@ public:
   Session(const Program &program, Options &options, bool ownsProcess);
 
   Context &ctx() { return *ctx_; }
-  Program::State &state() { return state_; }
   const Program &program() const { return program_; }
+
+  Mesh &mesh() override { return *ctx_; }
   /// Steps (calls) run, from the checkpoint's on a resumed run.
-  int64_t steps() const { return steps_; }
-  int64_t firstStep() const { return firstStep_; }
-  double initMs() const { return initMs_; }
-  /// Milliseconds spent saving checkpoints so far.
-  double saveMs() const { return saveMs_; }
-  StepMemory &memory() { return memory_; }
+  int64_t steps() const override { return steps_; }
+  size_t entries() const override { return program_.entries.size(); }
+  std::vector<HostTensor> call(const TensorStore &in, const std::string &prefix,
+                               size_t entry) override;
 
   /// One call of entry `entry` (0: the main one, k: program.entries[k-1])
   /// on this rank's inputs: its local outputs. Only the main entry counts
@@ -69,15 +69,12 @@ public:
   /// Output `i` of entry `entry` as a global tensor on rank 0 (undefined
   /// elsewhere).
   at::Tensor gatherOutput(const at::Tensor &local, size_t i, size_t entry = 0);
-  /// Rank 0 writes the gathered global state.
-  void writeState(const std::string &path);
-  /// The state entries `path` holds replace this rank's.
-  void load(const std::string &path);
-  /// A crash-safe sharded checkpoint under `root` (step -1: a store's
-  /// version); without `optimizer`, no optimizer state.
-  void checkpoint(const std::string &root, int64_t step, bool optimizer, int keep);
-  /// --save and --publish after step `step` (`last`: the run's last).
-  void saveStep(int64_t step, bool last);
+  void writeState(const std::string &path) override;
+  void load(const std::string &path) override;
+  void checkpoint(const std::string &root, int64_t step, bool optimizer, int keep) override;
+  /// --verbose: the state's and a step's memory, the pipeline's waits and
+  /// the mean step time; --profile: where rank 0's steps went.
+  void report() override;
 
 private:
   const Program &program_;
@@ -87,7 +84,10 @@ private:
   Program::State state_;
   StepMemory memory_;
   int64_t steps_ = 0, firstStep_ = 0;
-  double initMs_ = 0, saveMs_ = 0;
+  /// The main entry's calls timed (their milliseconds) and their peak
+  /// tensor memory.
+  int64_t timedSteps_ = 0, peakStep_ = 0;
+  double initMs_ = 0, stepMs_ = 0;
 };
 
 } // namespace tdx::rt

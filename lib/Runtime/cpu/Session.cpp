@@ -85,43 +85,10 @@ Session::Session(const Program &program, Options &o, bool ownsProcess)
   }
   // A resumed run takes its state, step, seed and random stream from the
   // checkpoint.
-  std::string source = o.resume.empty() ? paramsPath(o) : o.resume;
-  uint64_t calls = 0;
-  if (!source.empty())
-    store_ = std::make_unique<TensorStore>(source);
-  // A number of the checkpoint's metadata (its step, seed, call count):
-  // absent is nullopt; present and not a number, a corrupt checkpoint.
-  auto stored = [&](const char *key) -> std::optional<uint64_t> {
-    const auto &meta = store_->metadata();
-    auto it = meta.find(key);
-    if (it == meta.end())
-      return std::nullopt;
-    if (it->second.empty() || it->second.find_first_not_of("0123456789") != std::string::npos)
-      throw std::runtime_error("the checkpoint " + store_->path() + " is corrupt: its '" + key +
-                               "' is '" + it->second + "', not a number");
-    return std::stoull(it->second);
-  };
-  if (!o.resume.empty()) {
-    auto number = [&](const char *key) {
-      if (std::optional<uint64_t> value = stored(key))
-        return *value;
-      throw std::runtime_error(o.resume + " is not a checkpoint a training run saved "
-                               "(--save DIR); start it with --params instead");
-    };
-    uint64_t seed = number("seed");
-    if (o.seedGiven && seed != o.seed)
-      throw std::runtime_error("the checkpoint " + store_->path() + " was saved with --seed " +
-                               store_->metadata().at("seed") +
-                               "; resume without --seed or with that seed");
-    o.seed = seed;
-    firstStep_ = static_cast<int64_t>(number("step"));
-    calls = number("calls");
-  } else if (store_ && (!o.serve.empty() || !ownsProcess)) {
-    // A runner (--serve, or in-process) started from a checkpoint a runner
-    // saved goes on from its step and random stream.
-    firstStep_ = static_cast<int64_t>(stored("step").value_or(0));
-    calls = stored("calls").value_or(0);
-  }
+  Origin from = origin(o, !o.serve.empty() || !ownsProcess);
+  store_ = std::move(from.store);
+  firstStep_ = from.firstStep;
+  const uint64_t calls = from.calls;
   steps_ = firstStep_;
   ctx_ = std::make_unique<Context>(program.meshShape, program.axes, o.seed, o.verbose);
   Context &ctx = *ctx_;
@@ -174,9 +141,39 @@ std::vector<at::Tensor> Session::call(const std::vector<at::Tensor> &local, size
     throw std::runtime_error("the program has no entry " + std::to_string(entry));
   if (entry)
     return program_.functionOf(entry)(*ctx_, state_, local);
+  if (o_.profile && timedSteps_ == 0)
+    Profile::enable();
+  auto t0 = std::chrono::steady_clock::now();
   std::vector<at::Tensor> out = memory_.step(program_, *ctx_, state_, local);
+  stepMs_ += std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0)
+                 .count();
+  peakStep_ = std::max(peakStep_, TensorMemory::peak());
+  ++timedSteps_;
   ++steps_;
   return out;
+}
+
+std::vector<HostTensor> Session::call(const TensorStore &in, const std::string &prefix,
+                                      size_t entry) {
+  std::vector<at::Tensor> local;
+  const std::vector<Program::Value> &inputs = program_.inputsOf(entry);
+  for (size_t i = 0; i < inputs.size(); ++i) {
+    const Program::Value &v = inputs[i];
+    local.push_back(readLocal(*ctx_, in, prefix + "input:" + std::to_string(i),
+                              prefix.empty() ? "input" : "batch input", v.shape, v.dtype,
+                              parseLayout(v.layout)));
+  }
+  std::vector<at::Tensor> out = call(local, entry);
+  std::vector<HostTensor> global;
+  for (size_t i = 0; i < out.size(); ++i) {
+    at::Tensor g = gatherOutput(out[i], i, entry);
+    if (ctx_->rank() != 0)
+      continue;
+    auto kept = std::make_shared<at::Tensor>(TensorMemory::unpooled(g).contiguous());
+    global.push_back({dtypeOf(kept->scalar_type()), kept->sizes().vec(), kept->data_ptr(),
+                      std::shared_ptr<const void>(kept, kept.get())});
+  }
+  return global;
 }
 
 at::Tensor Session::gatherOutput(const at::Tensor &local, size_t i, size_t entry) {
@@ -221,16 +218,35 @@ void Session::checkpoint(const std::string &root, int64_t step, bool optimizer, 
       {{"seed", std::to_string(o_.seed)}, {"calls", std::to_string(ctx_->calls())}}, keep);
   double ms =
       std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - s0).count();
-  saveMs_ += ms;
   if (o_.verbose && ctx_->rank() == 0) {
     std::printf("tdx: saved %s in %.3f ms\n", dir.c_str(), ms);
     std::fflush(stdout);
   }
 }
 
-void Session::saveStep(int64_t step, bool last) {
-  if (!o_.save.empty() && ((o_.saveEvery > 0 && step % o_.saveEvery == 0) || last))
-    checkpoint(o_.save, step, true, o_.saveKeep);
-  if (!o_.publish.empty() && ((o_.publishEvery > 0 && step % o_.publishEvery == 0) || last))
-    checkpoint(storeKeyPath(o_.store, o_.publish), -1, false, 2);
+void Session::report() {
+  const int rank = ctx_->rank();
+  const int64_t steps = std::max<int64_t>(1, timedSteps_);
+  if (o_.profile && rank == 0 && timedSteps_ > 0)
+    Profile::totals().print(stepMs_ * 1e-3, steps);
+  if (!o_.verbose)
+    return;
+  if (timedSteps_ > 0) {
+    // State stays; a step's working memory (activations, gradients,
+    // gathered parameters) comes and goes.
+    int64_t stateBytes = 0, optimizerBytes = 0;
+    for (const auto &[name, t] : state_)
+      (isOptimizerState(name) ? optimizerBytes : stateBytes) += t.nbytes();
+    std::printf("tdx: rank %d: state %lld bytes (parameters and buffers %lld, optimizer "
+                "%lld), peak tensor memory in a step %lld bytes\n",
+                rank, static_cast<long long>(stateBytes + optimizerBytes),
+                static_cast<long long>(stateBytes), static_cast<long long>(optimizerBytes),
+                static_cast<long long>(peakStep_));
+    memory_.report(rank, program_);
+    // A pipeline's bubbles, as this rank measured them.
+    if (ctx_->pipelineWaitSeconds() > 0)
+      std::printf("tdx: rank %d: waited %.3f ms per step for its pipeline peers\n", rank,
+                  ctx_->pipelineWaitSeconds() * 1e3 / static_cast<double>(steps));
+  }
+  ctx_->reportSteps(true, initMs_, stepMs_, steps);
 }
