@@ -56,7 +56,7 @@ void tdx::rt::serve(Engine &engine, Requests &requests) {
     Request r = requests.next();
     std::string answer = "ok";
     if (r.op == "ready") {
-      answer += "\t" + std::to_string(engine.steps());
+      answer.append("\t").append(std::to_string(engine.steps()));
     } else if (r.op == "call") {
       // call PATH [ENTRY [PREFIX]]: entry 0 is the main one.
       size_t entry = r.args.size() > 1 ? std::stoul(r.arg(2)) : 0;

@@ -203,9 +203,6 @@ class Executable:
         rank then passes the global batch and takes its box, or, with
         ``local=True``, passes its own box (DistributedSampler style)."""
         from .runner import Runner
-        if self.target != "cpu":
-            raise TdxError("exe.start() runs CPU binaries for now; run a CUDA binary with "
-                           "exe.run or exe.train")
         return Runner(self, params=params, seed=seed, nprocs=nprocs, threads=threads,
                       store=store, timeout=timeout, progress=progress, local=local)
 
@@ -222,8 +219,11 @@ class Executable:
         if not source or not os.path.exists(source):
             raise TdxError(f"{self.path} has no program source to build its shared object "
                            f"from; compile the program with tdx.compile in this script")
-        done = _run_compile(source, path, ["--shared",
-                                           f"--opt-level={getattr(self, '_opt_level', 2)}"])
+        extra = ["--shared", f"--opt-level={getattr(self, '_opt_level', 2)}",
+                 "--target", self.target]
+        if self.target == "cuda":
+            extra.append(f"--cuda-arch={getattr(self, '_cuda_arch', 'sm_90')}")
+        done = _run_compile(source, path, extra)
         self.library_from_cache = "from the compile cache" in done.stdout
         return path
 
@@ -586,6 +586,7 @@ def compile(prog, target="cpu", output=None, cuda_arch="sm_90", keep_source=Fals
     exe._source = src
     exe._model = getattr(prog, "_model", None)  # makes what needs_params() names
     exe._opt_level = opt_level  # the shared object links the same object
+    exe._cuda_arch = cuda_arch
     # Whether the compile cache served the binary (tdx-compile says so).
     exe.from_cache = "from the compile cache" in done.stdout
     return exe

@@ -477,7 +477,8 @@ class _InProcess:
     def call(self, batch, local=False, entry=0):
         keep = [x.contiguous() for x in batch]
         pointers = (ctypes.c_void_p * len(keep))(*[x.data_ptr() for x in keep])
-        self._check(self._lib.tdx_call(self._h, entry, pointers, int(local)), "call")
+        self._check(self._lib.tdx_call(self._h, entry, pointers, len(keep), int(local)),
+                    "call")
         out = []
         for i, (shape, dtype) in enumerate(self._outputs[entry]):
             t = torch.empty(shape, dtype=dtype)
@@ -544,7 +545,7 @@ def _load(path):
                                       ctypes.POINTER(ctypes.c_int64),
                                       ctypes.POINTER(ctypes.c_int64)]
         lib.tdx_call.argtypes = [handle, ctypes.c_int, ctypes.POINTER(ctypes.c_void_p),
-                                 ctypes.c_int]
+                                 ctypes.c_int, ctypes.c_int]
         lib.tdx_output.argtypes = [handle, ctypes.c_int, ctypes.c_void_p]
         lib.tdx_write_state.argtypes = [handle, ctypes.c_char_p]
         lib.tdx_load.argtypes = [handle, ctypes.c_char_p]

@@ -26,7 +26,14 @@ def spmd(nprocs, *args, env=None, timeout=600):
     done = subprocess.run([sys.executable, "-m", "tdx.run", "-n", str(nprocs), *args],
                           capture_output=True, text=True, timeout=timeout,
                           env=dict(os.environ, **(env or {})))
-    lines = [json.loads(line) for line in done.stdout.splitlines() if line.startswith("{")]
+    # mpirun forwards each rank's writes as they come: two ranks' objects
+    # may share a line, and a newline may come after both.
+    decoder, lines = json.JSONDecoder(), []
+    for line in done.stdout.splitlines():
+        at = 0
+        while line.startswith("{", at):
+            value, at = decoder.raw_decode(line, at)
+            lines.append(value)
     return done, lines
 
 

@@ -59,9 +59,9 @@ static cl::opt<bool> memoryReport(
     cl::cat(options));
 static cl::opt<bool> shared(
     "shared",
-    cl::desc("write a shared object instead of a binary (--target cpu): the in-process "
+    cl::desc("write a shared object instead of a binary (either --target): the in-process "
              "library SPMD Python scripts load (tdx_open, tdx_call, ...: "
-             "lib/Runtime/cpu/Library.cpp)"),
+             "lib/Runtime/Library.cpp)"),
     cl::cat(options));
 static cl::opt<bool> progress(
     "progress", cl::desc("print each stage as it starts: \"tdx-compile: [K/3] what\""),
@@ -218,11 +218,6 @@ int main(int argc, char **argv) {
     return 2;
   }
   bool cuda = target == "cuda";
-  if (cuda && shared) {
-    errs() << "tdx-compile: --shared builds CPU programs only (the in-process runner is CPU's); "
-              "drop --shared or use --target cpu\n";
-    return 2;
-  }
   if (cuda && !check && !*kCudaCompiler) {
     errs() << "tdx-compile: this tdx was built without nvcc, so --target cuda cannot compile; "
               "install the CUDA toolkit (nvcc, cuBLAS, NCCL) and rebuild tdx, or use --target "
@@ -312,6 +307,10 @@ int main(int argc, char **argv) {
     args = {kCudaCompiler, "-std=c++17", "-O" + std::to_string(optLevel), "--fmad=false",
             "-arch=" + cudaArch,
             "-DOMPI_SKIP_MPICXX=1", "-o", output, source};
+    // A shared object for SPMD scripts: the library's C ABI lives in the
+    // runtime archive, pulled in.
+    if (shared)
+      args.append({"-shared", "-Xcompiler", "-fPIC", "-Xlinker", "-u,tdx_open"});
     for (const char *dir : kCudaIncludes)
       args.push_back(std::string("-I") + dir);
     for (const char *lib : kCudaLibraries)

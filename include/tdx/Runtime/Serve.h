@@ -12,7 +12,7 @@
 //     the same requests made from its command line.
 //
 // serve() runs them on either backend: the CPU Session (ATen, Session.h)
-// and the CUDA one (cuda/Runtime.h) implement Engine. The SPMD library's C
+// and the CUDA one (cuda/Session.cu) implement Engine. The SPMD library's C
 // ABI (Library.cpp) calls the same Engine from the user's process.
 //
 //===----------------------------------------------------------------------===//
@@ -60,6 +60,14 @@ public:
   /// gathered global outputs (other ranks: an empty list).
   virtual std::vector<HostTensor> call(const TensorStore &in, const std::string &prefix,
                                        size_t entry) = 0;
+  /// The same on the caller's memory (the SPMD library): `inputs[i]` points
+  /// at the global input i (`local`: at this rank's box of it), dense, of
+  /// the program's dtype.
+  virtual std::vector<HostTensor> call(const std::vector<const void *> &inputs, bool local,
+                                       size_t entry) = 0;
+  /// This rank's box of input `i` of entry `entry`.
+  virtual void inputBox(size_t entry, size_t i, std::vector<int64_t> &offset,
+                        std::vector<int64_t> &size) = 0;
   /// Rank 0 writes the gathered global state to the safetensors file `path`.
   virtual void writeState(const std::string &path) = 0;
   /// The state entries `path` holds replace this rank's.
@@ -162,6 +170,12 @@ struct Origin {
   uint64_t calls = 0;
 };
 Origin origin(Options &options, bool runner);
+
+/// The backend's Engine on `program` (the emitted tdx_program()): it reads
+/// or makes the state once. `ownsProcess` (a binary, not a library loaded
+/// into a Python process): it may set the process's allocators. Each
+/// runtime library (CPU, CUDA) defines it.
+std::unique_ptr<Engine> openEngine(const void *program, Options &options, bool ownsProcess);
 
 /// Runs a binary's ranks: after `open` made the engine, serves the pipe
 /// (--serve) or the command line's requests, then ends MPI. Returns the exit

@@ -61,6 +61,10 @@ public:
   size_t entries() const override { return program_.entries.size(); }
   std::vector<HostTensor> call(const TensorStore &in, const std::string &prefix,
                                size_t entry) override;
+  std::vector<HostTensor> call(const std::vector<const void *> &inputs, bool local,
+                               size_t entry) override;
+  void inputBox(size_t entry, size_t i, std::vector<int64_t> &offset,
+                std::vector<int64_t> &size) override;
 
   /// One call of entry `entry` (0: the main one, k: program.entries[k-1])
   /// on this rank's inputs: its local outputs. Only the main entry counts
@@ -69,6 +73,8 @@ public:
   /// Output `i` of entry `entry` as a global tensor on rank 0 (undefined
   /// elsewhere).
   at::Tensor gatherOutput(const at::Tensor &local, size_t i, size_t entry = 0);
+  /// Every output of a call, gathered: rank 0's global tensors.
+  std::vector<HostTensor> gatherOutputs(const std::vector<at::Tensor> &local, size_t entry);
   void writeState(const std::string &path) override;
   void load(const std::string &path) override;
   void checkpoint(const std::string &root, int64_t step, bool optimizer, int keep) override;

@@ -6,7 +6,7 @@
 //===----------------------------------------------------------------------===//
 
 #include "tdx/Runtime/Runtime.h"
-#include "tdx/Runtime/Session.h"
+#include "tdx/Runtime/Serve.h"
 
 #include <iostream>
 #include <memory>
@@ -22,5 +22,5 @@ int tdx::rt::runMain(int argc, char **argv, const Program &program) {
               << "\n";
     return 0;
   }
-  return runEngine(o, [&] { return std::make_unique<Session>(program, o, /*ownsProcess=*/true); });
+  return runEngine(o, [&] { return openEngine(&program, o, /*ownsProcess=*/true); });
 }

@@ -163,10 +163,51 @@ std::vector<HostTensor> Session::call(const TensorStore &in, const std::string &
                               prefix.empty() ? "input" : "batch input", v.shape, v.dtype,
                               parseLayout(v.layout)));
   }
-  std::vector<at::Tensor> out = call(local, entry);
+  return gatherOutputs(call(local, entry), entry);
+}
+
+std::vector<HostTensor> Session::call(const std::vector<const void *> &inputs, bool local,
+                                      size_t entry) {
+  const std::vector<Program::Value> &values = program_.inputsOf(entry);
+  if (inputs.size() != values.size())
+    throw std::runtime_error("a call of entry " + std::to_string(entry) + " with " +
+                             std::to_string(inputs.size()) + " inputs; it takes " +
+                             std::to_string(values.size()));
+  std::vector<at::Tensor> in;
+  for (size_t i = 0; i < values.size(); ++i) {
+    const Program::Value &v = values[i];
+    std::vector<int64_t> offset, size;
+    ctx_->box(v.shape, parseLayout(v.layout), offset, size);
+    auto caller = [&](const std::vector<int64_t> &shape) {
+      return at::from_blob(const_cast<void *>(inputs[i]), shape,
+                           at::TensorOptions().dtype(v.dtype));
+    };
+    if (local) {
+      in.push_back(caller(size));
+      continue;
+    }
+    // The box as a view of the caller's tensor: no copy where it is dense
+    // (replicated, or sharded on the first dimension).
+    at::Tensor t = caller(v.shape);
+    for (size_t d = 0; d < size.size(); ++d)
+      if (size[d] != v.shape[d])
+        t = t.narrow(static_cast<int64_t>(d), offset[d], size[d]);
+    in.push_back(t.contiguous());
+  }
+  return gatherOutputs(call(in, entry), entry);
+}
+
+void Session::inputBox(size_t entry, size_t i, std::vector<int64_t> &offset,
+                       std::vector<int64_t> &size) {
+  const Program::Value &v = program_.inputsOf(entry).at(i);
+  ctx_->box(v.shape, parseLayout(v.layout), offset, size);
+}
+
+std::vector<HostTensor> Session::gatherOutputs(const std::vector<at::Tensor> &local,
+                                               size_t entry) {
   std::vector<HostTensor> global;
-  for (size_t i = 0; i < out.size(); ++i) {
-    at::Tensor g = gatherOutput(out[i], i, entry);
+  for (size_t i = 0; i < local.size(); ++i) {
+    at::Tensor g = gatherOutput(local[i], i, entry);
     if (ctx_->rank() != 0)
       continue;
     auto kept = std::make_shared<at::Tensor>(TensorMemory::unpooled(g).contiguous());
@@ -174,6 +215,12 @@ std::vector<HostTensor> Session::call(const TensorStore &in, const std::string &
                       std::shared_ptr<const void>(kept, kept.get())});
   }
   return global;
+}
+
+std::unique_ptr<Engine> tdx::rt::openEngine(const void *program, Options &options,
+                                            bool ownsProcess) {
+  return std::make_unique<Session>(*static_cast<const Program *>(program), options,
+                                   ownsProcess);
 }
 
 at::Tensor Session::gatherOutput(const at::Tensor &local, size_t i, size_t entry) {

@@ -104,6 +104,14 @@ Context::Context(std::vector<int64_t> meshShape, std::vector<std::string> axes, 
   bool shared = false;
   for (int r = 0; r < worldSize(); ++r)
     shared |= r != rank() && !std::memcmp(uuids.data() + 16 * r, prop.uuid.bytes, 16);
+  if (shared && choice == "nccl")
+    throw std::runtime_error(
+        "tdx: " + std::to_string(worldSize()) + " ranks on " + std::to_string(devices) +
+        " visible GPU(s): rank " + std::to_string(rank()) + " shares GPU " +
+        std::to_string(rank() % devices) + " with another rank, which NCCL refuses, and "
+        "TDX_CUDA_COLLECTIVES=nccl leaves no host-memory path; run at most " +
+        std::to_string(devices) + " ranks, or unset TDX_CUDA_COLLECTIVES (auto: ranks that "
+        "share a GPU communicate through host memory)");
   staged_ = choice == "mpi" || (choice == "auto" && shared);
   if (verbose_ && staged_ && rank() == 0)
     std::fprintf(stderr, "tdx: collectives by MPI through host memory (%s)\n",

@@ -1,9 +1,10 @@
-//===- Library.cpp - a CPU model in-process: the C ABI of SPMD runners ----===//
+//===- Library.cpp - a model in-process: the C ABI of SPMD runners --------===//
 //
-// An emitted program built as a shared object (tdx-compile --shared) holds
-// this file: python/tdx/runner.py loads it into each process of an SPMD
-// script (mpirun -np N python3 train.py) and drives one Session per rank
-// through these functions. Every rank calls the same functions in the same
+// An emitted program built as a shared object (tdx-compile --shared, CPU or
+// CUDA: each runtime library compiles this file) holds it:
+// python/tdx/runner.py loads it into each process of an SPMD script (mpirun
+// -np N python3 train.py) and drives one Engine per rank (Serve.h) through
+// these functions. Every rank calls the same functions in the same
 // order; inputs come as pointers to the caller's memory (the global tensor,
 // of which each rank takes its box, or the rank's own box), outputs are the
 // global tensors on every rank.
@@ -15,8 +16,8 @@
 //
 //===----------------------------------------------------------------------===//
 
-#include "tdx/Runtime/Session.h"
 #include "tdx/Runtime/Checkpoint.h"
+#include "tdx/Runtime/Serve.h"
 
 #include <mpi.h>
 
@@ -41,8 +42,8 @@ std::string &lastError() {
 
 struct Handle {
   Options options;
-  std::unique_ptr<Session> session;
-  std::vector<at::Tensor> outputs; // the last call's, global
+  std::unique_ptr<Engine> engine;
+  std::vector<HostTensor> outputs; // the last call's, global
 };
 
 /// Runs `f`; an exception ends every rank with its message.
@@ -56,8 +57,30 @@ template <class F> int collective(F f) {
   }
 }
 
-at::Tensor fromCaller(void *data, const std::vector<int64_t> &shape, at::ScalarType dtype) {
-  return at::from_blob(data, shape, at::TensorOptions().dtype(dtype));
+/// Rank 0's `outputs` on every rank: their count, each one's dtype and
+/// shape, then its bytes.
+std::vector<HostTensor> broadcast(Mesh &mesh, std::vector<HostTensor> outputs) {
+  auto bcast = [](void *data, int64_t bytes, const char *what) {
+    checkMpi(MPI_Bcast(data, static_cast<int>(bytes), MPI_BYTE, 0, MPI_COMM_WORLD), what);
+  };
+  int64_t n = static_cast<int64_t>(outputs.size());
+  bcast(&n, sizeof n, "broadcast of the outputs' count");
+  outputs.resize(static_cast<size_t>(n));
+  for (HostTensor &t : outputs) {
+    int64_t head[2] = {static_cast<int64_t>(t.dtype), static_cast<int64_t>(t.shape.size())};
+    bcast(head, sizeof head, "broadcast of an output's type");
+    t.dtype = static_cast<DType>(head[0]);
+    t.shape.resize(static_cast<size_t>(head[1]));
+    bcast(t.shape.data(), head[1] * static_cast<int64_t>(sizeof(int64_t)),
+          "broadcast of an output's shape");
+    if (mesh.rank() != 0) {
+      auto bytes = std::make_shared<std::vector<char>>(static_cast<size_t>(t.nbytes()));
+      t.data = bytes->data();
+      t.owner = bytes;
+    }
+    bcast(const_cast<void *>(t.data), t.nbytes(), "broadcast of an output");
+  }
+  return outputs;
 }
 
 } // namespace
@@ -84,9 +107,8 @@ void *tdx_open(int argc, char **argv) {
                                 }),
                                 true);
   (void)finalizeAtExit;
-  const auto &program = *static_cast<const Program *>(tdx_program());
   try {
-    h->session = std::make_unique<Session>(program, h->options, /*ownsProcess=*/false);
+    h->engine = openEngine(tdx_program(), h->options, /*ownsProcess=*/false);
   } catch (const std::exception &e) {
     endRank(e);
     std::exit(1);
@@ -94,88 +116,60 @@ void *tdx_open(int argc, char **argv) {
   return h.release();
 }
 
-int tdx_rank(void *h) { return static_cast<Handle *>(h)->session->ctx().rank(); }
+int tdx_rank(void *h) { return static_cast<Handle *>(h)->engine->mesh().rank(); }
 
-long long tdx_steps(void *h) { return static_cast<Handle *>(h)->session->steps(); }
+long long tdx_steps(void *h) { return static_cast<Handle *>(h)->engine->steps(); }
 
 /// This rank's box of input `i` of entry `entry` (0: the main one): its
 /// offset and size per dimension.
 void tdx_input_box(void *h, int entry, int i, int64_t *offset, int64_t *size) {
-  Session &s = *static_cast<Handle *>(h)->session;
-  const Program::Value &v = s.program().inputsOf(entry).at(i);
   std::vector<int64_t> o, z;
-  s.ctx().box(v.shape, parseLayout(v.layout), o, z);
+  static_cast<Handle *>(h)->engine->inputBox(entry, i, o, z);
   std::copy(o.begin(), o.end(), offset);
   std::copy(z.begin(), z.end(), size);
 }
 
 /// One call of entry `entry` (0: the main one, k: program.entries[k-1]):
-/// `inputs[i]` points at the global input i (local: at this rank's box of
-/// it), dense, of the program's dtype. The outputs are kept for tdx_output.
-int tdx_call(void *handle, int entry, void *const *inputs, int local) {
+/// `inputs[i]` (i < count, the entry's inputs) points at the global input i
+/// (local: at this rank's box of it), dense, of the program's dtype. The
+/// outputs are kept for tdx_output.
+int tdx_call(void *handle, int entry, void *const *inputs, int count, int local) {
   auto *h = static_cast<Handle *>(handle);
-  Session &s = *h->session;
+  Engine &e = *h->engine;
   return collective([&] {
-    const Program &program = s.program();
-    const std::vector<Program::Value> &inputs_ = program.inputsOf(entry);
-    const std::vector<Program::Value> &outputs = program.outputsOf(entry);
-    std::vector<at::Tensor> in;
-    for (size_t i = 0; i < inputs_.size(); ++i) {
-      const Program::Value &v = inputs_[i];
-      std::vector<int64_t> offset, size;
-      s.ctx().box(v.shape, parseLayout(v.layout), offset, size);
-      if (local) {
-        in.push_back(fromCaller(inputs[i], size, v.dtype));
-        continue;
-      }
-      // The box as a view of the caller's tensor: no copy where it is dense
-      // (replicated, or sharded on the first dimension).
-      at::Tensor t = fromCaller(inputs[i], v.shape, v.dtype);
-      for (size_t d = 0; d < size.size(); ++d)
-        if (size[d] != v.shape[d])
-          t = t.narrow(static_cast<int64_t>(d), offset[d], size[d]);
-      in.push_back(t.contiguous());
-    }
-    std::vector<at::Tensor> out = s.call(in, entry);
-    h->outputs.clear();
-    for (size_t i = 0; i < out.size(); ++i) {
-      at::Tensor g = s.gatherOutput(out[i], i, entry);
-      if (s.ctx().rank() != 0)
-        g = at::empty(outputs[i].shape, at::TensorOptions().dtype(outputs[i].dtype));
-      g = g.contiguous();
-      checkMpi(MPI_Bcast(g.data_ptr(), static_cast<int>(g.nbytes()), MPI_BYTE, 0, MPI_COMM_WORLD),
-               "broadcast of an output");
-      h->outputs.push_back(g);
-    }
+    if (static_cast<size_t>(entry) > e.entries())
+      throw std::runtime_error("the program has no entry " + std::to_string(entry));
+    std::vector<const void *> in(inputs, inputs + count);
+    h->outputs = broadcast(e.mesh(), e.call(in, local != 0, static_cast<size_t>(entry)));
   });
 }
 
 /// Copies output `i` of the last call (global, dense) to `dst`.
 void tdx_output(void *h, int i, void *dst) {
-  const at::Tensor &t = static_cast<Handle *>(h)->outputs.at(i);
-  std::memcpy(dst, t.data_ptr(), t.nbytes());
+  const HostTensor &t = static_cast<Handle *>(h)->outputs.at(i);
+  std::memcpy(dst, t.data, static_cast<size_t>(t.nbytes()));
 }
 
 int tdx_write_state(void *h, const char *path) {
-  return collective([&] { static_cast<Handle *>(h)->session->writeState(path); });
+  return collective([&] { static_cast<Handle *>(h)->engine->writeState(path); });
 }
 
 int tdx_load(void *h, const char *path) {
-  return collective([&] { static_cast<Handle *>(h)->session->load(path); });
+  return collective([&] { static_cast<Handle *>(h)->engine->load(path); });
 }
 
 int tdx_save(void *h, const char *dir, int keep) {
-  Session &s = *static_cast<Handle *>(h)->session;
-  return collective([&] { s.checkpoint(dir, s.steps(), true, keep); });
+  Engine &e = *static_cast<Handle *>(h)->engine;
+  return collective([&] { e.checkpoint(dir, e.steps(), true, keep); });
 }
 
 int tdx_publish(void *h, const char *store, const char *key) {
   return collective(
-      [&] { static_cast<Handle *>(h)->session->checkpoint(storeKeyPath(store, key), -1, false, 2); });
+      [&] { static_cast<Handle *>(h)->engine->checkpoint(storeKeyPath(store, key), -1, false, 2); });
 }
 
 int tdx_barrier(void *h) {
-  return collective([&] { static_cast<Handle *>(h)->session->ctx().barrier(); });
+  return collective([&] { static_cast<Handle *>(h)->engine->mesh().barrier(); });
 }
 
 /// A directory every rank sees (rank 0 makes it under `base` and sends its
@@ -183,7 +177,7 @@ int tdx_barrier(void *h) {
 int tdx_shared_dir(void *h, const char *base, char *out, int capacity) {
   return collective([&] {
     std::vector<char> name(static_cast<size_t>(capacity), '\0');
-    if (static_cast<Handle *>(h)->session->ctx().rank() == 0) {
+    if (static_cast<Handle *>(h)->engine->mesh().rank() == 0) {
       std::string pattern = std::string(base) + "/tdx-runner-XXXXXX";
       if (pattern.size() >= name.size() || !::mkdtemp(pattern.data()))
         throw std::runtime_error("cannot make a directory under " + std::string(base));
@@ -198,7 +192,7 @@ int tdx_shared_dir(void *h, const char *base, char *out, int capacity) {
 /// Waits for every rank, then frees the session (MPI ends at exit).
 int tdx_close(void *handle) {
   auto *h = static_cast<Handle *>(handle);
-  int rc = collective([&] { h->session->ctx().barrier(); });
+  int rc = collective([&] { h->engine->mesh().barrier(); });
   delete h;
   return rc;
 }
