@@ -25,11 +25,20 @@ import torch  # noqa: E402
 import tdx  # noqa: E402
 from models import DECODER_VOCAB, GPT2, Decoder, Llama  # noqa: E402
 
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from check import cosine, eager_loop, lm_loss  # noqa: E402  (the GPU side's own)
+
 # Program name -> (model, ranks, kind); tp2 runs two ranks on one GPU where
 # NCCL allows it. "forward" programs compare their output, "train" ones
 # (tdx.trace_train_step with OPTIMIZERS' optimizer, TRAIN_STEPS steps) their loss per step
 # and the final state; "train-pp" is a training step pipelined over its
-# ranks (1F1B, PIPELINE_MICROBATCHES micro-batches).
+# ranks (1F1B, PIPELINE_MICROBATCHES micro-batches). "loop" programs are a
+# user's loop over a step built as a shared object, driven through the
+# runner's C ABI on every rank (check.py loop): LOOP_STEPS steps of a
+# cosine lr schedule (the step's "lr" input); gpt2 with 2 micro-batches per
+# step and an evaluation entry after every step, 2 ranks sharing one GPU on
+# tp2 (through host memory); ResNet on dp2 with batch norm's global
+# statistics.
 PROGRAMS = {
     "gpt2-1": ("gpt2", 1, "forward"), "gpt2-tp2": ("gpt2", 2, "forward"),
     "llama-1": ("llama", 1, "forward"), "llama-tp2": ("llama", 2, "forward"),
@@ -39,16 +48,20 @@ PROGRAMS = {
     "gpt2-train-pp2": ("gpt2", 2, "train-pp"),
     "narrow-1": ("narrow", 1, "forward"), "bf16-mlp-1": ("bf16-mlp", 1, "forward"),
     "decoder-train-1": ("decoder", 1, "train"),
+    "gpt2-loop-1": ("gpt2", 1, "loop"), "gpt2-loop-tp2": ("gpt2", 2, "loop"),
+    "resnet-tiny-loop-dp2": ("resnet-tiny", 2, "loop"),
 }
 # Relative error allowed against eager on the CPU: bf16 and f16 kernels round
 # each op's float result, and the GPU's expf may differ from the CPU's by an
 # ulp, which can move a bf16 result by one of its own ulps.
 TOLERANCE = {"narrow": 1e-2, "bf16-mlp": 1e-2}
 TRAIN_STEPS = 5
+LOOP_STEPS = 4
 PIPELINE_MICROBATCHES = 2
 # The runtime a model binary links: tdx/Runtime without LLVM, MLIR or ATen.
 RUNTIME = ["Mesh.cpp", "Options.cpp", "SaveCheckpoint.cpp", "InitProgram.cpp", "Safetensors.cpp",
-           "Checkpoint.cpp", "Crc32c.cpp", "Json.cpp", "Placement.cpp", "Arena.cpp"]
+           "Checkpoint.cpp", "Crc32c.cpp", "Json.cpp", "Placement.cpp", "Arena.cpp", "Serve.cpp",
+           "Library.cpp"]
 MPI_PACKAGES = ["openmpi-bin", "openmpi-common", "libopenmpi3", "libopenmpi-dev"]
 # On every machine already; never bundled.
 BASE_PACKAGES = {"libc6", "libgcc-s1", "libstdc++6", "zlib1g", "libgfortran5", "libquadmath0"}
@@ -151,13 +164,6 @@ def emit_cuda(prog, folder):
     os.remove(os.path.join(folder, "program.mlir"))
 
 
-def lm_loss(model, ids, targets):
-    """Cross-entropy of a language model's logits, or of a classifier's."""
-    logits = model(ids)
-    return torch.nn.functional.cross_entropy(logits.reshape(-1, logits.shape[-1]),
-                                             targets.reshape(-1))
-
-
 # The optimizer of each model's training program, as torch.optim's class
 # and arguments (written to the program's optimizer.json, which check.py's
 # eager timing builds too).
@@ -167,8 +173,14 @@ OPTIMIZERS = {"resnet-tiny": ("SGD", {"lr": 1e-2, "momentum": 0.9}),
               "decoder": ("AdamW", {"lr": 1e-3, "weight_decay": 0.1})}
 
 
-def optimizer(model_name, params):
-    name, kwargs = OPTIMIZERS[model_name]
+# A loop's optimizer: SGD with momentum, whose final state is well
+# conditioned (AdamW's update divides by the root of small squared
+# gradients, which lifts rounding to the size of a step).
+LOOP_OPTIMIZER = ("SGD", {"lr": 5e-2, "momentum": 0.9})
+
+
+def optimizer(model_name, params, spec=None):
+    name, kwargs = spec or OPTIMIZERS[model_name]
     return getattr(torch.optim, name)(params, foreach=False, **kwargs)
 
 
@@ -231,10 +243,75 @@ def write_train_program(out, name, cpu_expected):
     return entry
 
 
+def write_loop_program(out, name, cpu_expected):
+    """A user's loop (check.py loop): eager's losses, evaluations and final
+    parameters from its own loop, and tdx's CPU runner driven by the same
+    loop (exe.start())."""
+    model_name, ranks, _ = PROGRAMS[name]
+    eager, deferred, _, plan = model(model_name)
+    folder = os.path.join(out, "programs", name)
+    os.makedirs(folder)
+    g = torch.Generator().manual_seed(7)
+    gpt = model_name == "gpt2"
+    if gpt:
+        batches = [(torch.randint(0, 96, (4, 8), generator=g),
+                    torch.randint(0, 96, (4, 8), generator=g)) for _ in range(LOOP_STEPS)]
+    else:  # images and labels, batch norm on the global batch's statistics
+        eager.train()
+        deferred.train()
+        batches = [(torch.randn(4, 3, 32, 32, generator=g), torch.randint(0, 10, (4,), generator=g))
+                   for _ in range(LOOP_STEPS)]
+    k = 2 if gpt else 1
+    rows = batches[0][0].shape[0] // k
+    spec = {"lrs": cosine(LOOP_OPTIMIZER[1]["lr"], LOOP_STEPS), "accumulation": k,
+            "evaluate": gpt}
+    prog = tdx.trace_train_step(deferred, optimizer(model_name, deferred.parameters(),
+                                                    LOOP_OPTIMIZER), lm_loss,
+                                *batches[0], hyperparameters=("lr",), accumulation_steps=k)
+    if gpt:
+        prog.add_entry("evaluate", lm_loss, batches[0][0][:rows], batches[0][1][:rows])
+        placed(prog, ranks, plan)
+    elif ranks > 1:
+        tdx.parallelize(prog, tdx.init_device_mesh("cpu", (ranks,), ("dp",)), {},
+                        data_parallel="dp")
+    cpu_prog = prog.copy()
+    emit_cuda(prog, folder)
+    weights = {k: v.clone() for k, v in state(eager).items()}
+    tdx.safetensors.save(weights, os.path.join(folder, "params.safetensors"))
+    tdx.safetensors.save({f"{s}:input:{i}": x for s, b in enumerate(batches)
+                          for i, x in enumerate(b)}, os.path.join(folder, "batches.safetensors"))
+    for file, value in (("loop.json", spec), ("optimizer.json", LOOP_OPTIMIZER)):
+        with open(os.path.join(folder, file), "w") as f:
+            json.dump(value, f)
+    want = eager_loop(eager, optimizer(model_name, eager.parameters(), LOOP_OPTIMIZER), batches,
+                      spec, lm_loss)
+    tdx.safetensors.save(want, os.path.join(folder, "expected.eager.safetensors"))
+    entry = {"name": name, "model": model_name, "ranks": ranks, "tolerance": 1e-5,
+             "kind": "loop", "steps": LOOP_STEPS}
+    if cpu_expected:
+        got = {}
+        with tdx.compile(cpu_prog).start(params=weights) as runner:
+            for s, ((x, y), lr) in enumerate(zip(batches, spec["lrs"])):
+                got[f"{s}:output:0"] = runner.train_step(x, y, lr=lr)
+                if gpt:
+                    got[f"{s}:eval:0"] = runner.evaluate(x[:rows], y[:rows])
+            final = runner.state_dict()
+        got.update({f"state:{n}": final[n] for n, _ in eager.named_parameters()})
+        for key, value in want.items():
+            rel = ((got[key].double() - value.double()).norm() / value.double().norm()).item()
+            if rel > (1e-4 if key.startswith("state:") else 1e-5):
+                raise SystemExit(f"{name}: tdx's CPU runner's {key} is {rel:.2e} off eager's; "
+                                 f"fix that first")
+        tdx.safetensors.save(got, os.path.join(folder, "expected.cpu.safetensors"))
+    return entry
+
+
 def write_program(out, name, cpu_expected):
     model_name, ranks, kind = PROGRAMS[name]
     if kind in ("train", "train-pp"):
         return write_train_program(out, name, cpu_expected)
+    if kind == "loop":
+        return write_loop_program(out, name, cpu_expected)
     eager, deferred, inputs, plan = model(model_name)
     folder = os.path.join(out, "programs", name)
     os.makedirs(folder)

@@ -5,10 +5,18 @@ times PyTorch eager on the same model and weights.
     python3 check.py compare PROGRAM_DIR OUT.safetensors [--state STATE.safetensors
                              [--state-tolerance T] [--gpu-eager MODEL]]
     python3 check.py eager PROGRAM_DIR MODEL --steps N [--train]   # prints "eager_ms <ms>"
+    mpirun -np R python3 check.py loop PROGRAM_DIR LIBRARY.so OUT.safetensors STATE.safetensors
+
+"loop" is a user's training loop (loop.json: an lr per step, micro-batches
+per step, an evaluation after every step) over a program built as a shared
+object, driven through its C ABI (tdx_open, tdx_call, ...: the library that
+tdx.Runner loads into each rank of an SPMD script), on the GPU.
 """
 
 import argparse
+import ctypes
 import json
+import math
 import os
 import struct
 import sys
@@ -36,6 +44,114 @@ def load(path):
         t = torch.frombuffer(data, dtype=torch.uint8) if data else torch.empty(0, dtype=torch.uint8)
         out[name] = t.view(DTYPES[e["dtype"]]).reshape(e["shape"])
     return out
+
+
+def save(path, tensors):
+    """Writes `tensors` (name -> tensor) as a safetensors file."""
+    names = {v: k for k, v in DTYPES.items()}
+    header, blobs, at = {}, [], 0
+    for name, t in sorted(tensors.items()):
+        data = t.detach().cpu().contiguous().view(torch.uint8).reshape(-1).numpy().tobytes()
+        header[name] = {"dtype": names[t.dtype], "shape": list(t.shape),
+                        "data_offsets": [at, at + len(data)]}
+        blobs.append(data)
+        at += len(data)
+    text = json.dumps(header).encode()
+    text += b" " * (-len(text) % 8)
+    with open(path, "wb") as f:
+        f.write(struct.pack("<Q", len(text)) + text + b"".join(blobs))
+
+
+def loop_spec(folder):
+    """A loop program's loop.json: "lrs" (one per step), "accumulation"
+    (micro-batches per step), "evaluate" (an evaluation entry after each
+    step, on the first micro-batch's rows)."""
+    with open(os.path.join(folder, "loop.json")) as f:
+        return json.load(f)
+
+
+def cosine(base, steps):
+    """CosineAnnealingLR's lr per step, from `base` over `steps`."""
+    return [base * (1 + math.cos(math.pi * s / steps)) / 2 for s in range(steps)]
+
+
+def eager_loop(model, optimizer, batches, spec, loss_fn):
+    """Eager's loop as a user writes it: per step the schedule's lr, the
+    step's micro-batches (each loss / k backward), the update, then the
+    evaluation on the new weights; its losses ("s:output:0"), evaluations
+    ("s:eval:0") and final parameters ("state:NAME")."""
+    k, out = spec["accumulation"], {}
+    rows = batches[0][0].shape[0] // k
+    for s, ((x, y), lr) in enumerate(zip(batches, spec["lrs"])):
+        for group in optimizer.param_groups:
+            group["lr"] = lr
+        optimizer.zero_grad()
+        total = 0.0
+        for i in range(k):
+            loss = loss_fn(model, x[i * rows:(i + 1) * rows], y[i * rows:(i + 1) * rows])
+            (loss / k).backward()
+            total += loss.item()
+        optimizer.step()
+        out[f"{s}:output:0"] = torch.tensor(total / k)
+        if spec["evaluate"]:
+            with torch.no_grad():
+                out[f"{s}:eval:0"] = loss_fn(model, x[:rows], y[:rows]).detach().cpu()
+    out.update({f"state:{n}": v.detach() for n, v in model.named_parameters()})
+    return out
+
+
+def lm_loss(model, ids, targets):
+    """Cross-entropy of a language model's logits, or of a classifier's."""
+    logits = model(ids)
+    return torch.nn.functional.cross_entropy(logits.reshape(-1, logits.shape[-1]),
+                                             targets.reshape(-1))
+
+
+def loop(folder, library, output, state):
+    """This rank of the loop on the program's shared object: each rank
+    passes the global batch (the library takes its box), the step's lr as
+    its hyperparameter input, and gets every output; rank 0 writes the
+    losses and evaluations to `output` and the final state to `state`."""
+    ctypes.CDLL("libmpi.so.40", mode=os.RTLD_GLOBAL)  # its components need its symbols
+    lib = ctypes.CDLL(library)
+    handle = ctypes.c_void_p
+    lib.tdx_open.restype = handle
+    lib.tdx_open.argtypes = [ctypes.c_int, ctypes.POINTER(ctypes.c_char_p)]
+    lib.tdx_error.restype = ctypes.c_char_p
+    lib.tdx_call.argtypes = [handle, ctypes.c_int, ctypes.POINTER(ctypes.c_void_p),
+                             ctypes.c_int, ctypes.c_int]
+    lib.tdx_output.argtypes = [handle, ctypes.c_int, ctypes.c_void_p]
+    lib.tdx_write_state.argtypes = [handle, ctypes.c_char_p]
+    lib.tdx_close.argtypes = [handle]
+    args = [b"tdx", b"--params", os.path.join(folder, "params.safetensors").encode()]
+    h = lib.tdx_open(len(args), (ctypes.c_char_p * len(args))(*args))
+    if not h:
+        raise SystemExit(f"loop: tdx_open failed: {lib.tdx_error().decode()}")
+
+    def call(entry, inputs):
+        keep = [t.contiguous() for t in inputs]
+        pointers = (ctypes.c_void_p * len(keep))(*[t.data_ptr() for t in keep])
+        if lib.tdx_call(h, entry, pointers, len(keep), 0) != 0:
+            raise SystemExit(f"loop: call failed: {lib.tdx_error().decode()}")
+        loss = torch.empty((), dtype=torch.float32)  # each entry returns a loss
+        lib.tdx_output(h, 0, ctypes.c_void_p(loss.data_ptr()))
+        return loss
+
+    spec, data = loop_spec(folder), load(os.path.join(folder, "batches.safetensors"))
+    k, out = spec["accumulation"], {}
+    for s, lr in enumerate(spec["lrs"]):
+        x, y = data[f"{s}:input:0"], data[f"{s}:input:1"]
+        rows = x.shape[0] // k
+        stacked = [t.reshape(k, rows, *t.shape[1:]) if k > 1 else t for t in (x, y)]
+        out[f"{s}:output:0"] = call(0, stacked + [torch.tensor(lr, dtype=torch.float64)])
+        if spec["evaluate"]:
+            out[f"{s}:eval:0"] = call(1, [x[:rows], y[:rows]])
+    if lib.tdx_write_state(h, state.encode()) != 0:
+        raise SystemExit(f"loop: state failed: {lib.tdx_error().decode()}")
+    lib.tdx_close(h)
+    if int(os.environ.get("OMPI_COMM_WORLD_RANK", "0")) == 0:
+        save(output, out)
+    return 0
 
 
 def distance(have, want):
@@ -127,9 +243,10 @@ def loaded(folder, name):
     return model.cuda()
 
 
-def training(folder, name):
+def training(folder, name, with_step=True):
     """The model on the GPU in training mode, its program's optimizer
-    (torch.optim's class and arguments), one step, and the program's batches."""
+    (torch.optim's class and arguments), one step (or, without `with_step`,
+    the optimizer), and the program's batches."""
     model = loaded(folder, name).train()
     with open(os.path.join(folder, "optimizer.json")) as f:
         name, kwargs = json.load(f)
@@ -137,12 +254,12 @@ def training(folder, name):
     data = load(os.path.join(folder, "batches.safetensors"))
     batches = [(data[f"{k}:input:0"].cuda(), data[f"{k}:input:1"].cuda())
                for k in range(len(data) // 2)]
+    if not with_step:
+        return model, optimizer, batches
 
     def step(ids, targets):
         optimizer.zero_grad()
-        logits = model(ids)
-        loss = torch.nn.functional.cross_entropy(logits.reshape(-1, logits.shape[-1]),
-                                                 targets.reshape(-1))
+        loss = lm_loss(model, ids, targets)
         loss.backward()
         optimizer.step()
         return loss.detach()
@@ -155,6 +272,9 @@ def eager_steps(folder, name):
     float32 on this GPU (no TF32), as the expected files name them."""
     torch.backends.cuda.matmul.allow_tf32 = False
     torch.backends.cudnn.allow_tf32 = False
+    if os.path.exists(os.path.join(folder, "loop.json")):
+        model, optimizer, batches = training(folder, name, with_step=False)
+        return eager_loop(model, optimizer, batches, loop_spec(folder), lm_loss)
     model, step, batches = training(folder, name)
     out = {f"{k}:output:0": step(*b) for k, b in enumerate(batches)}
     out.update({f"state:{k}": v.detach() for k, v in model.named_parameters()})
@@ -205,7 +325,14 @@ def main():
     e.add_argument("model")
     e.add_argument("--steps", type=int, default=20)
     e.add_argument("--train", action="store_true", help="time training steps")
+    lp = sub.add_parser("loop")
+    lp.add_argument("folder")
+    lp.add_argument("library")
+    lp.add_argument("output")
+    lp.add_argument("state")
     args = parser.parse_args()
+    if args.cmd == "loop":
+        return loop(args.folder, args.library, args.output, args.state)
     if args.cmd == "compare":
         return compare(args.folder, args.output, args.tolerance, args.state,
                        args.state_tolerance, args.gpu_eager)

@@ -4,7 +4,9 @@
 #
 #   bash run.sh                  build with nvcc, run every program on one GPU,
 #                                compare with the expected outputs (training
-#                                programs: losses per step and final state),
+#                                programs: losses per step and final state;
+#                                loop programs: a user's loop on the runner's
+#                                library, with eager's loop on this GPU too),
 #                                memcheck a forward and a training step,
 #                                time the binaries next to PyTorch eager
 #   bash run.sh --compile-only   build only (the test suite runs this)
@@ -48,7 +50,7 @@ BUILD="$HERE/build"
 mkdir -p "$BUILD/obj"
 FLAGS=(-std=c++17 -O2 --fmad=false "-arch=$TDX_CUDA_ARCH" -DOMPI_SKIP_MPICXX=1
        "-I$HERE/runtime/include" "-I$MPI_INCLUDE" "-I$NCCL_INCLUDE" "-I$CUDA_HOME/include"
-       -Xcompiler -ffp-contract=off)
+       -Xcompiler -ffp-contract=off -Xcompiler -fPIC)
 LIBS=("-L$CUDA_HOME/lib64" -lcublas -lcudart "$NCCL_LIB" "-L$MPI_LIB/openmpi/lib" -lmpi
       "-Xlinker=-rpath,$CUDA_HOME/lib64:$(dirname "$NCCL_LIB"):$MPI_LIB/openmpi/lib:$MPI_LIB")
 echo "gpu-check: nvcc $("$NVCC" --version | tail -1), $TDX_CUDA_ARCH, NCCL $NCCL_LIB"
@@ -70,15 +72,19 @@ wait
 rm -f "$BUILD/libtdxcuda.a"
 ar rcs "$BUILD/libtdxcuda.a" "$BUILD"/obj/*.o || touch "$BUILD/libtdxcuda.failed"
 PROGRAMS=$("$PY" -c 'import json,sys; [print(p["name"], p["model"], p["ranks"], p["tolerance"], p["kind"], p["steps"]) for p in json.load(open(sys.argv[1]))["programs"]]' "$HERE/manifest.json")
+# A loop program is a shared object (the runner's library, check.py loop
+# loads it into each rank); the others are binaries.
+artifact() { [[ $2 == loop ]] && echo "$BUILD/$1.so" || echo "$BUILD/$1"; }
 while read -r name model ranks tol kind steps; do
-  rm -f "$BUILD/$name"
-  compile "$name" "$BUILD/$name.build.log" "$NVCC" "${FLAGS[@]}" -o "$BUILD/$name" \
+  out="$(artifact "$name" "$kind")"; rm -f "$out"
+  SHARED=(); [[ $kind == loop ]] && SHARED=(-shared -Xlinker -u,tdx_open)
+  compile "$name" "$BUILD/$name.build.log" "$NVCC" "${FLAGS[@]}" "${SHARED[@]}" -o "$out" \
     "$HERE/programs/$name/program.cu" "$BUILD/libtdxcuda.a" "${LIBS[@]}"
 done <<< "$PROGRAMS"
 wait
 built=0
 while read -r name model ranks tol kind steps; do
-  [[ -x "$BUILD/$name" ]] && built=$((built + 1))
+  [[ -f "$(artifact "$name" "$kind")" ]] && built=$((built + 1))
 done <<< "$PROGRAMS"
 failed_build=$(find "$BUILD" -maxdepth 1 -name '*.failed' | wc -l)
 if [[ $COMPILE_ONLY == 1 ]]; then
@@ -90,7 +96,24 @@ passed=0; failed=$failed_build
 TABLE="$(printf '%-12s %5s %12s %12s %7s\n' program ranks tdx_ms eager_ms ratio)"
 while read -r name model ranks tol kind steps; do
   dir="$HERE/programs/$name"; out="$BUILD/$name.out.safetensors"; log="$BUILD/$name.log"
-  [[ -x "$BUILD/$name" ]] || continue
+  [[ -f "$(artifact "$name" "$kind")" ]] || continue
+  if [[ $kind == loop ]]; then
+    # The user's loop on every rank, the library loaded into each.
+    echo "gpu-check: $name:"
+    if ! timeout 600 mpirun -np "$ranks" --oversubscribe --bind-to none "$PY" "$HERE/check.py" \
+         loop "$dir" "$BUILD/$name.so" "$out" "$BUILD/$name.state.safetensors" \
+         < /dev/null > "$log" 2>&1; then
+      echo "gpu-check: $name: FAILED to run:"; grep -m 3 "tdx: \|loop: " "$log" || tail -5 "$log"
+      failed=$((failed + 1)); continue
+    fi
+    if "$PY" "$HERE/check.py" compare "$dir" "$out" --tolerance "$tol" \
+         --state "$BUILD/$name.state.safetensors" --gpu-eager "$model" < /dev/null; then
+      passed=$((passed + 1))
+    else
+      echo "gpu-check: $name: FAILED (outputs differ)"; failed=$((failed + 1))
+    fi
+    continue
+  fi
   # A forward runs $STEPS times on its input; a training program runs its
   # steps on its batches and saves the final state.
   if [[ $kind == train ]]; then
@@ -122,6 +145,24 @@ while read -r name model ranks tol kind steps; do
           "${tdx_ms:-nan}" "${eager_ms:-nan}" 2>/dev/null)
   TABLE+=$'\n'"$(printf '%-12s %5s %12s %12s %7s' "$name" "$ranks" "${tdx_ms:-?}" "${eager_ms:-?}" "${ratio:-?}")"
 done <<< "$PROGRAMS"
+
+# More ranks than GPUs with NCCL forced (no host-memory path): every rank
+# ends with an error that says so, within the timeout.
+gpus=$(nvidia-smi -L 2>/dev/null | wc -l)
+two=$(awk '$3 == 2 && $5 == "forward" { print $1; exit }' <<< "$PROGRAMS")
+if [[ -n "$two" && -x "$BUILD/$two" && $gpus -lt 2 ]]; then
+  dir="$HERE/programs/$two"
+  TDX_CUDA_COLLECTIVES=nccl timeout 120 mpirun -np 2 --oversubscribe "$BUILD/$two" \
+    --params "$dir/params.safetensors" --inputs "$dir/in.safetensors" < /dev/null \
+    > "$BUILD/more-ranks-than-gpus.log" 2>&1
+  rc=$?
+  if [[ $rc != 0 && $rc != 124 ]] && grep -q "leaves no host-memory path" "$BUILD/more-ranks-than-gpus.log"; then
+    echo "gpu-check: 2 ranks on $gpus GPU with NCCL forced: refused by name"; passed=$((passed + 1))
+  else
+    echo "gpu-check: 2 ranks on $gpus GPU with NCCL forced: FAILED (exit $rc)"
+    tail -5 "$BUILD/more-ranks-than-gpus.log"; failed=$((failed + 1))
+  fi
+fi
 
 # The first one-rank forward and training programs under compute-sanitizer's
 # memcheck (one training step).

@@ -19,7 +19,7 @@ CUDA = os.path.exists(os.path.join(os.path.dirname(tdx.__file__), "..", "..", "l
 # A forward on one rank and on tp2, a conv net, and whole training steps
 # (forward, backward, update) of a transformer on tp2 and of a conv net.
 PROGRAMS = ["gpt2-1", "llama-tp2", "resnet18-1", "llama-train-tp2", "resnet-tiny-train-1", "narrow-1",
-            "bf16-mlp-1", "decoder-train-1"]
+            "bf16-mlp-1", "decoder-train-1", "gpt2-loop-tp2", "resnet-tiny-loop-dp2"]
 # The generic backward ops (tdx/Runtime/cuda/AtenOps.def) each training
 # program runs on CUDA.
 BACKWARD_OPS = {
@@ -29,6 +29,8 @@ BACKWARD_OPS = {
     "resnet-tiny-train-1": ["convolution_backward", "max_pool2d_with_indices",
                             "max_pool2d_with_indices_backward", "threshold_backward"],
     "decoder-train-1": ["embedding_dense_backward"],
+    "gpt2-loop-tp2": ["embedding_dense_backward"],
+    "resnet-tiny-loop-dp2": ["convolution_backward", "max_pool2d_with_indices_backward"],
 }
 # First-class ops a program must run on CUDA's own kernels (not generic).
 FIRST_CLASS = {"decoder-train-1": ["T::sdpa(", "T::sdpa_backward("]}
@@ -52,7 +54,7 @@ def test_bundle_holds_programs_expectations_runtime_and_mpi(bundle):
     manifest = json.load(open(bundle / "manifest.json"))
     assert [p["name"] for p in manifest["programs"]] == PROGRAMS
     for entry in manifest["programs"]:
-        name, train = entry["name"], entry["kind"] == "train"
+        name, train = entry["name"], entry["kind"] in ("train", "loop")
         folder = bundle / "programs" / name
         for f in ("program.cu", "params.safetensors",
                   "batches.safetensors" if train else "in.safetensors",
@@ -69,8 +71,13 @@ def test_bundle_holds_programs_expectations_runtime_and_mpi(bundle):
             assert "callAten" not in source, name
         for call in FIRST_CLASS.get(name, []):
             assert call in source, (name, call)
-        if name == "resnet-tiny-train-1":
+        if name.startswith("resnet-tiny"):
             assert "native_batch_norm" not in source, name
+        if entry["kind"] == "loop":
+            # The step takes its lr; gpt2's has an evaluation entry.
+            spec = json.load(open(folder / "loop.json"))
+            assert len(spec["lrs"]) == entry["steps"] and spec["lrs"][0] > spec["lrs"][-1]
+            assert ("evaluate" in source) == name.startswith("gpt2"), name
     # The training step's expectations: eager's loss per step and final
     # parameters, and the CPU binary's, within the tolerances run.sh checks.
     train = bundle / "programs" / "llama-train-tp2"
@@ -81,7 +88,17 @@ def test_bundle_holds_programs_expectations_runtime_and_mpi(bundle):
     for key, want in eager.items():
         rel = ((cpu[key] - want).norm() / want.norm()).item()
         assert rel < (1e-4 if key.startswith("state:") else 1e-5), key
+    # A loop's expectations: eager's loop and tdx's CPU runner driven by it.
+    loop = bundle / "programs" / "gpt2-loop-tp2"
+    eager = tdx.safetensors.load(str(loop / "expected.eager.safetensors"))
+    cpu = tdx.safetensors.load(str(loop / "expected.cpu.safetensors"))
+    assert {k for k in eager if ":eval:" in k} == {f"{k}:eval:0" for k in range(4)}
+    assert set(eager) <= set(cpu)
+    # dp2's batch norm: the per-channel sums' collectives are in the source.
+    dp = (bundle / "programs" / "resnet-tiny-loop-dp2" / "program.cu").read_text()
+    assert "llGather(" in dp and "llReduce(" in dp
     assert (bundle / "runtime" / "lib" / "cuda" / "Ops.cu").exists()
+    assert (bundle / "runtime" / "lib" / "Serve.cpp").exists()
     assert (bundle / "runtime" / "lib" / "Json.cpp").exists()
     # The runtime needs no LLVM: nothing under it includes it.
     for d, _, files in os.walk(bundle / "runtime"):

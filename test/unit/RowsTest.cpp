@@ -181,6 +181,63 @@ TEST(RowsTest, CrossEntropyWithSmoothingAndIgnoredTargets) {
     }
 }
 
+/// How many bf16 ulps apart two bf16 tensors are, at most: their bit
+/// patterns as ordered integers (no NaN here).
+static int64_t bf16UlpsApart(const at::Tensor &a, const at::Tensor &b) {
+  auto ordered = [](const at::Tensor &t) {
+    at::Tensor bits = t.contiguous().view(at::kShort).to(at::kLong);
+    // Sign-magnitude to two's complement order: negatives count down.
+    return at::where(bits < 0, -(bits + 32768), bits);
+  };
+  return (ordered(a) - ordered(b)).abs().max().item<int64_t>();
+}
+
+/// The bf16 softmax, log_softmax, layer and RMS norms and cross entropy a
+/// mixed-precision step runs on CUDA: the row functions compute in double
+/// and round once to bf16 (narrow), against ATen's bf16 kernels, which
+/// compute in float and round once. The two may differ only where the
+/// float and double results round to neighbours: at most one bf16 ulp,
+/// and on few elements.
+TEST(RowsTest, Bf16RowsComputeWideAndRoundOnceAsAten) {
+  using B = at::BFloat16;
+  at::Tensor x = (randn({16, 64}, 21) * 3).to(at::kBFloat16);
+  at::Tensor w = (randn({64}, 22) * 0.5 + 1).to(at::kBFloat16);
+  at::Tensor b = randn({64}, 23).to(at::kBFloat16);
+  auto rows = [&](auto fn) {
+    at::Tensor y = at::empty_like(x);
+    for (int64_t r = 0; r < 16; ++r)
+      fn(OneLane{}, x.data_ptr<B>() + r * 64, y.data_ptr<B>() + r * 64);
+    return y;
+  };
+  auto expectRoundedOnce = [](const at::Tensor &got, const at::Tensor &want, const char *op) {
+    EXPECT_EQ(got.scalar_type(), at::kBFloat16) << op;
+    EXPECT_LE(bf16UlpsApart(got, want), 1) << op;
+    double equal = got.eq(want).to(at::kDouble).mean().item<double>();
+    EXPECT_GE(equal, 0.97) << op << ": only " << equal << " of the elements equal ATen's";
+  };
+  for (bool log : {false, true})
+    expectRoundedOnce(rows([&](auto g, const B *in, B *out) { softmaxRow(g, in, out, 64, 1, log); }),
+                      log ? at::log_softmax(x, 1) : at::softmax(x, 1), "softmax");
+  expectRoundedOnce(rows([&](auto g, const B *in, B *out) {
+                      layerNormRow(g, in, w.data_ptr<B>(), b.data_ptr<B>(), out, 64, 1e-5);
+                    }),
+                    at::layer_norm(x, {64}, w, b, 1e-5), "layer_norm");
+  expectRoundedOnce(rows([&](auto g, const B *in, B *out) {
+                      rmsNormRow(g, in, w.data_ptr<B>(), out, 64, 1e-6);
+                    }),
+                    at::rms_norm(x, {64}, w, 1e-6), "rms_norm");
+  // Cross entropy: each sample's loss in double from bf16 logits; the mean
+  // rounded once to bf16, as ATen's bf16 loss.
+  at::Tensor target = at::randint(0, 64, {16}, at::make_generator<at::CPUGeneratorImpl>(24));
+  double sum = 0;
+  for (int64_t r = 0; r < 16; ++r)
+    sum += crossEntropyRow(OneLane{}, x.data_ptr<B>() + r * 64, 64, 1,
+                           target[r].item<int64_t>(), 0.0);
+  B loss = narrow<B>(sum / 16);
+  at::Tensor want = at::cross_entropy_loss(x, target);
+  EXPECT_LE(bf16UlpsApart(at::scalar_tensor(static_cast<float>(loss)).to(at::kBFloat16), want), 1);
+}
+
 TEST(RowsTest, SoftmaxBackwardIsAtensBackwardData) {
   at::Tensor x = randn({4, 9}, 11) * 3, dy = randn({4, 9}, 12);
   for (int lanes : kLaneCounts)

@@ -7,7 +7,8 @@
 // row share its elements and combine their partial sums with warp shuffles
 // and shared memory); the unit tests (test/unit/RowsTest.cpp) run the very
 // same functions on the CPU, one lane per row, against ATen. Statistics
-// accumulate in double.
+// accumulate in double, for every float type (bf16 and f16 included), and
+// each result is rounded once (narrow).
 //
 //===----------------------------------------------------------------------===//
 
@@ -45,6 +46,16 @@ struct Iter {
 };
 
 enum RowReduce : int { RowSum = 0, RowMean = 1, RowMax = 2 };
+
+/// A row's result (computed in double) as T: bf16 and f16 through float,
+/// one rounding of a float as ATen's kernels of those types round theirs,
+/// the same on the host (c10's types) and the device (CUDA's).
+template <class T> TDX_HD inline T narrow(double v) {
+  if constexpr (sizeof(T) == 2)
+    return static_cast<T>(static_cast<float>(v));
+  else
+    return static_cast<T>(v);
+}
 
 /// The larger of two values; NaN wins (as ATen's max does).
 TDX_HD inline double maxNaN(double a, double b) {
@@ -92,7 +103,7 @@ TDX_HD void softmaxRow(const Lanes &g, const T *x, T *y, int64_t n, int64_t stri
   double logSum = ::log(sum);
   for (int64_t i = g.lane(); i < n; i += g.count()) {
     double v = static_cast<double>(x[i * stride]) - m;
-    y[i * stride] = static_cast<T>(logSoftmax ? v - logSum : ::exp(v) / sum);
+    y[i * stride] = narrow<T>(logSoftmax ? v - logSum : ::exp(v) / sum);
   }
 }
 
@@ -110,14 +121,14 @@ TDX_HD void layerNormRow(const Lanes &g, const T *x, const T *w, const T *b, T *
   var = g.sum(var);
   double rstd = 1.0 / ::sqrt(var / static_cast<double>(n) + eps);
   if (meanOut && g.lane() == 0)
-    *meanOut = static_cast<T>(mean), *rstdOut = static_cast<T>(rstd);
+    *meanOut = narrow<T>(mean), *rstdOut = narrow<T>(rstd);
   for (int64_t i = g.lane(); i < n; i += g.count()) {
     double v = (static_cast<double>(x[i]) - mean) * rstd;
     if (w)
       v *= static_cast<double>(w[i]);
     if (b)
       v += static_cast<double>(b[i]);
-    y[i] = static_cast<T>(v);
+    y[i] = narrow<T>(v);
   }
 }
 
@@ -131,7 +142,7 @@ TDX_HD void rmsNormRow(const Lanes &g, const T *x, const T *w, T *y, int64_t n, 
   double r = 1.0 / ::sqrt(ms / static_cast<double>(n) + eps);
   for (int64_t i = g.lane(); i < n; i += g.count()) {
     double v = static_cast<double>(x[i]) * r;
-    y[i] = static_cast<T>(w ? v * static_cast<double>(w[i]) : v);
+    y[i] = narrow<T>(w ? v * static_cast<double>(w[i]) : v);
   }
 }
 
@@ -186,7 +197,7 @@ TDX_HD void softmaxBackwardRow(const Lanes &g, const T *dy, const T *y, T *dx, i
   s = g.sum(s);
   for (int64_t i = g.lane(); i < n; i += g.count()) {
     double d = static_cast<double>(dy[i]), v = static_cast<double>(y[i]);
-    dx[i] = static_cast<T>(logSoftmax ? d - ::exp(v) * s : v * (d - s));
+    dx[i] = narrow<T>(logSoftmax ? d - ::exp(v) * s : v * (d - s));
   }
 }
 
@@ -207,7 +218,7 @@ TDX_HD void layerNormBackwardRow(const Lanes &g, const T *dy, const T *x, double
   for (int64_t i = g.lane(); i < n; i += g.count()) {
     double dyw = static_cast<double>(dy[i]) * (w ? static_cast<double>(w[i]) : 1.0);
     double xhat = (static_cast<double>(x[i]) - mean) * rstd;
-    dx[i] = static_cast<T>(rstd * (dyw - a - xhat * b));
+    dx[i] = narrow<T>(rstd * (dyw - a - xhat * b));
   }
 }
 
@@ -224,9 +235,9 @@ TDX_HD void layerNormParamGradColumn(const T *dy, const T *x, const T *mean, con
     b += d;
   }
   if (dw)
-    dw[j] = static_cast<T>(w);
+    dw[j] = narrow<T>(w);
   if (db)
-    db[j] = static_cast<T>(b);
+    db[j] = narrow<T>(b);
 }
 
 /// Batch norm of one channel's n elements (a dense row of the input moved
@@ -250,14 +261,14 @@ TDX_HD void batchNormRow(const Lanes &g, const T *x, T *y, int64_t n, bool train
     ss = g.sum(ss);
     var = ss / static_cast<double>(n);
     if (g.lane() == 0) {
-      *meanOut = static_cast<T>(mean);
-      *invstdOut = static_cast<T>(1.0 / ::sqrt(var + eps));
+      *meanOut = narrow<T>(mean);
+      *invstdOut = narrow<T>(1.0 / ::sqrt(var + eps));
       *varOut = ss / static_cast<double>(n - 1); // NaN for one element, as ATen
     }
   }
   double invstd = 1.0 / ::sqrt(var + eps);
   for (int64_t i = g.lane(); i < n; i += g.count())
-    y[i] = static_cast<T>((static_cast<double>(x[i]) - mean) * invstd * w + b);
+    y[i] = narrow<T>((static_cast<double>(x[i]) - mean) * invstd * w + b);
 }
 
 /// The gradients of batch norm over one channel's n elements (dense rows of
@@ -280,16 +291,16 @@ TDX_HD void batchNormBackwardRow(const Lanes &g, const T *dy, const T *x, T *dx,
   dot = g.sum(dot);
   if (g.lane() == 0) {
     if (dw)
-      *dw = static_cast<T>(dot * invstd);
+      *dw = narrow<T>(dot * invstd);
     if (db)
-      *db = static_cast<T>(sum);
+      *db = narrow<T>(sum);
   }
   if (!dx)
     return;
   double k = dot * invstd * invstd / static_cast<double>(n), gradMean = sum / static_cast<double>(n);
   for (int64_t i = g.lane(); i < n; i += g.count()) {
     double d = static_cast<double>(dy[i]);
-    dx[i] = static_cast<T>(training
+    dx[i] = narrow<T>(training
                                ? (d - (static_cast<double>(x[i]) - mean) * k - gradMean) * invstd * w
                                : d * invstd * w);
   }
@@ -313,7 +324,7 @@ TDX_HD void embeddingBackwardRow(const Lanes &g, const T *grad, int64_t dim,
     double acc = 0;
     for (int64_t k = 0; k < count; ++k)
       acc += static_cast<double>(grad[tokens[k] * dim + j]);
-    out[j] = static_cast<T>(acc);
+    out[j] = narrow<T>(acc);
   }
 }
 

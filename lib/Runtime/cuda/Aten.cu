@@ -73,7 +73,7 @@ __global__ void nllLossBackwardKernel(const T *dy, bool perSample, const T *targ
     return;
   }
   double w = target_weight ? static_cast<double>(target_weight[t]) : 1.0;
-  dx[r * classes + t] = static_cast<T>(tdx::kern::nllLossGrad(
+  dx[r * classes + t] = tdx::kern::narrow<T>(tdx::kern::nllLossGrad(
       reduction, static_cast<double>(dy[perSample ? r : 0]), w,
       static_cast<double>(totalWeight[0])));
 }
@@ -159,7 +159,7 @@ std::vector<Tensor> softmaxBackward(const std::vector<Tensor> &tensors, const Ar
   Tensor dy = dy0.transpose(dim, last).contiguous(), y = y0.transpose(dim, last).contiguous();
   Tensor dx = Tensor::empty(y.sizes(), y.dtype());
   int64_t n = y.dim() ? y.size(-1) : 1, rows = n ? y.numel() / n : 0;
-  floatTypes(y.dtype(), op, [&](auto tag) {
+  anyFloatTypes(y.dtype(), op, [&](auto tag) {
     using T = decltype(tag);
     softmaxBackwardKernel<T><<<rowBlocks(rows), kRowThreads, kRowShared>>>(
         ptr<T>(dy), ptr<T>(y), out<T>(dx), rows, n, log);
@@ -218,7 +218,7 @@ std::vector<Tensor> tdx::cu::aten::nativeLayerNorm(const std::vector<Tensor> &te
     stats[i] = 1;
   Tensor y = Tensor::empty(x.sizes(), x.dtype());
   Tensor mean = Tensor::empty(stats, x.dtype()), rstd = Tensor::empty(stats, x.dtype());
-  floatTypes(x.dtype(), op, [&](auto tag) {
+  anyFloatTypes(x.dtype(), op, [&](auto tag) {
     using T = decltype(tag);
     layerNormStatsKernel<T><<<rowBlocks(a.rows), kRowThreads, kRowShared>>>(
         ptr<T>(x), ptr<T>(a.w), ptr<T>(a.b), out<T>(y), out<T>(mean), out<T>(rstd), a.rows,
@@ -247,7 +247,7 @@ std::vector<Tensor> tdx::cu::aten::nativeLayerNormBackward(const std::vector<Ten
     dw = Tensor::empty(a.normalized, x.dtype());
   if (mask[2] && a.hasB)
     db = Tensor::empty(a.normalized, x.dtype());
-  floatTypes(x.dtype(), op, [&](auto tag) {
+  anyFloatTypes(x.dtype(), op, [&](auto tag) {
     using T = decltype(tag);
     if (dx.defined())
       layerNormBackwardKernel<T><<<rowBlocks(rows), kRowThreads, kRowShared>>>(
@@ -278,7 +278,7 @@ std::vector<Tensor> tdx::cu::aten::nllLossBackward(const std::vector<Tensor> &te
   Tensor dyc = dy.contiguous(), tc = target.contiguous(), totalc = total.contiguous();
   Tensor wc = hasW ? tensors[3].contiguous() : Tensor();
   int *bad = newFlag();
-  floatTypes(self.dtype(), op, [&](auto tag) {
+  anyFloatTypes(self.dtype(), op, [&](auto tag) {
     using T = decltype(tag);
     nllLossBackwardKernel<T><<<blocksFor(rows), 256>>>(
         ptr<T>(dyc), reduction == 0 && dy.numel() == rows, ptr<T>(wc), ptr<T>(totalc),
@@ -317,7 +317,7 @@ std::vector<Tensor> tdx::cu::aten::embeddingDenseBackward(const std::vector<Tens
   copyLongs(startD.data(), start.data(), vocab + 1, cudaMemcpyHostToDevice);
   copyLongs(tokensD.data(), tokens.data(), count, cudaMemcpyHostToDevice);
   Tensor table = Tensor::empty({vocab, dim}, grad.dtype());
-  floatTypes(grad.dtype(), op, [&](auto tag) {
+  anyFloatTypes(grad.dtype(), op, [&](auto tag) {
     using T = decltype(tag);
     embeddingBackwardKernel<T><<<rowBlocks(vocab), kRowThreads>>>(
         ptr<T>(grad), static_cast<const int64_t *>(startD.data()),

@@ -46,13 +46,15 @@ template <class F> inline void floatTypes(DType t, const char *op, F f) {
                              " tensors is not supported by the CUDA backend (use F32 or F64)");
 }
 
-/// floatTypes, and bf16 and f16 for the GEMMs (matmul, linear): cuBLAS
-/// multiplies them with fp32 accumulation.
-template <class F> inline void gemmTypes(DType t, const char *op, F f) {
+/// floatTypes, and bf16 and f16: the GEMMs (cuBLAS multiplies them with
+/// fp32 accumulation) and the row kernels (tdx/Runtime/Rows.h: softmax,
+/// norms, reductions, cross entropy and their backward, computed in double
+/// and rounded once), which mixed precision runs in bf16.
+template <class F> inline void anyFloatTypes(DType t, const char *op, F f) {
   if (t == DType::BF16)
-    f(__nv_bfloat16());
+    f(tdx::kern::bf16());
   else if (t == DType::F16)
-    f(__half());
+    f(tdx::kern::f16());
   else if (t == DType::F32 || t == DType::F64)
     floatTypes(t, op, f);
   else

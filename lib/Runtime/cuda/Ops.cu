@@ -40,7 +40,7 @@ template <class T> __global__ void reduceKernel(const T *x, T *y, int64_t rows, 
   TDX_FOR_ROWS(r, rows) {
     double v = reduceRow(lanes, kind, x + r * n, n, 1);
     if (threadIdx.x == 0)
-      y[r] = static_cast<T>(v);
+      y[r] = tdx::kern::narrow<T>(v);
   }
 }
 
@@ -104,13 +104,13 @@ __global__ void lossReduceKernel(const double *loss, T *out, int64_t rows, int64
   BlockLanes lanes{rowScratch};
   if (reduction == 0) {
     for (int64_t r = threadIdx.x; r < rows; r += blockDim.x)
-      out[r] = static_cast<T>(loss[r] != loss[r] ? 0.0 : loss[r]);
+      out[r] = tdx::kern::narrow<T>(loss[r] != loss[r] ? 0.0 : loss[r]);
     return;
   }
   double sum, counted;
   tdx::kern::countedSum(lanes, loss, rows, sum, counted);
   if (threadIdx.x == 0)
-    out[0] = static_cast<T>(reduction == 1 ? sum / counted : sum);
+    out[0] = tdx::kern::narrow<T>(reduction == 1 ? sum / counted : sum);
 }
 
 Tensor reduce(int kind, const Tensor &x, std::vector<int64_t> dims, bool keepdim, const char *op) {
@@ -139,7 +139,7 @@ Tensor reduce(int kind, const Tensor &x, std::vector<int64_t> dims, bool keepdim
   Tensor xp = x.permute(order).contiguous();
   Tensor out = Tensor::empty(outShape, x.dtype());
   int64_t rows = out.numel();
-  floatTypes(x.dtype(), op, [&](auto tag) {
+  anyFloatTypes(x.dtype(), op, [&](auto tag) {
     using T = decltype(tag);
     reduceKernel<T><<<rowBlocks(rows), kRowThreads, kRowShared>>>(static_cast<const T *>(xp.data()),
                                               static_cast<T *>(out.data()), rows, n, kind);
@@ -153,7 +153,7 @@ Tensor softmaxAlong(const Tensor &x, int64_t dim, bool log) {
   Tensor xt = x.transpose(dim, x.dim() - 1).contiguous();
   Tensor y = Tensor::empty(xt.sizes(), x.dtype());
   int64_t n = x.dim() ? x.size(dim) : 1, rows = n ? xt.numel() / n : 0;
-  floatTypes(x.dtype(), "softmax", [&](auto tag) {
+  anyFloatTypes(x.dtype(), "softmax", [&](auto tag) {
     using T = decltype(tag);
     softmaxKernel<T><<<rowBlocks(rows), kRowThreads, kRowShared>>>(static_cast<const T *>(xt.data()),
                                                static_cast<T *>(y.data()), rows, n, log);
@@ -182,7 +182,7 @@ Tensor tdx::cu::matmul(const Tensor &a0, const Tensor &b0) {
     shape.back() = n;
     out = Tensor::empty(shape, a.dtype());
     int64_t rows = ac.numel() / k;
-    gemmTypes(a.dtype(), "matmul", [&](auto tag) {
+    anyFloatTypes(a.dtype(), "matmul", [&](auto tag) {
       using T = decltype(tag);
       gemm<T>(static_cast<const T *>(ac.data()), static_cast<const T *>(bc.data()),
               static_cast<T *>(out.data()), rows, n, k, 1, false);
@@ -205,7 +205,7 @@ Tensor tdx::cu::matmul(const Tensor &a0, const Tensor &b0) {
     shape.insert(shape.end(), {m, n});
     out = Tensor::empty(shape, a.dtype());
     int64_t count = product(batch, 0, batch.size());
-    gemmTypes(a.dtype(), "matmul", [&](auto tag) {
+    anyFloatTypes(a.dtype(), "matmul", [&](auto tag) {
       using T = decltype(tag);
       gemm<T>(static_cast<const T *>(ac.data()), static_cast<const T *>(bc.data()),
               static_cast<T *>(out.data()), m, n, k, count, false);
@@ -231,7 +231,7 @@ Tensor tdx::cu::linear(const Tensor &x, const Tensor &w, const Tensor &bias) {
   shape.back() = n;
   Tensor out = Tensor::empty(shape, x.dtype());
   int64_t rows = k ? xc.numel() / k : 0;
-  gemmTypes(x.dtype(), "linear", [&](auto tag) {
+  anyFloatTypes(x.dtype(), "linear", [&](auto tag) {
     using T = decltype(tag);
     gemm<T>(static_cast<const T *>(xc.data()), static_cast<const T *>(wc.data()),
             static_cast<T *>(out.data()), rows, n, k, 1, true);
@@ -267,7 +267,7 @@ Tensor tdx::cu::layer_norm(const Tensor &x, const std::vector<int64_t> &normaliz
   Tensor xc = x.contiguous(), y = Tensor::empty(x.sizes(), x.dtype());
   Tensor wc = w.defined() ? w.contiguous() : w, bc = b.defined() ? b.contiguous() : b;
   int64_t rows = n ? xc.numel() / n : 0;
-  floatTypes(x.dtype(), "layer_norm", [&](auto tag) {
+  anyFloatTypes(x.dtype(), "layer_norm", [&](auto tag) {
     using T = decltype(tag);
     layerNormKernel<T><<<rowBlocks(rows), kRowThreads, kRowShared>>>(
         static_cast<const T *>(xc.data()), static_cast<const T *>(wc.data()),
@@ -283,7 +283,7 @@ Tensor tdx::cu::rms_norm(const Tensor &x, const std::vector<int64_t> &normalized
   Tensor xc = x.contiguous(), y = Tensor::empty(x.sizes(), x.dtype());
   Tensor wc = w.defined() ? w.contiguous() : w;
   int64_t rows = n ? xc.numel() / n : 0;
-  floatTypes(x.dtype(), "rms_norm", [&](auto tag) {
+  anyFloatTypes(x.dtype(), "rms_norm", [&](auto tag) {
     using T = decltype(tag);
     rmsNormKernel<T><<<rowBlocks(rows), kRowThreads, kRowShared>>>(static_cast<const T *>(xc.data()),
                                                static_cast<const T *>(wc.data()),
@@ -302,7 +302,7 @@ Tensor tdx::cu::embedding(const Tensor &weight, const Tensor &ids) {
   shape.push_back(dim);
   Tensor y = Tensor::empty(shape, weight.dtype());
   int *bad = newFlag();
-  floatTypes(weight.dtype(), "embedding", [&](auto tag) {
+  anyFloatTypes(weight.dtype(), "embedding", [&](auto tag) {
     using T = decltype(tag);
     embeddingKernel<T><<<rowBlocks(count), kRowThreads>>>(static_cast<const T *>(wc.data()),
                                                   static_cast<const int64_t *>(ic.data()),
@@ -330,7 +330,7 @@ Tensor tdx::cu::cross_entropy_loss(const Tensor &logits, const Tensor &target,
   Tensor out = Tensor::empty(reduction == 0 ? target.sizes() : std::vector<int64_t>{},
                              logits.dtype());
   int *bad = newFlag();
-  floatTypes(logits.dtype(), "cross_entropy", [&](auto tag) {
+  anyFloatTypes(logits.dtype(), "cross_entropy", [&](auto tag) {
     using T = decltype(tag);
     crossEntropyKernel<T><<<rowBlocks(rows), kRowThreads, kRowShared>>>(
         static_cast<const T *>(lc.data()), static_cast<const int64_t *>(tc.data()),

@@ -271,6 +271,14 @@ Tensor tdx::cu::full(const std::vector<int64_t> &shape, double value, DType dtyp
   case DType::Bool:
     fillKernel<bool><<<blocksFor(n), 256>>>(static_cast<bool *>(t.data()), n, value != 0);
     break;
+  case DType::BF16:
+    fillKernel<tdx::kern::bf16><<<blocksFor(n), 256>>>(
+        static_cast<tdx::kern::bf16 *>(t.data()), n, tdx::kern::narrow<tdx::kern::bf16>(value));
+    break;
+  case DType::F16:
+    fillKernel<tdx::kern::f16><<<blocksFor(n), 256>>>(
+        static_cast<tdx::kern::f16 *>(t.data()), n, tdx::kern::narrow<tdx::kern::f16>(value));
+    break;
   default:
     throw std::runtime_error(std::string("tdx: the CUDA backend cannot fill ") +
                              rt::dtypeName(dtype) + " tensors yet");
@@ -323,6 +331,12 @@ Tensor tdx::cu::constant(const std::vector<double> &values, const std::vector<in
     case DType::I64: reinterpret_cast<int64_t *>(host.data())[i] = static_cast<int64_t>(values[i]); break;
     case DType::I32: reinterpret_cast<int32_t *>(host.data())[i] = static_cast<int32_t>(values[i]); break;
     case DType::Bool: reinterpret_cast<bool *>(host.data())[i] = values[i] != 0; break;
+    case DType::BF16:
+      reinterpret_cast<tdx::kern::bf16 *>(host.data())[i] = tdx::kern::narrow<tdx::kern::bf16>(values[i]);
+      break;
+    case DType::F16:
+      reinterpret_cast<tdx::kern::f16 *>(host.data())[i] = tdx::kern::narrow<tdx::kern::f16>(values[i]);
+      break;
     default: throw std::runtime_error("tdx: constants of this dtype are not supported on CUDA");
     }
   }
