@@ -5,8 +5,9 @@ learning rate a runtime input (a cosine schedule changes it every step):
 
   - torch eager, one process, the same loop with a LR scheduler;
   - torch.nn.parallel.DistributedDataParallel on gloo, 2 processes;
-  - the tdx binary's own loop (exe.train over every batch at once: no
-    Python between steps), 1 rank and dp2;
+  - the standalone binary's command line (mpirun model --batches F: the
+    same step engine, its requests made from the flags, no Python between
+    steps), 1 rank and dp2;
   - the runner, one runner.train_step(x, y, lr=...) call per step from
     Python, 1 rank and dp2: the single controller (workers under mpirun,
     requests through pipes) and SPMD (the script under python3 -m tdx.run,
@@ -27,8 +28,10 @@ eager's.
 
 import json
 import os
+import re
 import subprocess
 import sys
+import tempfile
 import time
 
 sys.path.insert(0, os.path.join(os.path.dirname(__file__), ".."))
@@ -85,8 +88,25 @@ def compile_step(dp):
 
 
 def binary_loop(exe, data, lrs, weights):
-    losses, _ = exe.train(data, params=weights, lr=lrs, verbose=True, threads=1)
-    return exe.last_step_ms(), losses, None
+    """The binary's --batches loop under mpirun, every batch in one file:
+    its step time as its ranks measured it, and its losses."""
+    batches = exe._with_hyperparameters([tuple(b) for b in data], {"lr": lrs})
+    with tempfile.TemporaryDirectory() as tmp:
+        files = {name: os.path.join(tmp, f"{name}.safetensors")
+                 for name in ("batches", "params", "out")}
+        tdx.safetensors.save({f"{k}:input:{i}": x for k, b in enumerate(batches)
+                              for i, x in enumerate(b)}, files["batches"])
+        tdx.safetensors.save(weights, files["params"])
+        done = subprocess.run(
+            ["mpirun", "--oversubscribe", "--allow-run-as-root", "-np", str(exe.world_size),
+             exe.path, "--batches", files["batches"], "--steps", str(len(batches)), "--params",
+             files["params"], "--outputs", files["out"], "--threads", "1", "--verbose"],
+            capture_output=True, text=True, timeout=1200)
+        if done.returncode != 0:
+            raise SystemExit(f"the binary failed:\n{done.stderr[-3000:]}")
+        got = tdx.safetensors.load(files["out"])
+    ms = float(re.search(r"ranks: init [\d.]+ ms, step ([\d.]+) ms", done.stdout).group(1))
+    return ms, [float(got[f"{k}:output:0"]) for k in range(len(batches))], None
 
 
 def runner_loop(exe, data, lrs, weights):
@@ -169,7 +189,7 @@ def main():
                 keep((name, ranks), ms)
     print(f"GPT {CONFIG}, batch {BATCH}x{SEQ}, AdamW with a cosine LR schedule, "
           f"{args.steps} steps x best of {args.rounds} rounds, 1 ATen thread per process")
-    print("overhead/call: the runner's step time less the binary's own loop's; round trip: "
+    print("overhead/call: the runner's step time less the standalone binary's; round trip: "
           "the least a call costs (workers: a no-op request; SPMD: a barrier)")
     print(f"{'ranks':>5} {'runner':>7} | {'runner ms':>9} {'binary ms':>9} {'runner/binary':>13} "
           f"{'overhead/call':>13} {'round trip':>10} | {'peer':>11} {'peer ms':>8} "

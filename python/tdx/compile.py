@@ -201,7 +201,12 @@ class Executable:
         ``start()`` loads the program into the process (:meth:`library`)
         and binds to the MPI world, whose size must be the program's. Each
         rank then passes the global batch and takes its box, or, with
-        ``local=True``, passes its own box (DistributedSampler style)."""
+        ``local=True``, passes its own box (DistributedSampler style).
+
+        A CUDA program (``target="cuda"``) runs the same way: its state
+        stays on each rank's GPU between calls, a call's batch goes to the
+        device once and its outputs come back; ranks that share a GPU
+        communicate through host memory."""
         from .runner import Runner
         return Runner(self, params=params, seed=seed, nprocs=nprocs, threads=threads,
                       store=store, timeout=timeout, progress=progress, local=local)
@@ -440,7 +445,11 @@ class Executable:
         ``publish_every`` steps and after the last.
 
         ``progress`` (default: when stderr is a terminal) shows a tqdm bar
-        with the step, its loss and steps/s as the binary runs them.
+        with the step, its loss and steps/s.
+
+        The run is a loop over :meth:`start`'s runner: the ranks start once,
+        each batch is one call, and ``timeout`` (seconds) bounds the whole
+        run, after which the ranks are ended.
 
         A step traced with ``hyperparameters=("lr", ...)`` takes each by
         keyword: one number for every step or a list with one per batch

@@ -100,6 +100,38 @@ def eager_loop(model, optimizer, batches, spec, loss_fn):
     return out
 
 
+def precision(folder):
+    """A mixed-precision program's precision.json ("param_dtype", and the
+    "state_tolerance" its final state is checked at), or None."""
+    path = os.path.join(folder, "precision.json")
+    if not os.path.exists(path):
+        return None
+    with open(path) as f:
+        return json.load(f)
+
+
+def eager_with_casts(model, optimizer, batches, loss_fn, dtype=torch.bfloat16):
+    """Eager's steps as tdx.MixedPrecision computes them: each step a copy
+    of the float32 parameters cast to `dtype` computes the loss and its
+    gradients, which reach the float32 parameters as float32, and the
+    optimizer updates those; the losses ("k:output:0") and final
+    parameters ("state:NAME")."""
+    from torch.func import functional_call
+    out = {}
+    for k, (x, y) in enumerate(batches):
+        optimizer.zero_grad()
+        params = dict(model.named_parameters())
+        copies = {n: p.detach().to(dtype).requires_grad_() for n, p in params.items()}
+        loss = loss_fn(lambda ids: functional_call(model, copies, (ids,)), x, y)
+        loss.backward()
+        for n, p in params.items():
+            p.grad = copies[n].grad.float()
+        optimizer.step()
+        out[f"{k}:output:0"] = loss.detach().float().cpu()
+    out.update({f"state:{n}": v.detach() for n, v in model.named_parameters()})
+    return out
+
+
 def lm_loss(model, ids, targets):
     """Cross-entropy of a language model's logits, or of a classifier's."""
     logits = model(ids)
@@ -188,6 +220,8 @@ def compare(folder, output, tolerance, state=None, state_tolerance=1e-4, gpu_eag
     which lifts rounding in small gradients to the size of the step)."""
     have = load(output)
     have.update({f"state:{k}": v for k, v in (load(state) if state else {}).items()})
+    if precision(folder):  # a mixed-precision step's own tolerance
+        state_tolerance = max(state_tolerance, precision(folder)["state_tolerance"])
     refs = {}
     for kind in ("eager", "cpu"):
         path = os.path.join(folder, f"expected.{kind}.safetensors")
@@ -275,6 +309,10 @@ def eager_steps(folder, name):
     if os.path.exists(os.path.join(folder, "loop.json")):
         model, optimizer, batches = training(folder, name, with_step=False)
         return eager_loop(model, optimizer, batches, loop_spec(folder), lm_loss)
+    if precision(folder):
+        model, optimizer, batches = training(folder, name, with_step=False)
+        return eager_with_casts(model, optimizer, batches, lm_loss,
+                                getattr(torch, precision(folder)["param_dtype"]))
     model, step, batches = training(folder, name)
     out = {f"{k}:output:0": step(*b) for k, b in enumerate(batches)}
     out.update({f"state:{k}": v.detach() for k, v in model.named_parameters()})

@@ -19,7 +19,8 @@ CUDA = os.path.exists(os.path.join(os.path.dirname(tdx.__file__), "..", "..", "l
 # A forward on one rank and on tp2, a conv net, and whole training steps
 # (forward, backward, update) of a transformer on tp2 and of a conv net.
 PROGRAMS = ["gpt2-1", "llama-tp2", "resnet18-1", "llama-train-tp2", "resnet-tiny-train-1", "narrow-1",
-            "bf16-mlp-1", "decoder-train-1", "gpt2-loop-tp2", "resnet-tiny-loop-dp2"]
+            "bf16-mlp-1", "decoder-train-1", "gpt2-loop-tp2", "resnet-tiny-loop-dp2",
+            "gpt2-bf16-train-1"]
 # The generic backward ops (tdx/Runtime/cuda/AtenOps.def) each training
 # program runs on CUDA.
 BACKWARD_OPS = {
@@ -30,6 +31,8 @@ BACKWARD_OPS = {
                             "max_pool2d_with_indices_backward", "threshold_backward"],
     "decoder-train-1": ["embedding_dense_backward"],
     "gpt2-loop-tp2": ["embedding_dense_backward"],
+    "gpt2-bf16-train-1": ["embedding_dense_backward", "_softmax_backward_data",
+                          "native_layer_norm_backward"],
     "resnet-tiny-loop-dp2": ["convolution_backward", "max_pool2d_with_indices_backward"],
 }
 # First-class ops a program must run on CUDA's own kernels (not generic).
@@ -73,6 +76,11 @@ def test_bundle_holds_programs_expectations_runtime_and_mpi(bundle):
             assert call in source, (name, call)
         if name.startswith("resnet-tiny"):
             assert "native_batch_norm" not in source, name
+        if name == "gpt2-bf16-train-1":
+            # Mixed precision: the forward and backward in bf16, checked
+            # at its own tolerances against eager with the same casts.
+            assert "T::kBFloat16" in source and entry["tolerance"] == 2e-2
+            assert json.load(open(folder / "precision.json"))["param_dtype"] == "bfloat16"
         if entry["kind"] == "loop":
             # The step takes its lr; gpt2's has an evaluation entry.
             spec = json.load(open(folder / "loop.json"))

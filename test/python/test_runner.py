@@ -3,6 +3,7 @@ and the user's own Python loop drives the steps, against eager's loop."""
 
 import functools
 import os
+import shutil
 import signal
 import subprocess
 import sys
@@ -91,6 +92,57 @@ def test_a_python_loop_with_a_scheduler_drives_the_runner(mesh, tmp_path):
         again = [runner.train_step(x, y, lr=lr).item()
                  for (x, y), lr in zip(data[half:], lrs[half:])]
     assert again == losses[half:]
+
+
+def test_the_binarys_command_line_runs_the_same_engine_as_exe_train(tmp_path):
+    """One step engine: exe.train (a loop over the runner) and the standalone
+    binary's --batches command line (its flags made into the same requests)
+    give bitwise the same losses, final state and checkpoints."""
+    exe = compiled_step("dp2")
+    data = batches("mlp")[:5]
+    lrs = [0.05 * (k + 1) for k in range(len(data))]
+    losses, state = exe.train(data, params=start_state(), lr=lrs, checkpoint=tmp_path / "a",
+                              save_every=2, keep=0)
+    files = {n: str(tmp_path / f"{n}.safetensors") for n in ("batches", "params", "out", "state")}
+    steps = exe._with_hyperparameters([tuple(b) for b in data], {"lr": lrs})
+    tdx.safetensors.save({f"{k}:input:{i}": x for k, b in enumerate(steps)
+                          for i, x in enumerate(b)}, files["batches"])
+    tdx.safetensors.save(start_state(), files["params"])
+    done = subprocess.run(
+        ["mpirun", "--oversubscribe", "--allow-run-as-root", "-np", "2", exe.path, "--batches",
+         files["batches"], "--steps", str(len(data)), "--params", files["params"], "--outputs",
+         files["out"], "--save-state", files["state"], "--save", str(tmp_path / "b"),
+         "--save-every", "2", "--save-keep", "0", "--progress"],
+        capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, done.stderr[-3000:]
+    assert done.stdout.count("tdx: step ") == len(data)
+    out = tdx.safetensors.load(files["out"])
+    assert [float(out[f"{k}:output:0"]) for k in range(len(data))] == losses
+    binary = tdx.safetensors.load(files["state"])
+    assert sorted(binary) == sorted(state)
+    assert all(torch.equal(binary[k], state[k]) for k in state)
+    # Checkpoints after steps 2, 4 and the last, in both.
+    saved = lambda root: sorted(n for n in os.listdir(root) if n.startswith("step-"))
+    assert saved(tmp_path / "a") == saved(tmp_path / "b") and len(saved(tmp_path / "a")) == 3
+
+
+def test_a_cuda_program_runs_through_the_runner():
+    """exe.start(), exe.train and exe.run serve a CUDA program as they do a
+    CPU one (the CUDA driver's --serve): here, with no GPU, its ranks say so
+    by name, from the served binary."""
+    if not (os.path.exists("/usr/local/cuda/bin/nvcc") or shutil.which("nvcc")):
+        pytest.skip("no nvcc on this machine")
+    data = batches("mlp")
+    torch.manual_seed(0)
+    deferred = tdx.deferred_init(mlp)
+    prog = tdx.trace_train_step(deferred, OPTIMIZERS["momentum"](deferred.parameters()), mlp_loss,
+                                *data[0], hyperparameters=("lr",))
+    exe = tdx.compile(prog, target="cuda")
+    missing = r"(?s)ranks ended during ready.*no CUDA device is visible to rank 0"
+    with pytest.raises(tdx.TdxError, match=missing):
+        exe.start(params=start_state())
+    with pytest.raises(tdx.TdxError, match=missing):
+        exe.train(data[:2], params=start_state())
 
 
 def test_runner_misuse_is_named():
