@@ -15,6 +15,8 @@
 #include <stdexcept>
 #include <thread>
 
+#include <unistd.h>
+
 using namespace tdx::rt;
 
 void tdx::rt::checkMpi(int code, const char *what) {
@@ -53,6 +55,39 @@ Mesh::Mesh(std::vector<int64_t> meshShape, std::vector<std::string> axes)
     throw std::runtime_error(os.str());
   }
   coords_ = coordsOf(rank_);
+  // Every rank's host name, for errors that name where a rank runs.
+  char name[kHostNameBytes] = {};
+  ::gethostname(name, sizeof name - 1);
+  std::vector<char> names(kHostNameBytes * static_cast<size_t>(world_));
+  MPI_Request request;
+  checkMpi(MPI_Iallgather(name, kHostNameBytes, MPI_CHAR, names.data(), kHostNameBytes, MPI_CHAR,
+                          MPI_COMM_WORLD, &request),
+           "exchange of host names");
+  complete(&request, "exchange of host names", {});
+  for (int r = 0; r < world_; ++r)
+    hosts_.emplace_back(names.data() + kHostNameBytes * static_cast<size_t>(r));
+}
+
+std::string Mesh::describeGroup(const std::vector<std::string> &axes) const {
+  // The ranks that differ from this one only on `axes`, with their hosts.
+  std::string out;
+  int listed = 0, members = 0;
+  for (int r = 0; r < world_; ++r) {
+    std::vector<int64_t> c = coordsOf(r);
+    bool member = true;
+    for (size_t a = 0; a < axes_.size(); ++a)
+      if (c[a] != coords_[a] && !axes.empty() &&
+          std::find(axes.begin(), axes.end(), axes_[a]) == axes.end())
+        member = false;
+    if (!member)
+      continue;
+    ++members;
+    if (listed++ < 8)
+      out += (out.empty() ? "" : ", ") + std::to_string(r) + " on " + hostOf(r);
+  }
+  if (members > listed)
+    out += ", ...";
+  return "ranks " + out;
 }
 
 std::vector<int64_t> Mesh::coordsOf(int rank) const {
@@ -134,7 +169,8 @@ void Mesh::timedOut(const char *what, const std::vector<std::string> &axes) cons
   throw std::runtime_error(std::string("tdx: ") + what + " over mesh axes {" +
                            (group.empty() ? "all" : group) + "} did not complete in " +
                            std::to_string(static_cast<int64_t>(timeout_)) +
-                           " s: a rank of its group is lost or stuck (raise the limit with "
+                           " s: a rank of its group (" + describeGroup(axes) +
+                           ") is lost, stuck or cut off (raise the limit with "
                            "--collective-timeout S)");
 }
 
@@ -249,9 +285,19 @@ int tdx::rt::endRank(const std::exception &error) {
   std::string message = error.what();
   if (message.rfind("tdx: ", 0) == 0)
     message = message.substr(5);
-  std::fprintf(stderr, "tdx: rank %d: %s\n", rank, message.c_str());
-  if (initialized)
+  char host[256] = {};
+  ::gethostname(host, sizeof host - 1);
+  std::fprintf(stderr, "tdx: rank %d (host %s): %s\n", rank, host, message.c_str());
+  std::fflush(stderr);
+  if (initialized) {
+    // MPI_Abort asks mpirun to end every rank; where it cannot be reached
+    // (this host's link is cut) the rank ends on its own all the same.
+    std::thread([] {
+      std::this_thread::sleep_for(std::chrono::seconds(5));
+      std::_Exit(1);
+    }).detach();
     MPI_Abort(MPI_COMM_WORLD, 1);
+  }
   return 1;
 }
 

@@ -81,7 +81,7 @@ int tdx::rt::parseOptions(int argc, char **argv, Options &o) {
                "       [--seed S] [--steps N] [--collective-timeout S] [--threads T]\n"
                "       [--verbose] [--profile] [--no-overlap]\n"
                "   or: " << argv[0] << " --signature\n"
-               "   or: mpirun -np N " << argv[0] << " --serve DIR [--params ...] [--seed S]\n"
+               "   or: mpirun -np N " << argv[0] << " --serve DIR [--params ...|--resume DIR] [--seed S]\n"
                "   or: mpirun -np N " << argv[0] << " --batches b.safetensors --steps N\n"
                "       --outputs out.safetensors [--save-state state.safetensors] [--params ...]\n"
                "       [--save DIR [--save-every K] [--save-keep N]] [--resume DIR]\n"
@@ -129,9 +129,10 @@ int tdx::rt::parseOptions(int argc, char **argv, Options &o) {
                "instead of where its result is first used (to measure what overlap hides).\n"
                "--signature: print the mesh, parameters and buffers, inputs and outputs\n"
                "(global shape, element type, layout) as JSON, and exit (no mpirun needed).\n"
-               "--serve DIR (CPU binaries): after init, keep the state and run the requests\n"
-               "a controller writes into DIR (calls, state, checkpoints) until it closes:\n"
-               "what tdx's Python runner, Executable.start(), drives.\n";
+               "--serve DIR: after init, keep the state and run the requests a controller\n"
+               "writes into DIR (calls, state, checkpoints) until it closes: what tdx's\n"
+               "Python runner, Executable.start() (and exe.run, exe.train), drives; the\n"
+               "flags above are made into the same requests (one step engine).\n";
         return 0;
       } else {
         std::cerr << "tdx: unknown option " << a << " (see --help)\n";
@@ -167,10 +168,9 @@ int tdx::rt::parseOptions(int argc, char **argv, Options &o) {
   if (!o.resume.empty() && !o.params.empty())
     return refuse("--resume and --params exclude each other: a resumed run reads its state "
                   "from the checkpoint");
-  if (!o.serve.empty() && (!o.batches.empty() || !o.inputs.empty() || !o.resume.empty()))
-    return refuse("--serve takes its calls from the controller; drop --batches, --inputs "
-                  "and --resume (a runner resumes with --params DIR)");
-  if (!o.resume.empty() && o.batches.empty())
+  if (!o.serve.empty() && (!o.batches.empty() || !o.inputs.empty()))
+    return refuse("--serve takes its calls from the controller; drop --batches and --inputs");
+  if (!o.resume.empty() && o.batches.empty() && o.serve.empty())
     return refuse("--resume continues a training run; give --batches too (a forward run "
                   "reads a checkpoint with --params DIR)");
   return -1;

@@ -189,7 +189,7 @@ def test_a_rank_that_fails_mid_call_ends_the_runner_with_its_message():
     runner = exe.start()
     # A request whose input file is gone (what a crashed writer would
     # leave): every rank fails reading it and the runner ends, naming it.
-    with pytest.raises(tdx.TdxError, match=r"(?s)ranks ended during call.*rank \d: .*"
+    with pytest.raises(tdx.TdxError, match=r"(?s)ranks ended during call.*rank \d \(host [^)]+\): .*"
                                            r"/nonexistent/in.safetensors"):
         runner._t._request("call", "/nonexistent/in.safetensors")
     with pytest.raises(tdx.TdxError, match="the runner is closed"):

@@ -133,6 +133,11 @@ public:
   /// pipeline's bubbles as this rank measured them.
   double pipelineWaitSeconds() const { return waited_; }
 
+  /// The host rank `rank` runs on (its gethostname), as every rank told.
+  const std::string &hostOf(int rank) const { return hosts_.at(static_cast<size_t>(rank)); }
+  /// "ranks 0 on h1, 2 on h2": this rank's group over `axes` (empty: all).
+  std::string describeGroup(const std::vector<std::string> &axes) const;
+
   /// Bytes this rank sent through collectives so far.
   int64_t bytesCommunicated() const { return bytes_; }
   void addBytes(int64_t n) { bytes_ += n; }
@@ -145,6 +150,8 @@ protected:
   int rank_ = 0, world_ = 1;
 
 private:
+  static constexpr int kHostNameBytes = 64;
+  std::vector<std::string> hosts_;
   int64_t bytes_ = 0;
   uint64_t calls_ = 0;
   double timeout_ = 300;
