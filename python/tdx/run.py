@@ -19,6 +19,7 @@ import re
 import shutil
 import subprocess
 import sys
+import threading
 
 
 def parse_hosts(text):
@@ -88,6 +89,10 @@ def main(argv=None):
                         help="how mpirun starts its daemons on the hosts (default: "
                              "$TDX_RSH_AGENT, else Open MPI's, ssh); the test hosts use "
                              "'scripts/hosts.sh rsh'")
+    parser.add_argument("--grace", type=float, default=5, metavar="S",
+                        help="after a rank reports an error that ends the job, end mpirun if "
+                             "it has not ended within S seconds (default 5): a host whose "
+                             "link is cut or that is stopped never confirms")
     parser.add_argument("script", help="the Python script every rank runs")
     parser.add_argument("args", nargs=argparse.REMAINDER, help="the script's arguments")
     a = parser.parse_args(argv)
@@ -112,8 +117,48 @@ def main(argv=None):
     if shutil.which("mpirun") is None:
         parser.error("mpirun is not on PATH; install Debian's openmpi-bin (scripts/setup.sh "
                      "does)")
-    return subprocess.call(command(a.nprocs, a.script, a.args, hosts=hosts, map_by=a.map_by,
-                                   network=a.network, rsh=a.rsh))
+    return supervise(command(a.nprocs, a.script, a.args, hosts=hosts, map_by=a.map_by,
+                             network=a.network, rsh=a.rsh), a.grace)
+
+
+# What a rank that ends the job writes on stderr: tdx's own error
+# (tdx::rt::endRank), or Open MPI's note that a rank called MPI_Abort.
+_FATAL = re.compile(r"^tdx: rank \d+ \(host [^)]*\): |MPI_ABORT was invoked")
+
+
+def supervise(cmd, grace):
+    """Runs mpirun with its stderr passed through, and ends it if it has not
+    ended `grace` seconds after a rank reported an error that ends the job:
+    mpirun waits for every host's daemon to confirm, and one whose host is
+    cut off or stopped never does. Returns the job's exit status."""
+    proc = subprocess.Popen(cmd, stderr=subprocess.PIPE, text=True, errors="replace")
+    failed = threading.Event()
+
+    def forward():
+        for line in proc.stderr:
+            sys.stderr.write(line)
+            sys.stderr.flush()
+            if _FATAL.search(line):
+                failed.set()
+
+    reader = threading.Thread(target=forward, daemon=True)
+    reader.start()
+    while proc.poll() is None:
+        if failed.wait(0.5):
+            try:
+                return proc.wait(timeout=grace)
+            except subprocess.TimeoutExpired:
+                # mpirun crashes in its own clean-up when terminated with a
+                # daemon out of reach; killed, it leaves the rest to the
+                # daemons, which end when its connections close.
+                proc.kill()
+                proc.wait()
+                sys.stderr.write(f"tdx.run: a rank ended the job, but mpirun had not ended "
+                                 f"{grace:g} s later (a host's daemon does not answer: its link "
+                                 f"is cut or it is stopped); mpirun was ended\n")
+                return 1
+    reader.join(timeout=5)
+    return proc.returncode
 
 
 if __name__ == "__main__":

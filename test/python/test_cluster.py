@@ -6,6 +6,8 @@ makes hosts removes them, also when it fails."""
 
 import json
 import os
+import re
+import signal
 import subprocess
 import sys
 import time
@@ -39,8 +41,10 @@ needs_hosts = pytest.mark.skipif(not can_make_hosts(),
                                  reason="making test hosts needs root and ip netns")
 
 
-@pytest.fixture(scope="module")
+@pytest.fixture
 def two_hosts():
+    """Hosts h1 and h2, made for one test (a test of hosts.sh itself removes
+    every host) and removed after it."""
     hosts_cmd("up", "2")
     try:
         yield ["h1", "h2"]
@@ -141,3 +145,186 @@ def test_hosts_come_up_named_rate_limited_and_go_down_whole():
     links = subprocess.run(["ip", "-o", "link"], capture_output=True, text=True).stdout
     assert "tdxbr0" not in links and "tdxh" not in links
     assert "tdx test hosts" not in open("/etc/hosts").read()
+
+
+# Faults of a cluster: the job on h1 and h2 (one dp rank each) saves a
+# checkpoint after every step; a fault lands mid-run.
+FAULT_SCRIPT = os.path.join(HERE, "fault_script.py")
+COLLECTIVE_TIMEOUT = "6"
+
+
+class Job:
+    """`python3 -m tdx.run ARGS fault_script.py CKPT STEPS ...` in the
+    background, its stdout's steps collected as they come."""
+
+    def __init__(self, launch, ckpt, steps, pace="0"):
+        import threading
+        self.proc = subprocess.Popen(
+            [sys.executable, "-m", "tdx.run", *launch, FAULT_SCRIPT, str(ckpt), str(steps),
+             COLLECTIVE_TIMEOUT, pace], stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+            text=True)
+        self.losses, self.err = {}, []
+        self._threads = [threading.Thread(target=self._read, daemon=True),
+                         threading.Thread(target=lambda: self.err.extend(self.proc.stderr),
+                                          daemon=True)]
+        for t in self._threads:
+            t.start()
+
+    def _read(self):
+        for line in self.proc.stdout:
+            if line.startswith('{"step"'):
+                got = json.loads(line)
+                self.losses[got["step"]] = got["loss"]
+
+    def wait_for_step(self, step, timeout=300):
+        deadline = time.monotonic() + timeout
+        while max(self.losses, default=0) < step:
+            assert self.proc.poll() is None, "".join(self.err)[-3000:]
+            assert time.monotonic() < deadline, f"no step {step} in {timeout} s"
+            time.sleep(0.05)
+
+    def wait(self, timeout):
+        """The job's exit, and when it ended (time.monotonic())."""
+        try:
+            code = self.proc.wait(timeout=timeout)
+        except subprocess.TimeoutExpired:
+            self.proc.kill()
+            raise AssertionError(f"the job did not end in {timeout} s:\n"
+                                 + "".join(self.err)[-3000:])
+        ended = time.monotonic()
+        # A cut-off host's daemon may hold the job's pipes until the host is
+        # removed: its output so far is what there is.
+        for t in self._threads:
+            t.join(timeout=2)
+        return code, ended
+
+
+TWO_HOSTS = ["--hosts", "h1:1,h2:1", *ACROSS]
+
+
+def ranks_left():
+    """The fault script's processes still alive on any test host."""
+    left = []
+    for ns in ("tdx-h1", "tdx-h2"):
+        pids = subprocess.run(["ip", "netns", "pids", ns], capture_output=True,
+                              text=True).stdout.split()
+        for pid in pids:
+            try:
+                with open(f"/proc/{pid}/cmdline", "rb") as f:
+                    if b"fault_script" in f.read():
+                        left.append((ns, pid))
+            except OSError:
+                pass
+    return left
+
+
+def committed(ckpt):
+    from tdx.checkpoint import latest, step_of
+    return step_of(latest(ckpt))
+
+
+def uninterrupted(tmp_path, steps):
+    """The same job's losses run start to end on one host."""
+    job = Job(["-n", "2"], tmp_path / "uninterrupted", steps)
+    code, _ = job.wait(600)
+    assert code == 0, "".join(job.err)[-3000:]
+    return job.losses
+
+
+def resume_on(launch, ckpt, steps, want):
+    """Resumes the job from `ckpt` with `launch` (another host count) up to
+    `steps`: its losses go on as the uninterrupted run's."""
+    first = committed(ckpt)
+    job = Job(launch, ckpt, steps)
+    code, _ = job.wait(600)
+    assert code == 0, "".join(job.err)[-3000:]
+    assert sorted(job.losses) == list(range(first + 1, steps + 1))
+    for k, loss in job.losses.items():
+        assert abs(loss - want[k]) <= 1e-5 * abs(want[k]), (k, loss, want[k])
+    return first
+
+
+def fault_ends_the_job(fault, tmp_path):
+    """Runs the job on two hosts, applies `fault` mid-run, and checks every
+    rank ended within 30 s, naming a host and rank, with the checkpoints
+    committed before the fault still there."""
+    ckpt = tmp_path / "ckpt"
+    job = Job(TWO_HOSTS, ckpt, 100000, pace="0.2")
+    job.wait_for_step(3)
+    before = committed(ckpt)
+    start = time.monotonic()
+    fault()
+    code, end = job.wait(60)
+    ended = end - start
+    err = "".join(job.err)
+    print(f"{fault.__name__}: the job ended {ended:.1f} s after the fault (step {before} "
+          f"committed before it)")
+    assert code != 0
+    assert ended < 30, f"the job took {ended:.1f} s to end:\n{err[-3000:]}"
+    assert ranks_left() == [] or fault.__name__ == "stop", ranks_left()
+    assert committed(ckpt) >= before  # nothing committed is lost
+    return err, ckpt
+
+
+@needs_hosts
+def test_a_cut_link_ends_every_rank_naming_it_and_the_job_resumes_on_other_host_counts(
+        two_hosts, tmp_path):
+    def cut():
+        subprocess.run(["ip", "link", "set", "tdxh2", "down"], check=True)
+    try:
+        err, ckpt = fault_ends_the_job(cut, tmp_path)
+    finally:
+        subprocess.run(["ip", "link", "set", "tdxh2", "up"], check=True)
+    assert re.search(r"tdx: rank \d \(host h[12]\): all_reduce over mesh axes \{dp\} did not "
+                     r"complete in 6 s: a rank of its group \(ranks 0 on h1, 1 on h2\)", err), err
+    # 2 hosts -> 1 (two ranks on h1's machine), then 1 -> 2.
+    steps = committed(ckpt) + 4
+    want = uninterrupted(tmp_path, steps)
+    resume_on(["-n", "2"], ckpt, steps - 2, want)
+    resume_on(TWO_HOSTS, ckpt, steps, want)
+
+
+def rank_pid(ns):
+    """The fault script's rank process on test host `ns`."""
+    for found, pid in ranks_left():
+        if found == ns:
+            return int(pid)
+    raise AssertionError(f"no rank on {ns}")
+
+
+@needs_hosts
+def test_a_hosts_killed_ranks_end_the_job_naming_host_and_rank(two_hosts, tmp_path):
+    def kill():
+        os.kill(rank_pid("tdx-h2"), signal.SIGKILL)
+    err, ckpt = fault_ends_the_job(kill, tmp_path)
+    assert re.search(r"rank 1 .*on node h2", err.replace("\n", " ")), err
+    steps = committed(ckpt) + 2
+    resume_on(["-n", "2"], ckpt, steps, uninterrupted(tmp_path, steps))
+
+
+@needs_hosts
+def test_a_stopped_host_ends_the_other_ranks_and_its_own_once_it_runs(two_hosts, tmp_path):
+    """SIGSTOP on every process of h2: the ranks elsewhere end within 30 s,
+    naming the group with h2; h2's own rank ends once continued."""
+    stopped = []
+
+    def stop():
+        pids = subprocess.run(["ip", "netns", "pids", "tdx-h2"], capture_output=True,
+                              text=True).stdout.split()
+        for pid in pids:
+            os.kill(int(pid), signal.SIGSTOP)
+            stopped.append(int(pid))
+    try:
+        err, ckpt = fault_ends_the_job(stop, tmp_path)
+        assert re.search(r"tdx: rank 0 \(host h1\): .* did not complete in 6 s: a rank of its "
+                         r"group \(ranks 0 on h1, 1 on h2\)", err), err
+    finally:
+        for pid in stopped:
+            try:
+                os.kill(pid, signal.SIGCONT)
+            except ProcessLookupError:
+                pass
+    deadline = time.monotonic() + 30
+    while ranks_left() and time.monotonic() < deadline:
+        time.sleep(0.2)
+    assert ranks_left() == [], "h2's rank did not end within 30 s of running again"
