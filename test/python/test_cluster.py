@@ -292,6 +292,8 @@ def rank_pid(ns):
     raise AssertionError(f"no rank on {ns}")
 
 
+# slow (25 s): mpirun's own detection of a dead rank; TDX_SLOW=1 runs it.
+@pytest.mark.slow
 @needs_hosts
 def test_a_hosts_killed_ranks_end_the_job_naming_host_and_rank(two_hosts, tmp_path):
     def kill():
