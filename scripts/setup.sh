@@ -22,6 +22,8 @@ PACKAGES=(
   chromium
   # MPI runtime for the multi-rank backends; Sleef for the emitted CPU kernels' vector math
   libopenmpi-dev openmpi-bin libsleef-dev
+  # the test hosts (scripts/hosts.sh): ip netns, veth, bridges and tc
+  iproute2
   # build tools
   cmake ninja-build ccache g++ libgtest-dev
 )
