@@ -189,7 +189,7 @@ std::string saveCheckpoint(Mesh &mesh, const std::string &root, int64_t step,
 /// Throws "tdx: <what> failed: <MPI's message>" unless `code` is MPI_SUCCESS.
 void checkMpi(int code, const char *what);
 
-/// Ends a model binary's rank after `error`: prints "tdx: rank R: <what>"
+/// Ends a model binary's rank after `error`: prints "tdx: rank R (host H): <what>"
 /// and, when MPI runs, aborts every rank (none waits for a lost peer).
 /// Returns the exit code, 1.
 int endRank(const std::exception &error);
