@@ -30,6 +30,19 @@ hosts() {  # the namespaces this script made
   ip netns list 2>/dev/null | awk '{print $1}' | grep -E '^tdx-h[0-9]+$' | sort -V || true
 }
 
+write_hosts() {  # write_hosts TEXT: /etc/hosts becomes TEXT, never seen half-written
+  local tmp="/etc/.hosts.tdx.$$"
+  printf '%s\n' "$1" > "$tmp"
+  chmod --reference=/etc/hosts "$tmp" 2>/dev/null || true
+  # Renamed over it, so that a process resolving a name meanwhile (another
+  # test's gloo) reads the old file or the new one; in place where /etc/hosts
+  # is a mount that cannot be replaced.
+  if ! mv -f "$tmp" /etc/hosts 2>/dev/null; then
+    printf '%s\n' "$1" > /etc/hosts
+    rm -f "$tmp"
+  fi
+}
+
 down() {
   for ns in $(hosts); do
     ip netns pids "$ns" 2>/dev/null | xargs -r kill -9 2>/dev/null || true
@@ -41,10 +54,7 @@ down() {
   done
   ip link del "$BRIDGE" 2>/dev/null || true
   if grep -q " $MARK\$" /etc/hosts 2>/dev/null; then
-    # In place: /etc/hosts may be a bind mount that cannot be replaced.
-    local kept
-    kept="$(grep -v " $MARK\$" /etc/hosts || true)"
-    printf '%s\n' "$kept" > /etc/hosts
+    write_hosts "$(grep -v " $MARK\$" /etc/hosts || true)"
   fi
 }
 
@@ -79,7 +89,7 @@ up() {
     fi
     entries+="$SUBNET.$k h$k $MARK"$'\n'
   done
-  printf '%s' "$entries" >> /etc/hosts
+  write_hosts "$(cat /etc/hosts)"$'\n'"${entries%$'\n'}"
 }
 
 rsh() {
