@@ -15,7 +15,7 @@ learning rate a runtime input (a cosine schedule changes it every step):
 
 A step time is the mean of --steps steps after one warm-up step, best of
 --rounds rounds. The runner's overhead per call is its step time less the
-binary's own loop's: what a call costs to send the batch and learning rate
+standalone binary's: what a call costs to send the batch and learning rate
 to the ranks (through /dev/shm and a pipe per rank) and bring the loss
 back; the round trip is the least a call costs (single controller: a
 request every rank answers with nothing to run; SPMD: a barrier through

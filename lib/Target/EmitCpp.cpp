@@ -356,7 +356,7 @@ LogicalResult mlir::tdx::emitCpp(ModuleOp module, llvm::raw_ostream &os, Backend
   os << kernels << "\n" << tables.text() << "\n" << body << "\n";
   // describe(): the program for the runtime. main() runs it as a binary;
   // tdx_program() hands it to the runtime's in-process library
-  // (lib/Runtime/cpu/Library.cpp) when the source is built as a shared object.
+  // (lib/Runtime/Library.cpp) when the source is built as a shared object.
   // The parameters as constant tables (a push_back per parameter is a
   // function g++ compiles for seconds at 32 layers).
   if (!params.empty()) {

@@ -273,7 +273,7 @@ class Runner:
 
 class _Workers:
     """The single controller's ranks: the binary's --serve DIR
-    (lib/Runtime/cpu/Driver.cpp). Request k is a line "op<TAB>args..." on
+    (PipeRequests, lib/Runtime/Serve.cpp). Request k is a line "op<TAB>args..." on
     every rank's pipe, answered by a line on reply.fifo once every rank is
     done; its tensors are the files k.in.safetensors and k.out.safetensors."""
 
@@ -424,7 +424,7 @@ class _Workers:
 class _InProcess:
     """This process as one rank of an SPMD script: the program's shared
     object (tdx-compile --shared) loaded here, driven through its C ABI
-    (lib/Runtime/cpu/Library.cpp). A failure inside a step ends every rank
+    (lib/Runtime/Library.cpp). A failure inside a step ends every rank
     with that rank's message (mpirun reports it), as the binary's ranks do."""
 
     def __init__(self, exe, *, params, seed, nprocs, threads, store, timeout):

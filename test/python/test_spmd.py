@@ -1,6 +1,6 @@
 """SPMD runners: a training script run under mpirun (or ``python3 -m
 tdx.run``), every process one rank with the program loaded in-process
-(tdx-compile --shared, lib/Runtime/cpu/Library.cpp), against eager's loop."""
+(tdx-compile --shared, lib/Runtime/Library.cpp), against eager's loop."""
 
 import json
 import os
