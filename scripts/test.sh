@@ -8,8 +8,9 @@
 #                            the tier to run while iterating (a few minutes)
 #
 # Tiers: lit (FileCheck tests and the C++ unit tests), pytest-quick,
-# pytest-keyfree (the capture tests on the key-free way), and pytest-models (real models, training steps, the e2e op suite, the docs'
-# examples, the GPU check's bundle). Model binaries are compiled once per
+# pytest-keyfree (the capture tests on the key-free way), pytest-models (real models, training steps, the e2e op suite, the docs'
+# examples, the GPU check's bundle), and pytest-cluster (jobs across test
+# hosts, alone). Model binaries are compiled once per
 # content into the compile cache, $TDX_CACHE_DIR (default
 # build/test/compile-cache; remove it for a cold run). Both pytest tiers
 # run in $TDX_TEST_JOBS processes (default 2, pytest-xdist; most of
@@ -38,9 +39,13 @@ quick=(test_capture.py test_deferred_init.py test_sharding.py test_checkpoint.py
 # what they compile, and the longest first share the work out evenly.
 models=(test_training.py test_pipeline.py test_real_models.py test_gpu_check.py test_runtime.py test_spmd.py
         test_runner.py test_examples.py)
+# The cluster tier's files run alone, after the others: they make network
+# namespaces, links and a bridge, which torch's gloo jobs in other tests
+# were seen to abort beside (this machine's network stack is gVisor's).
+cluster=(test_cluster.py)
 for f in "$root"/test/python/test_*.py; do
   name="$(basename "$f")"
-  [[ " ${quick[*]} ${models[*]} " == *" $name "* ]] || models+=("$name")
+  [[ " ${quick[*]} ${models[*]} ${cluster[*]} " == *" $name "* ]] || models+=("$name")
 done
 
 rm -f "$build"/test/results.json "$build"/test/pytest-*.xml
@@ -83,6 +88,7 @@ keyfree_tier() { TDX_CAPTURE=dispatch-mode pytest_tier keyfree "$@"; }
 timed pytest-keyfree keyfree_tier "${quick_jobs[@]}" "${keyfree[@]}"
 if [ "$tier" = all ]; then
   timed pytest-models pytest_tier models "${models_jobs[@]}" "${models[@]}"
+  timed pytest-cluster pytest_tier cluster "${cluster[@]}"
 fi
 
 for t in "${times[@]}"; do echo "tdx: tier $t"; done

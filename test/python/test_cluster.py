@@ -104,7 +104,8 @@ def test_map_by_node_puts_the_first_axis_inside_a_host(two_hosts, tmp_path):
     assert {r["rank"]: r["host"] for r in ranks} == {0: "h1", 1: "h2", 2: "h1", 3: "h2"}
 
 
-def test_hosts_option_misuse_is_named(tmp_path):
+def test_hosts_option_misuse_is_named(tmp_path, capsys):
+    from tdx.run import main
     script = tmp_path / "s.py"
     script.write_text("")
     for args, message in [
@@ -114,9 +115,9 @@ def test_hosts_option_misuse_is_named(tmp_path):
             (["-n", "3", "--hosts", "h1:2,h2:2", str(script)], "-n 3 but --hosts"),
             (["-n", "2", "--map-by", "node", str(script)], "give --hosts"),
             ([str(script)], "give -n N")]:
-        done = subprocess.run([sys.executable, "-m", "tdx.run", *args], capture_output=True,
-                              text=True, timeout=60)
-        assert done.returncode == 2 and message in done.stderr, (args, done.stderr)
+        with pytest.raises(SystemExit) as ended:
+            main(args)
+        assert ended.value.code == 2 and message in capsys.readouterr().err, args
 
 
 @needs_hosts
