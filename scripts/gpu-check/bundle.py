@@ -239,17 +239,10 @@ def write_train_program(out, name, cpu_expected):
     opt = optimizer(model_name, eager.parameters(), spec)
     if bf16:
         want = eager_with_casts(eager, opt, batches, lm_loss)
-        losses = [want[f"{k}:output:0"] for k in range(TRAIN_STEPS)]
-    else:
-        losses = []
-        for batch in batches:
-            opt.zero_grad()
-            loss = lm_loss(eager, *batch)
-            loss.backward()
-            opt.step()
-            losses.append(loss.detach())
-        want = {f"{k}:output:0": x for k, x in enumerate(losses)}
-        want.update({f"state:{k}": v.detach() for k, v in eager.named_parameters()})
+    else:  # a loop at the optimizer's own lr, one micro-batch a step
+        want = eager_loop(eager, opt, batches, {"lrs": [spec[1]["lr"]] * TRAIN_STEPS,
+                                               "accumulation": 1, "evaluate": False}, lm_loss)
+    losses = [want[f"{k}:output:0"] for k in range(TRAIN_STEPS)]
     tdx.safetensors.save(want, os.path.join(folder, "expected.eager.safetensors"))
     tolerance = BF16_TOLERANCE["output"] if bf16 else 1e-5
     entry = {"name": name, "model": model_name, "ranks": ranks, "tolerance": tolerance,

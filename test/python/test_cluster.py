@@ -15,6 +15,8 @@ import time
 import pytest
 import torch
 
+from test_spmd import tdx_run
+
 HERE = os.path.dirname(os.path.abspath(__file__))
 ROOT = os.path.join(HERE, "..", "..")
 HOSTS = os.path.abspath(os.path.join(ROOT, "scripts", "hosts.sh"))
@@ -52,20 +54,6 @@ def two_hosts():
         hosts_cmd("down", check=False)
 
 
-def spmd(*args, timeout=600):
-    """`python3 -m tdx.run ARGS`: its exit, output, and the JSON lines the
-    ranks printed."""
-    done = subprocess.run([sys.executable, "-m", "tdx.run", *args], capture_output=True,
-                          text=True, timeout=timeout)
-    decoder, lines = json.JSONDecoder(), []
-    for line in done.stdout.splitlines():
-        at = 0
-        while line.startswith("{", at):
-            value, at = decoder.raw_decode(line, at)
-            lines.append(value)
-    return done, lines
-
-
 ACROSS = ["--network", NETWORK, "--rsh", f"{HOSTS} rsh"]
 
 
@@ -73,9 +61,9 @@ ACROSS = ["--network", NETWORK, "--rsh", f"{HOSTS} rsh"]
 def test_two_hosts_train_bitwise_like_one_host(two_hosts, tmp_path):
     """2 hosts x 2 ranks (dp x tp, tp inside a host) give bitwise the losses
     and state of 1 host x 4 ranks."""
-    done, ranks = spmd("-n", "4", SCRIPT, str(tmp_path / "one.pt"))
+    done, ranks = tdx_run("-n", "4", SCRIPT, str(tmp_path / "one.pt"))
     assert done.returncode == 0, done.stderr[-3000:]
-    done, ranks = spmd("--hosts", "h1:2,h2:2", *ACROSS, SCRIPT, str(tmp_path / "two.pt"))
+    done, ranks = tdx_run("--hosts", "h1:2,h2:2", *ACROSS, SCRIPT, str(tmp_path / "two.pt"))
     assert done.returncode == 0, done.stderr[-3000:]
     # The default placement: consecutive ranks on a host, so the mesh's
     # last axis (tp) is inside a host and dp crosses the link.
@@ -98,7 +86,7 @@ print(json.dumps({"rank": int(os.environ["OMPI_COMM_WORLD_RANK"]),
 def test_map_by_node_puts_the_first_axis_inside_a_host(two_hosts, tmp_path):
     script = tmp_path / "places.py"
     script.write_text(PLACES)
-    done, ranks = spmd("--hosts", "h1:2,h2:2", "--map-by", "node", *ACROSS, str(script),
+    done, ranks = tdx_run("--hosts", "h1:2,h2:2", "--map-by", "node", *ACROSS, str(script),
                        timeout=120)
     assert done.returncode == 0, done.stderr[-3000:]
     assert {r["rank"]: r["host"] for r in ranks} == {0: "h1", 1: "h2", 2: "h1", 3: "h2"}

@@ -20,12 +20,11 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 SCRIPT = os.path.join(HERE, "spmd_script.py")
 
 
-def spmd(nprocs, *args, env=None, timeout=600):
-    """`python3 -m tdx.run -n nprocs ...`: its exit code, output and the
-    JSON lines the ranks printed."""
-    done = subprocess.run([sys.executable, "-m", "tdx.run", "-n", str(nprocs), *args],
-                          capture_output=True, text=True, timeout=timeout,
-                          env=dict(os.environ, **(env or {})))
+def tdx_run(*args, env=None, timeout=600):
+    """`python3 -m tdx.run ARGS`: its exit code, output and the JSON lines
+    the ranks printed."""
+    done = subprocess.run([sys.executable, "-m", "tdx.run", *args], capture_output=True,
+                          text=True, timeout=timeout, env=dict(os.environ, **(env or {})))
     # mpirun forwards each rank's writes as they come: two ranks' objects
     # may share a line, and a newline may come after both.
     decoder, lines = json.JSONDecoder(), []
@@ -35,6 +34,11 @@ def spmd(nprocs, *args, env=None, timeout=600):
             value, at = decoder.raw_decode(line, at)
             lines.append(value)
     return done, lines
+
+
+def spmd(nprocs, *args, env=None, timeout=600):
+    """`python3 -m tdx.run -n nprocs ...` (tdx_run)."""
+    return tdx_run("-n", str(nprocs), *args, env=env, timeout=timeout)
 
 
 def eager_loop(model, lrs):
