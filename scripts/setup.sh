@@ -24,6 +24,8 @@ PACKAGES=(
   libopenmpi-dev openmpi-bin libsleef-dev
   # the test hosts (scripts/hosts.sh): ip netns, veth, bridges and tc
   iproute2
+  # the networked tensor store's transport (UCX: TCP here, RDMA where hardware has it)
+  libucx-dev
   # build tools
   cmake ninja-build ccache g++ libgtest-dev
 )

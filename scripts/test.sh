@@ -40,9 +40,9 @@ quick=(test_capture.py test_deferred_init.py test_sharding.py test_checkpoint.py
 models=(test_training.py test_pipeline.py test_real_models.py test_gpu_check.py test_runtime.py test_spmd.py
         test_runner.py test_examples.py)
 # The cluster tier's files run alone, after the others: they make network
-# namespaces, links and a bridge, which torch's gloo jobs in other tests
+# namespaces, links and a bridge (and the networked store's volumes), which torch's gloo jobs in other tests
 # were seen to abort beside (this machine's network stack is gVisor's).
-cluster=(test_cluster.py)
+cluster=(test_cluster.py test_store_network.py)
 for f in "$root"/test/python/test_*.py; do
   name="$(basename "$f")"
   [[ " ${quick[*]} ${models[*]} ${cluster[*]} " == *" $name "* ]] || models+=("$name")

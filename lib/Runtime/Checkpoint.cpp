@@ -2,6 +2,7 @@
 
 #include "tdx/Runtime/Checkpoint.h"
 #include "tdx/Runtime/Crc32c.h"
+#include "tdx/Runtime/Volumes.h"
 
 #include "tdx/Runtime/Json.h"
 
@@ -195,8 +196,22 @@ std::string tdx::rt::storeKeyPath(const std::string &store, const std::string &k
   return store + "/" + key;
 }
 
+std::string tdx::rt::newCheckpointId(int64_t step) {
+  std::random_device device;
+  std::mt19937_64 gen(device() ^ static_cast<uint64_t>(
+                                     std::chrono::system_clock::now().time_since_epoch().count()));
+  char id[64];
+  std::snprintf(id, sizeof id, "%s-%016llx", stepDirName(step).c_str(),
+                static_cast<unsigned long long>(gen()));
+  return id;
+}
+
 PendingCheckpoint tdx::rt::beginCheckpoint(const std::string &root, int64_t step) {
+  if (isVolumePath(root))
+    return beginVolumeVersion(root);
   makeDirectories(root);
+  if (step < 0)
+    step = nextStep(root);
   PendingCheckpoint p;
   p.root = root;
   p.step = step;
@@ -205,24 +220,13 @@ PendingCheckpoint tdx::rt::beginCheckpoint(const std::string &root, int64_t step
     removeTree(p.tmp);
   if (::mkdir(p.tmp.c_str(), 0755) != 0)
     throw error("cannot create " + p.tmp + ": " + std::strerror(errno));
-  std::random_device device;
-  std::mt19937_64 gen(device() ^ static_cast<uint64_t>(
-                                     std::chrono::system_clock::now().time_since_epoch().count()));
-  char id[64];
-  std::snprintf(id, sizeof id, "%s-%016llx", stepDirName(step).c_str(),
-                static_cast<unsigned long long>(gen()));
-  p.id = id;
+  p.id = newCheckpointId(step);
   return p;
 }
 
-std::string tdx::rt::writeCheckpointFile(const std::string &tmp, const std::string &id,
-                                         const std::string &file,
-                                         const std::vector<BoxToWrite> &boxes) {
-  std::vector<TensorToWrite> tensors;
-  for (const BoxToWrite &b : boxes)
-    tensors.push_back({b.name, b.dtype, b.shape, b.data});
-  WrittenFile written = writeSafetensorsFile(tmp + "/" + file, tensors,
-                                             {{"tdx.checkpoint", id}, {"tdx.file", file}}, true);
+std::string tdx::rt::checkpointPart(const std::string &file, const WrittenFile &written,
+                                    const std::vector<BoxToWrite> &boxes,
+                                    const std::string &volume) {
   json::Array chunks;
   for (size_t i = 0; i < boxes.size(); ++i)
     chunks.push_back(json::Object{{"tensor", boxes[i].name},
@@ -231,10 +235,29 @@ std::string tdx::rt::writeCheckpointFile(const std::string &tmp, const std::stri
                                   {"offset", toJson(boxes[i].offset)},
                                   {"shape", toJson(boxes[i].shape)},
                                   {"crc32c", written.tensorCrcs[i]}});
-  return printIndented(json::Object{{"file", file},
-                                    {"size", written.size},
-                                    {"crc32c", written.crc},
-                                    {"chunks", std::move(chunks)}});
+  json::Object part{{"file", file},
+                    {"size", written.size},
+                    {"crc32c", written.crc},
+                    {"chunks", std::move(chunks)}};
+  if (!volume.empty())
+    part["volume"] = volume;
+  return printIndented(std::move(part));
+}
+
+std::vector<TensorToWrite> tdx::rt::checkpointTensors(const std::vector<BoxToWrite> &boxes) {
+  std::vector<TensorToWrite> tensors;
+  for (const BoxToWrite &b : boxes)
+    tensors.push_back({b.name, b.dtype, b.shape, b.data});
+  return tensors;
+}
+
+std::string tdx::rt::writeCheckpointFile(const PendingCheckpoint &p, const std::string &file,
+                                         const std::vector<BoxToWrite> &boxes) {
+  if (isVolumePath(p.root))
+    return putVolumeFile(p, file, boxes);
+  WrittenFile written = writeSafetensorsFile(p.tmp + "/" + file, checkpointTensors(boxes),
+                                             {{"tdx.checkpoint", p.id}, {"tdx.file", file}}, true);
+  return checkpointPart(file, written, boxes);
 }
 
 void tdx::rt::checkTiling(const std::string &where, const std::string &name,
@@ -268,10 +291,9 @@ void tdx::rt::checkTiling(const std::string &where, const std::string &name,
                 " of its " + std::to_string(numel) + " elements (a file's part is missing)");
 }
 
-std::string tdx::rt::commitCheckpoint(const PendingCheckpoint &p,
-                                      const std::vector<std::string> &parts,
-                                      const std::map<std::string, std::string> &metadata,
-                                      int keep) {
+std::string tdx::rt::checkpointIndex(const PendingCheckpoint &p,
+                                     const std::vector<std::string> &parts,
+                                     const std::map<std::string, std::string> &metadata) {
   json::Object files, tensors;
   std::map<std::string, std::vector<StoredChunk>> chunksOf;
   std::map<std::string, std::pair<std::string, std::vector<int64_t>>> typeOf;
@@ -284,8 +306,11 @@ std::string tdx::rt::commitCheckpoint(const PendingCheckpoint &p,
       throw error("commitCheckpoint: a writer's part of the index is not JSON");
     const json::Object &o = *json->getAsObject();
     std::string file = o.getString("file").value_or("");
-    files[file] =
-        json::Object{{"size", *o.getInteger("size")}, {"crc32c", *o.getInteger("crc32c")}};
+    json::Object entry{{"size", *o.getInteger("size")}, {"crc32c", *o.getInteger("crc32c")}};
+    // A networked store's file says which volume holds it.
+    if (std::optional<std::string> volume = o.getString("volume"))
+      entry["volume"] = *volume;
+    files[file] = std::move(entry);
     for (const json::Value &v : *o.getArray("chunks")) {
       const json::Object &c = *v.getAsObject();
       std::string name = c.getString("tensor").value_or("");
@@ -306,7 +331,7 @@ std::string tdx::rt::commitCheckpoint(const PendingCheckpoint &p,
     }
   }
   for (auto &[name, type] : typeOf) {
-    checkTiling(p.tmp, name, type.second, chunksOf[name]);
+    checkTiling(p.tmp.empty() ? p.root : p.tmp, name, type.second, chunksOf[name]);
     tensors[name] = json::Object{{"dtype", type.first},
                                  {"shape", toJson(type.second)},
                                  {"chunks", std::move(chunkJson[name])}};
@@ -321,8 +346,18 @@ std::string tdx::rt::commitCheckpoint(const PendingCheckpoint &p,
                      {"metadata", std::move(meta)},
                      {"files", std::move(files)},
                      {"tensors", std::move(tensors)}};
+  return printIndented(std::move(index));
+}
+
+std::string tdx::rt::commitCheckpoint(const PendingCheckpoint &p,
+                                      const std::vector<std::string> &parts,
+                                      const std::map<std::string, std::string> &metadata,
+                                      int keep) {
+  std::string index = checkpointIndex(p, parts, metadata);
+  if (isVolumePath(p.root))
+    return commitVolumeVersion(p, index, keep);
   // The files are synced by their writers; the index goes last.
-  writeDurably(p.tmp, kIndex, printIndented(std::move(index)));
+  writeDurably(p.tmp, kIndex, index);
   std::string dir = p.root + "/" + stepDirName(p.step);
   if (exists(dir)) {
     // Another save of this step (LATEST may name it): swapped with the new
@@ -365,8 +400,24 @@ std::string tdx::rt::commitCheckpoint(const PendingCheckpoint &p,
 }
 
 void TensorStore::addCheckpoint(const std::string &dir) {
-  std::string indexPath = dir + "/" + kIndex;
-  std::optional<json::Value> json = json::parse(readText(indexPath));
+  addIndex(dir + "/" + kIndex, dir + "/", readText(dir + "/" + kIndex),
+           [&](const std::string &name, uint64_t size) -> std::shared_ptr<const OpenFile> {
+             std::string file = dir + "/" + name;
+             if (!exists(file))
+               throw error(dir + ": file " + name + " is missing (the index lists it)");
+             struct stat st;
+             ::stat(file.c_str(), &st);
+             if (static_cast<uint64_t>(st.st_size) != size)
+               throw error(file + " has " + std::to_string(st.st_size) +
+                           " bytes but the index says " + std::to_string(size) +
+                           " (truncated or replaced)");
+             return openLocalFile(file);
+           });
+}
+
+void TensorStore::addIndex(const std::string &indexPath, const std::string &prefix,
+                           const std::string &text, const FileOpener &open) {
+  std::optional<json::Value> json = json::parse(text);
   if (!json)
     throw error(indexPath + " is corrupt (not JSON)");
   const json::Object *index = json->getAsObject();
@@ -384,19 +435,14 @@ void TensorStore::addCheckpoint(const std::string &dir) {
   metadata_["step"] = std::to_string(index->getInteger("step").value_or(0));
   std::map<std::string, SafetensorsHeader> headers;
   for (const auto &[name, value] : *files) {
-    std::string file = dir + "/" + name;
+    std::string file = prefix + name;
     if (name.find('/') != std::string::npos)
       throw error(indexPath + " names a file outside the checkpoint: " + name);
-    if (!exists(file))
-      throw error(dir + ": file " + name + " is missing (the index lists it)");
     std::optional<int64_t> size =
         value.getAsObject() ? value.getAsObject()->getInteger("size") : std::nullopt;
-    struct stat st;
-    ::stat(file.c_str(), &st);
-    if (!size || static_cast<int64_t>(st.st_size) != *size)
-      throw error(file + " has " + std::to_string(st.st_size) + " bytes but the index says " +
-                  std::to_string(size.value_or(-1)) + " (truncated or replaced)");
-    SafetensorsHeader h = openFile(file);
+    if (!size || *size < 0)
+      throw error(indexPath + ": file " + name + " has no size");
+    SafetensorsHeader h = addOpened(file, open(name, static_cast<uint64_t>(*size)));
     if (h.metadata["tdx.checkpoint"] != id || h.metadata["tdx.file"] != name)
       throw error(file + " is not the file the index names (it says it is '" +
                   h.metadata["tdx.file"] + "' of checkpoint '" + h.metadata["tdx.checkpoint"] +
@@ -417,7 +463,7 @@ void TensorStore::addCheckpoint(const std::string &dir) {
       if (!file || !headers.count((*file)))
         throw error(indexPath + ": a chunk of '" + name + "' names an unlisted file");
       StoredChunk chunk;
-      chunk.file = dir + "/" + (*file);
+      chunk.file = prefix + (*file);
       chunk.offset = ints(c->getArray("offset"), indexPath + ": a chunk offset of '" + name + "'");
       chunk.shape = ints(c->getArray("shape"), indexPath + ": a chunk shape of '" + name + "'");
       if (std::optional<int64_t> crc = c->getInteger("crc32c"))
@@ -430,7 +476,7 @@ void TensorStore::addCheckpoint(const std::string &dir) {
       chunk.dataOffset = e->second.dataOffset;
       st.chunks.push_back(std::move(chunk));
     }
-    checkTiling(dir, name, st.shape, st.chunks);
+    checkTiling(prefix.substr(0, prefix.size() - 1), name, st.shape, st.chunks);
     entries_[name] = std::move(st);
   }
 }

@@ -163,9 +163,10 @@ int tdx_save(void *h, const char *dir, int keep) {
   return collective([&] { e.checkpoint(dir, e.steps(), true, keep); });
 }
 
-int tdx_publish(void *h, const char *store, const char *key) {
-  return collective(
-      [&] { static_cast<Handle *>(h)->engine->checkpoint(storeKeyPath(store, key), -1, false, 2); });
+int tdx_publish(void *h, const char *store, const char *key, int keep) {
+  return collective([&] {
+    static_cast<Handle *>(h)->engine->checkpoint(storeKeyPath(store, key), -1, false, keep);
+  });
 }
 
 int tdx_barrier(void *h) {

@@ -4,6 +4,7 @@
 #include "tdx/Runtime/Box.h"
 #include "tdx/Runtime/Checkpoint.h"
 #include "tdx/Runtime/Crc32c.h"
+#include "tdx/Runtime/Volumes.h"
 
 #include "tdx/Runtime/Json.h"
 
@@ -35,23 +36,22 @@ constexpr uint64_t kReadPiece = 1 << 20, kBatchBytes = 64ull << 20;
 
 } // namespace
 
-/// A file open for reading at offsets.
-class TensorStore::OpenFile {
+/// A local file open for reading at offsets.
+class LocalFile final : public TensorStore::OpenFile {
 public:
-  explicit OpenFile(const std::string &path)
+  explicit LocalFile(const std::string &path)
       : path_(path), fd_(::open(path.c_str(), O_RDONLY | O_CLOEXEC)) {
     if (fd_ < 0)
       throw error("cannot open " + path);
   }
-  ~OpenFile() { ::close(fd_); }
-  uint64_t size() const {
+  ~LocalFile() override { ::close(fd_); }
+  LocalFile(const LocalFile &) = delete;
+  LocalFile &operator=(const LocalFile &) = delete;
+  uint64_t size() const override {
     struct stat st;
     return ::fstat(fd_, &st) == 0 ? static_cast<uint64_t>(st.st_size) : 0;
   }
-  OpenFile(const OpenFile &) = delete;
-  OpenFile &operator=(const OpenFile &) = delete;
-  /// Reads exactly `n` bytes at `offset` or throws.
-  void read(uint64_t offset, uint64_t n, void *out) const {
+  void read(uint64_t offset, uint64_t n, void *out) const override {
     char *dst = static_cast<char *>(out);
     while (n > 0) {
       ssize_t got = ::pread(fd_, dst, n, static_cast<off_t>(offset));
@@ -66,7 +66,40 @@ private:
   int fd_;
 };
 
+void TensorStore::OpenFile::readRuns(std::vector<Run> &runs, bool checksum) const {
+  uint64_t bytes = 0;
+  for (const Run &r : runs)
+    bytes += r.bytes;
+  size_t threads =
+      runs.size() >= 256 || bytes >= 2 * kReadPiece ? std::min(kReadThreads, runs.size()) : 1;
+  std::vector<std::exception_ptr> failed(threads);
+  auto readPart = [&](size_t t) {
+    try {
+      for (size_t i = t; i < runs.size(); i += threads) {
+        read(runs[i].offset, runs[i].bytes, runs[i].dst);
+        if (checksum)
+          runs[i].crc = crc32c(runs[i].dst, runs[i].bytes);
+      }
+    } catch (...) {
+      failed[t] = std::current_exception();
+    }
+  };
+  std::vector<std::thread> pool;
+  for (size_t t = 1; t < threads; ++t)
+    pool.emplace_back(readPart, t);
+  readPart(0);
+  for (std::thread &t : pool)
+    t.join();
+  for (const std::exception_ptr &e : failed)
+    if (e)
+      std::rethrow_exception(e);
+}
+
 using File = TensorStore::OpenFile;
+
+std::shared_ptr<const File> tdx::rt::openLocalFile(const std::string &path) {
+  return std::make_shared<const LocalFile>(path);
+}
 
 int64_t tdx::rt::dtypeSize(DType t) {
   switch (t) {
@@ -177,8 +210,8 @@ SafetensorsHeader parseHeader(const File &in, const std::string &file) {
 }
 } // namespace
 
-SafetensorsHeader TensorStore::openFile(const std::string &file) {
-  auto opened = std::make_shared<const File>(file);
+SafetensorsHeader TensorStore::addOpened(const std::string &file,
+                                         std::shared_ptr<const OpenFile> opened) {
   SafetensorsHeader header = parseHeader(*opened, file);
   files_[file] = std::move(opened);
   return header;
@@ -186,6 +219,14 @@ SafetensorsHeader TensorStore::openFile(const std::string &file) {
 
 TensorStore::TensorStore(const std::string &path) : path_(path) {
   struct stat st;
+  if (isVolumePath(path)) {
+    openVolumeVersion(path, [&](const VolumeVersion &v) {
+      entries_.clear(), metadata_.clear(), files_.clear();
+      path_ = v.path;
+      addIndex(v.path, v.path + "/", v.index, v.open);
+    });
+    return;
+  }
   if (::stat(path.c_str(), &st) != 0)
     throw error("cannot open " + path + ": no such file or directory");
   if (!S_ISDIR(st.st_mode)) {
@@ -223,8 +264,13 @@ TensorStore::TensorStore(const std::string &path) : path_(path) {
     addFile(f);
 }
 
+TensorStore::TensorStore(std::string path, const std::string &index, const FileOpener &open)
+    : path_(std::move(path)) {
+  addIndex(path_, path_ + "/", index, open);
+}
+
 void TensorStore::addFile(const std::string &file) {
-  SafetensorsHeader header = openFile(file);
+  SafetensorsHeader header = addOpened(file, std::make_shared<const LocalFile>(file));
   for (auto &[name, e] : header.entries) {
     StoredTensor t;
     t.dtype = e.dtype;
@@ -288,46 +334,19 @@ void TensorStore::readBox(const std::string &name, const std::vector<int64_t> &o
     }
     if (empty)
       continue;
-    const File &file = *files_.at(c.file);
-    struct Run {
-      uint64_t offset, bytes;
-      char *dst;
-      uint32_t crc;
-    };
+    const OpenFile &file = *files_.at(c.file);
+    using Run = OpenFile::Run;
     // Runs come in the chunk's order, split into pieces of at most
-    // kReadPiece bytes. A batch of pieces is read with several reads in
-    // flight (a large chunk read whole, or a box across another layout's
-    // chunk in many small runs); a chunk read whole is checksummed piece by
-    // piece in the readers and the pieces' checksums combined in order.
+    // kReadPiece bytes, and are read a batch at a time (a large chunk read
+    // whole, or a box across another layout's chunk in many small runs); a
+    // chunk read whole is checksummed piece by piece and the pieces'
+    // checksums combined in order.
     bool checked = whole && c.hasCrc;
     uint32_t crc = 0;
     std::vector<Run> runs;
     uint64_t batchBytes = 0;
     auto flush = [&]() {
-      size_t threads = runs.size() >= 256 || batchBytes >= 2 * kReadPiece
-                           ? std::min(kReadThreads, runs.size())
-                           : 1;
-      std::vector<std::exception_ptr> failed(threads);
-      auto readPart = [&](size_t t) {
-        try {
-          for (size_t i = t; i < runs.size(); i += threads) {
-            file.read(runs[i].offset, runs[i].bytes, runs[i].dst);
-            if (checked)
-              runs[i].crc = crc32c(runs[i].dst, runs[i].bytes);
-          }
-        } catch (...) {
-          failed[t] = std::current_exception();
-        }
-      };
-      std::vector<std::thread> pool;
-      for (size_t t = 1; t < threads; ++t)
-        pool.emplace_back(readPart, t);
-      readPart(0);
-      for (std::thread &t : pool)
-        t.join();
-      for (const std::exception_ptr &e : failed)
-        if (e)
-          std::rethrow_exception(e);
+      file.readRuns(runs, checked);
       if (checked)
         for (const Run &r : runs)
           crc = crc32cCombine(crc, r.crc, r.bytes);
@@ -360,10 +379,14 @@ void TensorStore::readBox(const std::string &name, const std::vector<int64_t> &o
   }
 }
 
-WrittenFile tdx::rt::writeSafetensorsFile(const std::string &path,
-                                          const std::vector<TensorToWrite> &tensors,
-                                          const std::map<std::string, std::string> &metadata,
-                                          bool sync) {
+namespace {
+
+/// Hands the bytes of a safetensors file to `write` (the header, padded so
+/// the data starts 64-byte aligned, then the tensors' data in order) and
+/// returns their size and checksums.
+WrittenFile emitSafetensors(const std::vector<TensorToWrite> &tensors,
+                            const std::map<std::string, std::string> &metadata,
+                            const std::function<void(const void *, uint64_t)> &write) {
   json::Object header;
   if (!metadata.empty()) {
     json::Object meta;
@@ -388,22 +411,35 @@ WrittenFile tdx::rt::writeSafetensorsFile(const std::string &path,
   // Spaces (the format allows them) align the data to 64 bytes.
   while ((8 + text.size()) % 64)
     text += ' ';
+  WrittenFile out;
+  uint64_t size = text.size();
+  write(&size, 8);
+  write(text.data(), text.size());
+  out.crc = crc32c(text.data(), text.size(), crc32c(&size, 8));
+  for (size_t i = 0; i < tensors.size(); ++i) {
+    write(tensors[i].data, bytes[i]);
+    // One pass over the data: the file's checksum is combined from the
+    // tensors'.
+    out.tensorCrcs.push_back(crc32c(tensors[i].data, bytes[i]));
+    out.crc = crc32cCombine(out.crc, out.tensorCrcs.back(), bytes[i]);
+  }
+  out.size = 8 + text.size() + offset;
+  return out;
+}
+
+} // namespace
+
+WrittenFile tdx::rt::writeSafetensorsFile(const std::string &path,
+                                          const std::vector<TensorToWrite> &tensors,
+                                          const std::map<std::string, std::string> &metadata,
+                                          bool sync) {
   int fd = ::open(path.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
   if (fd < 0)
     throw error("cannot create " + path);
   WrittenFile out;
   try {
-    uint64_t size = text.size();
-    writeAll(fd, path, &size, 8);
-    writeAll(fd, path, text.data(), text.size());
-    out.crc = crc32c(text.data(), text.size(), crc32c(&size, 8));
-    for (size_t i = 0; i < tensors.size(); ++i) {
-      writeAll(fd, path, tensors[i].data, bytes[i]);
-      // One pass over the data: the file's checksum is combined from the
-      // tensors'.
-      out.tensorCrcs.push_back(crc32c(tensors[i].data, bytes[i]));
-      out.crc = crc32cCombine(out.crc, out.tensorCrcs.back(), bytes[i]);
-    }
+    out = emitSafetensors(tensors, metadata,
+                          [&](const void *data, uint64_t n) { writeAll(fd, path, data, n); });
     if (sync && ::fsync(fd) != 0)
       throw error("cannot write " + path + ": fsync failed");
   } catch (...) {
@@ -412,8 +448,17 @@ WrittenFile tdx::rt::writeSafetensorsFile(const std::string &path,
   }
   if (::close(fd) != 0)
     throw error("cannot write " + path);
-  out.size = 8 + text.size() + offset;
   return out;
+}
+
+std::string tdx::rt::serializeSafetensors(const std::vector<TensorToWrite> &tensors,
+                                          const std::map<std::string, std::string> &metadata,
+                                          WrittenFile &written) {
+  std::string bytes;
+  written = emitSafetensors(tensors, metadata, [&](const void *data, uint64_t n) {
+    bytes.append(static_cast<const char *>(data), n);
+  });
+  return bytes;
 }
 
 void tdx::rt::writeSafetensors(const std::string &path, const std::vector<TensorToWrite> &tensors) {

@@ -75,7 +75,7 @@ std::string tdx::rt::saveCheckpoint(Mesh &mesh, const std::string &root, int64_t
                                     const std::map<std::string, std::string> &metadata, int keep) {
   PendingCheckpoint pending;
   if (mesh.rank() == 0)
-    pending = beginCheckpoint(root, step >= 0 ? step : nextStep(root));
+    pending = beginCheckpoint(root, step);
   step = std::stoll(broadcast(mesh, std::to_string(pending.step)));
   pending.root = root;
   pending.step = step;
@@ -100,12 +100,12 @@ std::string tdx::rt::saveCheckpoint(Mesh &mesh, const std::string &root, int64_t
   if (!boxes.empty()) {
     char file[32];
     std::snprintf(file, sizeof file, "rank-%05d.safetensors", mesh.rank());
-    part = writeCheckpointFile(pending.tmp, pending.id, file, boxes);
+    part = writeCheckpointFile(pending, file, boxes);
   }
   std::vector<std::string> parts = gatherText(mesh, part);
   std::string dir;
   if (mesh.rank() == 0)
     dir = commitCheckpoint(pending, parts, metadata, keep);
   mesh.barrier();
-  return root + "/" + stepDirName(step);
+  return broadcast(mesh, dir);
 }

@@ -72,7 +72,8 @@ void tdx::rt::serve(Engine &engine, Requests &requests) {
     } else if (r.op == "save") {
       engine.checkpoint(r.arg(1), engine.steps(), true, std::stoi(r.arg(2)));
     } else if (r.op == "publish") {
-      engine.checkpoint(storeKeyPath(r.arg(1), r.arg(2)), -1, false, 2);
+      engine.checkpoint(storeKeyPath(r.arg(1), r.arg(2)), -1, false,
+                        r.args.size() > 3 ? std::stoi(r.arg(3)) : 2);
     } else if (r.op == "close") {
       engine.report();
     } else {

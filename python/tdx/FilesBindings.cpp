@@ -10,6 +10,7 @@
 #include "tdx/Runtime/AtenDTypes.h"
 #include "tdx/Runtime/Checkpoint.h"
 #include "tdx/Runtime/Placement.h"
+#include "tdx/Runtime/Volumes.h"
 
 #include <torch/extension.h>
 
@@ -22,11 +23,19 @@ py::object &errorType() {
   static py::object type = py::reinterpret_borrow<py::object>(PyExc_RuntimeError);
   return type;
 }
+py::object &staleType() {
+  static py::object type = py::reinterpret_borrow<py::object>(PyExc_RuntimeError);
+  return type;
+}
 
-/// Runs `fn`, turning a runtime error into tdx.CheckpointError.
+/// Runs `fn`, turning a runtime error into tdx.CheckpointError (a version
+/// of a networked store dropped while it was read: tdx.store.StaleVersion).
 template <class Fn> auto guarded(Fn fn) -> decltype(fn()) {
   try {
     return fn();
+  } catch (const StaleVersion &e) {
+    PyErr_SetString(staleType().ptr(), e.what());
+    throw py::error_already_set();
   } catch (const std::exception &e) {
     PyErr_SetString(errorType().ptr(), e.what());
     throw py::error_already_set();
@@ -49,10 +58,14 @@ std::vector<TensorToWrite> toWrite(const std::vector<std::pair<std::string, at::
 
 void bindFiles(py::module &m) {
   m.def("_set_checkpoint_error_type", [](py::object type) { errorType() = type; });
+  m.def("_set_stale_version_type", [](py::object type) { staleType() = type; });
 
   py::class_<TensorStore>(m, "TensorStore")
       .def(py::init([](const std::string &path) {
-             return guarded([&] { return std::make_unique<TensorStore>(path); });
+             return guarded([&] {
+               py::gil_scoped_release release;
+               return std::make_unique<TensorStore>(path);
+             });
            }),
            py::arg("path"))
       .def_property_readonly("path", &TensorStore::path)
@@ -105,9 +118,8 @@ void bindFiles(py::module &m) {
             boxes.push_back({t.name, t.dtype, t.shape, std::vector<int64_t>(t.shape.size(), 0),
                              t.shape, t.data});
           py::gil_scoped_release release;
-          PendingCheckpoint pending = beginCheckpoint(root, step >= 0 ? step : nextStep(root));
-          std::string part =
-              writeCheckpointFile(pending.tmp, pending.id, "rank-00000.safetensors", boxes);
+          PendingCheckpoint pending = beginCheckpoint(root, step);
+          std::string part = writeCheckpointFile(pending, "rank-00000.safetensors", boxes);
           return commitCheckpoint(pending, {part}, metadata, keep);
         });
       },
@@ -124,6 +136,44 @@ void bindFiles(py::module &m) {
         return guarded([&] { return storeKeyPath(store, key); });
       },
       py::arg("store"), py::arg("key"));
+  m.def("is_volume_path", &isVolumePath, py::arg("path"));
+  m.def(
+      "volume_keys",
+      [](const std::string &store) {
+        return guarded([&] {
+          py::gil_scoped_release release;
+          return volumeKeys(store);
+        });
+      },
+      py::arg("store"));
+  m.def(
+      "volume_versions",
+      [](const std::string &store, const std::string &key) {
+        return guarded([&] {
+          py::gil_scoped_release release;
+          return volumeVersions(store, key);
+        });
+      },
+      py::arg("store"), py::arg("key"));
+  m.def(
+      "volume_delete",
+      [](const std::string &store, const std::string &key) {
+        guarded([&] {
+          py::gil_scoped_release release;
+          deleteVolumeKey(store, key);
+          return 0;
+        });
+      },
+      py::arg("store"), py::arg("key"));
+  m.def(
+      "volume_status",
+      [](const std::string &store) {
+        return guarded([&] {
+          py::gil_scoped_release release;
+          return volumeStatus(store);
+        });
+      },
+      py::arg("store"));
   m.def(
       "verify_checkpoint",
       [](const std::string &path) {

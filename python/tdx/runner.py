@@ -244,12 +244,15 @@ class Runner:
             return
         self._t.save(os.fspath(checkpoint), int(keep))
 
-    def publish(self, store, key):
+    def publish(self, store, key, *, keep=2):
         """Commits the parameters and buffers (no optimizer state) as the
-        next version of `key` in the tensor store `store` (a path or
-        :class:`tdx.store.Store`)."""
+        next version of `key` in the tensor store `store` (a path,
+        ``ucx://HOST:PORT,...`` or a :class:`tdx.store.Store`); all but the
+        newest ``keep`` versions are then dropped (0 keeps all). Each rank
+        hands over its own shards (on a networked store, to its host's
+        volume)."""
         self._check_open("publish")
-        self._t.publish(os.fspath(getattr(store, "path", store)), key)
+        self._t.publish(os.fspath(getattr(store, "path", store)), key, int(keep))
 
     def close(self):
         """Ends the ranks (under SPMD: this rank's session; every rank
@@ -343,8 +346,8 @@ class _Workers:
     def save(self, checkpoint, keep):
         self._request("save", checkpoint, str(keep))
 
-    def publish(self, store, key):
-        self._request("publish", store, key)
+    def publish(self, store, key, keep):
+        self._request("publish", store, key, str(keep))
 
     def close(self):
         if self.closed:
@@ -507,8 +510,8 @@ class _InProcess:
     def save(self, checkpoint, keep):
         self._check(self._lib.tdx_save(self._h, checkpoint.encode(), keep), "save")
 
-    def publish(self, store, key):
-        self._check(self._lib.tdx_publish(self._h, store.encode(), key.encode()), "publish")
+    def publish(self, store, key, keep):
+        self._check(self._lib.tdx_publish(self._h, store.encode(), key.encode(), keep), "publish")
 
     def close(self):
         if self.closed:
@@ -550,7 +553,7 @@ def _load(path):
         lib.tdx_write_state.argtypes = [handle, ctypes.c_char_p]
         lib.tdx_load.argtypes = [handle, ctypes.c_char_p]
         lib.tdx_save.argtypes = [handle, ctypes.c_char_p, ctypes.c_int]
-        lib.tdx_publish.argtypes = [handle, ctypes.c_char_p, ctypes.c_char_p]
+        lib.tdx_publish.argtypes = [handle, ctypes.c_char_p, ctypes.c_char_p, ctypes.c_int]
         lib.tdx_barrier.argtypes = [handle]
         lib.tdx_shared_dir.argtypes = [handle, ctypes.c_char_p, ctypes.c_char_p, ctypes.c_int]
         lib.tdx_close.argtypes = [handle]

@@ -2,9 +2,10 @@
 test_cluster.py: GPT-2 on a 2x2 mesh (dp x tp, the Megatron plan), 3 SGD
 steps from eager's start, run by ``python3 -m tdx.run`` on one host or
 across hosts. Rank 0 writes the losses and the final state to OUT; every
-rank prints its rank and host.
+rank prints its rank and host. With STORE (a networked tensor store), the
+trained parameters are published there as key "gpt2".
 
-    hosts_script.py OUT"""
+    hosts_script.py OUT [STORE]"""
 
 import json
 import os
@@ -32,6 +33,8 @@ start = {n: v.detach().clone() for n, v in full_state(GPT2()).items()}
 with exe.start(params=start) as runner:
     losses = [runner.train_step(x, y).item() for x, y in data]
     state = runner.state_dict(optimizer=True)
+    if len(sys.argv) > 2:
+        runner.publish(sys.argv[2], "gpt2")
 rank = int(os.environ.get("OMPI_COMM_WORLD_RANK", "0"))
 if rank == 0:
     torch.save({"losses": losses, "state": state}, out)

@@ -21,6 +21,11 @@
 // way; only then are older steps deleted. A crash at any point leaves the
 // previous checkpoint committed and the new one complete or invisible.
 //
+// A networked tensor store's version (tdx/Runtime/Volumes.h) is the same
+// checkpoint with its files on volumes: a root "ucx://h1:7070,h2:7070/KEY"
+// sends each writer's file to its host's volume and the index to the
+// store's first volume, which commits it.
+//
 // No MPI and no ATen here: model binaries (through Mesh.h's saveCheckpoint)
 // and the Python package write and read checkpoints with this code;
 // TensorStore (Safetensors.h) reads them.
@@ -65,9 +70,10 @@ struct PendingCheckpoint {
   int64_t step = 0;
 };
 
-/// Starts step `step` under `root` (made if missing): an empty temporary
-/// directory (a leftover of a crashed save is removed) and a fresh id.
-/// One process (rank 0) calls it; the writers then get `tmp` and `id`.
+/// Starts step `step` (-1: the next) under `root` (made if missing): an
+/// empty temporary directory (a leftover of a crashed save is removed) and
+/// a fresh id. One process (rank 0) calls it; the writers then get `tmp`
+/// and `id`. A networked store's key takes its next version.
 PendingCheckpoint beginCheckpoint(const std::string &root, int64_t step);
 
 /// One box of a global tensor, dense and row-major.
@@ -79,10 +85,22 @@ struct BoxToWrite {
 };
 
 /// Writes `file` into the pending checkpoint's directory with `boxes` and
-/// fsyncs it. Returns its part of the index (JSON text) for
-/// commitCheckpoint.
-std::string writeCheckpointFile(const std::string &tmp, const std::string &id,
-                                const std::string &file, const std::vector<BoxToWrite> &boxes);
+/// fsyncs it (or puts it on this host's volume). Returns its part of the
+/// index (JSON text) for commitCheckpoint.
+std::string writeCheckpointFile(const PendingCheckpoint &pending, const std::string &file,
+                                const std::vector<BoxToWrite> &boxes);
+/// The tensors of a file of `boxes`, and its part of the index once written.
+std::vector<TensorToWrite> checkpointTensors(const std::vector<BoxToWrite> &boxes);
+/// `volume` names the networked store's volume that holds the file.
+std::string checkpointPart(const std::string &file, const WrittenFile &written,
+                           const std::vector<BoxToWrite> &boxes, const std::string &volume = "");
+/// A fresh id for step `step` ("step-00000003-<random>"), which every file's
+/// header repeats: a file of another checkpoint is caught.
+std::string newCheckpointId(int64_t step);
+/// The index (tdx.index.json's text) of the writers' parts; throws unless
+/// the chunks tile every tensor exactly.
+std::string checkpointIndex(const PendingCheckpoint &pending, const std::vector<std::string> &parts,
+                            const std::map<std::string, std::string> &metadata);
 
 /// Commits the pending checkpoint from every writer's part of the index
 /// (parts may be empty: a rank that wrote nothing): checks that the chunks

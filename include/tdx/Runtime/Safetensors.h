@@ -12,6 +12,7 @@
 #define TDX_RUNTIME_SAFETENSORS_H
 
 #include <cstdint>
+#include <functional>
 #include <map>
 #include <memory>
 #include <string>
@@ -57,8 +58,10 @@ struct StoredTensor {
 /// The tensors of one safetensors file, of every *.safetensors file of a
 /// directory (a checkpoint split in several files, as Hugging Face writes
 /// them; a name in two files is an error), or of a tdx checkpoint (a step
-/// directory with tdx.index.json, or a root whose LATEST names one). Throws
-/// with the path on a missing, truncated or corrupt file.
+/// directory with tdx.index.json, or a root whose LATEST names one), or of
+/// a version of a networked store's key ("ucx://h1:7070,h2:7070/KEY", its
+/// files read from the volumes that hold them: tdx/Runtime/Volumes.h).
+/// Throws with the path on a missing, truncated or corrupt file.
 class TensorStore {
 public:
   explicit TensorStore(const std::string &path);
@@ -84,11 +87,32 @@ public:
   /// Tensor bytes read so far (headers and the index not counted).
   uint64_t bytesRead() const { return bytesRead_; }
 
-  /// Opens `file` (kept open: reads come from the files as they were when
-  /// the store was opened, even if a writer deletes them meanwhile) and
-  /// returns its checked header.
-  struct SafetensorsHeader openFile(const std::string &file);
-  class OpenFile;
+  /// A file of the store, read at offsets: a local file, or one on a
+  /// volume. Reads come from the file as it was when the store was opened
+  /// (a local file is kept open even if a writer deletes it meanwhile).
+  class OpenFile {
+  public:
+    virtual ~OpenFile() = default;
+    virtual uint64_t size() const = 0;
+    /// Reads exactly `n` bytes at `offset` or throws.
+    virtual void read(uint64_t offset, uint64_t n, void *out) const = 0;
+    struct Run {
+      uint64_t offset, bytes;
+      char *dst;
+      /// With `checksum`, the run's CRC-32C.
+      uint32_t crc;
+    };
+    /// Reads every run: by default several reads in flight when there are
+    /// many runs or many bytes.
+    virtual void readRuns(std::vector<Run> &runs, bool checksum) const;
+  };
+  /// Opens file `name` of a checkpoint; `size` is what the index says.
+  using FileOpener =
+      std::function<std::shared_ptr<const OpenFile>(const std::string &name, uint64_t size)>;
+
+  /// The checkpoint whose index (tdx.index.json's text) is `index`, its
+  /// files opened by `open`; `path` names it in errors.
+  TensorStore(std::string path, const std::string &index, const FileOpener &open);
 
 private:
   mutable uint64_t bytesRead_ = 0;
@@ -96,9 +120,15 @@ private:
   std::map<std::string, StoredTensor> entries_;
   std::map<std::string, std::string> metadata_;
   std::map<std::string, std::shared_ptr<const OpenFile>> files_;
+  struct SafetensorsHeader addOpened(const std::string &file, std::shared_ptr<const OpenFile> f);
   void addFile(const std::string &file);
   void addCheckpoint(const std::string &dir);
+  void addIndex(const std::string &where, const std::string &prefix, const std::string &text,
+                const FileOpener &open);
 };
+
+/// The local file `path`, opened for a TensorStore.
+std::shared_ptr<const TensorStore::OpenFile> openLocalFile(const std::string &path);
 
 /// A parsed, checked safetensors header: entries with absolute data offsets.
 struct SafetensorsHeader {
@@ -130,6 +160,10 @@ struct WrittenFile {
 /// returns. Throws naming the file on any failed write.
 WrittenFile writeSafetensorsFile(const std::string &path, const std::vector<TensorToWrite> &tensors,
                                  const std::map<std::string, std::string> &metadata, bool sync);
+/// The bytes writeSafetensorsFile writes, in memory.
+std::string serializeSafetensors(const std::vector<TensorToWrite> &tensors,
+                                 const std::map<std::string, std::string> &metadata,
+                                 WrittenFile &written);
 /// Writes a temporary file and renames it over `path`: a reader never sees
 /// half a file, and a failed write leaves what was there.
 void writeSafetensors(const std::string &path, const std::vector<TensorToWrite> &tensors);

@@ -85,7 +85,8 @@ public:
 ///   state PATH            the gathered state, written by rank 0
 ///   load PATH
 ///   save DIR KEEP         a checkpoint of step steps()
-///   publish STORE KEY     the next version of KEY (no optimizer state)
+///   publish STORE KEY [KEEP]  the next version of KEY (no optimizer state),
+///                         keeping the newest KEEP (default 2)
 ///   close                 reports (--verbose, --profile) and ends
 struct Request {
   std::string op;

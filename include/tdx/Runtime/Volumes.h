@@ -1,0 +1,74 @@
+//===- Volumes.h - the tensor store over the network --------------*- C++ -*-===//
+//
+// A networked tensor store is a list of volumes, one store process per host
+// (tools/tdx-volume), named "ucx://h1:7070,h2:7070"; a key's path is
+// "ucx://h1:7070,h2:7070/KEY", one version of it ".../KEY/step-00000003".
+// No file system is shared:
+//
+//   - a version is a checkpoint (tdx/Runtime/Checkpoint.h) whose files live
+//     on volumes: each writing rank puts its file (its boxes of the state)
+//     on the volume of its own host;
+//   - the store's first volume is the key's home: it hands out versions,
+//     holds each committed version's index (which names the volume of
+//     every file) and commits a version by storing its index, whole, after
+//     every file is in; a reader asks it for the newest index;
+//   - a reader fetches the byte ranges of the boxes it asks for straight
+//     from the volumes that hold them (one request per file and batch of
+//     runs), every request naming the version, so a reader never mixes two;
+//     a version its writer has dropped since (all but the newest `keep`
+//     are) is reported stale, and the reader starts again on the newest.
+//
+// The transport is UCX (tdx/Runtime/Ucx.h). A volume that does not answer
+// in TDX_STORE_TIMEOUT seconds (default 10), or whose connection fails, is
+// an error naming it and its host.
+//
+//===----------------------------------------------------------------------===//
+
+#ifndef TDX_RUNTIME_VOLUMES_H
+#define TDX_RUNTIME_VOLUMES_H
+
+#include "tdx/Runtime/Checkpoint.h"
+
+#include <functional>
+#include <stdexcept>
+
+namespace tdx::rt {
+
+/// Whether `path` names a networked store ("ucx://...").
+bool isVolumePath(const std::string &path);
+
+/// A version a reader read from was dropped by its writer meanwhile: the
+/// read starts again on the newest.
+struct StaleVersion : std::runtime_error {
+  using std::runtime_error::runtime_error;
+};
+
+/// A committed version of a key: its path, index text and file opener.
+struct VolumeVersion {
+  std::string path, index;
+  TensorStore::FileOpener open;
+};
+/// Calls `add` with the version `path` names (its newest, unless the path
+/// names a step), again with the newest when a writer replaced it while it
+/// was being opened.
+void openVolumeVersion(const std::string &path, const std::function<void(const VolumeVersion &)> &add);
+
+/// Checkpoint.h's steps for a key of a networked store.
+PendingCheckpoint beginVolumeVersion(const std::string &root);
+std::string putVolumeFile(const PendingCheckpoint &pending, const std::string &file,
+                          const std::vector<BoxToWrite> &boxes);
+std::string commitVolumeVersion(const PendingCheckpoint &pending, const std::string &index,
+                                int keep);
+
+/// The keys with a committed version, sorted.
+std::vector<std::string> volumeKeys(const std::string &store);
+/// The committed versions of `key`, oldest first (empty when none).
+std::vector<int64_t> volumeVersions(const std::string &store, const std::string &key);
+/// Deletes every version of `key` on every volume; throws when it has none.
+void deleteVolumeKey(const std::string &store, const std::string &key);
+/// What each volume holds: "host:port" -> its report (JSON text).
+std::map<std::string, std::string> volumeStatus(const std::string &store);
+
+} // namespace tdx::rt
+
+#endif // TDX_RUNTIME_VOLUMES_H

@@ -1,0 +1,293 @@
+//===- tdx-volume.cpp - a host's volume of the networked tensor store -----===//
+//
+// One per host of a networked tensor store (include/tdx/Runtime/Volumes.h):
+// holds, in memory, the files the host's ranks put, and serves byte ranges
+// of them to readers anywhere; the store's first volume also hands out a
+// key's versions and holds their committed indexes. It serves UCX active
+// messages (include/tdx/Runtime/Ucx.h) on one thread, asleep while idle.
+//
+//===----------------------------------------------------------------------===//
+
+#include "tdx/Runtime/Json.h"
+#include "tdx/Runtime/Ucx.h"
+
+#include <unistd.h>
+
+#include <climits>
+#include <csignal>
+#include <cstdio>
+#include <cstring>
+#include <map>
+#include <stdexcept>
+#include <string>
+
+using namespace tdx::rt;
+
+namespace {
+
+const char *kUsage =
+    "usage: tdx-volume [--port PORT]\n"
+    "\n"
+    "A volume of tdx's networked tensor store: run one on every host of a store,\n"
+    "then name them all in the store, the first one holding the keys' indexes:\n"
+    "\n"
+    "  h1$ tdx-volume --port 7070\n"
+    "  h2$ tdx-volume --port 7070\n"
+    "  tdx.store.Store(\"ucx://h1:7070,h2:7070\")\n"
+    "\n"
+    "--port PORT  the port to listen on, every address of this host (default 7070;\n"
+    "             0 picks a free one). The volume prints\n"
+    "             \"tdx-volume: serving on HOST:PORT\" once it accepts connections.\n"
+    "\n"
+    "It holds what this host's ranks put in memory until their writer drops it;\n"
+    "SIGTERM or SIGINT ends it. Transport: UCX (TCP, shared memory or RDMA as the\n"
+    "hardware allows; UCX_* environment variables tune it). docs/store.md.\n";
+
+volatile std::sig_atomic_t stopping = 0;
+
+struct Failure : std::runtime_error {
+  Failure(std::string code, const std::string &what) : std::runtime_error(what), code(code) {}
+  std::string code;
+};
+
+struct Key {
+  /// version -> file -> bytes
+  std::map<int64_t, std::map<std::string, std::string>> files;
+  /// Committed versions' indexes (on the key's home volume).
+  std::map<int64_t, std::string> committed;
+  int64_t next = 0;
+};
+
+class Volume {
+public:
+  /// The reply to `request` (its header and payload).
+  std::pair<json::Object, std::string> handle(const json::Object &q, std::string &data) {
+    std::string op = q.getString("op").value_or("");
+    if (op == "stat")
+      return {stat(), ""};
+    if (op == "keys") {
+      json::Array out;
+      for (const auto &[name, k] : keys_)
+        if (!k.committed.empty())
+          out.push_back(name);
+      return {json::Object{{"keys", std::move(out)}}, ""};
+    }
+    std::string name = text(q, "key");
+    if (op == "begin") {
+      Key &k = keys_[name];
+      if (!k.committed.empty())
+        k.next = std::max(k.next, k.committed.rbegin()->first + 1);
+      return {json::Object{{"version", k.next++}}, ""};
+    }
+    if (op == "put") {
+      int64_t version = integer(q, "version");
+      uint64_t n = data.size();
+      received_ += n;
+      keys_[name].files[version][text(q, "file")] = std::move(data);
+      return {json::Object{{"bytes", n}}, ""};
+    }
+    if (op == "commit")
+      return {commit(name, integer(q, "version"), q.getInteger("keep").value_or(0), data), ""};
+    if (op == "drop") {
+      drop(name, integer(q, "below"));
+      return {json::Object{}, ""};
+    }
+    if (op == "versions") {
+      json::Array out;
+      auto it = keys_.find(name);
+      if (it != keys_.end())
+        for (const auto &[v, index] : it->second.committed)
+          out.push_back(v);
+      return {json::Object{{"versions", std::move(out)}}, ""};
+    }
+    if (op == "delete") {
+      if (!keys_.count(name) || keys_[name].committed.empty())
+        throw Failure("no-key", "has no key '" + name + "'");
+      keys_.erase(name);
+      return {json::Object{}, ""};
+    }
+    if (op == "index")
+      return index(name, q.getInteger("version"));
+    if (op == "read")
+      return {json::Object{}, read(name, integer(q, "version"), text(q, "file"), data)};
+    throw Failure("bad-request", "has no operation '" + op + "'");
+  }
+
+private:
+  std::map<std::string, Key> keys_;
+  /// Bytes sent to readers, and put by writers, since the volume started.
+  uint64_t served_ = 0, received_ = 0;
+
+  static std::string text(const json::Object &q, const char *field) {
+    std::optional<std::string> v = q.getString(field);
+    if (!v)
+      throw Failure("bad-request", std::string("got a request without '") + field + "'");
+    return *v;
+  }
+  static int64_t integer(const json::Object &q, const char *field) {
+    std::optional<int64_t> v = q.getInteger(field);
+    if (!v)
+      throw Failure("bad-request", std::string("got a request without '") + field + "'");
+    return *v;
+  }
+
+  json::Object stat() const {
+    // What it holds, and the bytes it has served and received.
+    char host[256] = {};
+    ::gethostname(host, sizeof host - 1);
+    uint64_t bytes = 0, files = 0, committed = 0;
+    for (const auto &[name, k] : keys_) {
+      committed += k.committed.size();
+      for (const auto &[v, fs] : k.files)
+        for (const auto &[f, b] : fs)
+          bytes += b.size(), ++files;
+    }
+    return json::Object{{"host", std::string(host)}, {"keys", keys_.size()},
+                        {"files", files},            {"bytes", bytes},
+                        {"committed", committed}, {"served", served_},
+                        {"received", received_}};
+  }
+
+  json::Object commit(const std::string &name, int64_t version, int64_t keep,
+                      std::string &index) {
+    Key &k = keys_[name];
+    if (!k.committed.empty() && k.committed.rbegin()->first > version)
+      throw Failure("superseded", "version " + std::to_string(version) + " of key '" + name +
+                                      "' is older than its committed version " +
+                                      std::to_string(k.committed.rbegin()->first));
+    // The version becomes visible whole: one insertion, after every file
+    // is on its volume.
+    k.committed[version] = std::move(index);
+    while (keep > 0 && static_cast<int64_t>(k.committed.size()) > keep)
+      k.committed.erase(k.committed.begin());
+    return json::Object{{"oldest", k.committed.begin()->first}};
+  }
+
+  void drop(const std::string &name, int64_t below) {
+    auto it = keys_.find(name);
+    if (it == keys_.end())
+      return;
+    Key &k = it->second;
+    k.files.erase(k.files.begin(), k.files.lower_bound(below));
+    k.committed.erase(k.committed.begin(), k.committed.lower_bound(below));
+    if (below == LLONG_MAX && k.committed.empty())
+      keys_.erase(it);
+  }
+
+  std::pair<json::Object, std::string> index(const std::string &name,
+                                             std::optional<int64_t> version) {
+    auto it = keys_.find(name);
+    if (it == keys_.end() || it->second.committed.empty())
+      throw Failure("no-key", "has no key '" + name + "'");
+    const auto &committed = it->second.committed;
+    if (!version)
+      return {json::Object{{"version", committed.rbegin()->first}}, committed.rbegin()->second};
+    auto v = committed.find(*version);
+    if (v == committed.end()) {
+      std::string have;
+      for (const auto &[n, index] : committed)
+        have += (have.empty() ? "" : ", ") + std::to_string(n);
+      throw Failure("no-version", "key '" + name + "' has no version " +
+                                      std::to_string(*version) + "; it has " + have);
+    }
+    return {json::Object{{"version", *version}}, v->second};
+  }
+
+  std::string read(const std::string &name, int64_t version, const std::string &file,
+                   const std::string &ranges) {
+    const std::string *bytes = nullptr;
+    auto k = keys_.find(name);
+    if (k != keys_.end()) {
+      auto v = k->second.files.find(version);
+      if (v != k->second.files.end()) {
+        auto f = v->second.find(file);
+        if (f != v->second.end())
+          bytes = &f->second;
+      }
+    }
+    if (!bytes)
+      throw Failure("stale", "holds no " + file + " of version " + std::to_string(version) +
+                                 " of key '" + name +
+                                 "' (its writer dropped that version after committing a "
+                                 "newer one, or this volume restarted)");
+    if (ranges.size() % 16)
+      throw Failure("bad-request", "got malformed byte ranges");
+    std::string out;
+    for (size_t i = 0; i < ranges.size(); i += 16) {
+      uint64_t offset, n;
+      std::memcpy(&offset, &ranges[i], 8);
+      std::memcpy(&n, &ranges[i + 8], 8);
+      if (offset > bytes->size() || n > bytes->size() - offset)
+        throw Failure("bad-request", "got a read past the end of " + file);
+      out.append(*bytes, offset, n);
+    }
+    served_ += out.size();
+    return out;
+  }
+};
+
+void onSignal(int) { stopping = 1; }
+
+} // namespace
+
+int main(int argc, char **argv) {
+  long port = 7070;
+  for (int i = 1; i < argc; ++i) {
+    std::string a = argv[i];
+    if (a == "-h" || a == "--help") {
+      std::fputs(kUsage, stdout);
+      return 0;
+    }
+    if (a == "--port" && i + 1 < argc) {
+      char *end = nullptr;
+      port = std::strtol(argv[++i], &end, 10);
+      if (!end || *end || port < 0 || port > 65535) {
+        std::fprintf(stderr, "tdx-volume: --port %s is not a port (0 to 65535)\n", argv[i]);
+        return 2;
+      }
+    } else {
+      std::fprintf(stderr, "tdx-volume: unknown argument '%s'\n\n%s", a.c_str(), kUsage);
+      return 2;
+    }
+  }
+  std::signal(SIGTERM, onSignal);
+  std::signal(SIGINT, onSignal);
+  std::signal(SIGPIPE, SIG_IGN);
+  try {
+    ucx::Worker worker;
+    uint16_t bound = worker.listen(static_cast<uint16_t>(port));
+    char host[256] = {};
+    ::gethostname(host, sizeof host - 1);
+    std::printf("tdx-volume: serving on %s:%u (pid %d)\n", host, bound, ::getpid());
+    std::fflush(stdout);
+    Volume volume;
+    auto &inbox = worker.inbox(ucx::kRequest);
+    while (!stopping) {
+      worker.wait(ucx::Clock::now() + std::chrono::milliseconds(200));
+      while (!inbox.empty()) {
+        ucx::Message m = std::move(inbox.front());
+        inbox.pop_front();
+        std::optional<json::Value> parsed = json::parse(m.header);
+        const json::Object *q = parsed ? parsed->getAsObject() : nullptr;
+        json::Object reply;
+        std::string data;
+        try {
+          if (!q)
+            throw Failure("bad-request", "got a request whose header is not a JSON object");
+          std::tie(reply, data) = volume.handle(*q, m.data);
+        } catch (const Failure &f) {
+          reply = json::Object{{"error", std::string(f.what())}, {"code", f.code}};
+        } catch (const std::exception &e) {
+          reply = json::Object{{"error", std::string(e.what())}, {"code", "internal"}};
+        }
+        reply["id"] = q ? q->getInteger("id").value_or(-1) : -1;
+        if (m.replyTo)
+          worker.send(m.replyTo, ucx::kReply, json::print(reply), std::move(data));
+      }
+    }
+  } catch (const std::exception &e) {
+    std::fprintf(stderr, "tdx-volume: %s\n", e.what());
+    return 1;
+  }
+  return 0;
+}
