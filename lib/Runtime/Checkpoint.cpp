@@ -208,7 +208,7 @@ std::string tdx::rt::newCheckpointId(int64_t step) {
 
 PendingCheckpoint tdx::rt::beginCheckpoint(const std::string &root, int64_t step) {
   if (isVolumePath(root))
-    return beginVolumeVersion(root);
+    return beginVolumeVersion(root, step);
   makeDirectories(root);
   if (step < 0)
     step = nextStep(root);

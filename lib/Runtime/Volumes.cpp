@@ -354,10 +354,12 @@ void tdx::rt::openVolumeVersion(const std::string &path,
   }
 }
 
-PendingCheckpoint tdx::rt::beginVolumeVersion(const std::string &root) {
+PendingCheckpoint tdx::rt::beginVolumeVersion(const std::string &root, int64_t step) {
   StorePath p = parseKeyPath(root);
-  Reply r = request(p.home(), json::Object{{"op", "begin"}, {"key", p.key}}, "",
-                    "starting a version of key '" + p.key + "'");
+  json::Object ask{{"op", "begin"}, {"key", p.key}};
+  if (step >= 0)
+    ask["at"] = step;
+  Reply r = request(p.home(), std::move(ask), "", "starting a version of key '" + p.key + "'");
   PendingCheckpoint pending;
   pending.root = root;
   pending.step = r.header.getInteger("version").value_or(0);

@@ -268,7 +268,9 @@ class Executable:
         return out
 
     def _params_args(self, params, tmp):
-        if isinstance(params, str) and params.startswith("store:"):
+        # The tensor store's key, or a checkpoint on a networked store's
+        # volumes: the ranks read it.
+        if isinstance(params, str) and params.startswith(("store:", "ucx://")):
             return ["--params", params]
         if isinstance(params, (str, os.PathLike)):
             if not os.path.exists(params):

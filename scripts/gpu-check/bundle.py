@@ -70,8 +70,9 @@ PIPELINE_MICROBATCHES = 2
 # The runtime a model binary links: tdx/Runtime without LLVM, MLIR or ATen.
 RUNTIME = ["Mesh.cpp", "Options.cpp", "SaveCheckpoint.cpp", "InitProgram.cpp", "Safetensors.cpp",
            "Checkpoint.cpp", "Crc32c.cpp", "Json.cpp", "Placement.cpp", "Arena.cpp", "Serve.cpp",
-           "Library.cpp"]
-MPI_PACKAGES = ["openmpi-bin", "openmpi-common", "libopenmpi3", "libopenmpi-dev"]
+           "Library.cpp", "Ucx.cpp", "Volumes.cpp"]
+# With UCX's headers: the networked tensor store's transport (Volumes.cpp).
+MPI_PACKAGES = ["openmpi-bin", "openmpi-common", "libopenmpi3", "libopenmpi-dev", "libucx-dev"]
 # On every machine already; never bundled.
 BASE_PACKAGES = {"libc6", "libgcc-s1", "libstdc++6", "zlib1g", "libgfortran5", "libquadmath0"}
 

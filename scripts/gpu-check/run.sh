@@ -49,9 +49,11 @@ read -r NCCL_INCLUDE NCCL_LIB < <(nccl_dirs) || { echo "gpu-check: no NCCL (set 
 BUILD="$HERE/build"
 mkdir -p "$BUILD/obj"
 FLAGS=(-std=c++17 -O2 --fmad=false "-arch=$TDX_CUDA_ARCH" -DOMPI_SKIP_MPICXX=1
-       "-I$HERE/runtime/include" "-I$MPI_INCLUDE" "-I$NCCL_INCLUDE" "-I$CUDA_HOME/include"
+       "-I$HERE/runtime/include" "-I$MPI_INCLUDE" "-I$MPI_PREFIX/include" "-I$NCCL_INCLUDE"
+       "-I$CUDA_HOME/include"
        -Xcompiler -ffp-contract=off -Xcompiler -fPIC)
 LIBS=("-L$CUDA_HOME/lib64" -lcublas -lcudart "$NCCL_LIB" "-L$MPI_LIB/openmpi/lib" -lmpi
+      "-L$MPI_LIB" -lucp -lucs
       "-Xlinker=-rpath,$CUDA_HOME/lib64:$(dirname "$NCCL_LIB"):$MPI_LIB/openmpi/lib:$MPI_LIB")
 echo "gpu-check: nvcc $("$NVCC" --version | tail -1), $TDX_CUDA_ARCH, NCCL $NCCL_LIB"
 # Every compile runs as its own job, TDX_JOBS (default: the cores) at once:

@@ -148,6 +148,29 @@ def test_a_binary_publishes_to_the_volumes(volume, tmp_path):
     assert all(torch.equal(got[k], final[k]) for k in got)
 
 
+def test_a_checkpoint_on_the_volumes_resumes_bitwise(volume):
+    """runner.save to a key of a networked store (its version is the step,
+    optimizer state included) and exe.start(params=...) from it: the resumed
+    steps' losses are the uninterrupted run's, bitwise."""
+    from test_runner import compiled_step, start_state
+    from test_training import batches
+
+    exe = compiled_step("dp2")
+    data = batches("mlp")[:4]
+    root = f"ucx://{volume.address}/ckpt"
+    with exe.start(params=start_state()) as runner:
+        for x, y in data[:2]:
+            runner.train_step(x, y, lr=0.05)
+        runner.save(root)
+        straight = [runner.train_step(x, y, lr=0.05).item() for x, y in data[2:]]
+    assert Store([volume]).versions("ckpt") == [2]
+    assert any(n.startswith("optimizer.") for n in Store([volume]).tensors("ckpt"))
+    with exe.start(params=root) as runner:
+        assert runner.steps == 2
+        resumed = [runner.train_step(x, y, lr=0.05).item() for x, y in data[2:]]
+    assert resumed == straight
+
+
 @needs_hosts
 def test_published_across_hosts_read_on_another_host_in_another_layout(two_hosts, tmp_path,
                                                                        monkeypatch):

@@ -74,10 +74,13 @@ public:
     }
     std::string name = text(q, "key");
     if (op == "begin") {
+      // The next version, or the one asked for (a checkpoint's step).
       Key &k = keys_[name];
       if (!k.committed.empty())
         k.next = std::max(k.next, k.committed.rbegin()->first + 1);
-      return {json::Object{{"version", k.next++}}, ""};
+      int64_t version = q.getInteger("at").value_or(k.next);
+      k.next = std::max(k.next, version + 1);
+      return {json::Object{{"version", version}}, ""};
     }
     if (op == "put") {
       int64_t version = integer(q, "version");

@@ -54,7 +54,8 @@ struct VolumeVersion {
 void openVolumeVersion(const std::string &path, const std::function<void(const VolumeVersion &)> &add);
 
 /// Checkpoint.h's steps for a key of a networked store.
-PendingCheckpoint beginVolumeVersion(const std::string &root);
+/// Version `step` (a checkpoint's training step), or with -1 the next.
+PendingCheckpoint beginVolumeVersion(const std::string &root, int64_t step);
 std::string putVolumeFile(const PendingCheckpoint &pending, const std::string &file,
                           const std::vector<BoxToWrite> &boxes);
 std::string commitVolumeVersion(const PendingCheckpoint &pending, const std::string &index,
