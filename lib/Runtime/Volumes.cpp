@@ -117,15 +117,23 @@ struct Reply {
 /// a time (the volumes serve many clients at once).
 class Client {
 public:
-  static Client &get() {
+  /// This process's client; with `fresh`, a new one (a new UCX worker).
+  static Client &get(bool fresh = false) {
     static std::mutex made;
     static Client *client = nullptr;
     std::lock_guard<std::mutex> lock(made);
     // A forked child makes its own (the parent's worker is not its to use).
-    if (!client || client->pid_ != ::getpid())
+    // An old one is left alone: a thread may still be in it.
+    if (!client || fresh || client->pid_ != ::getpid())
       client = new Client();
     return *client;
   }
+
+  /// Thrown when a connection failed (not a timeout): a worker made before
+  /// this host's network came up does not know its interfaces.
+  struct Unreachable : std::runtime_error {
+    using std::runtime_error::runtime_error;
+  };
 
   Reply request(const Address &a, json::Object header, std::string data,
                 const std::string &what) {
@@ -161,11 +169,14 @@ public:
       endpoints_.erase(a.text());
       char secs[32];
       std::snprintf(secs, sizeof secs, "%g", seconds);
-      throw error("the store volume " + a.text() + " on host '" + a.host + "' " +
-                  (failed.empty() ? "did not answer in " + std::string(secs) +
-                                        " s (TDX_STORE_TIMEOUT)"
-                                  : "is unreachable (" + failed + ")") +
-                  " while " + what + ": is the host up and its volume running (tdx-volume)?");
+      std::string message =
+          "tdx: the store volume " + a.text() + " on host '" + a.host + "' " +
+          (failed.empty() ? "did not answer in " + std::string(secs) + " s (TDX_STORE_TIMEOUT)"
+                          : "is unreachable (" + failed + ")") +
+          " while " + what + ": is the host up and its volume running (tdx-volume)?";
+      if (failed.empty())
+        throw std::runtime_error(message);
+      throw Unreachable(message);
     }
     if (std::optional<std::string> failure = reply->header.getString("error")) {
       std::string message = "the store volume " + a.text() + ": " + *failure;
@@ -199,7 +210,12 @@ private:
 };
 
 Reply request(const Address &a, json::Object header, std::string data, const std::string &what) {
-  return Client::get().request(a, std::move(header), std::move(data), what);
+  try {
+    return Client::get().request(a, header, data, what);
+  } catch (const Client::Unreachable &) {
+    // Once more on a new worker, which sees the interfaces up now.
+    return Client::get(true).request(a, std::move(header), std::move(data), what);
+  }
 }
 
 /// The IPv4 addresses `host` resolves to.
