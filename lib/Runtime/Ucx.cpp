@@ -3,6 +3,7 @@
 #include "tdx/Runtime/Ucx.h"
 
 #include <ucp/api/ucp.h>
+#include <ucs/config/global_opts.h>
 
 #include <netdb.h>
 #include <netinet/in.h>
@@ -10,6 +11,7 @@
 #include <sys/socket.h>
 
 #include <algorithm>
+#include <cstdlib>
 #include <cstring>
 #include <list>
 #include <set>
@@ -191,6 +193,10 @@ struct Worker::Impl {
 Worker::Worker() : impl_(std::make_unique<Impl>()) {
   Impl &w = *impl_;
   w.self = this;
+  // UCX's own log says on stderr what tdx's errors say with more context
+  // (a refused connection, a busy port); UCX_LOG_LEVEL still wins.
+  if (!std::getenv("UCX_LOG_LEVEL"))
+    ucs_global_opts_set_value("LOG_LEVEL", "fatal");
   ucp_config_t *config;
   check(ucp_config_read(nullptr, nullptr, &config), "reading the configuration");
   ucp_params_t params{};

@@ -84,8 +84,11 @@ def start_volume(port=7070, *, host=None, timeout=30):
                                stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     line = process.stdout.readline()
     if not line.startswith("tdx-volume: serving on "):
-        process.kill()
-        _, err = process.communicate(timeout=timeout)
+        try:
+            _, err = process.communicate(timeout=timeout)
+        except subprocess.TimeoutExpired:
+            process.kill()
+            _, err = process.communicate()
         raise CheckpointError(f"tdx-volume did not start: {(line + err).strip()}")
     served = line.split()[3]
     name, _, bound = served.rpartition(":")

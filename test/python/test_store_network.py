@@ -91,6 +91,12 @@ def test_a_networked_store_names_bad_paths_and_a_volume_that_is_not_there(volume
     with pytest.raises(tdx.CheckpointError, match=f"the store volume {volume.address}"):
         store.get("k")
     assert issubclass(StaleVersion, tdx.CheckpointError)
+    # Two volumes on one port: the second one names it.
+    with start_volume(0, host="localhost") as first:
+        port = int(first.address.rsplit(":", 1)[1])
+        with pytest.raises(tdx.CheckpointError,
+                           match=f"cannot listen on port {port}: .*pick another --port"):
+            start_volume(port)
 
 
 def test_four_readers_during_three_writes_never_see_a_mixed_version(volume, tmp_path):
