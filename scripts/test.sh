@@ -37,8 +37,9 @@ quick=(test_capture.py test_deferred_init.py test_sharding.py test_checkpoint.py
 # The models tier's files, the longest first (measured on this machine's
 # kind): its processes take whole files, so that the tests of one file share
 # what they compile, and the longest first share the work out evenly.
-models=(test_training.py test_pipeline.py test_real_models.py test_gpu_check.py test_runtime.py test_spmd.py
-        test_runner.py test_examples.py)
+models=(test_hf_models.py test_training.py test_real_models.py test_runtime.py test_pipeline.py
+        test_opinfo.py test_spmd.py test_docs.py test_runner.py test_batch_norm.py test_examples.py
+        test_gpu_check.py)
 # The cluster tier's files run alone, after the others: they make network
 # namespaces, links and a bridge (and the networked store's volumes), which torch's gloo jobs in other tests
 # were seen to abort beside (this machine's network stack is gVisor's).
