@@ -18,6 +18,7 @@ import torch
 import torch.distributed.checkpoint as dcp
 
 import tdx
+from test_spmd import rerun_on_gloo_abort
 from test_training import assert_losses_match, batches, eager_steps, mlp, mlp_loss
 
 STEPS = 4
@@ -105,14 +106,8 @@ def fsdp2(mode, folder, out):
     env = dict(os.environ, PYTHONPATH=os.pathsep.join([here, os.environ.get("PYTHONPATH", "")]))
     cmd = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node",
            "2", os.path.join(here, "fsdp2_script.py"), mode, os.fspath(folder), os.fspath(out)]
-    for attempt in range(2):
-        done = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=240)
-        # torch's gloo ranks were seen to abort on this machine's network
-        # stack (gVisor) now and then, both at once, before any step: the
-        # peer's crash, not the test's subject, gets one more run.
-        if done.returncode == 0 or "terminate called without an active exception" not in (
-                done.stderr):
-            break
+    done = rerun_on_gloo_abort(
+        lambda: subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=240))
     assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
     with open(out) as f:
         return json.load(f)

@@ -36,6 +36,21 @@ def tdx_run(*args, env=None, timeout=600):
     return done, lines
 
 
+GLOO_ABORT = "terminate called without an active exception"
+
+
+def rerun_on_gloo_abort(run):
+    """run() (a CompletedProcess, or a tuple that starts with one), once more
+    when it failed the way torch's gloo ranks were seen to abort on this
+    machine's network stack (gVisor) now and then, before any step: the
+    peer library's crash, not the test's subject, gets one more run."""
+    result = run()
+    done = result[0] if isinstance(result, tuple) else result
+    if done.returncode != 0 and GLOO_ABORT in done.stdout + done.stderr:
+        result = run()
+    return result
+
+
 def spmd(nprocs, *args, env=None, timeout=600):
     """`python3 -m tdx.run -n nprocs ...` (tdx_run)."""
     return tdx_run("-n", str(nprocs), *args, env=env, timeout=timeout)
@@ -216,7 +231,8 @@ def test_dtensor_state_dict_under_spmd_saves_with_torchs_dcp(tmp_path):
     # from both ranks; that folder starts a runner with the same state.
     script = tmp_path / "dtensor_script.py"
     script.write_text(DTENSOR_SCRIPT)
-    done, _ = spmd(2, os.fspath(script), os.fspath(tmp_path / "dcp"), HERE, timeout=300)
+    done, _ = rerun_on_gloo_abort(
+        lambda: spmd(2, os.fspath(script), os.fspath(tmp_path / "dcp"), HERE, timeout=300))
     assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
     lines = [json.load(open(tmp_path / f"rank-{r}.json")) for r in (0, 1)]
     assert sorted(line["rank"] for line in lines) == [0, 1]
