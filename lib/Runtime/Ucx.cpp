@@ -119,7 +119,8 @@ struct Worker::Impl {
     p.op_attr_mask = UCP_OP_ATTR_FIELD_CALLBACK | UCP_OP_ATTR_FIELD_USER_DATA;
     p.cb.recv_am = onReceived;
     p.user_data = &r;
-    ucs_status_ptr_t s = ucp_am_recv_data_nbx(impl->worker, data, r.message.data.data(), length, &p);
+    ucs_status_ptr_t s =
+        ucp_am_recv_data_nbx(impl->worker, data, r.message.data.data(), length, &p);
     if (s == nullptr)
       r.done = true;
     else if (UCS_PTR_IS_ERR(s))

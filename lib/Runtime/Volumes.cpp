@@ -143,7 +143,8 @@ public:
     void *ep = endpoint(a);
     worker_.send(ep, ucx::kRequest, json::print(header), std::move(data));
     double seconds = timeoutSeconds();
-    auto deadline = ucx::Clock::now() + std::chrono::milliseconds(static_cast<int64_t>(seconds * 1000));
+    auto deadline =
+        ucx::Clock::now() + std::chrono::milliseconds(static_cast<int64_t>(seconds * 1000));
     std::optional<Reply> reply;
     std::string failed;
     worker_.waitUntil(

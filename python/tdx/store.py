@@ -4,7 +4,8 @@ machine, a shared file system across machines), or over the network with
 no shared file system: ``ucx://h1:7070,h2:7070`` names the store's volumes,
 one store process per host (``tdx-volume``, :func:`start_volume`), each
 holding what its host's ranks put; readers fetch the bytes of the boxes
-they ask for straight from the volumes that hold them (docs/store.md).
+they ask for straight from the volumes that hold them (docs/checkpoints.md,
+"The tensor store over the network").
 
 Each key is a checkpoint root (tdx.checkpoint's format) whose steps are the
 key's versions. A new version is committed atomically, so a reader sees a

@@ -41,7 +41,7 @@ const char *kUsage =
     "\n"
     "It holds what this host's ranks put in memory until their writer drops it;\n"
     "SIGTERM or SIGINT ends it. Transport: UCX (TCP, shared memory or RDMA as the\n"
-    "hardware allows; UCX_* environment variables tune it). docs/store.md.\n";
+    "hardware allows; UCX_* environment variables tune it). docs/checkpoints.md.\n";
 
 volatile std::sig_atomic_t stopping = 0;
 

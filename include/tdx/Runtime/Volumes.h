@@ -51,7 +51,8 @@ struct VolumeVersion {
 /// Calls `add` with the version `path` names (its newest, unless the path
 /// names a step), again with the newest when a writer replaced it while it
 /// was being opened.
-void openVolumeVersion(const std::string &path, const std::function<void(const VolumeVersion &)> &add);
+void openVolumeVersion(const std::string &path,
+                       const std::function<void(const VolumeVersion &)> &add);
 
 /// Checkpoint.h's steps for a key of a networked store.
 /// Version `step` (a checkpoint's training step), or with -1 the next.
