@@ -70,7 +70,9 @@ def test_published_across_hosts_read_on_another_host_in_another_layout(two_hosts
         start = time.monotonic()
         with pytest.raises(tdx.CheckpointError, match="the store volume h2:7070 on host 'h2'"):
             store.get("gpt2")
-        assert time.monotonic() - start < 30
+        elapsed = time.monotonic() - start
+        print(f"the cut-off volume was named to its reader after {elapsed:.1f} s")
+        assert elapsed < 30
     finally:
         for p in volumes:
             p.kill()
