@@ -130,31 +130,32 @@ struct Worker::Impl {
     return UCS_OK;
   }
 
+  /// Frees the request of each finished operation of `list`, hands the
+  /// operation to `finish` and forgets it; true when any had finished.
+  template <class List, class Fn> static bool sweep(List &list, Fn finish) {
+    bool any = false;
+    for (auto it = list.begin(); it != list.end();) {
+      if (!it->done) {
+        ++it;
+        continue;
+      }
+      if (it->request)
+        ucp_request_free(it->request);
+      finish(*it);
+      it = list.erase(it), any = true;
+    }
+    return any;
+  }
+
   /// Hands finished receives to the inbox and forgets finished sends.
   bool collect() {
-    bool any = false;
-    for (auto it = receives.begin(); it != receives.end();) {
-      if (!it->done) {
-        ++it;
-        continue;
-      }
-      if (it->request)
-        ucp_request_free(it->request);
-      if (it->status == UCS_OK)
-        self->inbox(it->id).push_back(std::move(it->message));
-      else if (it->message.replyTo)
-        failed[static_cast<ucp_ep_h>(it->message.replyTo)] = ucs_status_string(it->status);
-      it = receives.erase(it), any = true;
-    }
-    for (auto it = sends.begin(); it != sends.end();) {
-      if (!it->done) {
-        ++it;
-        continue;
-      }
-      if (it->request)
-        ucp_request_free(it->request);
-      it = sends.erase(it), any = true;
-    }
+    bool any = sweep(receives, [&](Receive &r) {
+      if (r.status == UCS_OK)
+        self->inbox(r.id).push_back(std::move(r.message));
+      else if (r.message.replyTo)
+        failed[static_cast<ucp_ep_h>(r.message.replyTo)] = ucs_status_string(r.status);
+    });
+    any |= sweep(sends, [](Send &) {});
     // A client that went away: its endpoint is closed here.
     for (auto it = accepted.begin(); it != accepted.end();) {
       ucp_ep_h ep = *it;
@@ -330,8 +331,6 @@ void Worker::send(void *ep, unsigned id, std::string header, std::string data) {
   }
   w.collect();
 }
-
-size_t Worker::sending(void *ep) const { return impl_->sendingOn(static_cast<ucp_ep_h>(ep)); }
 
 bool Worker::progress() {
   bool any = ucp_worker_progress(impl_->worker) != 0;

@@ -42,6 +42,14 @@ template <class Fn> auto guarded(Fn fn) -> decltype(fn()) {
   }
 }
 
+/// guarded(fn) with the GIL released while `fn` runs (file or network I/O).
+template <class Fn> auto released(Fn fn) -> decltype(fn()) {
+  return guarded([&] {
+    py::gil_scoped_release release;
+    return fn();
+  });
+}
+
 /// Dense CPU tensors kept alive while their bytes are written.
 std::vector<TensorToWrite> toWrite(const std::vector<std::pair<std::string, at::Tensor>> &named,
                                    std::vector<at::Tensor> &keep) {
@@ -62,10 +70,7 @@ void bindFiles(py::module &m) {
 
   py::class_<TensorStore>(m, "TensorStore")
       .def(py::init([](const std::string &path) {
-             return guarded([&] {
-               py::gil_scoped_release release;
-               return std::make_unique<TensorStore>(path);
-             });
+             return released([&] { return std::make_unique<TensorStore>(path); });
            }),
            py::arg("path"))
       .def_property_readonly("path", &TensorStore::path)
@@ -139,49 +144,25 @@ void bindFiles(py::module &m) {
   m.def("is_volume_path", &isVolumePath, py::arg("path"));
   m.def(
       "volume_keys",
-      [](const std::string &store) {
-        return guarded([&] {
-          py::gil_scoped_release release;
-          return volumeKeys(store);
-        });
-      },
+      [](const std::string &store) { return released([&] { return volumeKeys(store); }); },
       py::arg("store"));
   m.def(
       "volume_versions",
-      [](const std::string &store, const std::string &key) {
-        return guarded([&] {
-          py::gil_scoped_release release;
-          return volumeVersions(store, key);
-        });
-      },
+      [](const std::string &store, const std::string &key) { return released([&] { return volumeVersions(store, key); }); },
       py::arg("store"), py::arg("key"));
   m.def(
       "volume_delete",
       [](const std::string &store, const std::string &key) {
-        guarded([&] {
-          py::gil_scoped_release release;
-          deleteVolumeKey(store, key);
-          return 0;
-        });
+        released([&] { deleteVolumeKey(store, key); });
       },
       py::arg("store"), py::arg("key"));
   m.def(
       "volume_status",
-      [](const std::string &store) {
-        return guarded([&] {
-          py::gil_scoped_release release;
-          return volumeStatus(store);
-        });
-      },
+      [](const std::string &store) { return released([&] { return volumeStatus(store); }); },
       py::arg("store"));
   m.def(
       "verify_checkpoint",
-      [](const std::string &path) {
-        return guarded([&] {
-          py::gil_scoped_release release;
-          return verifyCheckpoint(path);
-        });
-      },
+      [](const std::string &path) { return released([&] { return verifyCheckpoint(path); }); },
       py::arg("path"));
   m.def(
       "box_of",

@@ -61,8 +61,6 @@ public:
   /// Sends a message; the worker keeps the bytes until it is delivered.
   /// Requests ask for a reply endpoint on the receiver.
   void send(void *ep, unsigned id, std::string header, std::string data);
-  /// Sends still in flight on `ep`.
-  size_t sending(void *ep) const;
 
   /// Progresses the worker once; true when anything happened.
   bool progress();
