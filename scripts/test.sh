@@ -6,6 +6,15 @@
 #   scripts/test.sh          everything (the README's command, and CI's)
 #   scripts/test.sh quick    lit and the Python tests that compile little:
 #                            the tier to run while iterating (a few minutes)
+#   scripts/test.sh portable the numerical tests again as other CPUs of this
+#                            machine kind run them: ATen's kernels for AVX2
+#                            and for no vector unit (ATEN_CPU_CAPABILITY=avx2,
+#                            =default), oneDNN's for AVX2
+#                            (ONEDNN_MAX_CPU_ISA=AVX2), and the tests that
+#                            pin eager's threads with the other count
+#                            (TDX_TEST_THREADS=2); each variant's time. Run
+#                            it after a change to numerics or to tests
+#                            (about 30 minutes; not in CI).
 #
 # Tiers: lit (FileCheck tests and the C++ unit tests), pytest-quick,
 # pytest-keyfree (the capture tests on the key-free way), pytest-models (real models, training steps, the e2e op suite, the docs'
@@ -21,8 +30,8 @@ root="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 build="${TDX_BUILD_DIR:-$root/build}"
 tier="${1:-all}"
 case "$tier" in
-  all|quick) ;;
-  *) echo "usage: scripts/test.sh [quick]  (no argument: every tier)" >&2; exit 2 ;;
+  all|quick|portable) ;;
+  *) echo "usage: scripts/test.sh [quick|portable]  (no argument: every tier)" >&2; exit 2 ;;
 esac
 "$root/scripts/build.sh" || exit 1
 
@@ -58,8 +67,6 @@ timed() {  # timed NAME COMMAND...: runs it, notes its time and status
   "$@" || status=1
   times+=("$name $((SECONDS - start)) s")
 }
-# lit: FileCheck tests and the C++ unit tests.
-timed lit ninja -C "$build" check-tdx
 # pytest: the Python package, with the interpreter tdx was built for (build/env.sh).
 jobs="${TDX_TEST_JOBS:-2}"
 pytest_tier() {  # pytest_tier NAME [pytest options] FILES...
@@ -78,29 +85,56 @@ if [ "$jobs" -gt 1 ]; then
   quick_jobs=(-n "$jobs" --dist loadgroup)
   models_jobs=(-n "$jobs" --dist loadfile)
 fi
-timed pytest-quick pytest_tier quick "${quick_jobs[@]}" "${quick[@]}"
-# The capture tests again on the key-free way (TDX_CAPTURE=dispatch-mode:
-# torch's Python dispatch instead of the reserved Fake key; docs/capture.md,
-# "Two ways in"). Their programs are the same under both ways, so the
-# compile cache already holds them.
-keyfree=(test_capture.py test_deferred_init.py test_torch_support.py test_sharding.py
-         test_modern_decoder.py)
-keyfree_tier() { TDX_CAPTURE=dispatch-mode pytest_tier keyfree "$@"; }
-timed pytest-keyfree keyfree_tier "${quick_jobs[@]}" "${keyfree[@]}"
-if [ "$tier" = all ]; then
-  timed pytest-models pytest_tier models "${models_jobs[@]}" "${models[@]}"
-  timed pytest-cluster pytest_tier cluster "${cluster[@]}"
+if [ "$tier" = portable ]; then
+  # The tests that judge numbers (against eager, float64 eager or a peer),
+  # under each variant: the models tier but for the GPU bundle's build and
+  # the networked store's bytes, and the quick tier's numerical files.
+  numerical=()
+  for f in "${models[@]}"; do
+    [[ " test_gpu_check.py test_store_volumes.py " == *" $f "* ]] || numerical+=("$f")
+  done
+  numerical+=(test_partition_numerics.py test_split_inputs.py)
+  # The tests that set eager's thread count (test_hf_models' eager runs,
+  # DDP's ranks in test_batch_norm) read TDX_TEST_THREADS (default 1).
+  variant() {  # variant NAME VAR=VALUE FILES...: the files under VAR=VALUE
+    local name="$1" setting="$2"
+    shift 2
+    (export "$setting" && pytest_tier "$name" "${models_jobs[@]}" "$@")
+  }
+  timed portable-aten-avx2 variant aten-avx2 ATEN_CPU_CAPABILITY=avx2 "${numerical[@]}"
+  timed portable-aten-default variant aten-default ATEN_CPU_CAPABILITY=default "${numerical[@]}"
+  timed portable-onednn-avx2 variant onednn-avx2 ONEDNN_MAX_CPU_ISA=AVX2 "${numerical[@]}"
+  timed portable-threads-2 variant threads-2 TDX_TEST_THREADS=2 test_hf_models.py test_batch_norm.py
+else
+  # lit: FileCheck tests and the C++ unit tests.
+  timed lit ninja -C "$build" check-tdx
+  timed pytest-quick pytest_tier quick "${quick_jobs[@]}" "${quick[@]}"
+  # The capture tests again on the key-free way (TDX_CAPTURE=dispatch-mode:
+  # torch's Python dispatch instead of the reserved Fake key; docs/capture.md,
+  # "Two ways in"). Their programs are the same under both ways, so the
+  # compile cache already holds them.
+  keyfree=(test_capture.py test_deferred_init.py test_torch_support.py test_sharding.py
+           test_modern_decoder.py)
+  keyfree_tier() { TDX_CAPTURE=dispatch-mode pytest_tier keyfree "$@"; }
+  timed pytest-keyfree keyfree_tier "${quick_jobs[@]}" "${keyfree[@]}"
+  if [ "$tier" = all ]; then
+    timed pytest-models pytest_tier models "${models_jobs[@]}" "${models[@]}"
+    timed pytest-cluster pytest_tier cluster "${cluster[@]}"
+  fi
 fi
 
 for t in "${times[@]}"; do echo "tdx: tier $t"; done
-if [ ! -f "$build/test/results.json" ] || ! ls "$build"/test/pytest-*.xml >/dev/null 2>&1; then
+lit_results="$build/test/results.json"
+[ "$tier" = portable ] && lit_results=""  # no lit in the variants
+if { [ -n "$lit_results" ] && [ ! -f "$lit_results" ]; } ||
+    ! ls "$build"/test/pytest-*.xml >/dev/null 2>&1; then
   echo "tdx: a test runner did not run (see the errors above)" >&2
   exit 1
 fi
-(. "$build/env.sh" && "$TDX_PYTHON" - "$build/test/results.json" "$build"/test/pytest-*.xml) <<'PY'
+(. "$build/env.sh" && "$TDX_PYTHON" - "$lit_results" "$build"/test/pytest-*.xml) <<'PY'
 import json, sys
 import xml.etree.ElementTree as ET
-codes = [t["code"] for t in json.load(open(sys.argv[1]))["tests"]]
+codes = [t["code"] for t in json.load(open(sys.argv[1]))["tests"]] if sys.argv[1] else []
 passed = sum(c in ("PASS", "XFAIL") for c in codes)
 skipped = sum(c == "UNSUPPORTED" for c in codes)
 failed = len(codes) - passed - skipped

@@ -8,12 +8,11 @@ Models are torchvision's and torch.nn's, built from small configurations.
 The oracle of the global statistics is eager on one process, that of the
 local statistics DDP's own loop on 2 gloo ranks; batch norm over a few
 samples makes the steps ill-conditioned, so both are judged in float64,
-within twice their own float32 run's distance from it (reference.py)."""
+within twice the farthest of their own float32 runs' distances from it
+(reference.py)."""
 
 import collections
-import os
 import re
-import socket
 
 import pytest
 import torch
@@ -23,7 +22,8 @@ import torch.nn as nn
 import torch.nn.functional as F
 
 import tdx
-from reference import assert_losses_near_float64, assert_state_near_float64, eager_runs
+from reference import (EAGER_THREADS, assert_losses_near_float64, assert_state_near_float64,
+                       eager_runs, other_orders, peer_runs, reorder, summation_order)
 from test_training import eager_steps
 from vision_models import convnext_small, resnet18_small
 
@@ -124,14 +124,14 @@ def channels_of_batch_norms(model):
                                        ("convnext", "dp2"), ("groupnorm", "dp2")])
 def test_conv_net_trains_data_parallel_like_eager(name, mesh):
     # ResNet's batch norm over a batch of 8 at lr 0.05 is ill-conditioned:
-    # judged against float64 eager (twice eager float32's distance).
+    # judged against float64 eager (twice float32's measured spread).
     losses, state, data = train(name, mesh)
     wide = start_state(name).double()
     assert_clear_of_relu_ties(margin_of(wide, lambda m: eager_loop(
         m, sgd(m.parameters()), [(x.double(), y) for x, y in data])))
     fp32, fp64 = eager_runs(start_state(name), sgd, eager_loop, data)
-    assert_losses_near_float64(losses, fp32.losses, fp64.losses)
-    assert_state_near_float64(state, fp32.state(), fp64.state())
+    assert_losses_near_float64(losses, fp32, fp64)
+    assert_state_near_float64(state, fp32, fp64)
 
 
 @pytest.mark.parametrize("name", ["resnet18", "convnext", "groupnorm"])
@@ -171,21 +171,18 @@ def test_local_batch_norm_moves_only_gradients_and_rank_0s_running_statistics():
     assert not moved, moved
 
 
-def free_port():
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
-def ddp_rank(rank, world, port, data, start, out):
-    """DDP's loop on this rank's half of each batch, in float32 and on an
-    exact float64 copy: (rank, smallest ReLU input, and per dtype the losses
-    of the global batch and the final state dict) to `out`."""
-    torch.set_num_threads(1)
-    os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port))
-    dist.init_process_group("gloo", rank=rank, world_size=world)
+def ddp_rank(rank, world, rendezvous, data, start, out):
+    """DDP's loop on this rank's half of each batch, in float32 under each
+    of eager's summation orders (reference.ORDERS, the pinned thread count
+    first) and on an exact float64 copy: (rank, smallest ReLU input in
+    float64, [(order, losses of the global batch, final state dict)] of
+    float32, and that of float64) to `out`. The ranks meet through the file
+    `rendezvous` (no port another process could take)."""
+    dist.init_process_group("gloo", init_method=f"file://{rendezvous}", rank=rank,
+                            world_size=world)
+    here = (EAGER_THREADS, torch.backends.mkldnn.enabled, False)
     runs, margin = [], float("inf")
-    for dtype in (torch.float32, torch.float64):
+    for dtype, order in [(torch.float32, o) for o in other_orders(here)] + [(torch.float64, here)]:
         model = resnet18_small().to(dtype)
         model.load_state_dict(start)
         ddp = nn.parallel.DistributedDataParallel(model)
@@ -195,38 +192,66 @@ def ddp_rank(rank, world, port, data, start, out):
         def loop(_):
             for x, y in data:
                 opt.zero_grad()
-                loss = loss_fn(ddp, x.chunk(world)[rank].to(dtype), y.chunk(world)[rank])
+                x, y = reorder((x.chunk(world)[rank], y.chunk(world)[rank])) if order[2] \
+                    else (x.chunk(world)[rank], y.chunk(world)[rank])
+                loss = loss_fn(ddp, x.to(dtype), y)
                 loss.backward()
                 opt.step()
                 total = loss.detach().clone()
                 dist.all_reduce(total)
                 losses.append(total.item() / world)
-        low = margin_of(model, loop)
+        with summation_order(*order[:2]):
+            low = margin_of(model, loop)
         margin = low if dtype == torch.float64 else margin
-        runs.append((losses, {k: v.numpy().copy() for k, v in model.state_dict().items()}))
-    out.put((rank, margin, runs))
+        runs.append((order, losses, {k: v.numpy().copy() for k, v in model.state_dict().items()}))
+    out.put((rank, margin, runs[:-1], runs[-1]))
     dist.destroy_process_group()
 
 
-def test_local_batch_norm_matches_ddp_on_two_gloo_ranks():
+def ddp_ranks(data, start, rendezvous, timeout=300):
+    """ddp_rank's results of 2 spawned ranks, by rank; a rank that dies
+    raises (mp.ProcessExitedException) at once instead of a wait for its
+    results."""
+    import queue
+    import time
+    out = mp.get_context("spawn").Queue()
+    procs = mp.spawn(ddp_rank, args=(2, str(rendezvous), data, start, out), nprocs=2,
+                     join=False)
+    ranks, deadline = [], time.monotonic() + timeout
+    while len(ranks) < 2:
+        try:
+            ranks.append(out.get(timeout=1))
+        except queue.Empty:
+            procs.join(timeout=0)  # raises if a rank failed
+            assert time.monotonic() < deadline, f"DDP's ranks gave no result in {timeout} s"
+    while not procs.join(timeout=timeout):
+        pass
+    return sorted(ranks, key=lambda r: r[0])
+
+
+def test_local_batch_norm_matches_ddp_on_two_gloo_ranks(tmp_path):
     # DDP without SyncBatchNorm: each rank normalizes its half with its
     # half's statistics; the gradients are averaged; rank 0's buffers (its
     # running statistics) are broadcast before every forward. Batch norm
     # over 4 images (1x1 maps in the last stages) is ill-conditioned:
-    # judged against DDP in float64, within twice DDP float32's distance.
+    # judged against DDP in float64, within twice the farthest of DDP
+    # float32's runs under eager's summation orders (reference.py).
     losses, state, data = train("resnet18", "dp2", "local")
     start = start_state("resnet18").state_dict()
-    ctx = mp.get_context("spawn")
-    out = ctx.Queue()
-    procs = mp.spawn(ddp_rank, args=(2, free_port(), data, start, out), nprocs=2, join=False)
-    ranks = sorted((out.get(timeout=300) for _ in range(2)), key=lambda r: r[0])
-    while not procs.join(timeout=300):
-        pass
+    try:
+        ranks = ddp_ranks(data, start, tmp_path / "first")
+    except mp.ProcessExitedException as e:
+        # torch's gloo ranks were seen to abort on this machine's network
+        # stack now and then (test_spmd.rerun_on_gloo_abort): one more run.
+        if e.exit_code is None or e.exit_code >= 0:
+            raise
+        ranks = ddp_ranks(data, start, tmp_path / "again")
     assert_clear_of_relu_ties(min(r[1] for r in ranks))
-    (fp32_losses, fp32_state), (fp64_losses, fp64_state) = ranks[0][2]
-    assert_losses_near_float64(losses, fp32_losses, fp64_losses)
-    tensors = lambda d: {k: torch.from_numpy(v) for k, v in d.items()}
-    assert_state_near_float64(state, tensors(fp32_state), tensors(fp64_state))
+    tensors = lambda d: {k: torch.from_numpy(v) for k, v in d.items()}  # noqa: E731
+    fp32 = peer_runs([(order, l, tensors(st)) for order, l, st in ranks[0][2]])
+    _, fp64_losses, fp64_state = ranks[0][3]
+    assert_losses_near_float64(losses, fp32, fp64_losses)
+    assert_state_near_float64(state, fp32, tensors(fp64_state))
     # Not the global statistics: the first step's loss is not eager's.
     eager = eager_loop(start_state("resnet18"), sgd(start_state("resnet18").parameters()),
                        data[:1])

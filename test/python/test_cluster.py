@@ -250,7 +250,13 @@ def fault_ends_the_job(fault, tmp_path):
           f"committed before it)")
     assert code != 0
     assert ended < 30, f"the job took {ended:.1f} s to end:\n{err[-3000:]}"
-    assert ranks_left() == [] or fault.__name__ == "stop", ranks_left()
+    if fault.__name__ != "stop":
+        # A rank cut off from mpirun ends on its own clock (its own
+        # collective timeout, then MPI_Abort's grace), which races tdx.run's
+        # return: every rank gone within 30 s of the fault, polled.
+        while ranks_left() and time.monotonic() < start + 30:
+            time.sleep(0.2)
+        assert ranks_left() == [], ranks_left()
     assert committed(ckpt) >= before  # nothing committed is lost
     return err, ckpt
 
@@ -264,7 +270,10 @@ def test_a_cut_link_ends_every_rank_naming_it_and_the_job_resumes_on_other_host_
         err, ckpt = fault_ends_the_job(cut, tmp_path)
     finally:
         subprocess.run(["ip", "link", "set", "tdxh2", "up"], check=True)
-    assert re.search(r"tdx: rank \d \(host h[12]\): all_reduce over mesh axes \{dp\} did not "
+    # Which collective a rank waits in when the link goes down (a step's
+    # all_reduce over {dp}, the loss's gather or a checkpoint's over {all})
+    # is timing's choice: any, naming the group across both hosts.
+    assert re.search(r"tdx: rank \d \(host h[12]\): .+? over mesh axes \{(dp|all)\} did not "
                      r"complete in 6 s: a rank of its group \(ranks 0 on h1, 1 on h2\)", err), err
     # 2 hosts -> 1 (two ranks on h1's machine), then 1 -> 2.
     steps = committed(ckpt) + 4
@@ -288,7 +297,7 @@ def test_a_hosts_killed_ranks_end_the_job_naming_host_and_rank(two_hosts, tmp_pa
     def kill():
         os.kill(rank_pid("tdx-h2"), signal.SIGKILL)
     err, ckpt = fault_ends_the_job(kill, tmp_path)
-    assert re.search(r"rank 1 .*on node h2", err.replace("\n", " ")), err
+    assert re.search(r"process rank 1 with PID \d+ on node h2", err.replace("\n", " ")), err
     steps = committed(ckpt) + 2
     resume_on(["-n", "2"], ckpt, steps, uninterrupted(tmp_path, steps))
 

@@ -182,8 +182,12 @@ def test_a_stage_that_dies_ends_the_run(tmp_path, signal_name):
     ids = torch.randint(0, 96, (2, 4, 8))
     tdx.safetensors.save({f"{k}:input:{i}": ids for k in range(steps) for i in (0, 1)},
                          str(tmp_path / "batches.safetensors"))
+    # A lost rank is mpirun's to report (its timeout long enough that the
+    # survivor's own never comes first); a stuck one the survivor's, its
+    # timeout long enough that a healthy rank on 2 busy cores never meets it.
+    timeout = "20" if signal_name == "SIGKILL" else "10"
     job, ranks = launch_two([exe.path, "--batches", str(tmp_path / "batches.safetensors"),
-                             "--steps", str(steps), "--collective-timeout", "3", "--verbose"])
+                             "--steps", str(steps), "--collective-timeout", timeout, "--verbose"])
     assert job.poll() is None, "the run ended before a stage was lost"
     # The last stage's rank (pp coordinate 1).
     stage = [int(r) for r in ranks if b"OMPI_COMM_WORLD_RANK=1" in
@@ -194,10 +198,11 @@ def test_a_stage_that_dies_ends_the_run(tmp_path, signal_name):
     if signal_name == "SIGKILL":
         assert re.search(r"process rank 1 with PID \d+ on node \S+ exited on signal 9", text), text
     else:
-        # Rank 0 waits for the stopped stage in a recv, or in the gather of
-        # a step's loss (every rank takes part), whichever comes first.
-        assert re.search(r"(recv over mesh axes \{pp\}|gather over mesh axes \{all\}) did "
-                         r"not complete in 3 s: a rank of its group \(ranks 0 on \S+, 1 on "
+        # Rank 0 waits for the stopped stage in whichever collective it was
+        # in (a recv or send over {pp}, the loss's gather or a request's
+        # barrier over {all}: timing's choice), naming its group.
+        assert re.search(r"tdx: rank 0 \(host \S+\): .+? over mesh axes \{(pp|all)\} did "
+                         r"not complete in 10 s: a rank of its group \(ranks 0 on \S+, 1 on "
                          r"\S+\) is lost, stuck or cut off", text), text
 
 
@@ -260,7 +265,10 @@ def test_a_torchvision_resnet_pipelines_as_its_accumulated_step():
     at step 2 and 50% off a momentum buffer (measured), and any summation
     order, eager's on another machine, moves it by 3e-5. tdx's losses and
     final state (parameters, running statistics, momentum) are each within
-    twice eager float32's distance from float64 eager's, plus 1e-6."""
+    twice the farthest of eager float32's summation orders (threads, oneDNN
+    on and off, each micro-batch's samples reversed: reference.py) from
+    float64 eager's, plus 1e-6: measured, that farthest is 1.0e-2 (2.8%
+    relative) on a momentum buffer whose nearest order is 5.1e-3 away."""
     from reference import assert_losses_near_float64, assert_state_near_float64, eager_runs
     from vision_models import resnet18_small
     g = torch.Generator().manual_seed(5)
@@ -283,7 +291,7 @@ def test_a_torchvision_resnet_pipelines_as_its_accumulated_step():
     torch.manual_seed(0)
     eager = resnet18_small()
     start = {k: v.detach().clone() for k, v in eager.state_dict().items()}
-    fp32, fp64 = eager_runs(eager, optimizer, micro_batches, batches)
+    fp32, fp64 = eager_runs(eager, optimizer, micro_batches, batches, blocks=2)
     runs = {}
     for mesh in (None, "pp2"):
         torch.manual_seed(0)
@@ -301,8 +309,8 @@ def test_a_torchvision_resnet_pipelines_as_its_accumulated_step():
     assert losses == one_losses
     assert state.keys() == one_state.keys() and start.keys() <= state.keys()
     assert all(torch.equal(state[k], one_state[k]) for k in state)
-    assert_losses_near_float64(losses, fp32.losses, fp64.losses)
-    assert_state_near_float64(state, fp32.state(), fp64.state())
+    assert_losses_near_float64(losses, fp32, fp64)
+    assert_state_near_float64(state, fp32, fp64)
 
 
 @pytest.mark.parametrize("zero", [pytest.param(1, marks=slow), 3])

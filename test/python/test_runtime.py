@@ -211,13 +211,18 @@ def end_within_30s(job, ranks):
                 pass
 
 
+def mpi_rank_of(pid):
+    """The MPI rank of a rank process started by mpirun (its environment's
+    OMPI_COMM_WORLD_RANK): pgrep's order of the ranks is not theirs."""
+    environ = open(f"/proc/{pid}/environ", "rb").read().split(b"\0")
+    return int([e.split(b"=")[1] for e in environ if e.startswith(b"OMPI_COMM_WORLD_RANK=")][0])
+
+
 def test_a_lost_rank_ends_the_job_with_its_name(tmp_path):
     import re
     import signal
     job, ranks = start_two_ranks(tmp_path)
-    environ = open(f"/proc/{ranks[1]}/environ", "rb").read().split(b"\0")
-    rank = [e.split(b"=")[1].decode() for e in environ
-            if e.startswith(b"OMPI_COMM_WORLD_RANK=")][0]
+    rank = mpi_rank_of(ranks[1])
     os.kill(ranks[1], signal.SIGKILL)
     err = end_within_30s(job, ranks)
     assert job.returncode != 0
@@ -225,12 +230,24 @@ def test_a_lost_rank_ends_the_job_with_its_name(tmp_path):
 
 
 def test_a_stuck_rank_times_out_every_rank(tmp_path):
+    import re
     import signal
-    job, ranks = start_two_ranks(tmp_path, "--collective-timeout", "3")
+    # 10 s: long enough that a healthy rank on 2 busy cores never meets it
+    # before the stop, short enough that every rank ends within 30 s.
+    job, ranks = start_two_ranks(tmp_path, "--collective-timeout", "10")
+    stopped = mpi_rank_of(ranks[1])
     os.kill(ranks[1], signal.SIGSTOP)  # alive but stuck: no process exits
     err = end_within_30s(job, ranks)
     assert job.returncode != 0
-    assert "over mesh axes {tp} did not complete in 3 s" in err, err
+    # The other rank times out in whichever collective it was waiting in
+    # when its peer stopped (a step's all_reduce over {tp}, the logits'
+    # gather or a request's barrier over {all}: timing's choice, not
+    # asserted); its message names its group, which holds the stopped rank.
+    waiting = re.search(rf"tdx: rank {1 - stopped} \(host \S+\): (.+?) over mesh axes "
+                        r"\{([^}]*)\} did not complete in 10 s: a rank of its group "
+                        r"\(ranks ([^)]*)\) is lost, stuck or cut off", err)
+    assert waiting, err
+    assert re.search(rf"(^|, ){stopped} on \S+", waiting.group(3)), waiting.group(0)
 
 
 def test_checkpoint_directory_matches_eager(tmp_path):

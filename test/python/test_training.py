@@ -223,8 +223,8 @@ def test_training_matches_eager(model, opt, mesh, zero):
     assert len(losses) == STEPS
     if opt.startswith("adam"):
         fp32, fp64 = eager_in_float32_and_float64(model, opt, data)
-        assert_losses_near_float64(losses, fp32.losses, fp64.losses)
-        assert_state_near_float64(state, fp32.state(), fp64.state(), floor=ADAM_FLOOR)
+        assert_losses_near_float64(losses, fp32, fp64)
+        assert_state_near_float64(state, fp32, fp64, floor=ADAM_FLOOR)
         return
     eager, optimizer, want = eager_run(model, opt, data)
     assert_losses_match(losses, want)
@@ -263,8 +263,8 @@ def test_gradient_clipping_matches_eagers_clip_grad_norm(model, opt, mesh):
     text, exe = compiled(model, opt, mesh, clip=clip)
     fp32, fp64 = eager_in_float32_and_float64(model, opt, data, clip=clip)
     losses, state = train_from_eagers_start(model, exe, data)
-    assert_losses_near_float64(losses, fp32.losses, fp64.losses)
-    assert_state_near_float64(state, fp32.state(), fp64.state(),
+    assert_losses_near_float64(losses, fp32, fp64)
+    assert_state_near_float64(state, fp32, fp64,
                               floor=ADAM_FLOOR if opt.startswith("adam") else 1e-6)
     _, _, unclipped = eager_run(model, opt, data)
     assert max(abs(a - b) for a, b in zip(fp32.losses, unclipped)) > 1e-4  # clipping acted
