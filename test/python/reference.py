@@ -37,6 +37,7 @@ verdict is the same, and a well-conditioned test pays nothing).
 import contextlib
 import copy
 import os
+import warnings
 
 import torch
 
@@ -75,14 +76,19 @@ def batch_in(dtype, batch):
 def summation_order(threads, mkldnn):
     """Eager under `threads` ATen threads, with oneDNN on or off (an
     order's reversed batches are reorder()'s)."""
-    before = torch.get_num_threads(), torch.backends.mkldnn.enabled
+    before = torch.get_num_threads()
     torch.set_num_threads(threads)
-    torch.backends.mkldnn.enabled = mkldnn
     try:
-        yield
+        # flags() sets oneDNN's TF32 choice too (to its default, with a
+        # warning that this torch has no Intel GPU); it is the one way in
+        # once torch's test utilities disabled setting the flags directly.
+        with warnings.catch_warnings():
+            warnings.filterwarnings("ignore", "TF32 acceleration on top of oneDNN")
+            with torch.backends.mkldnn.flags(enabled=mkldnn,
+                                             deterministic=torch.backends.mkldnn.deterministic):
+                yield
     finally:
-        torch.set_num_threads(before[0])
-        torch.backends.mkldnn.enabled = before[1]
+        torch.set_num_threads(before)
 
 
 def reorder(batch, blocks=1):
