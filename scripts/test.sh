@@ -96,10 +96,17 @@ if [ "$tier" = portable ]; then
   numerical+=(test_partition_numerics.py test_split_inputs.py)
   # The tests that set eager's thread count (test_hf_models' eager runs,
   # DDP's ranks in test_batch_norm) read TDX_TEST_THREADS (default 1).
+  # Under ATEN_CPU_CAPABILITY tdx-compile builds the emitted kernels for
+  # that capability too (as on such a CPU), against the runtime's header
+  # precompiled for it: the variant's binaries compile anew, once (the
+  # compile cache keeps them beside this machine's).
   variant() {  # variant NAME VAR=VALUE FILES...: the files under VAR=VALUE
     local name="$1" setting="$2"
     shift 2
-    (export "$setting" && pytest_tier "$name" "${models_jobs[@]}" "$@")
+    (export "$setting" &&
+      { [[ "$setting" != ATEN_CPU_CAPABILITY=* ]] ||
+        "$build/bin/tdx-compile" --build-pch "$build/lib/pch"; } &&
+      pytest_tier "$name" "${models_jobs[@]}" "$@")
   }
   timed portable-aten-avx2 variant aten-avx2 ATEN_CPU_CAPABILITY=avx2 "${numerical[@]}"
   timed portable-aten-default variant aten-default ATEN_CPU_CAPABILITY=default "${numerical[@]}"

@@ -86,16 +86,23 @@ std::string CompileCache::key(StringRef source, ArrayRef<std::string> command) c
     if (StringRef(arg).ends_with(".h"))
       files.push_back(arg + ".gch");
     // GCC's precompiled header may be a folder of variants (one per
-    // option set: O0.gch, O2.gch): each of its files enters. A runtime
+    // option set and CPU capability: O0-avx512.gch, O2-avx512.gch, ...):
+    // each of the command's capability enters (another capability's,
+    // precompiled later, leaves this one's objects cached). A runtime
     // header change rebuilds them, so an object compiled against the old
     // headers (Program.h's layout, say) is never linked with the new
     // runtime.
     std::error_code ec;
     if (sys::fs::is_directory(arg + ".gch")) {
+      std::string capability = "default";
+      for (StringRef a : command)
+        if (a.consume_front("-DCPU_CAPABILITY="))
+          capability = a.lower();
       SmallVector<std::string> variants;
       for (sys::fs::directory_iterator it(arg + ".gch", ec), end; !ec && it != end;
            it.increment(ec))
-        variants.push_back(it->path());
+        if (StringRef(it->path()).ends_with("-" + capability + ".gch"))
+          variants.push_back(it->path());
       llvm::sort(variants);
       files.append(variants.begin(), variants.end());
     }

@@ -92,6 +92,36 @@ static cl::opt<std::string> buildPch(
              "build/lib/pch, which every CPU compile then uses) and exit"),
     cl::value_desc("DIR"), cl::cat(options));
 
+namespace {
+enum class Capability { Default, Avx2, Avx512 };
+} // namespace
+
+/// The vector unit the emitted kernels are compiled for. They run on ATen's
+/// vector lanes (at::vec, Sleef) next to ATen's own kernels, so they take
+/// the capability ATen runs with: the widest this machine has (the binary
+/// is built where it runs), or less where ATEN_CPU_CAPABILITY asks for less
+/// (as ATen itself reads it: "default", "avx2", "avx512"). A fused kernel
+/// then rounds as the ATen kernel it replaces does on that capability.
+static Capability cpuCapability() {
+  __builtin_cpu_init();
+  Capability widest = Capability::Default;
+  if (__builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") &&
+      __builtin_cpu_supports("avx512vl") && __builtin_cpu_supports("avx512dq") &&
+      __builtin_cpu_supports("fma"))
+    widest = Capability::Avx512;
+  else if (__builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma"))
+    widest = Capability::Avx2;
+  StringRef asked = std::getenv("ATEN_CPU_CAPABILITY") ? std::getenv("ATEN_CPU_CAPABILITY") : "";
+  Capability cap = asked.equals_insensitive("default") ? Capability::Default
+                   : asked.equals_insensitive("avx2")  ? Capability::Avx2
+                                                       : widest;
+  return std::min(cap, widest);
+}
+
+static StringRef capabilityName(Capability cap) {
+  return cap == Capability::Avx512 ? "avx512" : cap == Capability::Avx2 ? "avx2" : "default";
+}
+
 /// The compiler and its flags for a CPU source or header at optimization
 /// level `level`, up to the file.
 static SmallVector<std::string> cpuCompileCommand(unsigned level) {
@@ -101,16 +131,17 @@ static SmallVector<std::string> cpuCompileCommand(unsigned level) {
   // C++20 and torch's C++ ABI: what torch 2.x's headers and libraries need.
   SmallVector<std::string> args = {kCompiler,  "-std=c++20", kTorchAbi, "-O" + std::to_string(level),
                                    "-fPIC", "-fno-tree-pta", "-ffp-contract=off"};
-  // Emitted kernels run on ATen's vector lanes; use the widest ATen's
-  // headers offer that this machine runs (the binary is built where it runs).
-  __builtin_cpu_init();
-  if (__builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") &&
-      __builtin_cpu_supports("avx512vl") && __builtin_cpu_supports("avx512dq") &&
-      __builtin_cpu_supports("fma"))
+  switch (cpuCapability()) {
+  case Capability::Avx512:
     args.append({"-mavx512f", "-mavx512bw", "-mavx512vl", "-mavx512dq", "-mfma",
                  "-DCPU_CAPABILITY=AVX512", "-DCPU_CAPABILITY_AVX512"});
-  else if (__builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma"))
+    break;
+  case Capability::Avx2:
     args.append({"-mavx2", "-mfma", "-DCPU_CAPABILITY=AVX2", "-DCPU_CAPABILITY_AVX2"});
+    break;
+  case Capability::Default:
+    break;
+  }
   for (const char *dir : kIncludes)
     args.push_back(std::string("-I") + dir);
   return args;
@@ -134,8 +165,10 @@ static int run(ArrayRef<std::string> args, std::string &error) {
 /// exactly the flags a CPU compile uses. GCC ignores a precompiled header
 /// whose flags differ (a mismatch costs time, never correctness), and -O0
 /// differs from the others (__OPTIMIZE__), so DIR/tdx-runtime.h.gch is a
-/// directory of two, O0.gch and O2.gch, of which GCC takes the one that
-/// fits (-O1 and -O3 take O2's).
+/// directory of two per CPU capability (cpuCapability()), O0-CAP.gch and
+/// O2-CAP.gch, of which GCC takes the one that fits (-O1 and -O3 take
+/// O2's). The build makes this machine's; ATEN_CPU_CAPABILITY=avx2
+/// tdx-compile --build-pch DIR adds AVX2's beside them.
 static int buildPrecompiledHeader(StringRef dir) {
   if (std::error_code ec = sys::fs::create_directories(dir)) {
     errs() << "tdx-compile: cannot create " << dir << ": " << ec.message() << "\n";
@@ -162,10 +195,13 @@ static int buildPrecompiledHeader(StringRef dir) {
     errs() << "tdx-compile: cannot create " << gchDir << ": " << ec.message() << "\n";
     return 1;
   }
+  for (const char *before : {"O0.gch", "O2.gch"}) // named before capabilities were
+    sys::fs::remove(gchDir + "/" + before);
   for (unsigned level : {0u, 2u}) {
     // Written under another name and renamed, so a compile running
     // meanwhile never reads half a precompiled header.
-    std::string gch = gchDir + "/O" + std::to_string(level) + ".gch",
+    std::string gch = gchDir + "/O" + std::to_string(level) + "-" +
+                      capabilityName(cpuCapability()).str() + ".gch",
                 partial = gch + ".partial";
     SmallVector<std::string> args = cpuCompileCommand(level);
     args.append({"-c", "-x", "c++-header", header, "-o", partial});
