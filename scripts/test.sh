@@ -14,7 +14,8 @@
 #                            pin eager's threads with the other count
 #                            (TDX_TEST_THREADS=2); each variant's time. Run
 #                            it after a change to numerics or to tests
-#                            (about 30 minutes; not in CI).
+#                            (33 minutes here with its binaries compiled for each
+#                            capability, about 50 the first time; not in CI).
 #
 # Tiers: lit (FileCheck tests and the C++ unit tests), pytest-quick,
 # pytest-keyfree (the capture tests on the key-free way), pytest-models (real models, training steps, the e2e op suite, the docs'
