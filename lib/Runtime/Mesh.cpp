@@ -30,20 +30,8 @@ void tdx::rt::checkMpi(int code, const char *what) {
 
 Mesh::Mesh(std::vector<int64_t> meshShape, std::vector<std::string> axes)
     : meshShape_(std::move(meshShape)), axes_(std::move(axes)) {
-  int initialized = 0;
-  MPI_Initialized(&initialized);
-  if (!initialized) {
-    // Open MPI's non-blocking all-reduce (libnbc) picks a binomial tree by
-    // default; its ring moves each rank's half once each way and measured
-    // twice as fast on 44 MB between 2 ranks here (bench_convnet_dp.py's
-    // gradients: 23 ms against 43). The user's own setting wins.
-    setenv("OMPI_MCA_coll_libnbc_iallreduce_algorithm", "1", /*overwrite=*/0);
-    int provided;
-    MPI_Init_thread(nullptr, nullptr, MPI_THREAD_FUNNELED, &provided);
-  }
-  MPI_Comm_set_errhandler(MPI_COMM_WORLD, MPI_ERRORS_RETURN);
+  world_ = initWorld();
   MPI_Comm_rank(MPI_COMM_WORLD, &rank_);
-  MPI_Comm_size(MPI_COMM_WORLD, &world_);
   int64_t ranks = std::accumulate(meshShape_.begin(), meshShape_.end(), int64_t{1},
                                   std::multiplies<int64_t>());
   if (ranks != world_) {
@@ -66,6 +54,24 @@ Mesh::Mesh(std::vector<int64_t> meshShape, std::vector<std::string> axes)
   complete(&request, "exchange of host names", {});
   for (int r = 0; r < world_; ++r)
     hosts_.emplace_back(names.data() + kHostNameBytes * static_cast<size_t>(r));
+}
+
+int Mesh::initWorld() {
+  int initialized = 0;
+  MPI_Initialized(&initialized);
+  if (!initialized) {
+    // Open MPI's non-blocking all-reduce (libnbc) picks a binomial tree by
+    // default; its ring moves each rank's half once each way and measured
+    // twice as fast on 44 MB between 2 ranks here (bench_convnet_dp.py's
+    // gradients: 23 ms against 43). The user's own setting wins.
+    setenv("OMPI_MCA_coll_libnbc_iallreduce_algorithm", "1", /*overwrite=*/0);
+    int provided;
+    MPI_Init_thread(nullptr, nullptr, MPI_THREAD_FUNNELED, &provided);
+  }
+  MPI_Comm_set_errhandler(MPI_COMM_WORLD, MPI_ERRORS_RETURN);
+  int world = 1;
+  MPI_Comm_size(MPI_COMM_WORLD, &world);
+  return world;
 }
 
 std::string Mesh::describeGroup(const std::vector<std::string> &axes) const {
@@ -170,8 +176,8 @@ void Mesh::timedOut(const char *what, const std::vector<std::string> &axes) cons
                            (group.empty() ? "all" : group) + "} did not complete in " +
                            std::to_string(static_cast<int64_t>(timeout_)) +
                            " s: a rank of its group (" + describeGroup(axes) +
-                           ") is lost, stuck or cut off (raise the limit with "
-                           "--collective-timeout S)");
+                           ") is lost, stuck or cut off (raise the limit with " + timeoutHint_ +
+                           ")");
 }
 
 namespace {

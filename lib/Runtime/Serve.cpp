@@ -10,6 +10,7 @@
 
 #include <cerrno>
 #include <cstdio>
+#include <cstdlib>
 #include <cstring>
 #include <fstream>
 #include <optional>
@@ -51,8 +52,29 @@ const std::string &Request::arg(size_t i) const {
   return args[i - 1];
 }
 
+namespace {
+/// Fault injection for the tests (TDX_FAULT_STOP_RANK=R:N): rank R says so
+/// on stderr and stops itself (SIGSTOP) before its call N, between
+/// collectives. A rank stopped by a signal from outside may stop inside an
+/// MPI call, holding a lock of Open MPI's shared memory, and hang its peers
+/// where no deadline can see; this one is alive but stuck at a known point.
+void faultStop(Engine &engine, int64_t call) {
+  static const char *spec = std::getenv("TDX_FAULT_STOP_RANK");
+  int rank = -1;
+  long long at = -1;
+  if (!spec || std::sscanf(spec, "%d:%lld", &rank, &at) != 2)
+    return;
+  if (engine.mesh().rank() == rank && call == at) {
+    std::fprintf(stderr, "tdx: rank %d stops itself before call %lld (TDX_FAULT_STOP_RANK)\n",
+                 rank, at);
+    std::fflush(stderr);
+    ::raise(SIGSTOP);
+  }
+}
+} // namespace
+
 void tdx::rt::serve(Engine &engine, Requests &requests) {
-  for (;;) {
+  for (int64_t calls = 0;;) {
     Request r = requests.next();
     std::string answer = "ok";
     if (r.op == "ready") {
@@ -62,6 +84,7 @@ void tdx::rt::serve(Engine &engine, Requests &requests) {
       size_t entry = r.args.size() > 1 ? std::stoul(r.arg(2)) : 0;
       if (entry > engine.entries())
         throw std::runtime_error("a call of entry " + r.arg(2) + ", which the program lacks");
+      faultStop(engine, calls++);
       std::vector<HostTensor> out =
           engine.call(requests.inputs(r), r.args.size() > 2 ? r.arg(3) : "", entry);
       requests.called(r, std::move(out), engine.steps());

@@ -231,10 +231,17 @@ def test_a_lost_rank_ends_the_job_with_its_name(tmp_path):
 
 def test_a_stuck_rank_times_out_every_rank(tmp_path):
     import re
-    import signal
-    job, ranks = start_two_ranks(tmp_path, "--collective-timeout", "3")
-    os.kill(ranks[1], signal.SIGSTOP)  # alive but stuck: no process exits
+    # Rank 1 stops itself between two calls (TDX_FAULT_STOP_RANK), alive
+    # but stuck: no process exits. A SIGSTOP from here could land inside an
+    # MPI call holding a lock of Open MPI's shared memory, where rank 0
+    # would spin past any deadline (seen once in 50 runs).
+    os.environ["TDX_FAULT_STOP_RANK"] = "1:20"
+    try:
+        job, ranks = start_two_ranks(tmp_path, "--collective-timeout", "3")
+    finally:
+        del os.environ["TDX_FAULT_STOP_RANK"]
     err = end_within_30s(job, ranks)
+    assert "tdx: rank 1 stops itself before call 20" in err, err
     assert job.returncode != 0
     # A rank times out in whichever collective it was waiting in when its
     # peer stopped (a step's all_reduce over {tp}, the logits' gather or a

@@ -30,6 +30,8 @@ class Mesh {
 public:
   /// Initializes MPI if needed; throws when the world size is not the mesh's.
   Mesh(std::vector<int64_t> meshShape, std::vector<std::string> axes);
+  /// Initializes MPI if needed (as a Mesh does) and returns the world's size.
+  static int initWorld();
   ~Mesh();
   Mesh(const Mesh &) = delete;
   Mesh &operator=(const Mesh &) = delete;
@@ -64,6 +66,9 @@ public:
   /// naming `what` and the group's axes (the driver then aborts every rank).
   void complete(void *request, const char *what, const std::vector<std::string> &axes);
   void setCollectiveTimeout(double seconds) { timeout_ = seconds; }
+  /// How the timeout error tells the user to raise the limit (default: the
+  /// binaries' --collective-timeout S).
+  void setTimeoutHint(std::string hint) { timeoutHint_ = std::move(hint); }
   /// Whether a started collective may run beside the ops before its wait
   /// (--no-overlap: no, it completes where it starts).
   void setOverlap(bool overlap) { overlap_ = overlap; }
@@ -155,6 +160,7 @@ private:
   int64_t bytes_ = 0;
   uint64_t calls_ = 0;
   double timeout_ = 300;
+  std::string timeoutHint_ = "--collective-timeout S";
   bool overlap_ = true;
   double waited_ = 0;
   struct Sending {
