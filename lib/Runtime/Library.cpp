@@ -97,16 +97,7 @@ void *tdx_open(int argc, char **argv) {
     lastError() = "the runner's options were refused (exit " + std::to_string(code) + ")";
     return nullptr;
   }
-  // The process's Python owns its exit: MPI ends with it.
-  static bool finalizeAtExit = (std::atexit([] {
-                                  int initialized = 0, finalized = 0;
-                                  MPI_Initialized(&initialized);
-                                  MPI_Finalized(&finalized);
-                                  if (initialized && !finalized)
-                                    MPI_Finalize();
-                                }),
-                                true);
-  (void)finalizeAtExit;
+  Mesh::finalizeAtExit(); // the process's Python owns its exit
   try {
     h->engine = openEngine(tdx_program(), h->options, /*ownsProcess=*/false);
   } catch (const std::exception &e) {

@@ -74,6 +74,18 @@ int Mesh::initWorld() {
   return world;
 }
 
+void Mesh::finalizeAtExit() {
+  static bool registered = (std::atexit([] {
+                              int initialized = 0, finalized = 0;
+                              MPI_Initialized(&initialized);
+                              MPI_Finalized(&finalized);
+                              if (initialized && !finalized)
+                                MPI_Finalize();
+                            }),
+                            true);
+  (void)registered;
+}
+
 std::string Mesh::describeGroup(const std::vector<std::string> &axes) const {
   // The ranks that differ from this one only on `axes`, with their hosts.
   std::string out;

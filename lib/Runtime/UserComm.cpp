@@ -150,19 +150,6 @@ std::map<int64_t, std::unique_ptr<Request>> &requests() {
   return all;
 }
 
-/// The process's Python owns its exit: MPI ends with it (as a runner's).
-void finalizeAtExit() {
-  static bool registered = (std::atexit([] {
-                              int initialized = 0, finalized = 0;
-                              MPI_Initialized(&initialized);
-                              MPI_Finalized(&finalized);
-                              if (initialized && !finalized)
-                                MPI_Finalize();
-                            }),
-                            true);
-  (void)registered;
-}
-
 std::string peerName(const Comm &c, int peer) {
   std::ostringstream os;
   os << "rank " << peer << " of communicator " << c.name;
@@ -179,7 +166,7 @@ const char *tdx_comm_error() { return lastError().c_str(); }
 int tdx_comm_world_size() {
   int size = 0;
   guarded([&] { size = Mesh::initWorld(); });
-  finalizeAtExit();
+  Mesh::finalizeAtExit();
   return size;
 }
 
@@ -196,7 +183,7 @@ void *tdx_comm_open(const int64_t *shape, int ndims, const char *axes, const cha
         out.push_back(item);
     return out;
   };
-  finalizeAtExit();
+  Mesh::finalizeAtExit();
   auto c = std::make_unique<Comm>();
   int rc = guarded([&] {
     c->mesh = std::make_unique<Mesh>(std::vector<int64_t>(shape, shape + ndims), split(axes));

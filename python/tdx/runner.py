@@ -2,7 +2,6 @@
 driven step by step from the user's own Python loop (`Executable.start`)."""
 
 import ctypes
-import ctypes.util
 import functools
 import os
 import select
@@ -536,7 +535,8 @@ def _load(path):
     loaded globally first (its components look up its symbols)."""
     if path not in _LIBRARIES:
         if not _LIBRARIES:
-            ctypes.CDLL(ctypes.util.find_library("mpi") or "libmpi.so.40", mode=os.RTLD_GLOBAL)
+            from .mpi import load_mpi_globally
+            load_mpi_globally()
         lib = ctypes.CDLL(path)
         lib.tdx_open.restype = ctypes.c_void_p
         lib.tdx_open.argtypes = [ctypes.c_int, ctypes.POINTER(ctypes.c_char_p)]

@@ -4,13 +4,12 @@ differences of the whole job's function, the checks that name the ranks'
 source lines, and mpi4torch's linear-regression recipe against one
 process's eager fit. The cases are in mpi_script.py."""
 
-import json
 import os
-import subprocess
-import sys
 
 import pytest
 import torch
+
+from test_spmd import tdx_run
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 SCRIPT = os.path.join(HERE, "mpi_script.py")
@@ -18,16 +17,8 @@ EXAMPLE = os.path.join(HERE, "..", "..", "examples", "mpi_linear_regression.py")
 
 
 def spmd(nprocs, script, *args, timeout=300):
-    done = subprocess.run([sys.executable, "-m", "tdx.run", "-n", str(nprocs), script, *args],
-                          capture_output=True, text=True, timeout=timeout,
-                          env=dict(os.environ, TDX_COLLECTIVE_TIMEOUT="60"))
-    decoder, lines = json.JSONDecoder(), []
-    for line in done.stdout.splitlines():
-        at = 0
-        while line.startswith("{", at):
-            value, at = decoder.raw_decode(line, at)
-            lines.append(value)
-    return done, lines
+    return tdx_run("-n", str(nprocs), script, *args, timeout=timeout,
+                   env={"TDX_COLLECTIVE_TIMEOUT": "60"})
 
 
 def case_names():

@@ -32,6 +32,9 @@ public:
   Mesh(std::vector<int64_t> meshShape, std::vector<std::string> axes);
   /// Initializes MPI if needed (as a Mesh does) and returns the world's size.
   static int initWorld();
+  /// Ends MPI when the process exits, where a Python process owns its exit
+  /// (tdx.runner's programs, tdx.mpi); registered once.
+  static void finalizeAtExit();
   ~Mesh();
   Mesh(const Mesh &) = delete;
   Mesh &operator=(const Mesh &) = delete;
