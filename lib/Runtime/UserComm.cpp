@@ -372,8 +372,6 @@ long long tdx_comm_irecv(void *cp, void *buf, int64_t n, int dtype, int peer, in
     checkMpi(MPI_Irecv(buf, count(n, what), mpiType(dtype), peer, tag,
                        backward ? c.backData : c.data, &r->payload),
              what);
-    r->head[0] = dtype; // overwritten by the sender's header
-    r->head[1] = n;
     id = -(++next); // receives are negative ids, sends positive
     requests()[id] = std::move(r);
   });
