@@ -94,45 +94,51 @@ int count(int64_t n, const char *what) {
 /// Counts and displacements of a v-collective, in elements.
 struct Counts {
   std::vector<int> counts, displs;
+  int64_t total = 0;
   Counts(const int64_t *n, int size, const char *what) {
-    int64_t at = 0;
     for (int r = 0; r < size; ++r) {
       counts.push_back(count(n[r], what));
-      displs.push_back(count(at, what));
-      at += n[r];
+      displs.push_back(count(total, what));
+      total += n[r];
     }
-    count(at, what);
+    count(total, what);
   }
 };
 
+/// A group over mesh axes and its four MPI communicators (freed by
+/// MPI_Finalize: a Python process keeps its communicators to its end).
 struct Comm {
   std::unique_ptr<Mesh> mesh;
   std::vector<std::string> axes;
-  std::string name; // "dp", or "world"
+  std::string name; // "dp", or "COMM_WORLD"
   MPI_Comm data = MPI_COMM_NULL, headers = MPI_COMM_NULL, backData = MPI_COMM_NULL,
            backHeaders = MPI_COMM_NULL;
   int size = 1, index = 0;
-  int64_t bytes = 0;
-
-  ~Comm() {
-    int finalized = 0;
-    MPI_Finalized(&finalized);
-    if (!finalized)
-      for (MPI_Comm *c : {&headers, &backData, &backHeaders})
-        if (*c != MPI_COMM_NULL)
-          MPI_Comm_free(c);
-  }
 
   /// Waits for `r` with the deadline; a timeout names `what`.
   void complete(MPI_Request &r, const std::string &what) {
     mesh->complete(&r, what.c_str(), axes);
   }
-  int64_t itemBytes(int dtype) {
-    int n = 0;
-    MPI_Type_size(mpiType(dtype), &n);
-    return n;
-  }
 };
+
+int64_t itemBytes(int dtype) {
+  int n = 0;
+  MPI_Type_size(mpiType(dtype), &n);
+  return n;
+}
+
+/// Runs one nonblocking collective to completion with the deadline:
+/// `post(c, r)` starts it; this rank sends `sent` elements of `dtype`.
+template <class Post>
+int collective(void *cp, int dtype, int64_t sent, const char *what, Post post) {
+  auto &c = *static_cast<Comm *>(cp);
+  return guarded([&] {
+    MPI_Request r;
+    checkMpi(post(c, &r), what);
+    c.mesh->addBytes(sent * itemBytes(dtype));
+    c.complete(r, what);
+  });
+}
 
 /// A started message: a payload and its header (dtype, numel, the
 /// sender's flags: 1 when autograd will send a gradient back).
@@ -154,6 +160,39 @@ std::string peerName(const Comm &c, int peer) {
   std::ostringstream os;
   os << "rank " << peer << " of communicator " << c.name;
   return os.str();
+}
+
+/// Posts a message's header and payload; returns its id, or 0 on error.
+/// Sends are synchronous (Issend): their wait completes only once the peer
+/// receives, so a send nobody receives times out naming its peer and tag
+/// instead of vanishing.
+long long post(void *cp, bool send, void *buf, int64_t n, int dtype, int peer, int tag,
+               bool backward, int flags) {
+  auto &c = *static_cast<Comm *>(cp);
+  static long long next = 0;
+  long long id = 0;
+  guarded([&] {
+    auto r = std::make_unique<Request>();
+    *r = Request{&c, send, peer, tag, backward};
+    const char *what = send ? "Isend" : "Irecv";
+    MPI_Comm headers = backward ? c.backHeaders : c.headers, data = backward ? c.backData : c.data;
+    if (send) {
+      r->head[0] = dtype;
+      r->head[1] = n;
+      r->head[2] = flags;
+      checkMpi(MPI_Isend(r->head, 3, MPI_INT64_T, peer, tag, headers, &r->header), what);
+      checkMpi(MPI_Issend(buf, count(n, what), mpiType(dtype), peer, tag, data, &r->payload),
+               what);
+      c.mesh->addBytes(n * itemBytes(dtype));
+    } else {
+      checkMpi(MPI_Irecv(r->head, 3, MPI_INT64_T, peer, tag, headers, &r->header), what);
+      checkMpi(MPI_Irecv(buf, count(n, what), mpiType(dtype), peer, tag, data, &r->payload),
+               what);
+    }
+    id = ++next;
+    requests()[id] = std::move(r);
+  });
+  return id;
 }
 
 } // namespace
@@ -201,47 +240,31 @@ void *tdx_comm_open(const int64_t *shape, int ndims, const char *axes, const cha
   return rc ? nullptr : c.release();
 }
 
-void tdx_comm_close(void *c) { delete static_cast<Comm *>(c); }
 int tdx_comm_rank(void *c) { return static_cast<Comm *>(c)->index; }
 int tdx_comm_size(void *c) { return static_cast<Comm *>(c)->size; }
-int tdx_comm_world_rank(void *c) { return static_cast<Comm *>(c)->mesh->rank(); }
-long long tdx_comm_bytes(void *c) { return static_cast<Comm *>(c)->bytes; }
+long long tdx_comm_bytes(void *c) { return static_cast<Comm *>(c)->mesh->bytesCommunicated(); }
 void tdx_comm_set_timeout(void *c, double seconds) {
   static_cast<Comm *>(c)->mesh->setCollectiveTimeout(seconds);
 }
 
 int tdx_comm_allreduce(void *cp, const void *send, void *recv, int64_t n, int dtype, int op,
                        const char *what) {
-  auto &c = *static_cast<Comm *>(cp);
-  return guarded([&] {
-    MPI_Request r;
-    checkMpi(MPI_Iallreduce(send, recv, count(n, what), mpiType(dtype), mpiOp(op), c.data, &r),
-             what);
-    c.bytes += n * c.itemBytes(dtype);
-    c.complete(r, what);
+  return collective(cp, dtype, n, what, [&](Comm &c, MPI_Request *r) {
+    return MPI_Iallreduce(send, recv, count(n, what), mpiType(dtype), mpiOp(op), c.data, r);
   });
 }
 
 int tdx_comm_reduce(void *cp, const void *send, void *recv, int64_t n, int dtype, int op, int root,
                     const char *what) {
-  auto &c = *static_cast<Comm *>(cp);
-  return guarded([&] {
-    MPI_Request r;
-    checkMpi(MPI_Ireduce(send, recv, count(n, what), mpiType(dtype), mpiOp(op), root, c.data, &r),
-             what);
-    c.bytes += n * c.itemBytes(dtype);
-    c.complete(r, what);
+  return collective(cp, dtype, n, what, [&](Comm &c, MPI_Request *r) {
+    return MPI_Ireduce(send, recv, count(n, what), mpiType(dtype), mpiOp(op), root, c.data, r);
   });
 }
 
 int tdx_comm_bcast(void *cp, void *buf, int64_t n, int dtype, int root, const char *what) {
-  auto &c = *static_cast<Comm *>(cp);
-  return guarded([&] {
-    MPI_Request r;
-    checkMpi(MPI_Ibcast(buf, count(n, what), mpiType(dtype), root, c.data, &r), what);
-    if (c.index == root)
-      c.bytes += n * c.itemBytes(dtype);
-    c.complete(r, what);
+  int64_t sent = static_cast<Comm *>(cp)->index == root ? n : 0;
+  return collective(cp, dtype, sent, what, [&](Comm &c, MPI_Request *r) {
+    return MPI_Ibcast(buf, count(n, what), mpiType(dtype), root, c.data, r);
   });
 }
 
@@ -249,42 +272,29 @@ int tdx_comm_bcast(void *cp, void *buf, int64_t n, int dtype, int root, const ch
 /// rank order, on every rank (root < 0) or on `root`.
 int tdx_comm_gatherv(void *cp, const void *send, void *recv, const int64_t *counts, int dtype,
                      int root, const char *what) {
-  auto &c = *static_cast<Comm *>(cp);
-  return guarded([&] {
+  int64_t mine = counts[static_cast<Comm *>(cp)->index];
+  return collective(cp, dtype, mine, what, [&](Comm &c, MPI_Request *r) {
     Counts v(counts, c.size, what);
-    MPI_Request r;
-    int mine = v.counts[static_cast<size_t>(c.index)];
-    if (root < 0)
-      checkMpi(MPI_Iallgatherv(send, mine, mpiType(dtype), recv, v.counts.data(), v.displs.data(),
-                               mpiType(dtype), c.data, &r),
-               what);
-    else
-      checkMpi(MPI_Igatherv(send, mine, mpiType(dtype), recv, v.counts.data(), v.displs.data(),
-                            mpiType(dtype), root, c.data, &r),
-               what);
-    c.bytes += mine * c.itemBytes(dtype);
-    c.complete(r, what);
+    MPI_Datatype t = mpiType(dtype);
+    return root < 0 ? MPI_Iallgatherv(send, count(mine, what), t, recv, v.counts.data(),
+                                      v.displs.data(), t, c.data, r)
+                    : MPI_Igatherv(send, count(mine, what), t, recv, v.counts.data(),
+                                   v.displs.data(), t, root, c.data, r);
   });
 }
 
 /// Rank r gets counts[r] elements of root's `send` (in rank order).
 int tdx_comm_scatterv(void *cp, const void *send, void *recv, const int64_t *counts, int dtype,
                       int root, const char *what) {
-  auto &c = *static_cast<Comm *>(cp);
-  return guarded([&] {
+  auto &comm = *static_cast<Comm *>(cp);
+  int64_t sent = 0;
+  if (comm.index == root)
+    for (int k = 0; k < comm.size; ++k)
+      sent += counts[k];
+  return collective(cp, dtype, sent, what, [&](Comm &c, MPI_Request *r) {
     Counts v(counts, c.size, what);
-    MPI_Request r;
-    checkMpi(MPI_Iscatterv(send, v.counts.data(), v.displs.data(), mpiType(dtype), recv,
-                           v.counts[static_cast<size_t>(c.index)], mpiType(dtype), root, c.data,
-                           &r),
-             what);
-    if (c.index == root) {
-      int64_t all = 0;
-      for (int k : v.counts)
-        all += k;
-      c.bytes += all * c.itemBytes(dtype);
-    }
-    c.complete(r, what);
+    return MPI_Iscatterv(send, v.counts.data(), v.displs.data(), mpiType(dtype), recv,
+                         v.counts[static_cast<size_t>(c.index)], mpiType(dtype), root, c.data, r);
   });
 }
 
@@ -292,18 +302,10 @@ int tdx_comm_scatterv(void *cp, const void *send, void *recv, const int64_t *cou
 /// order), each rank keeping its part.
 int tdx_comm_reduce_scatterv(void *cp, const void *send, void *recv, const int64_t *counts,
                              int dtype, int op, const char *what) {
-  auto &c = *static_cast<Comm *>(cp);
-  return guarded([&] {
-    Counts v(counts, c.size, what);
-    MPI_Request r;
-    checkMpi(MPI_Ireduce_scatter(send, recv, v.counts.data(), mpiType(dtype), mpiOp(op), c.data,
-                                 &r),
-             what);
-    int64_t all = 0;
-    for (int k : v.counts)
-      all += k;
-    c.bytes += all * c.itemBytes(dtype);
-    c.complete(r, what);
+  auto &comm = *static_cast<Comm *>(cp);
+  Counts v(counts, comm.size, what);
+  return collective(cp, dtype, v.total, what, [&](Comm &c, MPI_Request *r) {
+    return MPI_Ireduce_scatter(send, recv, v.counts.data(), mpiType(dtype), mpiOp(op), c.data, r);
   });
 }
 
@@ -311,71 +313,25 @@ int tdx_comm_reduce_scatterv(void *cp, const void *send, void *recv, const int64
 /// recvCounts[r] from it.
 int tdx_comm_alltoallv(void *cp, const void *send, const int64_t *sendCounts, void *recv,
                        const int64_t *recvCounts, int dtype, const char *what) {
-  auto &c = *static_cast<Comm *>(cp);
-  return guarded([&] {
-    Counts s(sendCounts, c.size, what), v(recvCounts, c.size, what);
-    MPI_Request r;
-    checkMpi(MPI_Ialltoallv(send, s.counts.data(), s.displs.data(), mpiType(dtype), recv,
-                            v.counts.data(), v.displs.data(), mpiType(dtype), c.data, &r),
-             what);
-    int64_t all = 0;
-    for (size_t k = 0; k < s.counts.size(); ++k)
-      if (static_cast<int>(k) != c.index)
-        all += s.counts[k];
-    c.bytes += all * c.itemBytes(dtype);
-    c.complete(r, what);
+  auto &comm = *static_cast<Comm *>(cp);
+  Counts s(sendCounts, comm.size, what), v(recvCounts, comm.size, what);
+  int64_t sent = s.total - sendCounts[comm.index]; // what stays here moves nowhere
+  return collective(cp, dtype, sent, what, [&](Comm &c, MPI_Request *r) {
+    return MPI_Ialltoallv(send, s.counts.data(), s.displs.data(), mpiType(dtype), recv,
+                          v.counts.data(), v.displs.data(), mpiType(dtype), c.data, r);
   });
 }
 
-/// Starts sending `n` elements to `peer` (synchronous mode: the wait
-/// completes only once the peer receives, so a send nobody receives times
-/// out naming its peer and tag instead of vanishing). Returns the request's
-/// id, or 0 on error. `buf` must live until the wait.
+/// Starts sending `n` elements to `peer`; `buf` must live until the wait.
 long long tdx_comm_isend(void *cp, const void *buf, int64_t n, int dtype, int peer, int tag,
                          int backward, int flags) {
-  auto &c = *static_cast<Comm *>(cp);
-  static long long next = 0;
-  long long id = 0;
-  guarded([&] {
-    auto r = std::make_unique<Request>();
-    *r = Request{&c, true, peer, tag, backward != 0};
-    r->head[0] = dtype;
-    r->head[1] = n;
-    r->head[2] = flags;
-    const char *what = "Isend";
-    checkMpi(MPI_Isend(r->head, 3, MPI_INT64_T, peer, tag, backward ? c.backHeaders : c.headers,
-                       &r->header),
-             what);
-    checkMpi(MPI_Issend(buf, count(n, what), mpiType(dtype), peer, tag,
-                        backward ? c.backData : c.data, &r->payload),
-             what);
-    c.bytes += n * c.itemBytes(dtype);
-    id = ++next;
-    requests()[id] = std::move(r);
-  });
-  return id;
+  return post(cp, true, const_cast<void *>(buf), n, dtype, peer, tag, backward != 0, flags);
 }
 
 /// Starts receiving `n` elements of `dtype` from `peer` into `buf`.
 long long tdx_comm_irecv(void *cp, void *buf, int64_t n, int dtype, int peer, int tag,
                          int backward, int /*flags: the sender's*/) {
-  auto &c = *static_cast<Comm *>(cp);
-  static long long next = 0;
-  long long id = 0;
-  guarded([&] {
-    auto r = std::make_unique<Request>();
-    *r = Request{&c, false, peer, tag, backward != 0};
-    const char *what = "Irecv";
-    checkMpi(MPI_Irecv(r->head, 3, MPI_INT64_T, peer, tag, backward ? c.backHeaders : c.headers,
-                       &r->header),
-             what);
-    checkMpi(MPI_Irecv(buf, count(n, what), mpiType(dtype), peer, tag,
-                       backward ? c.backData : c.data, &r->payload),
-             what);
-    id = -(++next); // receives are negative ids, sends positive
-    requests()[id] = std::move(r);
-  });
-  return id;
+  return post(cp, false, buf, n, dtype, peer, tag, backward != 0, 0);
 }
 
 /// Waits for request `id` (with the deadline). A receive writes the

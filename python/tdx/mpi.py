@@ -128,7 +128,7 @@ def _library():
         lib.tdx_comm_error.restype = s
         lib.tdx_comm_open.restype = p
         lib.tdx_comm_open.argtypes = [i64p, i, s, s, s, ctypes.c_double]
-        for name in ("rank", "size", "world_rank"):
+        for name in ("rank", "size"):
             getattr(lib, f"tdx_comm_{name}").argtypes = [p]
         lib.tdx_comm_bytes.argtypes = [p]
         lib.tdx_comm_bytes.restype = ctypes.c_longlong
@@ -149,7 +149,7 @@ def _library():
     return _LIB
 
 
-def _fail(what):
+def _fail():
     raise CommunicationError(_library().tdx_comm_error().decode())
 
 
@@ -225,7 +225,7 @@ class MPI_Communicator:
                                                 ",".join(group_axes).encode(), name.encode(),
                                                 ctypes.c_double(_timeout))
         if not self._handle:
-            _fail("open")
+            _fail()
         self.name = name
         self._needs_grad = self._any_grad = False
         self._rank = _library().tdx_comm_rank(self._handle)
@@ -277,7 +277,7 @@ class MPI_Communicator:
         what = f"{call} at {site} (its check that every rank made the same call)".encode()
         if _library().tdx_comm_gatherv(self._handle, send.data_ptr(), out.data_ptr(),
                                        _counts([_HEADER] * self.size), 6, -1, what):
-            _fail(call)
+            _fail()
         headers = out.view(self.size, _HEADER).tolist()
         self._any_grad = any(h[1] for h in headers)
         if any(h[0] != mine[0] for h in headers):
@@ -297,7 +297,7 @@ class MPI_Communicator:
         if _library().tdx_comm_gatherv(self._handle, send.data_ptr(), out.data_ptr(),
                                        _counts([width] * self.size), 3, -1,
                                        f"{call} at {site} (naming the ranks' lines)".encode()):
-            _fail(call)
+            _fail()
         raw = bytes(out.tolist())
         return [raw[r * width:(r + 1) * width].rstrip(b"\0").decode(errors="replace")
                 for r in range(self.size)]
@@ -439,7 +439,7 @@ def _allreduce(comm, t, op, site, root=None):
         if comm.rank != root:
             out.zero_()
     if rc:
-        _fail(call)
+        _fail()
     return out.to(t.dtype)
 
 
@@ -449,10 +449,10 @@ def _bcast(comm, t, root, site):
     comm._same_tensor("Bcast_", site, headers)
     comm._mismatch("Bcast_", site, headers, "the root", lambda h: h[4])
     out = _contiguous(t).clone()
-    bits = out.view(torch.int16) if out.dtype in _HALF else out
+    bits = _words(out)
     if _library().tdx_comm_bcast(comm._handle, bits.data_ptr(), bits.numel(),
                                  _DTYPES[t.dtype], root, f"Bcast_ at {site}".encode()):
-        _fail("Bcast_")
+        _fail()
     return out
 
 
@@ -496,7 +496,7 @@ def _gather(comm, t, axis, root, site):
     if _library().tdx_comm_gatherv(comm._handle, _words(x).data_ptr(), _words(out).data_ptr(),
                                    _counts([s * inner for s in sizes]), _DTYPES[t.dtype], root,
                                    f"{call} at {site}".encode()):
-        _fail(call)
+        _fail()
     if 0 <= root != comm.rank:
         out.zero_()
     return out.movedim(0, axis), sizes
@@ -536,7 +536,7 @@ def _scatter(comm, t, axis, numelem, root, site):
     if _library().tdx_comm_scatterv(comm._handle, send, _words(out).data_ptr(),
                                     _counts([c * inner for c in counts]), _DTYPES[dtype], root,
                                     f"Scatter at {site}".encode()):
-        _fail(call)
+        _fail()
     return out.movedim(0, axis)
 
 
@@ -552,7 +552,7 @@ def _reduce_scatter(comm, t, axis, sizes, site):
     if _library().tdx_comm_reduce_scatterv(comm._handle, x.data_ptr(), out.data_ptr(),
                                            _counts([s * inner for s in sizes]), _DTYPES[x.dtype],
                                            MPI_SUM, f"Allgather's backward at {site}".encode()):
-        _fail(call)
+        _fail()
     return out.to(t.dtype).movedim(0, axis)
 
 
@@ -584,7 +584,7 @@ def _alltoall(comm, t, gatheraxis, scatteraxis, numelem, site):
                                      _counts([c * inner for c in counts]), _words(out).data_ptr(),
                                      _counts(recv_counts), _DTYPES[t.dtype],
                                      f"Alltoall at {site}".encode()):
-        _fail(call)
+        _fail()
     moved = list(x.shape)            # the layout of a block: scatteraxis first
     blocks, at = [], 0
     for g, n in zip(gsizes, recv_counts):
@@ -795,7 +795,7 @@ class _Message:
         request = start(self.comm._handle, words.data_ptr(), words.numel(), self.code, self.peer,
                         self.tag, int(backward), 0 if backward else self.flags)
         if request == 0:
-            _fail(self.call)
+            _fail()
         return request
 
     def wait(self, request, buffer, backward=False):
@@ -951,7 +951,7 @@ def __getattr__(name):
         if _WORLD is None:
             size = _library().tdx_comm_world_size()
             if size <= 0:
-                _fail("COMM_WORLD")
+                _fail()
             _WORLD = MPI_Communicator((size,), ("world",), ("world",), "COMM_WORLD")
         return _WORLD
     raise AttributeError(f"module 'tdx.mpi' has no attribute {name!r}")
