@@ -137,7 +137,7 @@ static SmallVector<std::string> cpuCompileCommand(unsigned level) {
                  "-DCPU_CAPABILITY=AVX512", "-DCPU_CAPABILITY_AVX512"});
     break;
   case Capability::Avx2:
-    args.append({"-mavx2", "-mfma", "-DCPU_CAPABILITY=AVX2", "-DCPU_CAPABILITY_AVX2"});
+    args.append({"-mavx2", "-mfma", "-mf16c", "-DCPU_CAPABILITY=AVX2", "-DCPU_CAPABILITY_AVX2"});
     break;
   case Capability::Default:
     break;
