@@ -2,6 +2,7 @@
 
 #include "tdx/IR/TdxOps.h"
 
+#include "llvm/ADT/DenseSet.h"
 #include "llvm/ADT/StringSet.h"
 
 using namespace mlir;
@@ -71,6 +72,7 @@ TDX_GROUP_METHOD(AllReduceOp)
 TDX_GROUP_METHOD(ReduceScatterOp)
 TDX_GROUP_METHOD(AllToAllOp)
 TDX_GROUP_METHOD(BroadcastOp)
+TDX_GROUP_METHOD(CollectivePermuteOp)
 #undef TDX_GROUP_METHOD
 
 /// A send's or recv's one axis, and its peer on it.
@@ -227,6 +229,50 @@ LogicalResult BroadcastOp::verifySymbolUses(SymbolTableCollection &symbols) {
     if (coord < 0 || coord >= size)
       return emitOpError() << "root coordinate " << coord << " on axis \"" << axis
                            << "\" is outside [0, " << size << ")";
+  }
+  return success();
+}
+
+int64_t CollectivePermuteOp::sourceOf(int64_t rank) {
+  ArrayRef<int64_t> pairs = getPairs();
+  for (size_t i = 0; i + 1 < pairs.size(); i += 2)
+    if (pairs[i + 1] == rank)
+      return pairs[i];
+  return -1;
+}
+
+int64_t CollectivePermuteOp::targetOf(int64_t rank) {
+  ArrayRef<int64_t> pairs = getPairs();
+  for (size_t i = 0; i + 1 < pairs.size(); i += 2)
+    if (pairs[i] == rank)
+      return pairs[i + 1];
+  return -1;
+}
+
+LogicalResult CollectivePermuteOp::verifySymbolUses(SymbolTableCollection &symbols) {
+  FailureOr<int64_t> group = verifyGroup(symbols);
+  if (failed(group))
+    return failure();
+  if (getMeshAxes().size() != 1)
+    return emitOpError() << "names " << getMeshAxes().size()
+                         << " mesh axes; a permutation goes along one";
+  ArrayRef<int64_t> pairs = getPairs();
+  if (pairs.size() % 2)
+    return emitOpError() << "pairs has " << pairs.size()
+                         << " entries; give (source, target) pairs, flattened";
+  llvm::SmallDenseSet<int64_t> sources, targets;
+  for (size_t i = 0; i < pairs.size(); i += 2) {
+    for (int64_t r : {pairs[i], pairs[i + 1]})
+      if (r < 0 || r >= *group)
+        return emitOpError() << "pair (" << pairs[i] << ", " << pairs[i + 1] << ") names rank "
+                             << r << ", outside the group of " << *group << " on axis "
+                             << getMeshAxes()[0];
+    if (!sources.insert(pairs[i]).second)
+      return emitOpError() << "rank " << pairs[i] << " is the source of two pairs; each rank "
+                           << "sends once";
+    if (!targets.insert(pairs[i + 1]).second)
+      return emitOpError() << "rank " << pairs[i + 1] << " is the target of two pairs; each "
+                           << "rank receives once";
   }
   return success();
 }

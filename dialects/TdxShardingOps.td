@@ -125,6 +125,7 @@ def Tdx_AllToAllOp : Tdx_CollectiveOp<"all_to_all", "all_to_all",
 def Tdx_BroadcastOp : Tdx_CollectiveOp<"broadcast", "broadcast",
     (ins DenseI64ArrayAttr:$root), "`root` `=` $root",
     [SameOperandsAndResultType]> {
+  let runtimeCall = "ctx.broadcast($input, $mesh_axes, $root)";
   let description = [{
     Every rank of the group receives the value of the rank at mesh
     coordinates `root` (one coordinate per named axis).
@@ -132,6 +133,29 @@ def Tdx_BroadcastOp : Tdx_CollectiveOp<"broadcast", "broadcast",
     ```mlir
     %b = tdx.broadcast %x on @mesh axes = ["dp"] root = [0] : tensor<8xf32> -> tensor<8xf32>
     ```
+  }];
+}
+
+def Tdx_CollectivePermuteOp : Tdx_CollectiveOp<"collective_permute", "collective_permute",
+    (ins DenseI64ArrayAttr:$pairs), "`pairs` `=` $pairs", [SameOperandsAndResultType]> {
+  let runtimeCall = "ctx.permute($input, $mesh_axes, $pairs)";
+  let description = [{
+    Every rank of the group sends its `input` to one rank and receives one
+    rank's: `pairs` lists `source, target` group coordinates (flattened),
+    each source and each target at most once, as JAX's `ppermute` and
+    torch's `permute_tensor` take them. A rank no pair targets receives
+    zeros. The ring of a hand-written all-reduce or of ring attention:
+
+    ```mlir
+    %n = tdx.collective_permute %x on @mesh axes = ["cp"] pairs = [0, 1, 1, 2, 2, 3, 3, 0] : tensor<4x8xf32> -> tensor<4x8xf32>
+    ```
+  }];
+  let extraClassDeclaration = [{
+    ::mlir::FailureOr<int64_t> verifyGroup(::mlir::SymbolTableCollection &symbols);
+    /// The rank whose value coordinate `rank` receives, or -1.
+    int64_t sourceOf(int64_t rank);
+    /// The rank coordinate `rank` sends to, or -1.
+    int64_t targetOf(int64_t rank);
   }];
 }
 

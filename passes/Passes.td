@@ -50,6 +50,33 @@ def RaiseAten : Pass<"tdx-raise-aten", "::mlir::ModuleOp"> {
   ];
 }
 
+def ManualProgram : Pass<"tdx-manual-program", "::mlir::ModuleOp"> {
+  let summary = "Make a program written per rank (user collectives) the partitioned program of its mesh";
+  let description = [{
+    A program whose communication the user wrote (`tdx.mpi`'s calls inside
+    `tdx.trace` / `tdx.trace_train_step`, recorded as `tdx.aten "tdx::..."`
+    ops) is per-rank code already. This pass declares its mesh, places
+    every parameter and buffer Replicate, every function argument of rank
+    >= 1 as this rank's rows of a global input split along dim 0 over all
+    mesh axes (`Shard(0)`, with its `tdx.global_type`), 0-D arguments and
+    results Replicate, and rewrites each `tdx::all_reduce`, `all_gather`,
+    `reduce_scatter`, `all_to_all`, `broadcast`, `permute` into the
+    dialect's collective and `tdx::rank` into `tdx.mesh_coord`, located at
+    the user's source line (the call's `site`). The module is then
+    partitioned: propagation and partitioning leave it alone.
+
+    ```
+    tdx-opt step.mlir --tdx-manual-program="shape=4 axes=world"
+    ```
+  }];
+  let options = [
+    Option<"meshName", "mesh", "std::string", /*default=*/"\"mesh\"",
+           "The mesh's symbol name">,
+    ListOption<"shape", "shape", "int64_t", "The mesh's shape">,
+    ListOption<"axes", "axes", "std::string", "The mesh's axis names">
+  ];
+}
+
 def ExpandBatchNorm : Pass<"tdx-expand-batch-norm", "::mlir::ModuleOp"> {
   let summary = "Write training-mode batch norm as per-channel sums";
   let description = [{

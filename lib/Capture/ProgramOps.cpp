@@ -458,8 +458,15 @@ std::vector<std::string> Module::entries() const {
 
 void Module::addEntry(const std::string &text, const std::string &name) {
   ModuleOp module = *impl->module;
+  // A program of user collectives (tdx.mpi inside the trace) declares the
+  // mesh of its communicators and is placed by nobody: entries join it.
+  bool userCollectives = false;
+  module.walk([&](AtenOp op) {
+    userCollectives |= op.getSchema().starts_with("tdx::") &&
+                       op.getSchema() != "tdx::trunc_normal_";
+  });
   if (module->hasAttr(TdxDialect::kPartitionedAttrName) || isPlaced() ||
-      !module.getOps<MeshOp>().empty())
+      (!module.getOps<MeshOp>().empty() && !userCollectives))
     throw CaptureError("tdx: add_entry('" + name + "'): the program is placed already; add "
                        "every entry before tdx.parallelize (or prog.annotate), which places "
                        "them together");

@@ -164,6 +164,34 @@ Mesh::Group Mesh::group(const std::vector<std::string> &axes) {
   return {it->second, size, key};
 }
 
+int Mesh::groupIndexOf(const std::vector<std::string> &axes,
+                       const std::vector<int64_t> &coords) const {
+  if (coords.size() != axes.size())
+    throw std::runtime_error("tdx: " + std::to_string(coords.size()) + " coordinates for " +
+                             std::to_string(axes.size()) + " mesh axes");
+  int key = 0;
+  for (size_t i = 0; i < axes_.size(); ++i)
+    for (size_t j = 0; j < axes.size(); ++j)
+      if (axes[j] == axes_[i]) {
+        if (coords[j] < 0 || coords[j] >= meshShape_[i])
+          throw std::runtime_error("tdx: coordinate " + std::to_string(coords[j]) +
+                                   " is outside mesh axis '" + axes_[i] + "'");
+        key = key * static_cast<int>(meshShape_[i]) + static_cast<int>(coords[j]);
+      }
+  return key;
+}
+
+std::pair<int, int> Mesh::permutePeers(const std::vector<int64_t> &pairs, int index) {
+  int to = -1, from = -1;
+  for (size_t i = 0; i + 1 < pairs.size(); i += 2) {
+    if (pairs[i] == index)
+      to = static_cast<int>(pairs[i + 1]);
+    if (pairs[i + 1] == index)
+      from = static_cast<int>(pairs[i]);
+  }
+  return {to, from};
+}
+
 void Mesh::complete(void *request, const char *what, const std::vector<std::string> &axes) {
   MPI_Request *r = static_cast<MPI_Request *>(request);
   auto deadline = std::chrono::steady_clock::now() + std::chrono::duration<double>(timeout_);
@@ -193,8 +221,8 @@ void Mesh::timedOut(const char *what, const std::vector<std::string> &axes) cons
 }
 
 namespace {
-/// MPI guarantees tags up to 32767.
-int mpiTag(int64_t tag) { return static_cast<int>(tag % 32768); }
+/// MPI guarantees tags up to 32767; that one is tdx.collective_permute's.
+int mpiTag(int64_t tag) { return static_cast<int>(tag % Mesh::kPermuteTag); }
 } // namespace
 
 void Mesh::sendBytes(std::shared_ptr<const void> keep, const void *data, int64_t bytes,

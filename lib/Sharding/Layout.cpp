@@ -67,7 +67,7 @@ double mlir::tdx::collectiveSeconds(StringRef kind, int64_t bytes, int64_t group
     return call + (g - 1) * latency + (g - 1) * n / bandwidth;
   if (kind == "all_reduce")
     return call + 2 * (g - 1) * latency + 2 * (g - 1) / g * n / bandwidth;
-  if (kind == "send" || kind == "recv")
+  if (kind == "send" || kind == "recv" || kind == "collective_permute")
     return call + latency + n / bandwidth;
   return call + (g - 1) * latency + (g - 1) / g * n / bandwidth; // reduce_scatter, ...
 }

@@ -207,7 +207,7 @@ def _lifting(name):
 # ran (bitwise, from the same generator state), its meta kernel keeps the
 # shape, and the IR gets the counter-based tdx.trunc_normal.
 _original_trunc_normal = torch.nn.init.trunc_normal_
-_library = torch.library.Library("tdx", "DEF")
+_library = torch.library.Library("tdx", "FRAGMENT")  # collectives.py adds to tdx::
 _library.define("trunc_normal_(Tensor(a!) self, float mean, float std, float a, float b) "
                 "-> Tensor(a!)")
 

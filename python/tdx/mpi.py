@@ -54,6 +54,8 @@ import os
 
 import torch
 
+from . import collectives as _collectives
+from . import _mpi_traced as _traced
 from .errors import InputError, TdxError
 
 __all__ = [
@@ -101,7 +103,8 @@ def set_timeout(seconds):
         raise InputError(f"set_timeout: {seconds!r} is not a positive number of seconds")
     _timeout = float(seconds)
     for c in _comms:
-        _library().tdx_comm_set_timeout(c._handle, ctypes.c_double(_timeout))
+        if c._opened:
+            _library().tdx_comm_set_timeout(c._opened[0], ctypes.c_double(_timeout))
 
 
 def deactivate_cuda_aware_mpi_support():
@@ -219,22 +222,55 @@ class MPI_Communicator:
     mesh from :func:`comm`. ``rank`` is this process's index in the group,
     ``size`` the group's size. Methods are mpi4torch's."""
 
-    def __init__(self, mesh_shape, mesh_axes, group_axes, name):
-        shape = _counts(mesh_shape)
-        self._handle = _library().tdx_comm_open(shape, len(mesh_shape), ",".join(mesh_axes).encode(),
-                                                ",".join(group_axes).encode(), name.encode(),
-                                                ctypes.c_double(_timeout))
-        if not self._handle:
-            _fail()
+    def __init__(self, mesh_shape, mesh_axes, group_axes, name, mesh_name="mesh"):
         self.name = name
+        self._mesh = (mesh_name, tuple(mesh_shape), tuple(mesh_axes))
+        self._group_axes = tuple(group_axes)
+        self._size = math.prod(mesh_shape[mesh_axes.index(a)] for a in group_axes)
         self._needs_grad = self._any_grad = False
-        self._rank = _library().tdx_comm_rank(self._handle)
-        self._size = _library().tdx_comm_size(self._handle)
+        self._opened = None
+        # Opening is collective (every rank splits the world in one order),
+        # so a mesh of the job's size opens now. A mesh of another size
+        # (tracing a program for 8 ranks in one process) only records.
+        if math.prod(mesh_shape) == _library().tdx_comm_world_size():
+            self._open()
         _comms.append(self)
+
+    def _open(self):
+        if self._opened is None:
+            _, mesh_shape, mesh_axes = self._mesh
+            handle = _library().tdx_comm_open(_counts(mesh_shape), len(mesh_shape),
+                                              ",".join(mesh_axes).encode(),
+                                              ",".join(self._group_axes).encode(),
+                                              self.name.encode(), ctypes.c_double(_timeout))
+            if not handle:
+                _fail()
+            self._opened = (handle, _library().tdx_comm_rank(handle))
+        return self._opened
+
+    @property
+    def _handle(self):
+        if self._opened is None:
+            raise InputError(
+                f"{self.name} is over a mesh of {math.prod(self._mesh[1])} ranks, but this job has "
+                f"{_library().tdx_comm_world_size()}: it runs inside a program tdx traces "
+                f"(tdx.trace / tdx.trace_train_step) and compiles; eagerly, run the script "
+                f"on as many ranks as the mesh has (python3 -m tdx.run -n N)")
+        return self._opened[0]
+
+    @property
+    def _rank(self):
+        self._handle
+        return self._opened[1]
 
     @property
     def rank(self):
-        """This process's rank in the communicator, 0 ... size-1."""
+        """This process's rank in the communicator, 0 ... size-1. Inside a
+        trace it is a value of the compiled program (each rank's own):
+        arithmetic on it, ``dest``/``source`` of messages and tensor math
+        with it compile; a Python branch on it does not."""
+        if _collectives.recording() is not None:
+            return _traced.Rank(self)
         return self._rank
 
     @property
@@ -249,7 +285,8 @@ class MPI_Communicator:
         return int(_library().tdx_comm_bytes(self._handle))
 
     def __repr__(self):
-        return f"MPI_Communicator({self.name}: rank {self.rank} of {self.size})"
+        rank = self._opened[1] if self._opened else "?"
+        return f"MPI_Communicator({self.name}: rank {rank} of {self.size})"
 
     # -- checks ------------------------------------------------------------
 
@@ -324,27 +361,37 @@ class MPI_Communicator:
     def Allreduce(self, tensor, op):
         """Combines every rank's ``tensor`` elementwise with ``op``; every
         rank gets the result."""
+        if _collectives.recording() is not None:
+            return _traced.Allreduce(self, tensor, op)
         return _Allreduce.apply(tensor, _anchor(), self, op, _site())
 
     def Bcast_(self, tensor, root):
         """The root's ``tensor`` on every rank (same shape everywhere)."""
+        if _collectives.recording() is not None:
+            return _traced.Bcast_(self, tensor, root)
         return _Bcast.apply(tensor, _anchor(), self, self._rank_arg(root, "root", "Bcast_"), _site())
 
     def Reduce_(self, tensor, op, root):
         """Combines every rank's ``tensor`` with ``op`` on the root; the
         other ranks get zeros of its shape."""
+        if _collectives.recording() is not None:
+            return _traced.Reduce_(self, tensor, op, root)
         return _Reduce.apply(tensor, _anchor(), self, op, self._rank_arg(root, "root", "Reduce_"), _site())
 
     def Gather(self, tensor, gatheraxis, root):
         """Every rank's ``tensor`` concatenated along ``gatheraxis`` in rank
         order, on the root (sizes along it may differ); zeros of that shape
         elsewhere."""
+        if _collectives.recording() is not None:
+            return _traced.Gather(self, tensor, gatheraxis, root)
         return _Gather.apply(tensor, _anchor(), self, _int(gatheraxis, "gatheraxis", "Gather"),
                              self._rank_arg(root, "root", "Gather"), _site())
 
     def Allgather(self, tensor, gatheraxis):
         """Every rank's ``tensor`` concatenated along ``gatheraxis`` in rank
         order, on every rank (sizes along it may differ)."""
+        if _collectives.recording() is not None:
+            return _traced.Allgather(self, tensor, gatheraxis)
         return _Allgather.apply(tensor, _anchor(), self, _int(gatheraxis, "gatheraxis", "Allgather"),
                                 _site())
 
@@ -352,6 +399,8 @@ class MPI_Communicator:
         """This rank's ``numelem`` entries along ``scatteraxis`` of the
         root's ``tensor`` (in rank order; the numelems must add up to the
         root's size along it). Other ranks' ``tensor`` is not read."""
+        if _collectives.recording() is not None:
+            return _traced.Scatter(self, tensor, scatteraxis, numelem, root)
         return _Scatter.apply(tensor, _anchor(), self, _int(scatteraxis, "scatteraxis", "Scatter"),
                               _int(numelem, "numelem", "Scatter"),
                               self._rank_arg(root, "root", "Scatter"), _site())
@@ -360,6 +409,8 @@ class MPI_Communicator:
         """Rank j gets, from every rank k in order and concatenated along
         ``gatheraxis``, k's slice of ``scatteraxis`` that belongs to j (j's
         ``numelem`` entries, in rank order)."""
+        if _collectives.recording() is not None:
+            return _traced.Alltoall(self, tensor, gatheraxis, scatteraxis, numelem)
         return _Alltoall.apply(tensor, _anchor(), self, _int(gatheraxis, "gatheraxis", "Alltoall"),
                                _int(scatteraxis, "scatteraxis", "Alltoall"),
                                _int(numelem, "numelem", "Alltoall"), _site())
@@ -367,6 +418,8 @@ class MPI_Communicator:
     def Isend(self, tensor, dest, tag):
         """Starts sending ``tensor`` to ``dest``; :meth:`Wait` on the handle
         returns the tensor once the peer received it."""
+        if _collectives.recording() is not None:
+            return _traced.Isend(self, tensor, dest, tag)
         call = "Isend"
         state = _Message(self, True, self._rank_arg(dest, "dest", call), _tag(tag, call),
                          _site(), tensor)
@@ -376,6 +429,8 @@ class MPI_Communicator:
         """Starts receiving a tensor of ``tensor``'s shape and dtype from
         ``source``; :meth:`Wait` on the handle returns it. ``tensor`` is a
         template (and an autograd dependency), never written."""
+        if _collectives.recording() is not None:
+            return _traced.Irecv(self, tensor, source, tag)
         call = "Irecv"
         state = _Message(self, False, self._rank_arg(source, "source", call), _tag(tag, call),
                          _site(), tensor)
@@ -383,6 +438,8 @@ class MPI_Communicator:
 
     def Wait(self, waithandle):
         """Completes a handle of :meth:`Isend` or :meth:`Irecv`."""
+        if _collectives.recording() is not None:
+            return _traced.Wait(self, waithandle)
         if not isinstance(waithandle, WaitHandle):
             raise InputError(f"Wait takes the WaitHandle of Isend or Irecv, got "
                              f"{type(waithandle).__name__}")
@@ -436,7 +493,7 @@ def _allreduce(comm, t, op, site, root=None):
     else:
         rc = lib.tdx_comm_reduce(comm._handle, x.data_ptr(), out.data_ptr(), x.numel(),
                                  _DTYPES[x.dtype], op, root, what)
-        if comm.rank != root:
+        if comm._rank != root:
             out.zero_()
     if rc:
         _fail()
@@ -497,7 +554,7 @@ def _gather(comm, t, axis, root, site):
                                    _counts([s * inner for s in sizes]), _DTYPES[t.dtype], root,
                                    f"{call} at {site}".encode()):
         _fail()
-    if 0 <= root != comm.rank:
+    if 0 <= root != comm._rank:
         out.zero_()
     return out.movedim(0, axis), sizes
 
@@ -507,7 +564,7 @@ def _scatter(comm, t, axis, numelem, root, site):
     _dtype_code(t, call)
     if numelem < 0:
         raise InputError(f"Scatter at {site}: numelem {numelem} is negative")
-    mine_root = comm.rank == root
+    mine_root = comm._rank == root
     if mine_root:
         axis = _axis(t, axis, call)
     headers = comm._agree(call, site, t, axis, numelem, root)
@@ -548,7 +605,7 @@ def _reduce_scatter(comm, t, axis, sizes, site):
     comm._same_tensor(call, site, headers)
     x, inner = _rows(t, axis)
     x = x.to(_reduce_dtype(t))
-    out = torch.empty((sizes[comm.rank],) + tuple(x.shape[1:]), dtype=x.dtype)
+    out = torch.empty((sizes[comm._rank],) + tuple(x.shape[1:]), dtype=x.dtype)
     if _library().tdx_comm_reduce_scatterv(comm._handle, x.data_ptr(), out.data_ptr(),
                                            _counts([s * inner for s in sizes]), _DTYPES[x.dtype],
                                            MPI_SUM, f"Allgather's backward at {site}".encode()):
@@ -609,7 +666,7 @@ def _prod_grad(comm, x, summed, site):
     """PROD's adjoint: the summed gradient times the product of the other
     ranks' values (no division: exact where a value is zero)."""
     every, _ = _gather(comm, x.unsqueeze(0), 0, -1, site + " (backward)")
-    others = torch.cat([every[:comm.rank], every[comm.rank + 1:]]).prod(dim=0)
+    others = torch.cat([every[:comm._rank], every[comm._rank + 1:]]).prod(dim=0)
     return summed * others
 
 
@@ -749,7 +806,7 @@ class _Scatter(torch.autograd.Function):
     @staticmethod
     def backward(ctx, g):
         full = _Gather.apply(g, None, ctx.comm, ctx.axis, ctx.root, ctx.site + " (backward)")
-        if ctx.comm.rank != ctx.root:
+        if ctx.comm._rank != ctx.root:
             full = full.new_zeros(ctx.input_shape)
         return full, None, None, None, None, None, None
 
@@ -942,7 +999,7 @@ def comm(mesh, axis):
     for a in axes:
         if a not in names:
             raise InputError(f"tdx.mpi.comm: the mesh has no axis {a!r} (its axes: {names})")
-    return MPI_Communicator(shape, names, axes, ",".join(axes))
+    return MPI_Communicator(shape, names, axes, ",".join(axes), getattr(mesh, "name", "mesh"))
 
 
 def __getattr__(name):
@@ -952,6 +1009,6 @@ def __getattr__(name):
             size = _library().tdx_comm_world_size()
             if size <= 0:
                 _fail()
-            _WORLD = MPI_Communicator((size,), ("world",), ("world",), "COMM_WORLD")
+            _WORLD = MPI_Communicator((size,), ("world",), ("world",), "COMM_WORLD", "world")
         return _WORLD
     raise AttributeError(f"module 'tdx.mpi' has no attribute {name!r}")

@@ -82,11 +82,19 @@ class Program:
             raise TypeError(f"add_entry('{name}'): fn must be callable as fn(model, *inputs)")
         entries, recording = _checked_entries(model, "add_entry")
         inputs = _fake_inputs(example_inputs, "example input", "add_entry")
+        from . import collectives
         log = _C.Trace()
         before = len(recording)
         with torch.no_grad(), _python_guards(fake_cuda=True), _C.TraceMode(log), \
-                model_code_tracing():
+                collectives.record() as comms, model_code_tracing():
             out = fn(model, *inputs)
+        if comms.mesh is not None:
+            comms.finish()
+            if comms.mesh_op() not in self.mlir:
+                raise CaptureError(f"add_entry('{name}'): fn calls tdx.mpi over mesh "
+                                   f"{comms.mesh}, which is not the mesh of the program's "
+                                   f"main entry's communicators (an entry with user "
+                                   f"communication joins a program whose main entry has it)")
         if len(recording) != before:
             raise CaptureError(f"add_entry('{name}'): fn changed the model's state (a batch "
                                f"norm in training mode updates its running statistics); an "
@@ -322,16 +330,18 @@ def trace(module, *example_inputs, _mixed_precision=None, **constants):
             raise CaptureError(f"trace: keyword {name!r} is a tensor; tensors are example "
                                f"inputs, given by position (keywords are constants such as "
                                f"use_cache=False)")
+    from . import collectives
     log = _C.Trace()
     before = len(recording)
-    with _python_guards(fake_cuda=True), _C.TraceMode(log), \
+    with _python_guards(fake_cuda=True), _C.TraceMode(log), collectives.record() as comms, \
             computing_in(module, _mixed_precision), model_code_tracing():
         out = module(*inputs, **constants)
     if len(recording) != before:
         raise CaptureError("the forward pass changed the module's deferred state")
     outputs = _flatten(out, "the forward's outputs")
-    prog = Program(recording.to_mlir(entries, log, inputs, outputs,
-                                     non_persistent=_non_persistent(module)))
+    prog = Program(collectives.with_mesh(
+        recording.to_mlir(entries, log, inputs, outputs, non_persistent=_non_persistent(module)),
+        comms))
     prog.forward_op_names = log.op_names()
     prog._model = module
     prog._retrace = lambda policy: trace(module, *example_inputs, _mixed_precision=policy,

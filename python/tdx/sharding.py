@@ -119,6 +119,7 @@ def _annotate(prog, name, mesh, placements, priority=-1):
     """Places `name` (state, or "input:<i>") on `mesh`; a `priority` >= 0
     (inputs only) makes it a preference at that level, not fixed."""
     from . import torch_plans
+    _refuse_manual(prog, f"placing {name}")
     placements = [torch_plans.placement(p) for p in placements]
     if len(placements) != mesh.ndim:
         raise ValueError(f"{len(placements)} placement(s) for a {mesh.ndim}-D mesh "
@@ -129,7 +130,17 @@ def _annotate(prog, name, mesh, placements, priority=-1):
     return prog
 
 
+def _refuse_manual(prog, what):
+    from . import collectives
+    if collectives.is_manual(prog):
+        raise CaptureError(f"{what}: this program's communication is the user's (tdx.mpi calls "
+                           f"inside the trace): it runs per rank as written, with its state "
+                           f"replicated, and tdx places nothing in it; compile it as it is "
+                           f"(tdx.compile(prog))")
+
+
 def _propagate(prog, *, bandwidth=None, latency=None, flops=None, memory=None):
+    _refuse_manual(prog, "propagation")
     options = []
     if bandwidth is not None:
         options.append("bandwidth=" + ",".join(str(float(x)) for x in _as_list(bandwidth)))
@@ -154,6 +165,9 @@ def _partition(prog):
     if prog.is_partitioned:
         raise CaptureError("the program is already partitioned (its types are per-rank); "
                            "partition the global program once")
+    from . import collectives
+    if collectives.is_manual(prog):
+        return prog.run_pipeline("tdx-manual-program")
     if not prog._module.is_placed():
         _propagate(prog)
     return prog.run_pipeline("tdx-spmd")
@@ -494,6 +508,7 @@ def parallelize(prog, mesh, plan, *, data_parallel=None, zero=0, fold=(), mixed_
     gathered); ``"local"`` each rank's own shard's, as DDP without
     SyncBatchNorm (no communication for them; the running statistics follow
     rank 0's, as DDP's broadcast buffers do). Returns the program."""
+    _refuse_manual(prog, "tdx.parallelize")
     from . import torch_plans
     mesh = torch_plans.mesh(mesh)
     if zero not in (0, 1, 2, 3):

@@ -208,6 +208,7 @@ def trace_train_step(model, optimizer, loss_fn, *batch, max_grad_norm=None, hype
     reduces its gradients once per step. The program's inputs are the
     micro-batches stacked, ``(k, B, ...)`` (``exe.train`` and the runner
     take the concatenated ``(k * B, ...)`` and stack them)."""
+    from . import collectives
     from .deferred import _python_guards
     given = batch
     if not isinstance(optimizer, torch.optim.Optimizer):
@@ -271,13 +272,17 @@ def trace_train_step(model, optimizer, loss_fn, *batch, max_grad_norm=None, hype
     labels = [n if len(groups) == 1 else f"{n}.{g}" for n, g in keys]
     traced = [groups[g][n] for n, g in keys]
 
+    comms = []
+
     def record():
         log = _C.Trace()
         before = len(recording)
         optimizer.state.clear()
         optimizer.state.update({p: dict(state) for p, state in fresh.items()})
         try:
-            with _python_guards(fake_cuda=True), _C.TraceMode(log):
+            with _python_guards(fake_cuda=True), _C.TraceMode(log), \
+                    collectives.record() as rec:
+                comms[:] = [rec]
                 trained = [p for p in params if p.requires_grad]
                 with computing_in(model, _mixed_precision):
                     loss, grads = _accumulated(model, loss_fn, inputs, trained, k)
@@ -314,7 +319,7 @@ def trace_train_step(model, optimizer, loss_fn, *batch, max_grad_norm=None, hype
             for (name, g), value in zip(keys, traced):
                 groups[g][name] = value
         text = _with_hyperparameters(texts, labels, traced, probes)
-    prog = Program(text)
+    prog = Program(collectives.with_mesh(text, comms[0]))
     prog.forward_op_names = log.op_names()
     prog.hyperparameters = {n: groups[0][n] if len(groups) == 1 else [gr[n] for gr in groups]
                             for n in names_hp}

@@ -162,6 +162,60 @@ func.func @broadcast_root_count(%x: tensor<8xf32>) {
 
 // -----
 
+tdx.mesh @mesh shape = [2, 4] axes = ["dp", "tp"]
+func.func @permute_outside(%x: tensor<8xf32>) {
+  // expected-error @+1 {{'tdx.collective_permute' op pair (3, 4) names rank 4, outside the group of 4 on axis "tp"}}
+  %0 = tdx.collective_permute %x on @mesh axes = ["tp"] pairs = [3, 4] : tensor<8xf32> -> tensor<8xf32>
+  return
+}
+
+// -----
+
+tdx.mesh @mesh shape = [2, 4] axes = ["dp", "tp"]
+func.func @permute_two_targets(%x: tensor<8xf32>) {
+  // expected-error @+1 {{'tdx.collective_permute' op rank 1 is the target of two pairs; each rank receives once}}
+  %0 = tdx.collective_permute %x on @mesh axes = ["tp"] pairs = [0, 1, 2, 1] : tensor<8xf32> -> tensor<8xf32>
+  return
+}
+
+// -----
+
+tdx.mesh @mesh shape = [2, 4] axes = ["dp", "tp"]
+func.func @permute_two_sources(%x: tensor<8xf32>) {
+  // expected-error @+1 {{'tdx.collective_permute' op rank 0 is the source of two pairs; each rank sends once}}
+  %0 = tdx.collective_permute %x on @mesh axes = ["tp"] pairs = [0, 1, 0, 2] : tensor<8xf32> -> tensor<8xf32>
+  return
+}
+
+// -----
+
+tdx.mesh @mesh shape = [2, 4] axes = ["dp", "tp"]
+func.func @permute_odd(%x: tensor<8xf32>) {
+  // expected-error @+1 {{'tdx.collective_permute' op pairs has 3 entries; give (source, target) pairs, flattened}}
+  %0 = tdx.collective_permute %x on @mesh axes = ["tp"] pairs = [0, 1, 2] : tensor<8xf32> -> tensor<8xf32>
+  return
+}
+
+// -----
+
+tdx.mesh @mesh shape = [2, 4] axes = ["dp", "tp"]
+func.func @permute_two_axes(%x: tensor<8xf32>) {
+  // expected-error @+1 {{'tdx.collective_permute' op names 2 mesh axes; a permutation goes along one}}
+  %0 = tdx.collective_permute %x on @mesh axes = ["dp", "tp"] pairs = [0, 1] : tensor<8xf32> -> tensor<8xf32>
+  return
+}
+
+// -----
+
+tdx.mesh @mesh shape = [2, 4] axes = ["dp", "tp"]
+func.func @permute_type(%x: tensor<8xf32>) {
+  // expected-error @+1 {{'tdx.collective_permute' op requires the same type for all operands and results}}
+  %0 = tdx.collective_permute %x on @mesh axes = ["tp"] pairs = [0, 1] : tensor<8xf32> -> tensor<4xf32>
+  return
+}
+
+// -----
+
 tdx.mesh @mesh shape = [2, 4] axes = ["pp", "tp"]
 func.func @send_two_axes(%x: tensor<2xf32>) {
   // expected-error @+1 {{'tdx.send' op names 2 mesh axes; a point-to-point message goes along one}}

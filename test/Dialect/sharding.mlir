@@ -41,6 +41,10 @@ func.func @collectives(%x: tensor<2x16xf32>, %y: tensor<8x16xf32>, %u: tensor<5x
   %9 = tdx.broadcast %y on @mesh axes = ["dp"] root = [1] : tensor<8x16xf32> -> tensor<8x16xf32>
   // CHECK: tdx.broadcast %{{.*}} on @mesh axes = ["dp", "tp"] root = [0, 3]
   %10 = tdx.broadcast %y on @mesh axes = ["dp", "tp"] root = [0, 3] : tensor<8x16xf32> -> tensor<8x16xf32>
+  // CHECK: tdx.collective_permute %{{.*}} on @mesh axes = ["tp"] pairs = [0, 1, 1, 2, 2, 3, 3, 0] : tensor<8x16xf32> -> tensor<8x16xf32>
+  %11 = tdx.collective_permute %y on @mesh axes = ["tp"] pairs = [0, 1, 1, 2, 2, 3, 3, 0] : tensor<8x16xf32> -> tensor<8x16xf32>
+  // CHECK: tdx.collective_permute %{{.*}} on @mesh axes = ["dp"] pairs = [0, 1] :
+  %12 = tdx.collective_permute %y on @mesh axes = ["dp"] pairs = [0, 1] : tensor<8x16xf32> -> tensor<8x16xf32>
   return
 }
 

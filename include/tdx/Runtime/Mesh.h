@@ -64,6 +64,16 @@ public:
     int index;
   };
   Group group(const std::vector<std::string> &axes);
+  /// The index in group(axes) of the rank at `coords` (one per axis of
+  /// `axes`, in its order).
+  int groupIndexOf(const std::vector<std::string> &axes, const std::vector<int64_t> &coords) const;
+  /// The ranks `pairs` (source, target group indices, flattened) names for
+  /// the rank at group index `index`: whom it sends to and receives from
+  /// (-1: none). tdx.collective_permute on every backend.
+  static std::pair<int, int> permutePeers(const std::vector<int64_t> &pairs, int index);
+  /// The MPI tag of tdx.collective_permute's messages (pipeline tags are
+  /// below it).
+  static constexpr int kPermuteTag = 32767;
 
   /// Waits for an MPI_Request* at most the collective timeout, then throws
   /// naming `what` and the group's axes (the driver then aborts every rank).

@@ -70,6 +70,14 @@ public:
                            int64_t reduce, int64_t dim);
   at::Tensor allToAll(const at::Tensor &x, const std::vector<std::string> &axes, int64_t split,
                       int64_t concat);
+  /// tdx.broadcast: every rank of the group gets the value of the rank at
+  /// coordinates `root` (one per axis, in `axes`' order).
+  at::Tensor broadcast(const at::Tensor &x, const std::vector<std::string> &axes,
+                       const std::vector<int64_t> &root);
+  /// tdx.collective_permute along one axis: `pairs` are (source, target)
+  /// coordinates, flattened; a rank no pair targets gets zeros.
+  at::Tensor permute(const at::Tensor &x, const std::vector<std::string> &axes,
+                     const std::vector<int64_t> &pairs);
   /// tdx.send and tdx.recv (Mesh::sendBytes): `shape` may have one -1 dim,
   /// which the message's size gives (an MPI message carries its size, so
   /// `sized`, which says the receiver leaves a dim open, changes nothing).

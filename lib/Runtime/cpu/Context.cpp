@@ -6,6 +6,7 @@
 
 #include <algorithm>
 #include <chrono>
+#include <climits>
 #include <memory>
 #include <numeric>
 #include <thread>
@@ -309,6 +310,53 @@ at::Tensor Context::allToAll(const at::Tensor &x, const std::vector<std::string>
     std::memcpy(received[r].data_ptr(),
                 static_cast<uint8_t *>(recvBuffer.data_ptr()) + recvDispls[r], recvCounts[r]);
   return at::cat(received, concat);
+}
+
+at::Tensor Context::broadcast(const at::Tensor &x, const std::vector<std::string> &axes,
+                              const std::vector<int64_t> &root) {
+  Profile::Scope timed(&Profile::collectives);
+  Group g = group(axes);
+  int from = groupIndexOf(axes, root);
+  at::Tensor out = x.contiguous().clone();
+  if (out.nbytes() > static_cast<size_t>(INT_MAX))
+    throw std::runtime_error("tdx: broadcast of " + std::to_string(out.nbytes()) +
+                             " bytes: over MPI's 2 GiB count");
+  if (g.index == from)
+    addBytes(static_cast<int64_t>(out.nbytes()) * (g.size - 1));
+  MPI_Request request;
+  checkMpi(MPI_Ibcast(out.data_ptr(), static_cast<int>(out.nbytes()), MPI_BYTE, from,
+                      *static_cast<MPI_Comm *>(g.comm), &request),
+           "broadcast");
+  complete(&request, "broadcast", axes);
+  return out;
+}
+
+at::Tensor Context::permute(const at::Tensor &x, const std::vector<std::string> &axes,
+                            const std::vector<int64_t> &pairs) {
+  Profile::Scope timed(&Profile::collectives);
+  Group g = group(axes);
+  MPI_Comm comm = *static_cast<MPI_Comm *>(g.comm);
+  auto [to, from] = permutePeers(pairs, g.index);
+  at::Tensor in = x.contiguous();
+  at::Tensor out = from >= 0 ? at::empty_like(in) : at::zeros_like(in);
+  if (in.nbytes() > static_cast<size_t>(INT_MAX))
+    throw std::runtime_error("tdx: collective_permute of " + std::to_string(in.nbytes()) +
+                             " bytes: over MPI's 2 GiB count");
+  const int bytes = static_cast<int>(in.nbytes());
+  MPI_Request recv = MPI_REQUEST_NULL, send = MPI_REQUEST_NULL;
+  if (from >= 0)
+    checkMpi(MPI_Irecv(out.data_ptr(), bytes, MPI_BYTE, from, kPermuteTag, comm, &recv),
+             "collective_permute");
+  if (to >= 0) {
+    checkMpi(MPI_Isend(in.data_ptr(), bytes, MPI_BYTE, to, kPermuteTag, comm, &send),
+             "collective_permute");
+    addBytes(bytes);
+  }
+  if (from >= 0)
+    complete(&recv, "collective_permute", axes);
+  if (to >= 0)
+    complete(&send, "collective_permute", axes);
+  return out;
 }
 
 at::Tensor Context::init(const InitProgram &program, const Layout &layout) const {

@@ -347,6 +347,65 @@ Tensor Context::allGather(const Tensor &x, const std::vector<std::string> &axes,
   return gathered.transpose(0, dim).contiguous();
 }
 
+Tensor Context::broadcast(const Tensor &x, const std::vector<std::string> &axes,
+                          const std::vector<int64_t> &root) {
+  Group g = group(axes);
+  const int from = groupIndexOf(axes, root);
+  Tensor in = x.contiguous();
+  if (g.index == from)
+    addBytes(in.nbytes() * (g.size - 1));
+  if (staged_) {
+    std::vector<Tensor> pieces(g.size), received(g.size);
+    for (int r = 0; r < g.size; ++r) {
+      pieces[r] = g.index == from ? in : Tensor::empty({0}, x.dtype());
+      received[r] = Tensor::empty(r == from ? x.sizes() : std::vector<int64_t>{0}, x.dtype());
+    }
+    hostExchange(pieces, received, g, "broadcast", axes);
+    return received[from];
+  }
+  Tensor out = Tensor::empty(x.sizes(), x.dtype());
+  auto c = static_cast<ncclComm_t>(comm(axes, g));
+  auto stream = static_cast<cudaStream_t>(beginCollective());
+  checkNccl(ncclBroadcast(in.data(), out.data(), static_cast<size_t>(in.numel()),
+                          ncclType(x.dtype()), from, c, stream),
+            "broadcast");
+  endCollective("broadcast", axes);
+  return out;
+}
+
+Tensor Context::permute(const Tensor &x, const std::vector<std::string> &axes,
+                        const std::vector<int64_t> &pairs) {
+  Group g = group(axes);
+  auto [to, from] = permutePeers(pairs, g.index);
+  Tensor in = x.contiguous();
+  Tensor out = from >= 0 ? Tensor::empty(x.sizes(), x.dtype()) : tdx::cu::zeros(x.sizes(), x.dtype());
+  if (to >= 0)
+    addBytes(in.nbytes());
+  if (staged_) {
+    std::vector<Tensor> pieces(g.size), received(g.size);
+    for (int r = 0; r < g.size; ++r) {
+      pieces[r] = r == to ? in : Tensor::empty({0}, x.dtype());
+      received[r] = r == from ? out : Tensor::empty({0}, x.dtype());
+    }
+    hostExchange(pieces, received, g, "collective_permute", axes);
+    return out;
+  }
+  auto c = static_cast<ncclComm_t>(comm(axes, g));
+  auto stream = static_cast<cudaStream_t>(beginCollective());
+  checkNccl(ncclGroupStart(), "group start");
+  if (to >= 0)
+    checkNccl(ncclSend(in.data(), static_cast<size_t>(in.numel()), ncclType(x.dtype()), to, c,
+                       stream),
+              "collective_permute");
+  if (from >= 0)
+    checkNccl(ncclRecv(out.data(), static_cast<size_t>(out.numel()), ncclType(x.dtype()), from,
+                       c, stream),
+              "collective_permute");
+  checkNccl(ncclGroupEnd(), "collective_permute");
+  endCollective("collective_permute", axes);
+  return out;
+}
+
 int64_t Context::startAllGather(const Tensor &x, const std::vector<std::string> &axes,
                                 int64_t dim, int64_t total) {
   // Not asynchronous on CUDA yet: gathered here, so wait() orders nothing

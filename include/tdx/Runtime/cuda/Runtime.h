@@ -210,6 +210,11 @@ public:
   Tensor allToAll(const Tensor &x, const std::vector<std::string> &axes, int64_t split,
                   int64_t concat);
   static Tensor chunk(const Tensor &x, int64_t chunks, int64_t index, int64_t dim);
+  /// tdx.broadcast and tdx.collective_permute, as the CPU runtime's.
+  Tensor broadcast(const Tensor &x, const std::vector<std::string> &axes,
+                   const std::vector<int64_t> &root);
+  Tensor permute(const Tensor &x, const std::vector<std::string> &axes,
+                 const std::vector<int64_t> &pairs);
   /// tdx.send and tdx.recv (PointToPoint.cu) over the NCCL channel from
   /// one rank of `axes`' group to another (pipelineChannel): a send is
   /// enqueued on the channel's stream after the compute stream's work so
