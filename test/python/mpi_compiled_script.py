@@ -6,7 +6,7 @@ job. Every rank runs it under ``python3 -m tdx.run -n N``:
 For each case (comma-separated names of CASES below, or ``all``), a
 one-parameter model ``p`` (float64, the same on every rank) and this rank's
 inputs ``x`` (shifts the value, so MAX/MIN/PROD have no ties) and ``w`` (a
-random output gradient) give the loss ``(CALL(p + x) * w).sum()``. Eagerly
+random output gradient) give the loss ``weighted(CALL(p + x), w)``. Eagerly
 its gradient comes from ``loss.backward()`` on tdx.mpi; compiled, from one
 step of ``tdx.trace_train_step`` with SGD at lr 1 (``p - p'``), read back on
 every rank by an added entry that all-gathers ``p'``. Then ``closed`` runs
@@ -42,12 +42,14 @@ CASES = {
 
 
 def ring(v):
-    """mpi4torch's non-blocking ring: each rank sends to the next, receives
-    from the previous, and scales what it got by its rank."""
-    send = comm.Isend(v, (comm.rank + 1) % comm.size, 0)
-    recv = comm.Irecv(torch.zeros_like(v), (comm.rank + comm.size - 1) % comm.size, 0)
-    got = comm.Wait(mpi4torch.JoinDummiesHandle(recv, [send.dummy]))
-    return got * comm.rank
+    """mpi4torch's non-blocking ring test: each rank sends to the next,
+    receives from the previous, and scales what it got by its rank."""
+    req = comm.Isend(v, (comm.rank + 1) % comm.size, 0)
+    req2 = comm.Irecv(mpi4torch.JoinDummies(torch.empty_like(v), [req.dummy]),
+                      (comm.rank + comm.size - 1) % comm.size, 0)
+    res = comm.Wait(mpi4torch.JoinDummiesHandle(req, [req2.dummy]))
+    res2 = comm.Wait(mpi4torch.JoinDummiesHandle(req2, [res]))
+    return res2 * comm.rank
 
 
 class One(torch.nn.Module):
@@ -59,7 +61,7 @@ class One(torch.nn.Module):
 def compiled_grad(call, p0, x, w):
     """The gradient of (call(p + x) * w).sum() on every rank, compiled."""
     def loss_fn(m, x, w):
-        return (call(m.p + x) * w).sum()
+        return weighted(call(m.p + x), w)
     model = tdx.deferred_init(One, p0.shape)
     prog = tdx.trace_train_step(model, torch.optim.SGD(model.parameters(), lr=1.0), loss_fn, x, w)
     prog.add_entry("gathered", lambda m, x: comm.Allgather(m.p.unsqueeze(0), 0), x)
@@ -72,9 +74,15 @@ def compiled_grad(call, p0, x, w):
 
 def eager_grad(call, p0, x, w):
     p = p0.clone().requires_grad_()
-    loss = (call(p + x) * w).sum()
+    loss = weighted(call(p + x), w)
     loss.backward()
     return loss.item(), comm.Allgather(p.grad.unsqueeze(0), 0)
+
+
+def weighted(out, w):
+    """The sum of `out` weighted by the first entries of `w` (which is as
+    large as the largest result, n times the input)."""
+    return (out.reshape(-1) * w.reshape(-1)[:out.numel()]).sum()
 
 
 def data(seed, shape):
@@ -88,7 +96,7 @@ for name in names:
     if name == "closed":
         shape = (ROWS, 3)
         p0, x, w = data(1, shape), torch.zeros(shape, dtype=torch.float64), \
-            torch.ones(shape, dtype=torch.float64)
+            torch.ones((n * ROWS, 3), dtype=torch.float64)
         got = {}
         for case in ("allreduce_sum", "bcast", "ring"):
             got[case] = compiled_grad(CASES[case], p0, x, w)[1][:, 0, 0].tolist()
@@ -132,7 +140,7 @@ for name in names:
         continue
     shape = (ROWS, 3)
     p0 = data(1, shape)
-    x, w = data(100 + rank, shape) * 0.5, data(200 + rank, shape)
+    x, w = data(100 + rank, shape) * 0.5, data(200 + rank, (n * ROWS, 3))
     c_loss, c_grad = compiled_grad(CASES[name], p0, x, w)
     e_loss, e_grad = eager_grad(CASES[name], p0, x, w)
     out[name] = {"loss": [c_loss, e_loss], "grad_error": (c_grad - e_grad).abs().max().item(),
