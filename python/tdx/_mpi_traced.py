@@ -201,35 +201,24 @@ class _Message:
         self.result = None
 
 
-class _Handle:
-    """A traced WaitHandle: ``dummy`` for JoinDummies, as in mpi4torch."""
-
-    def __init__(self, message):
-        self._state = message
-        self.dummy = message.tensor.new_zeros(0) if message.tensor.is_floating_point() \
-            else torch.zeros(0)
+def _post(comm, send, t, peer, tag):
+    """An Isend (send) or Irecv, posted: its handle, whose ``dummy`` is for
+    JoinDummies as in mpi4torch."""
+    from .mpi import WaitHandle
+    site = _c.site()
+    _args(comm, site)
+    m = _Message(comm, send, t, peer, tag, site)
+    (_c.recording().sends if send else _c.recording().recvs).append(m)
+    dummy = t.new_zeros(0) if t.is_floating_point() else torch.zeros(0)
+    return WaitHandle(dummy, m)
 
 
 def Isend(comm, t, dest, tag):
-    site = _c.site()
-    _args(comm, site)
-    m = _Message(comm, True, t, dest, tag, site)
-    _c.recording().sends.append(m)
-    return _wrap(m)
+    return _post(comm, True, t, dest, tag)
 
 
 def Irecv(comm, t, source, tag):
-    site = _c.site()
-    _args(comm, site)
-    m = _Message(comm, False, t, source, tag, site)
-    _c.recording().recvs.append(m)
-    return _wrap(m)
-
-
-def _wrap(m):
-    from .mpi import WaitHandle
-    h = _Handle(m)
-    return WaitHandle(h.dummy, m)
+    return _post(comm, False, t, source, tag)
 
 
 def _match(recv, site):

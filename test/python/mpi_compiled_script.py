@@ -10,7 +10,8 @@ random output gradient) give the loss ``weighted(CALL(p + x), w)``. Eagerly
 its gradient comes from ``loss.backward()`` on tdx.mpi; compiled, from one
 step of ``tdx.trace_train_step`` with SGD at lr 1 (``p - p'``), read back on
 every rank by an added entry that all-gathers ``p'``. Then ``closed`` runs
-mpi4torch's closed-form cases (w = 1, x = 0) and ``linreg`` trains a linear
+mpi4torch's closed-form cases (w = 1, x = 0; ``ring10m`` its ring test at its
+10M doubles) and ``linreg`` trains a linear
 model whose loss two Allreduces make global, 4 steps, compiled vs eager.
 Rank 0 writes {case: {...}} to OUT as JSON."""
 
@@ -101,6 +102,16 @@ for name in names:
         for case in ("allreduce_sum", "bcast", "ring"):
             got[case] = compiled_grad(CASES[case], p0, x, w)[1][:, 0, 0].tolist()
         out["closed"] = got
+        continue
+    if name == "ring10m":
+        # mpi4torch's test at its size: 10M doubles around the ring.
+        big = 10_000_000
+        p0 = torch.zeros(big, dtype=torch.float64)   # p - p' is then the gradient exactly
+        grad = compiled_grad(CASES["ring"], p0, torch.zeros(big, dtype=torch.float64),
+                             torch.ones(big, dtype=torch.float64))[1]
+        want = torch.tensor([(r + 1) % n for r in range(n)], dtype=torch.float64)
+        out["ring10m"] = {"max_error": (grad - want[:, None]).abs().max().item(),
+                          "elements": grad[0].numel()}
         continue
     if name == "linreg":
         # mpi4torch's linear regression, in the shape of a training step: each

@@ -56,6 +56,14 @@ def test_mpi4torch_closed_forms_compiled(job):
     assert got["ring"] == [float((r + 1) % n) for r in range(n)]
 
 
+def test_mpi4torch_ring_of_10m_doubles_compiled(tmp_path):
+    out = tmp_path / "out.json"
+    spmd(2, SCRIPT, "ring10m", str(out))
+    with open(out) as f:
+        r = json.load(f)["ring10m"]
+    assert r == {"max_error": 0.0, "elements": 10_000_000}
+
+
 def test_mpi4torch_linear_regression_step_compiled_like_eager(job):
     n, results = job
     r = results["linreg"]
