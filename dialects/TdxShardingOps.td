@@ -137,8 +137,9 @@ def Tdx_BroadcastOp : Tdx_CollectiveOp<"broadcast", "broadcast",
 }
 
 def Tdx_CollectivePermuteOp : Tdx_CollectiveOp<"collective_permute", "collective_permute",
-    (ins DenseI64ArrayAttr:$pairs), "`pairs` `=` $pairs", [SameOperandsAndResultType]> {
-  let runtimeCall = "ctx.permute($input, $mesh_axes, $pairs)";
+    (ins DenseI64ArrayAttr:$pairs), "`pairs` `=` $pairs",
+    [SameOperandsAndResultType, Tdx_AsyncCollective]> {
+  let runtimeCall = "ctx.startPermute($input, $mesh_axes, $pairs)";
   let description = [{
     Every rank of the group sends its `input` to one rank and receives one
     rank's: `pairs` lists `source, target` group coordinates (flattened),

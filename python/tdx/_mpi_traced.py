@@ -208,7 +208,16 @@ def _post(comm, send, t, peer, tag):
     site = _c.site()
     _args(comm, site)
     m = _Message(comm, send, t, peer, tag, site)
-    (_c.recording().sends if send else _c.recording().recvs).append(m)
+    rec = _c.recording()
+    (rec.sends if send else rec.recvs).append(m)
+    # Once a message's send and receive are both posted its permutation is
+    # recorded, where it stands: the runtime starts it there and waits
+    # where the received value is first read (the Wait), so the compute in
+    # between overlaps the transfer.
+    for r in rec.recvs:
+        if not r.matched and any(not s.matched and s.tag == r.tag and s.comm is r.comm
+                                 for s in rec.sends):
+            _match(r, site)
     dummy = t.new_zeros(0) if t.is_floating_point() else torch.zeros(0)
     return WaitHandle(dummy, m)
 
@@ -272,5 +281,6 @@ def Wait(comm, handle):
     m.waited = True
     if m.send:
         return m.tensor.view_as(m.tensor)
-    _match(m, site)
+    if not m.matched:
+        _match(m, site)
     return m.result

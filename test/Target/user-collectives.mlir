@@ -3,10 +3,13 @@
 
 // The collectives of a program written per rank, in the emitted step: the
 // broadcast and the permutation run on the runtime's own calls, the rank
-// is this process's coordinate.
+// is this process's coordinate; the permutation is started where it stands
+// and waited for where its result is first read (here: returned), so what
+// runs in between overlaps it.
 // CHECK: ctx.broadcast({{.*}}, {"world"}, {2})
-// CHECK: ctx.permute({{.*}}, {"world"}, {0, 1, 1, 2, 2, 3, 3, 0})
+// CHECK: [[PERMUTE:c[0-9]+]] = ctx.startPermute({{.*}}, {"world"}, {0, 1, 1, 2, 2, 3, 3, 0})
 // CHECK: ctx.coord("world")
+// CHECK: ctx.wait([[PERMUTE]])
 module {
   func.func @forward(%x: tensor<2x3xf32>) -> (tensor<2x3xf32>, tensor<i64>) {
     %0 = tdx.aten "tdx::broadcast"(%x) {args = {root = 2 : i64, axes = "world", group = 4 : i64, site = "a.py:1"}} : (tensor<2x3xf32>) -> tensor<2x3xf32>

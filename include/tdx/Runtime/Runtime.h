@@ -78,6 +78,11 @@ public:
   /// coordinates, flattened; a rank no pair targets gets zeros.
   at::Tensor permute(const at::Tensor &x, const std::vector<std::string> &axes,
                      const std::vector<int64_t> &pairs);
+  /// The permutation started where it stands (its receive and send
+  /// posted), waited for where its result is first read: the compute in
+  /// between overlaps the transfer, as an Isend/Irecv's does.
+  int64_t startPermute(const at::Tensor &x, const std::vector<std::string> &axes,
+                       const std::vector<int64_t> &pairs);
   /// tdx.send and tdx.recv (Mesh::sendBytes): `shape` may have one -1 dim,
   /// which the message's size gives (an MPI message carries its size, so
   /// `sized`, which says the receiver leaves a dim open, changes nothing).

@@ -52,6 +52,8 @@ MPI_Op mpiOp(int64_t reduce) {
 /// all_gather's has its dim in front: wait moves it back).
 struct Context::InFlight {
   MPI_Request request = MPI_REQUEST_NULL;
+  /// A permutation's send (its receive is `request`).
+  MPI_Request send = MPI_REQUEST_NULL;
   at::Tensor buffer, input;
   std::vector<std::string> axes;
   const char *what;
@@ -89,6 +91,8 @@ std::unique_ptr<Context::InFlight> Context::inFlight(const char *what,
 int64_t Context::track(std::unique_ptr<InFlight> f) {
   if (!overlap()) {
     complete(&f->request, f->what, f->axes);
+    if (f->send != MPI_REQUEST_NULL)
+      complete(&f->send, f->what, f->axes);
     f->done = true;
   }
   inFlight_.push_back(std::move(f));
@@ -184,6 +188,8 @@ at::Tensor Context::wait(int64_t handle) {
   std::unique_ptr<InFlight> f = std::move(inFlight_[handle]);
   if (!f->done)
     complete(&f->request, f->what, f->axes);
+  if (f->send != MPI_REQUEST_NULL)
+    complete(&f->send, f->what, f->axes);
   // Handles are dense per step: the table empties when its last one is waited.
   if (std::all_of(inFlight_.begin(), inFlight_.end(), [](auto &p) { return !p; }))
     inFlight_.clear();
@@ -333,30 +339,32 @@ at::Tensor Context::broadcast(const at::Tensor &x, const std::vector<std::string
 
 at::Tensor Context::permute(const at::Tensor &x, const std::vector<std::string> &axes,
                             const std::vector<int64_t> &pairs) {
+  return wait(startPermute(x, axes, pairs));
+}
+
+int64_t Context::startPermute(const at::Tensor &x, const std::vector<std::string> &axes,
+                              const std::vector<int64_t> &pairs) {
   Profile::Scope timed(&Profile::collectives);
-  Group g = group(axes);
-  MPI_Comm comm = *static_cast<MPI_Comm *>(g.comm);
-  auto [to, from] = permutePeers(pairs, g.index);
-  at::Tensor in = x.contiguous();
-  at::Tensor out = from >= 0 ? at::empty_like(in) : at::zeros_like(in);
-  if (in.nbytes() > static_cast<size_t>(INT_MAX))
-    throw std::runtime_error("tdx: collective_permute of " + std::to_string(in.nbytes()) +
+  void *group_;
+  std::unique_ptr<InFlight> f = inFlight("collective_permute", axes, Sum, &group_);
+  MPI_Comm comm = *static_cast<MPI_Comm *>(group_);
+  auto [to, from] = permutePeers(pairs, static_cast<int>(f->index));
+  f->input = x.contiguous();
+  f->buffer = from >= 0 ? at::empty_like(f->input) : at::zeros_like(f->input);
+  if (f->input.nbytes() > static_cast<size_t>(INT_MAX))
+    throw std::runtime_error("tdx: collective_permute of " + std::to_string(f->input.nbytes()) +
                              " bytes: over MPI's 2 GiB count");
-  const int bytes = static_cast<int>(in.nbytes());
-  MPI_Request recv = MPI_REQUEST_NULL, send = MPI_REQUEST_NULL;
+  const int bytes = static_cast<int>(f->input.nbytes());
   if (from >= 0)
-    checkMpi(MPI_Irecv(out.data_ptr(), bytes, MPI_BYTE, from, kPermuteTag, comm, &recv),
+    checkMpi(MPI_Irecv(f->buffer.data_ptr(), bytes, MPI_BYTE, from, kPermuteTag, comm,
+                       &f->request),
              "collective_permute");
   if (to >= 0) {
-    checkMpi(MPI_Isend(in.data_ptr(), bytes, MPI_BYTE, to, kPermuteTag, comm, &send),
+    checkMpi(MPI_Isend(f->input.data_ptr(), bytes, MPI_BYTE, to, kPermuteTag, comm, &f->send),
              "collective_permute");
     addBytes(bytes);
   }
-  if (from >= 0)
-    complete(&recv, "collective_permute", axes);
-  if (to >= 0)
-    complete(&send, "collective_permute", axes);
-  return out;
+  return track(std::move(f));
 }
 
 at::Tensor Context::init(const InitProgram &program, const Layout &layout) const {

@@ -421,6 +421,18 @@ int64_t Context::startAllGather(const Tensor &x, const std::vector<std::string> 
   return static_cast<int64_t>(inFlight_.size()) - 1;
 }
 
+int64_t Context::startPermute(const Tensor &x, const std::vector<std::string> &axes,
+                              const std::vector<int64_t> &pairs) {
+  auto f = std::make_unique<InFlight>();
+  f->out = permute(x, axes, pairs);
+  f->axes = axes;
+  f->what = "collective_permute";
+  checkCuda(cudaEventCreateWithFlags(&f->done, cudaEventDisableTiming), "cudaEventCreate");
+  checkCuda(cudaEventRecord(f->done, nullptr), "cudaEventRecord");
+  inFlight_.push_back(std::move(f));
+  return static_cast<int64_t>(inFlight_.size()) - 1;
+}
+
 Tensor Context::chunk(const Tensor &x, int64_t chunks, int64_t index, int64_t dim) {
   dim = x.wrap(dim);
   auto [start, end] = tdx::rt::chunkRange(x.size(dim), chunks, index);

@@ -215,6 +215,10 @@ public:
                    const std::vector<int64_t> &root);
   Tensor permute(const Tensor &x, const std::vector<std::string> &axes,
                  const std::vector<int64_t> &pairs);
+  /// The CPU runtime's call; on CUDA the permutation completes where it
+  /// starts, as an all_gather's does.
+  int64_t startPermute(const Tensor &x, const std::vector<std::string> &axes,
+                       const std::vector<int64_t> &pairs);
   /// tdx.send and tdx.recv (PointToPoint.cu) over the NCCL channel from
   /// one rank of `axes`' group to another (pipelineChannel): a send is
   /// enqueued on the channel's stream after the compute stream's work so
