@@ -25,6 +25,7 @@
 #include "llvm/Support/CommandLine.h"
 #include "llvm/Support/FileSystem.h"
 #include "llvm/Support/InitLLVM.h"
+#include "llvm/Support/Path.h"
 #include "llvm/Support/Program.h"
 #include "llvm/Support/SourceMgr.h"
 #include "llvm/Support/ToolOutputFile.h"
@@ -216,6 +217,27 @@ static int buildPrecompiledHeader(StringRef dir) {
       errs() << "tdx-compile: cannot write " << gch << ": " << ec.message() << "\n";
       return 1;
     }
+  }
+  // Another capability's, precompiled before the runtime's headers last
+  // changed, is stale: GCC would take it and compile against the old
+  // runtime. Removed, that capability compiles from the header (slower,
+  // right) until tdx-compile --build-pch runs under it again.
+  sys::TimePoint<> newest;
+  std::error_code ec;
+  std::string runtime = std::string(kIncludes[0]) + "/tdx/Runtime";
+  for (sys::fs::recursive_directory_iterator it(runtime, ec), end; it != end && !ec;
+       it.increment(ec)) {
+    sys::fs::file_status st;
+    if (!sys::fs::status(it->path(), st) && st.getLastModificationTime() > newest)
+      newest = st.getLastModificationTime();
+  }
+  for (sys::fs::directory_iterator it(gchDir, ec), end; it != end && !ec; it.increment(ec)) {
+    StringRef name = sys::path::filename(it->path());
+    sys::fs::file_status st;
+    if (name.ends_with("-" + capabilityName(cpuCapability()).str() + ".gch") ||
+        sys::fs::status(it->path(), st) || st.getLastModificationTime() >= newest)
+      continue;
+    sys::fs::remove(it->path());
   }
   return 0;
 }
