@@ -406,31 +406,29 @@ Tensor Context::permute(const Tensor &x, const std::vector<std::string> &axes,
   return out;
 }
 
-int64_t Context::startAllGather(const Tensor &x, const std::vector<std::string> &axes,
-                                int64_t dim, int64_t total) {
-  // Not asynchronous on CUDA yet: gathered here, so wait() orders nothing
-  // more. `total` is what the CPU runtime uses to skip the size exchange.
-  (void)total;
+int64_t Context::completedAtStart(Tensor out, const std::vector<std::string> &axes,
+                                  const char *what) {
   auto f = std::make_unique<InFlight>();
-  f->out = allGather(x, axes, dim);
+  f->out = std::move(out);
   f->axes = axes;
-  f->what = "all_gather";
+  f->what = what;
   checkCuda(cudaEventCreateWithFlags(&f->done, cudaEventDisableTiming), "cudaEventCreate");
   checkCuda(cudaEventRecord(f->done, nullptr), "cudaEventRecord");
   inFlight_.push_back(std::move(f));
   return static_cast<int64_t>(inFlight_.size()) - 1;
 }
 
+int64_t Context::startAllGather(const Tensor &x, const std::vector<std::string> &axes,
+                                int64_t dim, int64_t total) {
+  // Not asynchronous on CUDA yet: gathered here, so wait() orders nothing
+  // more. `total` is what the CPU runtime uses to skip the size exchange.
+  (void)total;
+  return completedAtStart(allGather(x, axes, dim), axes, "all_gather");
+}
+
 int64_t Context::startPermute(const Tensor &x, const std::vector<std::string> &axes,
                               const std::vector<int64_t> &pairs) {
-  auto f = std::make_unique<InFlight>();
-  f->out = permute(x, axes, pairs);
-  f->axes = axes;
-  f->what = "collective_permute";
-  checkCuda(cudaEventCreateWithFlags(&f->done, cudaEventDisableTiming), "cudaEventCreate");
-  checkCuda(cudaEventRecord(f->done, nullptr), "cudaEventRecord");
-  inFlight_.push_back(std::move(f));
-  return static_cast<int64_t>(inFlight_.size()) - 1;
+  return completedAtStart(permute(x, axes, pairs), axes, "collective_permute");
 }
 
 Tensor Context::chunk(const Tensor &x, int64_t chunks, int64_t index, int64_t dim) {

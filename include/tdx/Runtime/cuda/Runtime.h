@@ -257,6 +257,8 @@ public:
 private:
   struct InFlight;
   std::vector<std::unique_ptr<InFlight>> inFlight_;
+  /// A handle whose collective completed where it started (`out`).
+  int64_t completedAtStart(Tensor out, const std::vector<std::string> &axes, const char *what);
   uint64_t seed_;
   bool verbose_;
   /// Collectives run on their own stream: it waits for the compute stream's
