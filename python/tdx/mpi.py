@@ -152,6 +152,16 @@ def _library():
     return _LIB
 
 
+def _job_size():
+    """The job's ranks: the launcher's count (mpirun, tdx.run), else 1
+    without starting MPI (a process tracing a program for a larger mesh
+    needs none)."""
+    for key in ("OMPI_COMM_WORLD_SIZE", "PMI_SIZE", "PMIX_SIZE"):
+        if os.environ.get(key, "").isdigit():
+            return int(os.environ[key])
+    return 1
+
+
 def _fail():
     raise CommunicationError(_library().tdx_comm_error().decode())
 
@@ -232,7 +242,7 @@ class MPI_Communicator:
         # Opening is collective (every rank splits the world in one order),
         # so a mesh of the job's size opens now. A mesh of another size
         # (tracing a program for 8 ranks in one process) only records.
-        if math.prod(mesh_shape) == _library().tdx_comm_world_size():
+        if math.prod(mesh_shape) == _job_size():
             self._open()
         _comms.append(self)
 
@@ -253,7 +263,7 @@ class MPI_Communicator:
         if self._opened is None:
             raise InputError(
                 f"{self.name} is over a mesh of {math.prod(self._mesh[1])} ranks, but this job has "
-                f"{_library().tdx_comm_world_size()}: it runs inside a program tdx traces "
+                f"{_job_size()}: it runs inside a program tdx traces "
                 f"(tdx.trace / tdx.trace_train_step) and compiles; eagerly, run the script "
                 f"on as many ranks as the mesh has (python3 -m tdx.run -n N)")
         return self._opened[0]
