@@ -159,6 +159,8 @@ def _job_size():
     for key in ("OMPI_COMM_WORLD_SIZE", "PMI_SIZE", "PMIX_SIZE"):
         if os.environ.get(key, "").isdigit():
             return int(os.environ[key])
+    if any(k in os.environ for k in ("PMIX_RANK", "PMI_RANK", "SLURM_PROCID")):
+        return _library().tdx_comm_world_size()   # launched, size not said: ask MPI
     return 1
 
 
