@@ -184,9 +184,24 @@ struct ManualProgramPass : public mlir::tdx::impl::ManualProgramBase<ManualProgr
     llvm::SplitString(stringArg(op, "axes"), names, ",");
     if (names.empty())
       return op.emitOpError() << "(" << op.getSchema() << ") names no mesh axes";
+    auto mesh = SymbolTable::lookupNearestSymbolFrom<MeshOp>(op, meshRef);
+    for (StringRef axis : names)
+      if (mesh.getAxisIndex(axis) < 0)
+        return op.emitOpError() << "(" << op.getSchema() << ") names axis \"" << axis
+                                << "\", which mesh " << meshRef << " does not have";
+    SmallVector<Value> in = op.getPlainOperands();
+    if (op.getNumResults() != 1 || in.size() != 1)
+      return op.emitOpError() << "(" << op.getSchema()
+                              << ") takes one tensor and gives one; the IR has "
+                              << in.size() << " and " << op.getNumResults();
+    // Every integer argument the call's schema has, or an error naming it.
+    auto integer = [&](StringRef name) -> FailureOr<int64_t> {
+      if (std::optional<int64_t> v = intArg(op, name))
+        return *v;
+      return op.emitOpError() << "(" << op.getSchema() << ") has no integer '" << name << "'";
+    };
     OpBuilder b(op);
     ArrayAttr meshAxes = b.getStrArrayAttr(names);
-    SmallVector<Value> in = op.getPlainOperands();
     auto reduceKind = [&]() -> FailureOr<ReduceKind> {
       std::optional<ReduceKind> r = symbolizeReduceKind(stringArg(op, "reduce"));
       if (!r)
@@ -194,7 +209,7 @@ struct ManualProgramPass : public mlir::tdx::impl::ManualProgramBase<ManualProgr
                                 << stringArg(op, "reduce") << "'; sum, avg, max or min";
       return *r;
     };
-    Type type = op.getNumResults() ? op.getResult(0).getType() : Type();
+    Type type = op.getResult(0).getType();
     Operation *made = nullptr;
     if (kind == "all_reduce") {
       FailureOr<ReduceKind> r = reduceKind();
@@ -204,22 +219,30 @@ struct ManualProgramPass : public mlir::tdx::impl::ManualProgramBase<ManualProgr
                                  ReduceKindAttr::get(b.getContext(), *r));
     } else if (kind == "reduce_scatter") {
       FailureOr<ReduceKind> r = reduceKind();
-      if (failed(r))
+      FailureOr<int64_t> dim = integer("dim");
+      if (failed(r) || failed(dim))
         return failure();
       made = ReduceScatterOp::create(b, loc, type, in[0], meshRef, meshAxes,
                                      ReduceKindAttr::get(b.getContext(), *r),
-                                     b.getI64IntegerAttr(*intArg(op, "dim")));
+                                     b.getI64IntegerAttr(*dim));
     } else if (kind == "all_gather") {
+      FailureOr<int64_t> dim = integer("dim");
+      if (failed(dim))
+        return failure();
       made = AllGatherOp::create(b, loc, type, in[0], meshRef, meshAxes,
-                                 b.getI64IntegerAttr(*intArg(op, "dim")));
+                                 b.getI64IntegerAttr(*dim));
     } else if (kind == "all_to_all") {
+      FailureOr<int64_t> split = integer("split_dim"), concat = integer("concat_dim");
+      if (failed(split) || failed(concat))
+        return failure();
       made = AllToAllOp::create(b, loc, type, in[0], meshRef, meshAxes,
-                                b.getI64IntegerAttr(*intArg(op, "split_dim")),
-                                b.getI64IntegerAttr(*intArg(op, "concat_dim")));
+                                b.getI64IntegerAttr(*split), b.getI64IntegerAttr(*concat));
     } else if (kind == "broadcast") {
       // The root is a group index: its coordinates, row-major over the axes.
-      auto mesh = SymbolTable::lookupNearestSymbolFrom<MeshOp>(op, meshRef);
-      int64_t root = *intArg(op, "root");
+      FailureOr<int64_t> given = integer("root");
+      if (failed(given))
+        return failure();
+      int64_t root = *given;
       SmallVector<int64_t> coords(names.size());
       for (int64_t i = static_cast<int64_t>(names.size()) - 1; i >= 0; --i) {
         int64_t size = mesh.getShape()[mesh.getAxisIndex(names[i])];

@@ -460,13 +460,8 @@ void Module::addEntry(const std::string &text, const std::string &name) {
   ModuleOp module = *impl->module;
   // A program of user collectives (tdx.mpi inside the trace) declares the
   // mesh of its communicators and is placed by nobody: entries join it.
-  bool userCollectives = false;
-  module.walk([&](AtenOp op) {
-    userCollectives |= op.getSchema().starts_with("tdx::") &&
-                       op.getSchema() != "tdx::trunc_normal_";
-  });
   if (module->hasAttr(TdxDialect::kPartitionedAttrName) || isPlaced() ||
-      (!module.getOps<MeshOp>().empty() && !userCollectives))
+      (!module.getOps<MeshOp>().empty() && !hasUserCollectives()))
     throw CaptureError("tdx: add_entry('" + name + "'): the program is placed already; add "
                        "every entry before tdx.parallelize (or prog.annotate), which places "
                        "them together");
@@ -548,6 +543,15 @@ bool Module::isPlaced() const {
     return placed ? WalkResult::interrupt() : WalkResult::advance();
   });
   return placed;
+}
+
+bool Module::hasUserCollectives() const {
+  bool found = false;
+  impl->module->walk([&](AtenOp op) {
+    found = op.getSchema().starts_with("tdx::") && op.getSchema() != "tdx::trunc_normal_";
+    return found ? WalkResult::interrupt() : WalkResult::advance();
+  });
+  return found;
 }
 
 std::vector<Module::MeshInfo> Module::meshes() const {

@@ -315,6 +315,7 @@ PYBIND11_MODULE(_C, m) {
       .def("num_arguments", &Module::numArguments, py::arg("function"))
       .def("is_partitioned", &Module::isPartitioned)
       .def("is_placed", &Module::isPlaced)
+      .def("has_user_collectives", &Module::hasUserCollectives)
       .def("meshes",
            [](const Module &mod) {
              std::vector<std::tuple<std::string, std::vector<int64_t>, std::vector<std::string>,

@@ -270,7 +270,7 @@ def with_mesh(text, rec):
 
 def is_manual(prog):
     """Whether `prog`'s communication is the user's (tdx::... calls)."""
-    return '"tdx::' in prog.mlir
+    return prog._module.has_user_collectives()
 
 
 def lowered(prog):

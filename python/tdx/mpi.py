@@ -48,7 +48,6 @@ Beyond mpi4torch: :func:`comm` makes a communicator over axes of a
 
 import ctypes
 import ctypes.util
-import inspect
 import math
 import os
 
@@ -172,17 +171,7 @@ def _counts(values):
     return (ctypes.c_int64 * len(values))(*[int(v) for v in values])
 
 
-def _site():
-    """The user's source line that made this call (the first frame outside
-    this file and torch's autograd)."""
-    here = os.path.abspath(__file__)
-    frame = inspect.currentframe()
-    while frame is not None:
-        path = os.path.abspath(frame.f_code.co_filename)
-        if path != here and f"{os.sep}torch{os.sep}" not in path:
-            return f"{os.path.basename(path)}:{frame.f_lineno}"
-        frame = frame.f_back
-    return "?"
+_site = _collectives.site   # the user's file:line, eagerly as in a trace
 
 
 def _dtype_code(t, call):

@@ -30,3 +30,27 @@ func.func @reduce(%x: tensor<2xf32>) -> tensor<2xf32> {
   %0 = tdx.aten "tdx::all_reduce"(%x) {args = {reduce = "prod", axes = "world", group = 4 : i64, site = "a.py:1"}} : (tensor<2xf32>) -> tensor<2xf32>
   return %0 : tensor<2xf32>
 }
+
+// -----
+
+func.func @missing_dim(%x: tensor<2xf32>) -> tensor<8xf32> {
+  // expected-error @+1 {{(tdx::all_gather) has no integer 'dim'}}
+  %0 = tdx.aten "tdx::all_gather"(%x) {args = {axes = "world", group = 4 : i64, site = "a.py:1"}} : (tensor<2xf32>) -> tensor<8xf32>
+  return %0 : tensor<8xf32>
+}
+
+// -----
+
+func.func @unknown_axis(%x: tensor<2xf32>) -> tensor<2xf32> {
+  // expected-error @+1 {{(tdx::broadcast) names axis "tp", which mesh @world does not have}}
+  %0 = tdx.aten "tdx::broadcast"(%x) {args = {root = 0 : i64, axes = "tp", group = 4 : i64, site = "a.py:1"}} : (tensor<2xf32>) -> tensor<2xf32>
+  return %0 : tensor<2xf32>
+}
+
+// -----
+
+func.func @no_operand() -> tensor<2xf32> {
+  // expected-error @+1 {{(tdx::all_reduce) takes one tensor and gives one; the IR has 0 and 1}}
+  %0 = tdx.aten "tdx::all_reduce"() {args = {reduce = "sum", axes = "world", group = 4 : i64, site = "a.py:1"}} : () -> tensor<2xf32>
+  return %0 : tensor<2xf32>
+}

@@ -342,6 +342,9 @@ public:
   bool isPartitioned() const;
   /// Whether propagation has placed the ops (`tdx.shardings`).
   bool isPlaced() const;
+  /// Whether the program's communication is the user's: tdx.mpi's or
+  /// torch's collectives recorded as `tdx::` calls (python/tdx/collectives.py).
+  bool hasUserCollectives() const;
   /// The `tdx.mesh` declarations.
   /// Folds mesh axes (`tdx.mesh ... ranks`): axis i runs on `ranks[i]`
   /// processes, 1 (each rank computes every shard of it) or its size.
