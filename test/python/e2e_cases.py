@@ -178,11 +178,13 @@ NOT_CAPTURED = {
 # Structure, sharding and collective ops: not compute a model writes.
 # tdx.assign: training steps, test_training.py. tdx.send and tdx.recv: a
 # pipeline's messages, made per rank by tdx-schedule-pipeline after placement
-# (test_pipeline.py, test/Passes/pipeline.mlir).
+# (test_pipeline.py, test/Passes/pipeline.mlir). tdx.collective_permute: a
+# user's own message (tdx.mpi Isend/Irecv, funcol's permute_tensor), raised by
+# tdx-manual-program (test_mpi_compiled.py, test/Passes/manual-program.mlir).
 STRUCTURAL = {"tdx.mesh", "tdx.parameter", "tdx.buffer", "tdx.param_ref", "tdx.assign", "tdx.yield",
               "tdx.annotate", "tdx.redistribute", "tdx.all_gather", "tdx.all_reduce",
               "tdx.all_to_all", "tdx.reduce_scatter", "tdx.broadcast", "tdx.chunk",
-              "tdx.mesh_coord", "tdx.send", "tdx.recv"}
+              "tdx.mesh_coord", "tdx.send", "tdx.recv", "tdx.collective_permute"}
 
 # What the backend pipeline (tdx-backend) makes of a partitioned step, after
 # placement: no sharding rule and no capture case; lit covers them
