@@ -1,6 +1,7 @@
 //===- TdxShardingOps.cpp - annotations, redistribute, collectives --------===//
 
 #include "tdx/IR/TdxOps.h"
+#include "tdx/IR/LocalTypes.h"
 
 #include "llvm/ADT/DenseSet.h"
 #include "llvm/ADT/StringSet.h"
@@ -23,6 +24,32 @@ LogicalResult RedistributeOp::verifySymbolUses(SymbolTableCollection &symbols) {
                          << " and " << getTarget().getMesh()
                          << "; source and target must use one mesh";
   return success();
+}
+
+/// `local` must be `global`'s even piece under `sharding`.
+static LogicalResult verifyLocalPiece(Operation *op, ShardingAttr sharding, Type globalType,
+                                      Type localType, SymbolTableCollection &symbols) {
+  if (failed(sharding.verifyFor(op, globalType, symbols, "sharding")))
+    return failure();
+  auto mesh = symbols.lookupNearestSymbolFrom<MeshOp>(op, sharding.getMesh());
+  auto global = cast<RankedTensorType>(globalType);
+  RankedTensorType want = ::mlir::tdx::localType(global, sharding.getPlacements(),
+                                                 mesh.getShape());
+  if (!want.hasStaticShape() && global.hasStaticShape())
+    return op->emitOpError() << "splits " << global << " unevenly under " << sharding
+                             << "; a manual region's pieces are equal (pad the tensor)";
+  if (want != localType)
+    return op->emitOpError() << "has local type " << localType << ", but " << global
+                             << " under " << sharding << " is " << want << " per rank";
+  return success();
+}
+
+LogicalResult ToLocalOp::verifySymbolUses(SymbolTableCollection &symbols) {
+  return verifyLocalPiece(*this, getSharding(), getInput().getType(), getType(), symbols);
+}
+
+LogicalResult FromLocalOp::verifySymbolUses(SymbolTableCollection &symbols) {
+  return verifyLocalPiece(*this, getSharding(), getType(), getInput().getType(), symbols);
 }
 
 //===----------------------------------------------------------------------===//

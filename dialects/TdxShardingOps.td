@@ -42,6 +42,53 @@ def Tdx_RedistributeOp : Tdx_Op<"redistribute", [Pure, SameOperandsAndResultType
     "$input $source `to` $target attr-dict `:` type($input)";
 }
 
+def Tdx_ToLocalOp : Tdx_Op<"to_local", [Pure,
+    DeclareOpInterfaceMethods<SymbolUserOpInterface>]> {
+  let summary = "enter a manual region: this rank's piece of a global value (global view)";
+  let description = [{
+    `result` is this rank's piece of `input` laid out as `sharding` (GSPMD's
+    full-to-shard; the input of `tdx.local_map` and `tdx.shard_map`). The
+    ops that compute from it, up to the `tdx.from_local` that leave, are a
+    manual region: per-rank code the user wrote, whose collectives are the
+    user's (`tdx.aten "tdx::..."` until tdx-partition makes them the
+    dialect's). Propagation gives `input` the layout `sharding`, places the
+    region's values Replicate (each rank's own) and partitions none of its
+    ops; tdx-partition makes the op the identity. Splits are even.
+
+    ```mlir
+    %l = tdx.to_local %x <@mesh, [Shard(0)]> : tensor<8x16xf32> -> tensor<4x16xf32>
+    ```
+  }];
+  let arguments = (ins Tdx_Tensor:$input, Tdx_ShardingAttr:$sharding);
+  let results = (outs Tdx_Tensor:$result);
+  let assemblyFormat =
+    "$input $sharding attr-dict `:` type($input) `->` type($result)";
+}
+
+def Tdx_FromLocalOp : Tdx_Op<"from_local", [Pure,
+    DeclareOpInterfaceMethods<SymbolUserOpInterface>]> {
+  let summary = "leave a manual region: the global value of every rank's piece (global view)";
+  let description = [{
+    `result` is the global value whose layout `sharding` gives each rank its
+    `input` (GSPMD's shard-to-full): Shard concatenates the ranks' pieces,
+    Partial sums them, Replicate claims they are equal, which
+    tdx-check-replication verifies unless `unchecked`. `gradient` marks the
+    gradient of a region input whose `in_grad_placements` were not given:
+    tdx-check-replication makes each Replicate axis over which it varies
+    Partial(sum), as the transpose of JAX's implicit broadcast does.
+
+    ```mlir
+    %y = tdx.from_local %l <@mesh, [Shard(0)]> : tensor<4x16xf32> -> tensor<8x16xf32>
+    ```
+  }];
+  let arguments = (ins Tdx_Tensor:$input, Tdx_ShardingAttr:$sharding,
+                       UnitAttr:$gradient, UnitAttr:$unchecked);
+  let results = (outs Tdx_Tensor:$result);
+  let assemblyFormat =
+    "$input $sharding (`gradient` $gradient^)? (`unchecked` $unchecked^)? attr-dict `:` "
+    "type($input) `->` type($result)";
+}
+
 /// Communicates across ranks (tdx-fold-mesh refuses it on a folded axis).
 def Tdx_Collective : NativeOpTrait<"TdxCollective">;
 /// The runtimes start it where it stands and wait for its result where that

@@ -1,5 +1,6 @@
 //===- Partition.cpp - global program to per-rank program -----------------===//
 
+#include "tdx/IR/ManualRegions.h"
 #include "tdx/IR/TdxOps.h"
 #include "tdx/Transforms/Passes.h"
 #include "tdx/Sharding/Layout.h"
@@ -267,6 +268,26 @@ LogicalResult FunctionPartitioner::run() {
       if (failed(iface.partition(context)))
         return failure();
   }
+  // A manual region is each rank's code already: its entries and exits are
+  // the identity on the local pieces, its collectives the dialect's.
+  SmallVector<Operation *> manual;
+  fn.walk([&](Operation *op) {
+    if (isa<ToLocalOp, FromLocalOp>(op) || isUserCollective(op))
+      manual.push_back(op);
+  });
+  for (Operation *op : manual) {
+    if (!isa<ToLocalOp, FromLocalOp>(op))
+      continue;
+    Value in = op->getOperand(0), out = op->getResult(0);
+    if (in.getType() != out.getType())
+      return op->emitOpError() << "reads a local " << in.getType() << " but gives "
+                               << out.getType() << "; its placement and its operand's differ";
+    out.replaceAllUsesWith(in);
+    op->erase();
+  }
+  for (Operation *op : manual)
+    if (isUserCollective(op) && failed(raiseUserCollective(cast<AtenOp>(op), mesh)))
+      return failure();
   auto ret = cast<func::ReturnOp>(fn.getBody().back().getTerminator());
   fn.setType(FunctionType::get(fn.getContext(), fn.getBody().getArgumentTypes(),
                                ret.getOperandTypes()));

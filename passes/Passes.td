@@ -77,6 +77,27 @@ def ManualProgram : Pass<"tdx-manual-program", "::mlir::ModuleOp"> {
   ];
 }
 
+def CheckReplication : Pass<"tdx-check-replication", "::mlir::ModuleOp"> {
+  let summary = "Check a manual region's Replicate outputs; make its inputs' gradients sum where they vary";
+  let description = [{
+    In a manual region (`tdx.to_local` ... `tdx.from_local`, from
+    `tdx.local_map` / `tdx.shard_map`), a value varies over a mesh axis when
+    it is computed from an input split or partial over that axis, from the
+    rank on it (`tdx::rank`), or from a `tdx::permute`, `reduce_scatter` or
+    `all_to_all` over it; `tdx::all_reduce`, `all_gather` and `broadcast`
+    over an axis make it equal there again. A `tdx.from_local` that claims
+    Replicate over an axis its value varies over is an error naming the
+    region's output and the op that made it vary (JAX's replication check),
+    unless it is `unchecked`; a `gradient` one (the gradient of an input
+    whose `in_grad_placements` were not given) becomes Partial(sum) there,
+    so the gradient is eager's.
+
+    ```
+    tdx-opt step.mlir --tdx-check-replication
+    ```
+  }];
+}
+
 def ExpandBatchNorm : Pass<"tdx-expand-batch-norm", "::mlir::ModuleOp"> {
   let summary = "Write training-mode batch norm as per-channel sums";
   let description = [{

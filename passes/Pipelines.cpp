@@ -46,6 +46,7 @@ struct BackendOptions : public PassPipelineOptions<BackendOptions> {
 void mlir::tdx::buildPlacePipeline(OpPassManager &pm, const PropagateShardingOptions &options) {
   // canonicalize first: it folds the reshapes that PyTorch's decomposition
   // of torch.matmul puts around batched matmuls, so heads stay sharded.
+  pm.addPass(createCheckReplication());
   pm.addPass(createExpandBatchNorm());
   pm.addPass(createCanonicalizerPass());
   pm.addPass(createPropagateSharding(options));
@@ -93,7 +94,8 @@ LogicalResult mlir::tdx::prepareForEmission(ModuleOp module, int64_t opsPerPart)
 void mlir::tdx::registerTdxPipelines() {
   PassPipelineRegistration<PlaceOptions>(
       "tdx-place",
-      "tdx-expand-batch-norm, canonicalize, then tdx-propagate-sharding: every value gets a "
+      "tdx-check-replication, tdx-expand-batch-norm, canonicalize, then tdx-propagate-sharding: "
+      "every value gets a "
       "placement",
       [](OpPassManager &pm, const PlaceOptions &o) {
         PropagateShardingOptions p;

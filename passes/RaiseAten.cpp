@@ -39,6 +39,8 @@ const llvm::StringMap<RaiseFn> &table() {
 #define TDX_UNARY(Name, fn, aten, linear, ...) t[aten] = &raiseUnary<Name##Op>;
 #define TDX_BINARY(Name, fn, aten, ...) t[aten] = &raiseBinary<Name##Op>;
 #include "tdx/Runtime/ElementwiseOps.def"
+    t["tdx::to_local"] = &raiseToLocal;
+    t["tdx::from_local"] = &raiseFromLocal;
     t["aten::gelu"] = &raiseGelu;
     t["aten::clamp"] = &raiseClamp;
     t["aten::gelu_backward"] = &raiseGeluBackward;

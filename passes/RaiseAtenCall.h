@@ -144,6 +144,10 @@ Value raiseSoftmax(Call &c);
 Value raiseNorm(Call &c);
 Value raiseEmbedding(Call &c);
 
+// RaiseAtenRegions.cpp
+Value raiseToLocal(Call &c);
+Value raiseFromLocal(Call &c);
+
 // RaiseAtenShapes.cpp
 Value raiseCat(Call &c);
 Value raiseStack(Call &c);

@@ -7,6 +7,7 @@
 
 #include "CaptureInternal.h"
 
+#include "tdx/IR/ManualRegions.h"
 #include "tdx/IR/TdxOps.h"
 #include "tdx/Transforms/Passes.h"
 
@@ -546,9 +547,15 @@ bool Module::isPlaced() const {
 }
 
 bool Module::hasUserCollectives() const {
+  // A manual region's collectives are the region's (tdx.local_map): the
+  // program around them is placed as any other.
   bool found = false;
-  impl->module->walk([&](AtenOp op) {
-    found = op.getSchema().starts_with("tdx::") && op.getSchema() != "tdx::trunc_normal_";
+  impl->module->walk([&](func::FuncOp fn) {
+    DenseSet<Operation *> region = manualRegionOps(fn);
+    fn.walk([&](Operation *op) {
+      found |= isUserCollective(op) && !region.contains(op);
+      return found ? WalkResult::interrupt() : WalkResult::advance();
+    });
     return found ? WalkResult::interrupt() : WalkResult::advance();
   });
   return found;

@@ -129,6 +129,21 @@ void FunctionPropagation::decideOp(Operation *op) {
     req = {layoutOf(redistribute.getSource())};
     return;
   }
+  // A manual region: its input in the layout it reads, its ops on each
+  // rank's own values, its output in the layout the user gave.
+  if (auto enter = dyn_cast<ToLocalOp>(op)) {
+    req = {layoutOf(enter.getSharding())};
+    for (AxisState &a : state(enter.getResult()))
+      a.placement = PlacementAttr::replicate(ctx);
+    return;
+  }
+  if (auto leave = dyn_cast<FromLocalOp>(op)) {
+    req = {replicatedLayout(ctx, rank)};
+    State &s = state(leave.getResult());
+    for (auto [axis, p] : llvm::enumerate(leave.getSharding().getPlacements()))
+      s[axis].placement = p;
+    return;
+  }
   if (auto assign = dyn_cast<AssignOp>(op)) {
     // The state's layout: that of its reads, else its declaration's.
     StateOpInterface owner = assign.getStateOwner(&symbols);
@@ -154,7 +169,8 @@ void FunctionPropagation::decideOp(Operation *op) {
     }
     return;
   }
-  ShardingRule rule = getShardingRuleOrReplicated(op);
+  ShardingRule rule =
+      manual.contains(op) ? ShardingRule::replicated(op) : getShardingRuleOrReplicated(op);
   SmallVector<int64_t> chosen(rank, -1);
   for (int64_t axis = 0; axis < rank; ++axis) {
     SmallVector<int64_t> candidates = {-1};

@@ -11,6 +11,7 @@
 #ifndef TDX_LIB_SHARDING_FUNCTIONPROPAGATION_H
 #define TDX_LIB_SHARDING_FUNCTIONPROPAGATION_H
 
+#include "tdx/IR/ManualRegions.h"
 #include "tdx/IR/TdxOps.h"
 #include "tdx/Sharding/Layout.h"
 
@@ -74,6 +75,9 @@ private:
   DenseMap<Value, Value> leader; // param_ref results of one parameter share a state
   DenseMap<StringAttr, Value> firstRef; // the state's first param_ref, by owner name
   DenseMap<Value, State> states;
+  /// The ops of the function's manual regions (tdx/IR/ManualRegions.h):
+  /// each rank's own code, Replicate throughout, never partitioned.
+  DenseSet<Operation *> manual;
   /// Per op, the layout each tensor operand must have.
   DenseMap<Operation *, SmallVector<Layout>> required;
 

@@ -74,6 +74,29 @@ LogicalResult FunctionPropagation::seed() {
       s[axis] = preference ? AxisState{p, static_cast<int>(preference.getInt()), fn, false}
                            : AxisState{p, 0, fn, true};
   }
+  // A manual region's values are each rank's own (Replicate, fixed); its
+  // outputs have the placements the user gave; its inputs are proposed the
+  // placements it reads them in.
+  manual = manualRegionOps(fn);
+  MLIRContext *ctx = fn.getContext();
+  for (Operation *op : ops) {
+    if (manual.contains(op) || isa<ToLocalOp>(op))
+      for (Value r : op->getResults())
+        if (isTensor(r))
+          for (AxisState &a : state(r))
+            a = {PlacementAttr::replicate(ctx), 0, op, true};
+    if (auto leave = dyn_cast<FromLocalOp>(op)) {
+      State &s = state(leave.getResult());
+      for (auto [axis, p] : llvm::enumerate(leave.getSharding().getPlacements()))
+        s[axis] = {p, 0, op, true};
+    }
+    if (auto enter = dyn_cast<ToLocalOp>(op)) {
+      State &s = state(enter.getInput());
+      for (auto [axis, p] : llvm::enumerate(enter.getSharding().getPlacements()))
+        if (!s[axis].placement)
+          s[axis] = {p, 0, op, false};
+    }
+  }
   for (Operation *op : ops)
     if (auto annotate = dyn_cast<AnnotateOp>(op)) {
       State &s = state(annotate.getResult());
@@ -94,7 +117,8 @@ LogicalResult FunctionPropagation::seed() {
 
 FailureOr<bool> FunctionPropagation::propagateOp(Operation *op, int level) {
   // A written state keeps the layout it is read with (decideOp).
-  if (isa<func::ReturnOp, RedistributeOp, AssignOp>(op))
+  if (isa<func::ReturnOp, RedistributeOp, AssignOp, ToLocalOp, FromLocalOp>(op) ||
+      manual.contains(op))
     return false;
   ShardingRule rule;
   if (auto annotate = dyn_cast<AnnotateOp>(op)) {
@@ -292,6 +316,10 @@ FailureOr<MeshOp> mlir::tdx::meshOfFunction(func::FuncOp fn, SymbolTableCollecti
       uses.push_back({a.getSharding().getMesh(), op->getLoc()});
     else if (auto r = dyn_cast<RedistributeOp>(op))
       uses.push_back({r.getSource().getMesh(), op->getLoc()});
+    else if (auto enter = dyn_cast<ToLocalOp>(op))
+      uses.push_back({enter.getSharding().getMesh(), op->getLoc()});
+    else if (auto leave = dyn_cast<FromLocalOp>(op))
+      uses.push_back({leave.getSharding().getMesh(), op->getLoc()});
     else if (auto ref = dyn_cast<ParamRefOp>(op)) {
       // A tied name is placed where the value it shares is.
       if (StateOpInterface owner = ref.getStateOwner(&symbols))

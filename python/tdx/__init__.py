@@ -36,6 +36,7 @@ from .memory import working_memory
 from .explain import explain
 from .auto import auto_parallelize
 from .precision import MixedPrecision
+from .regions import local_map, shard_map
 from .torch_plans import recorded_plan
 from . import checkpoint, store
 from .checkpoint import slice  # noqa: A004 (TorchShard's name)
@@ -54,6 +55,8 @@ from .sharding import (
 )
 
 __all__ = [
+    "local_map",
+    "shard_map",
     "UnsupportedTorchError",
     "checkpoint",
     "store",

@@ -182,9 +182,17 @@ def recorded():
     except ImportError:      # a torch built without distributed
         yield
         return
-    saved = [(m, k, getattr(m, k)) for m, table in ((funcol, _FUNCOL), (nnf, _NN))
-             for k in table if hasattr(m, k)]
-    for m, table in ((funcol, _FUNCOL), (nnf, _NN)):
+    from . import regions
+    tables = [(funcol, _FUNCOL), (nnf, _NN)]
+    try:    # torch's local_map called inside the trace makes tdx's region
+        import torch.distributed.tensor.experimental as exp
+        import torch.distributed.tensor.experimental._func_map as func_map
+        tables += [(exp, {"local_map": regions.local_map}),
+                   (func_map, {"local_map": regions.local_map})]
+    except ImportError:
+        pass
+    saved = [(m, k, getattr(m, k)) for m, table in tables for k in table if hasattr(m, k)]
+    for m, table in tables:
         for k, fn in table.items():
             if hasattr(m, k):
                 setattr(m, k, fn)

@@ -258,3 +258,38 @@ func.func @recv_axis() -> tensor<2xf32> {
   %0 = tdx.recv on @mesh axes = ["dp"] from 1 tag 0 : tensor<2xf32>
   return %0 : tensor<2xf32>
 }
+
+// -----
+
+tdx.mesh @mesh shape = [2] axes = ["tp"]
+func.func @to_local_wrong_piece(%x: tensor<8x16xf32>) {
+  // expected-error @+1 {{'tdx.to_local' op has local type 'tensor<8x16xf32>', but 'tensor<8x16xf32>' under #tdx.sharding<@mesh, [Shard(0)]> is 'tensor<4x16xf32>' per rank}}
+  %l = tdx.to_local %x <@mesh, [Shard(0)]> : tensor<8x16xf32> -> tensor<8x16xf32>
+  return
+}
+
+// -----
+
+tdx.mesh @mesh shape = [2] axes = ["tp"]
+func.func @to_local_uneven(%x: tensor<7x16xf32>) {
+  // expected-error @+1 {{'tdx.to_local' op splits 'tensor<7x16xf32>' unevenly under #tdx.sharding<@mesh, [Shard(0)]>; a manual region's pieces are equal (pad the tensor)}}
+  %l = tdx.to_local %x <@mesh, [Shard(0)]> : tensor<7x16xf32> -> tensor<4x16xf32>
+  return
+}
+
+// -----
+
+tdx.mesh @mesh shape = [2] axes = ["tp"]
+func.func @from_local_wrong_piece(%x: tensor<4x16xf32>) {
+  // expected-error @+1 {{'tdx.from_local' op has local type 'tensor<4x16xf32>', but 'tensor<8x16xf32>' under #tdx.sharding<@mesh, [Replicate]> is 'tensor<8x16xf32>' per rank}}
+  %g = tdx.from_local %x <@mesh, [Replicate]> : tensor<4x16xf32> -> tensor<8x16xf32>
+  return
+}
+
+// -----
+
+func.func @to_local_no_mesh(%x: tensor<8x16xf32>) {
+  // expected-error @+1 {{'tdx.to_local' op sharding refers to mesh @nowhere, which is not a 'tdx.mesh' in scope}}
+  %l = tdx.to_local %x <@nowhere, [Shard(0)]> : tensor<8x16xf32> -> tensor<4x16xf32>
+  return
+}

@@ -58,3 +58,16 @@ func.func @point_to_point(%x: tensor<2x16xf32>) -> tensor<?x16xf32> {
   %0 = tdx.recv on @mesh axes = ["tp"] from 3 tag 0 : tensor<?x16xf32>
   return %0 : tensor<?x16xf32>
 }
+
+// A manual region's edges: this rank's piece of a global value, and back.
+// CHECK-LABEL: func.func @manual_region_edges
+func.func @manual_region_edges(%x: tensor<8x16xf32>) -> (tensor<8x16xf32>, tensor<4x16xf32>) {
+  // CHECK: tdx.to_local %{{.*}} <@mesh, [Shard(0), Shard(1)]> : tensor<8x16xf32> -> tensor<4x4xf32>
+  %l = tdx.to_local %x <@mesh, [Shard(0), Shard(1)]> : tensor<8x16xf32> -> tensor<4x4xf32>
+  // CHECK: tdx.from_local %{{.*}} <@mesh, [Shard(0), Shard(1)]> : tensor<4x4xf32> -> tensor<8x16xf32>
+  %g = tdx.from_local %l <@mesh, [Shard(0), Shard(1)]> : tensor<4x4xf32> -> tensor<8x16xf32>
+  %r = tdx.to_local %x <@mesh, [Shard(0), Replicate]> : tensor<8x16xf32> -> tensor<4x16xf32>
+  // CHECK: tdx.from_local %{{.*}} <@mesh, [Replicate, Partial(sum)]> gradient unchecked : tensor<4x16xf32> -> tensor<4x16xf32>
+  %p = tdx.from_local %r <@mesh, [Replicate, Partial(sum)]> gradient unchecked : tensor<4x16xf32> -> tensor<4x16xf32>
+  return %g, %p : tensor<8x16xf32>, tensor<4x16xf32>
+}
