@@ -25,17 +25,22 @@ std::optional<int64_t> intArg(AtenOp op, StringRef name) {
   return i.getInt();
 }
 
-/// `file:line` (the user's call) as a location, else the op's own.
-Location siteLoc(AtenOp op) {
-  StringRef site = stringArg(op, "site");
+} // namespace
+
+Location mlir::tdx::userSite(Operation *op) {
+  // `file:line`, or `file:line (backward)` for the adjoint of that call.
+  StringRef site;
+  if (auto aten = dyn_cast<AtenOp>(op))
+    site = stringArg(aten, "site");
+  else if (auto s = op->getAttrOfType<StringAttr>("site"))
+    site = s.getValue();
+  site = site.split(' ').first;
   auto [file, line] = site.rsplit(':');
   unsigned n = 0;
   if (file.empty() || line.getAsInteger(10, n))
-    return op.getLoc();
-  return FileLineColLoc::get(op.getContext(), file, n, 0);
+    return op->getLoc();
+  return FileLineColLoc::get(op->getContext(), file, n, 0);
 }
-
-} // namespace
 
 
 bool mlir::tdx::isUserCollective(Operation *op) {
@@ -89,7 +94,7 @@ DenseSet<Operation *> mlir::tdx::manualRegionOps(Operation *fn) {
 LogicalResult mlir::tdx::raiseUserCollective(AtenOp op, MeshOp mesh) {
   auto meshRef = FlatSymbolRefAttr::get(mesh.getSymNameAttr());
   StringRef kind = op.getSchema().drop_front(5);
-  Location loc = siteLoc(op);
+  Location loc = userSite(op);
   SmallVector<StringRef> names;
   llvm::SplitString(stringArg(op, "axes"), names, ",");
   if (names.empty())

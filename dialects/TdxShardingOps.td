@@ -53,13 +53,15 @@ def Tdx_ToLocalOp : Tdx_Op<"to_local", [Pure,
     user's (`tdx.aten "tdx::..."` until tdx-partition makes them the
     dialect's). Propagation gives `input` the layout `sharding`, places the
     region's values Replicate (each rank's own) and partitions none of its
-    ops; tdx-partition makes the op the identity. Splits are even.
+    ops; tdx-partition makes the op the identity. Splits are even. `site`
+    is the user's `file:line` of the region (diagnostics name it).
 
     ```mlir
     %l = tdx.to_local %x <@mesh, [Shard(0)]> : tensor<8x16xf32> -> tensor<4x16xf32>
     ```
   }];
-  let arguments = (ins Tdx_Tensor:$input, Tdx_ShardingAttr:$sharding);
+  let arguments = (ins Tdx_Tensor:$input, Tdx_ShardingAttr:$sharding,
+                       OptionalAttr<StrAttr>:$site);
   let results = (outs Tdx_Tensor:$result);
   let assemblyFormat =
     "$input $sharding attr-dict `:` type($input) `->` type($result)";
@@ -72,20 +74,17 @@ def Tdx_FromLocalOp : Tdx_Op<"from_local", [Pure,
     `result` is the global value whose layout `sharding` gives each rank its
     `input` (GSPMD's shard-to-full): Shard concatenates the ranks' pieces,
     Partial sums them, Replicate claims they are equal, which
-    tdx-check-replication verifies unless `unchecked`. `gradient` marks the
-    gradient of a region input whose `in_grad_placements` were not given:
-    tdx-check-replication makes each Replicate axis over which it varies
-    Partial(sum), as the transpose of JAX's implicit broadcast does.
+    tdx-check-replication verifies unless `unchecked`.
 
     ```mlir
     %y = tdx.from_local %l <@mesh, [Shard(0)]> : tensor<4x16xf32> -> tensor<8x16xf32>
     ```
   }];
   let arguments = (ins Tdx_Tensor:$input, Tdx_ShardingAttr:$sharding,
-                       UnitAttr:$gradient, UnitAttr:$unchecked);
+                       UnitAttr:$unchecked, OptionalAttr<StrAttr>:$site);
   let results = (outs Tdx_Tensor:$result);
   let assemblyFormat =
-    "$input $sharding (`gradient` $gradient^)? (`unchecked` $unchecked^)? attr-dict `:` "
+    "$input $sharding (`unchecked` $unchecked^)? attr-dict `:` "
     "type($input) `->` type($result)";
 }
 

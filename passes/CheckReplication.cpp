@@ -2,9 +2,8 @@
 //
 // Which mesh axes each value of a manual region varies over (forward
 // dataflow from the region's inputs and the user's collectives), then every
-// tdx.from_local that claims Replicate is checked against it (an error), or,
-// for an input's gradient whose placement the user left to tdx, made
-// Partial(sum) where the value varies (see Passes.td).
+// tdx.from_local that claims Replicate is checked against it (see
+// Passes.td).
 //
 //===----------------------------------------------------------------------===//
 
@@ -76,31 +75,19 @@ struct CheckReplicationPass
       }
       if (auto leave = dyn_cast<FromLocalOp>(op)) {
         Varies v = of(leave.getInput());
-        SmallVector<PlacementAttr> placements(leave.getSharding().getPlacements());
-        bool changed = false;
-        for (auto [axis, p] : llvm::enumerate(placements)) {
-          if (!p.isReplicate() || !v[axis])
+        for (auto [axis, p] : llvm::enumerate(leave.getSharding().getPlacements())) {
+          if (!p.isReplicate() || !v[axis] || leave.getUnchecked())
             continue;
           StringRef name = cast<StringAttr>(mesh.getAxes()[axis]).getValue();
-          if (leave.getGradient()) {
-            p = PlacementAttr::partial(op->getContext(), ReduceKind::Sum);
-            changed = true;
-            continue;
-          }
-          if (leave.getUnchecked())
-            continue;
           InFlightDiagnostic diag =
-              leave.emitOpError()
-              << "declares the region's output Replicate over mesh axis \"" << name
+              mlir::emitError(userSite(op))
+              << "'tdx.from_local' op declares the region's output Replicate over mesh axis \"" << name
               << "\", but it differs across \"" << name
               << "\"; reduce it there (all_reduce), declare it Shard or Partial, or turn "
                  "the check off (check_replication=False)";
-          diag.attachNote(v[axis]->getLoc()) << "it differs across \"" << name << "\" from here";
+          diag.attachNote(userSite(v[axis])) << "it differs across \"" << name << "\" from here";
           result = failure();
         }
-        if (changed)
-          leave.setShardingAttr(
-              ShardingAttr::get(op->getContext(), leave.getSharding().getMesh(), placements));
         return;
       }
       Varies v(rank, nullptr);

@@ -78,7 +78,7 @@ def ManualProgram : Pass<"tdx-manual-program", "::mlir::ModuleOp"> {
 }
 
 def CheckReplication : Pass<"tdx-check-replication", "::mlir::ModuleOp"> {
-  let summary = "Check a manual region's Replicate outputs; make its inputs' gradients sum where they vary";
+  let summary = "Check that a manual region's Replicate outputs are equal across their axes";
   let description = [{
     In a manual region (`tdx.to_local` ... `tdx.from_local`, from
     `tdx.local_map` / `tdx.shard_map`), a value varies over a mesh axis when
@@ -88,9 +88,9 @@ def CheckReplication : Pass<"tdx-check-replication", "::mlir::ModuleOp"> {
     over an axis make it equal there again. A `tdx.from_local` that claims
     Replicate over an axis its value varies over is an error naming the
     region's output and the op that made it vary (JAX's replication check),
-    unless it is `unchecked`; a `gradient` one (the gradient of an input
-    whose `in_grad_placements` were not given) becomes Partial(sum) there,
-    so the gradient is eager's.
+    unless it is `unchecked`. A region input's gradient claimed Replicate
+    (`in_grad_placements`) is checked the same way: one that differs across
+    the axis would silently differ from eager's.
 
     ```
     tdx-opt step.mlir --tdx-check-replication

@@ -9,6 +9,7 @@
 //===----------------------------------------------------------------------===//
 
 #include "RaiseAtenCall.h"
+#include "tdx/IR/ManualRegions.h"
 
 #include "mlir/AsmParser/AsmParser.h"
 #include "mlir/IR/BuiltinOps.h"
@@ -52,16 +53,17 @@ Value raiseToLocal(Call &c) {
   ShardingAttr sharding = regionSharding(c);
   if (!sharding)
     return {};
-  return ToLocalOp::create(c.b, c.loc, c.resultType(), c.plain[0], sharding);
+  return ToLocalOp::create(c.b, userSite(c.op), c.resultType(), c.plain[0], sharding,
+                           dyn_cast_or_null<StringAttr>(c.arg("site")));
 }
 
 Value raiseFromLocal(Call &c) {
   ShardingAttr sharding = regionSharding(c);
   if (!sharding)
     return {};
-  auto flag = [&](StringRef n) { return c.boolean(n).value_or(false); };
-  return FromLocalOp::create(c.b, c.loc, c.resultType(), c.plain[0], sharding,
-                             flag("gradient"), flag("unchecked"));
+  return FromLocalOp::create(c.b, userSite(c.op), c.resultType(), c.plain[0], sharding,
+                             c.boolean("unchecked").value_or(false),
+                             dyn_cast_or_null<StringAttr>(c.arg("site")));
 }
 
 } // namespace mlir::tdx::raise

@@ -561,8 +561,9 @@ def compile(prog, target="cpu", output=None, cuda_arch="sm_90", keep_source=Fals
     precompiled runtime header) and runs its fused kernels slower, for
     binaries that run little (the test suite compiles at 0)."""
     _check_target(target)
-    from . import collectives
+    from . import collectives, regions
     prog = collectives.lowered(prog)
+    regions.check(prog)
     if opt_level is None:
         opt_level = os.environ.get("TDX_OPT_LEVEL", "2")
         if opt_level not in ("0", "1", "2", "3"):

@@ -12,10 +12,13 @@ program around the region and nothing in it, ``tdx-check-replication``
 checks the outputs claimed Replicate, and ``tdx-partition`` makes the body
 each rank's code (docs/mpi.md, "Manual regions").
 
-Adjoints: ``to_local`` <-> ``from_local`` with the gradient placements
-(``in_grad_placements``; by default an input's own, where Replicate means
-"Partial(sum) wherever the gradient differs across the axis", so the
-gradient is eager's), Partial outputs' gradients Replicate.
+Adjoints, in the sum semantics of the collectives' own (all_reduce <->
+all_reduce, as mpi4torch's): ``to_local`` <-> ``from_local`` with the
+gradient placements (``in_grad_placements``; by default Shard stays Shard,
+a Replicate input's gradient is the ranks' sum, Partial, and a Partial
+input's is Replicate); a Replicate output's gradient is shared among its n
+equal copies (each rank gets 1/n of it), a Partial output's is every
+rank's whole. With these a region's gradients are eager's.
 """
 
 import functools
@@ -26,12 +29,12 @@ import torch.utils._pytree as pytree
 
 from . import collectives as _c
 from .errors import CaptureError
-from .sharding import Replicate, Shard
+from .sharding import Partial, Replicate, Shard
 
 _LIB = _c._LIB
 _EDGE = "str sharding, int[] mesh_shape, str mesh_axes, str site"
-_LIB.define(f"to_local(Tensor x, {_EDGE}, str grad_sharding, bool grad_auto) -> Tensor")
-_LIB.define(f"from_local(Tensor x, {_EDGE}, bool gradient, bool unchecked) -> Tensor")
+_LIB.define(f"to_local(Tensor x, {_EDGE}, str grad_sharding) -> Tensor")
+_LIB.define(f"from_local(Tensor x, {_EDGE}, bool unchecked) -> Tensor")
 
 
 def _eager(name):
@@ -72,12 +75,12 @@ def _local_shape(shape, sharding, mesh_shape, site, grow=False):
 
 
 @torch.library.register_fake("tdx::to_local")
-def _(x, sharding, mesh_shape, mesh_axes, site, grad_sharding, grad_auto):
+def _(x, sharding, mesh_shape, mesh_axes, site, grad_sharding):
     return x.new_empty(_local_shape(x.shape, sharding, mesh_shape, site))
 
 
 @torch.library.register_fake("tdx::from_local")
-def _(x, sharding, mesh_shape, mesh_axes, site, gradient, unchecked):
+def _(x, sharding, mesh_shape, mesh_axes, site, unchecked):
     return x.new_empty(_local_shape(x.shape, sharding, mesh_shape, site, grow=True))
 
 
@@ -86,23 +89,53 @@ def _save(ctx, inputs, output):
 
 
 def _to_local_backward(ctx, g):
-    sharding, mesh_shape, mesh_axes, site, grad_sharding, grad_auto = ctx.args
+    sharding, mesh_shape, mesh_axes, site, grad_sharding = ctx.args
     out = torch.ops.tdx.from_local(g, grad_sharding, mesh_shape, mesh_axes,
-                                   site + " (backward)", grad_auto, False)
-    return (out,) + (None,) * 6
+                                   site + " (backward)", False)
+    return (out,) + (None,) * 5
 
 
 def _from_local_backward(ctx, g):
-    sharding, mesh_shape, mesh_axes, site, gradient, unchecked = ctx.args
-    # The gradient of a Partial output is every rank's whole gradient.
+    sharding, mesh_shape, mesh_axes, site, unchecked = ctx.args
+    # A Partial output's gradient is every rank's whole gradient; a
+    # Replicate one's is shared: each of the n equal copies gets 1/n (the
+    # collectives' adjoints sum what the ranks hold, as mpi4torch's do).
     back = re.sub(r"Partial\(\w+\)", "Replicate", sharding)
-    out = torch.ops.tdx.to_local(g, back, mesh_shape, mesh_axes, site + " (backward)", back,
-                                 False)
-    return (out,) + (None,) * 6
+    out = torch.ops.tdx.to_local(g, back, mesh_shape, mesh_axes, site + " (backward)", back)
+    copies = 1
+    for axis, p in enumerate(_placements(sharding)):
+        if p == "Replicate":
+            copies *= mesh_shape[axis]
+    if copies > 1:
+        out = out / copies
+    return (out,) + (None,) * 5
 
 
 torch.library.register_autograd("tdx::to_local", _to_local_backward, setup_context=_save)
 torch.library.register_autograd("tdx::from_local", _from_local_backward, setup_context=_save)
+
+
+def check(prog):
+    """tdx-check-replication on a copy of an unplaced `prog` with manual
+    regions, here where the IR still has the user's lines (tdx-compile
+    runs it again from the printed program, which has not)."""
+    if prog.is_partitioned or "tdx.to_local" not in prog.mlir:
+        return
+    prog.copy().run_pipeline("tdx-check-replication")
+
+
+def torch_wrapped(original):
+    """A stand-in for torch's ``_func_map._local_map_wrapped`` (what the
+    function torch's ``local_map`` returns calls) that makes tdx's region:
+    torch's local_map called inside a trace records one."""
+    import inspect
+    params = list(inspect.signature(original).parameters.values())
+    fixed = next(i for i, p in enumerate(params) if p.kind is p.VAR_POSITIONAL)
+
+    def wrapped(*a, **kwargs):
+        func, out, inp, grad, mesh = a[:5]
+        return local_map(func, out, inp, grad, mesh)(*a[fixed:], **kwargs)
+    return wrapped
 
 
 # -- the API -----------------------------------------------------------------
@@ -148,9 +181,11 @@ def _sharding(name, spec):
 
 
 def _default_grad(spec):
-    # Shard stays Shard; Replicate and Partial inputs: the gradient's sum
-    # where it differs across the axis (tdx-check-replication decides).
-    return [p if isinstance(p, Shard) else Replicate() for p in spec]
+    # Shard stays Shard; a Replicate input's gradient is the sum of what
+    # the ranks computed from it (Partial); a Partial input's is the whole
+    # gradient on every rank (Replicate).
+    return [p if isinstance(p, Shard) else Replicate() if isinstance(p, Partial) else Partial()
+            for p in spec]
 
 
 def local_map(func=None, out_placements=None, in_placements=None, in_grad_placements=None,
@@ -165,8 +200,10 @@ def local_map(func=None, out_placements=None, in_placements=None, in_grad_placem
     output): Shard concatenates the ranks' pieces, Partial sums them,
     Replicate claims they are equal, which tdx checks at compile time
     (``check_replication=False`` turns that off). ``in_grad_placements``:
-    the gradients' placements; by default an input's own, where Replicate is
-    summed over the ranks it differs across, so gradients are eager's.
+    the inputs' gradients' placements; by default Shard for a Shard input,
+    Partial (the ranks' sum) for a Replicate one, Replicate for a Partial
+    one; a Replicate output's gradient is shared among its equal copies, so
+    with the collectives' adjoints the gradients are eager's.
 
     Inside ``tdx.trace`` / ``tdx.trace_train_step`` the body is a manual
     region: collectives inside it (``tdx.mpi.comm(mesh, axis)``, torch's
@@ -238,7 +275,7 @@ def _region(func, args, kwargs, out_placements, in_placements, in_grad_placement
         grad = _spec(given, ndim, f"in_grad_placements[{i}]") if given is not None \
             else _default_grad(spec)
         local.append(torch.ops.tdx.to_local(a, _sharding(name, spec), *common, site,
-                                            _sharding(name, grad), given is None))
+                                            _sharding(name, grad)))
     out = func(*pytree.tree_unflatten(local, tree), **kwargs)
     flat_out, out_tree = pytree.tree_flatten(out)
     specs = out_placements
@@ -263,7 +300,7 @@ def _region(func, args, kwargs, out_placements, in_placements, in_grad_placement
                                f"placements in out_placements")
         spec = _spec(spec, ndim, f"out_placements[{j}] of the region at {site}")
         result.append(torch.ops.tdx.from_local(o, _sharding(name, spec), *common, site,
-                                               False, not check))
+                                               not check))
     return pytree.tree_unflatten(result, out_tree)
 
 

@@ -188,7 +188,9 @@ def recorded():
         import torch.distributed.tensor.experimental as exp
         import torch.distributed.tensor.experimental._func_map as func_map
         tables += [(exp, {"local_map": regions.local_map}),
-                   (func_map, {"local_map": regions.local_map})]
+                   (func_map, {"local_map": regions.local_map,
+                               "_local_map_wrapped":
+                                   regions.torch_wrapped(func_map._local_map_wrapped)})]
     except ImportError:
         pass
     saved = [(m, k, getattr(m, k)) for m, table in tables for k in table if hasattr(m, k)]

@@ -67,7 +67,7 @@ func.func @manual_region_edges(%x: tensor<8x16xf32>) -> (tensor<8x16xf32>, tenso
   // CHECK: tdx.from_local %{{.*}} <@mesh, [Shard(0), Shard(1)]> : tensor<4x4xf32> -> tensor<8x16xf32>
   %g = tdx.from_local %l <@mesh, [Shard(0), Shard(1)]> : tensor<4x4xf32> -> tensor<8x16xf32>
   %r = tdx.to_local %x <@mesh, [Shard(0), Replicate]> : tensor<8x16xf32> -> tensor<4x16xf32>
-  // CHECK: tdx.from_local %{{.*}} <@mesh, [Replicate, Partial(sum)]> gradient unchecked : tensor<4x16xf32> -> tensor<4x16xf32>
-  %p = tdx.from_local %r <@mesh, [Replicate, Partial(sum)]> gradient unchecked : tensor<4x16xf32> -> tensor<4x16xf32>
+  // CHECK: tdx.from_local %{{.*}} <@mesh, [Replicate, Partial(sum)]> unchecked : tensor<4x16xf32> -> tensor<4x16xf32>
+  %p = tdx.from_local %r <@mesh, [Replicate, Partial(sum)]> unchecked : tensor<4x16xf32> -> tensor<4x16xf32>
   return %g, %p : tensor<8x16xf32>, tensor<4x16xf32>
 }

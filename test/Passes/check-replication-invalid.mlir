@@ -19,7 +19,7 @@ tdx.mesh @mesh shape = [2, 2] axes = ["dp", "tp"]
 func.func @permuted(%x: tensor<4xf32>) -> tensor<4xf32> {
   %l = tdx.to_local %x <@mesh, [Replicate, Replicate]> : tensor<4xf32> -> tensor<4xf32>
   // expected-note @+1 {{it differs across "tp" from here}}
-  %p = tdx.aten "tdx::permute"(%l) {args = {pairs = array<i64: 0, 1, 1, 0>, axes = "tp", group = 2 : i64, site = "ring.py:4"}} : (tensor<4xf32>) -> tensor<4xf32>
+  %p = tdx.aten "tdx::permute"(%l) {args = {pairs = array<i64: 0, 1, 1, 0>, axes = "tp", group = 2 : i64}} : (tensor<4xf32>) -> tensor<4xf32>
   // expected-error @+1 {{declares the region's output Replicate over mesh axis "tp", but it differs across "tp"}}
   %g = tdx.from_local %p <@mesh, [Replicate, Replicate]> : tensor<4xf32> -> tensor<4xf32>
   return %g : tensor<4xf32>

@@ -1,6 +1,5 @@
 // RUN: tdx-opt %s --split-input-file --tdx-check-replication --tdx-propagate-sharding --tdx-insert-collectives --tdx-partition | FileCheck %s
 // RUN: tdx-opt %s --split-input-file --tdx-check-replication --tdx-propagate-sharding --tdx-insert-collectives --tdx-partition -mlir-print-debuginfo | FileCheck %s --check-prefix=LOC
-// RUN: tdx-opt %s --split-input-file --tdx-check-replication | FileCheck %s --check-prefix=GRAD
 
 // A manual region inside a placed dp x tp program (tdx.local_map): its
 // inputs get the layouts it reads them in, its body runs on each rank's
@@ -31,24 +30,3 @@ module {
   }
 }
 
-// -----
-
-// The gradient of an input read whole (Replicate over dp) whose pieces
-// differ across dp is their sum (Partial), as eager's; one equal across
-// tp after the user's all_reduce stays Replicate there.
-// GRAD-LABEL: func.func @backward
-// GRAD: tdx.from_local %{{.*}} <@mesh, [Partial(sum), Replicate]> gradient : tensor<4x6xf32> -> tensor<4x6xf32>
-// GRAD: tdx.from_local %{{.*}} <@mesh, [Replicate, Replicate]> gradient : tensor<4x6xf32> -> tensor<4x6xf32>
-module {
-  tdx.mesh @mesh shape = [2, 2] axes = ["dp", "tp"]
-  func.func @backward(%x: tensor<8x4xf32>, %dy: tensor<4x6xf32>) -> (tensor<4x6xf32>, tensor<4x6xf32>) {
-    %xl = tdx.to_local %x <@mesh, [Shard(0), Replicate]> : tensor<8x4xf32> -> tensor<4x4xf32>
-    %dl = tdx.to_local %dy <@mesh, [Replicate, Replicate]> : tensor<4x6xf32> -> tensor<4x6xf32>
-    %xt = tdx.transpose %xl 0, 1 : tensor<4x4xf32> -> tensor<4x4xf32>
-    %dw = tdx.matmul %xt, %dl : (tensor<4x4xf32>, tensor<4x6xf32>) -> tensor<4x6xf32>
-    %gw = tdx.from_local %dw <@mesh, [Replicate, Replicate]> gradient : tensor<4x6xf32> -> tensor<4x6xf32>
-    %s = tdx.aten "tdx::all_reduce"(%dw) {args = {reduce = "sum", axes = "dp", group = 2 : i64, site = "model.py:9"}} : (tensor<4x6xf32>) -> tensor<4x6xf32>
-    %gs = tdx.from_local %s <@mesh, [Replicate, Replicate]> gradient : tensor<4x6xf32> -> tensor<4x6xf32>
-    return %gw, %gs : tensor<4x6xf32>, tensor<4x6xf32>
-  }
-}

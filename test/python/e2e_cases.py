@@ -181,10 +181,14 @@ NOT_CAPTURED = {
 # (test_pipeline.py, test/Passes/pipeline.mlir). tdx.collective_permute: a
 # user's own message (tdx.mpi Isend/Irecv, funcol's permute_tensor), raised by
 # tdx-manual-program (test_mpi_compiled.py, test/Passes/manual-program.mlir).
+# tdx.to_local and tdx.from_local: a manual region's edges (tdx.local_map),
+# the identity after partitioning (test_manual_regions.py,
+# test/Passes/manual-region.mlir).
 STRUCTURAL = {"tdx.mesh", "tdx.parameter", "tdx.buffer", "tdx.param_ref", "tdx.assign", "tdx.yield",
               "tdx.annotate", "tdx.redistribute", "tdx.all_gather", "tdx.all_reduce",
               "tdx.all_to_all", "tdx.reduce_scatter", "tdx.broadcast", "tdx.chunk",
-              "tdx.mesh_coord", "tdx.send", "tdx.recv", "tdx.collective_permute"}
+              "tdx.mesh_coord", "tdx.send", "tdx.recv", "tdx.collective_permute",
+              "tdx.to_local", "tdx.from_local"}
 
 # What the backend pipeline (tdx-backend) makes of a partitioned step, after
 # placement: no sharding rule and no capture case; lit covers them

@@ -28,6 +28,11 @@ bool isUserCollective(Operation *op);
 /// propagation and gathered for the region).
 DenseSet<Operation *> manualRegionOps(Operation *fn);
 
+/// The user's `file:line` an op's `site` names (a user collective's
+/// argument, a region edge's attribute; its adjoint's too) as a location,
+/// else the op's own.
+Location userSite(Operation *op);
+
 /// Rewrites a user collective (isUserCollective) into the dialect's
 /// collective over the axes it names of `mesh` (`tdx::rank` into
 /// tdx.mesh_coord), located at the user's `site`; fails with a diagnostic
