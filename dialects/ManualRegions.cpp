@@ -43,6 +43,12 @@ Location mlir::tdx::userSite(Operation *op) {
 }
 
 
+SmallVector<StringRef> mlir::tdx::userCollectiveAxes(AtenOp op) {
+  SmallVector<StringRef> names;
+  llvm::SplitString(stringArg(op, "axes"), names, ",");
+  return names;
+}
+
 bool mlir::tdx::isUserCollective(Operation *op) {
   auto aten = dyn_cast<AtenOp>(op);
   return aten && aten.getSchema().starts_with("tdx::") &&
@@ -95,8 +101,7 @@ LogicalResult mlir::tdx::raiseUserCollective(AtenOp op, MeshOp mesh) {
   auto meshRef = FlatSymbolRefAttr::get(mesh.getSymNameAttr());
   StringRef kind = op.getSchema().drop_front(5);
   Location loc = userSite(op);
-  SmallVector<StringRef> names;
-  llvm::SplitString(stringArg(op, "axes"), names, ",");
+  SmallVector<StringRef> names = userCollectiveAxes(op);
   if (names.empty())
     return op.emitOpError() << "(" << op.getSchema() << ") names no mesh axes";
   for (StringRef axis : names)

@@ -49,18 +49,6 @@ struct CheckReplicationPass
       auto it = varies.find(v);
       return it == varies.end() ? Varies(rank, nullptr) : it->second;
     };
-    auto axesOf = [&](AtenOp op) {
-      SmallVector<int64_t> out;
-      DictionaryAttr args = op.getArgsAttr();
-      auto text = args ? args.getAs<StringAttr>("axes") : StringAttr();
-      SmallVector<StringRef> names;
-      if (text)
-        text.getValue().split(names, ',', -1, /*KeepEmpty=*/false);
-      for (StringRef n : names)
-        if (int64_t i = mesh.getAxisIndex(n); i >= 0)
-          out.push_back(i);
-      return out;
-    };
     LogicalResult result = success();
     fn.walk([&](Operation *op) {
       if (op == fn.getOperation() || (op->getNumResults() == 0 && !isa<FromLocalOp>(op)))
@@ -101,8 +89,9 @@ struct CheckReplicationPass
         auto aten = cast<AtenOp>(op);
         StringRef kind = aten.getSchema().drop_front(5);
         bool equalizes = kind == "all_reduce" || kind == "all_gather" || kind == "broadcast";
-        for (int64_t axis : axesOf(aten))
-          v[axis] = equalizes ? nullptr : op;
+        for (StringRef name : userCollectiveAxes(aten))
+          if (int64_t axis = mesh.getAxisIndex(name); axis >= 0)
+            v[axis] = equalizes ? nullptr : op;
       }
       if (llvm::any_of(v, [](Operation *o) { return o != nullptr; }))
         for (Value r : op->getResults())

@@ -270,14 +270,14 @@ LogicalResult FunctionPartitioner::run() {
   }
   // A manual region is each rank's code already: its entries and exits are
   // the identity on the local pieces, its collectives the dialect's.
-  SmallVector<Operation *> manual;
+  SmallVector<Operation *> edges, calls;
   fn.walk([&](Operation *op) {
-    if (isa<ToLocalOp, FromLocalOp>(op) || isUserCollective(op))
-      manual.push_back(op);
+    if (isa<ToLocalOp, FromLocalOp>(op))
+      edges.push_back(op);
+    else if (isUserCollective(op))
+      calls.push_back(op);
   });
-  for (Operation *op : manual) {
-    if (!isa<ToLocalOp, FromLocalOp>(op))
-      continue;
+  for (Operation *op : edges) {
     Value in = op->getOperand(0), out = op->getResult(0);
     if (in.getType() != out.getType())
       return op->emitOpError() << "reads a local " << in.getType() << " but gives "
@@ -285,8 +285,8 @@ LogicalResult FunctionPartitioner::run() {
     out.replaceAllUsesWith(in);
     op->erase();
   }
-  for (Operation *op : manual)
-    if (isUserCollective(op) && failed(raiseUserCollective(cast<AtenOp>(op), mesh)))
+  for (Operation *op : calls)
+    if (failed(raiseUserCollective(cast<AtenOp>(op), mesh)))
       return failure();
   auto ret = cast<func::ReturnOp>(fn.getBody().back().getTerminator());
   fn.setType(FunctionType::get(fn.getContext(), fn.getBody().getArgumentTypes(),

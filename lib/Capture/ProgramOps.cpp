@@ -561,6 +561,10 @@ bool Module::hasUserCollectives() const {
   return found;
 }
 
+bool Module::hasManualRegions() const {
+  return impl->module->walk([](ToLocalOp) { return WalkResult::interrupt(); }).wasInterrupted();
+}
+
 std::vector<Module::MeshInfo> Module::meshes() const {
   std::vector<MeshInfo> out;
   for (MeshOp mesh : impl->module->getOps<MeshOp>()) {

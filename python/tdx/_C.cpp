@@ -316,6 +316,7 @@ PYBIND11_MODULE(_C, m) {
       .def("is_partitioned", &Module::isPartitioned)
       .def("is_placed", &Module::isPlaced)
       .def("has_user_collectives", &Module::hasUserCollectives)
+      .def("has_manual_regions", &Module::hasManualRegions)
       .def("meshes",
            [](const Module &mod) {
              std::vector<std::tuple<std::string, std::vector<int64_t>, std::vector<std::string>,

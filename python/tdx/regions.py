@@ -118,8 +118,10 @@ torch.library.register_autograd("tdx::from_local", _from_local_backward, setup_c
 def check(prog):
     """tdx-check-replication on a copy of an unplaced `prog` with manual
     regions, here where the IR still has the user's lines (tdx-compile
-    runs it again from the printed program, which has not)."""
-    if prog.is_partitioned or "tdx.to_local" not in prog.mlir:
+    places it from the printed program, which has not; a placed program
+    was checked by tdx-place)."""
+    if prog.is_partitioned or prog._module.is_placed() or \
+            not prog._module.has_manual_regions():
         return
     prog.copy().run_pipeline("tdx-check-replication")
 
@@ -211,7 +213,9 @@ def local_map(func=None, out_placements=None, in_placements=None, in_grad_placem
     program around it is placed as any other. Outside a trace, on plain
     tensors, ``func`` runs as it is (torch's local_map does the same).
     A function built with torch's ``local_map`` may be given as ``func``:
-    its arguments are read from it."""
+    its arguments are read from it. ``redistribute_inputs`` is accepted
+    for torch's signature: tdx always moves an input to its
+    ``in_placements`` (propagation picks the collective)."""
     if func is None:
         return functools.partial(local_map, out_placements=out_placements,
                                  in_placements=in_placements,

@@ -345,6 +345,8 @@ public:
   /// Whether the program's communication is the user's: tdx.mpi's or
   /// torch's collectives recorded as `tdx::` calls (python/tdx/collectives.py).
   bool hasUserCollectives() const;
+  /// Whether a function has a manual region (tdx.to_local).
+  bool hasManualRegions() const;
   /// The `tdx.mesh` declarations.
   /// Folds mesh axes (`tdx.mesh ... ranks`): axis i runs on `ranks[i]`
   /// processes, 1 (each rank computes every shard of it) or its size.

@@ -21,6 +21,9 @@ namespace mlir::tdx {
 /// torch ops of python/tdx/collectives.py), not yet the dialect's.
 bool isUserCollective(Operation *op);
 
+/// The mesh axes a user collective names (its `axes` argument).
+SmallVector<StringRef> userCollectiveAxes(AtenOp op);
+
 /// The ops of `fn`'s manual regions: every op that computes from a
 /// tdx.to_local's result, up to the tdx.from_local that leave (neither is
 /// in the set), and every op whose results only region ops read (the
