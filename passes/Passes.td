@@ -77,6 +77,35 @@ def ManualProgram : Pass<"tdx-manual-program", "::mlir::ModuleOp"> {
   ];
 }
 
+def CheckMessages : Pass<"tdx-check-messages", "::mlir::ModuleOp"> {
+  let summary = "Check that every rank's sends, receives and collectives can complete";
+  let description = [{
+    Runs the communication of every rank's program without data, as the
+    runtime would: a pipeline's rank runs the function `tdx.pipeline` names
+    for its coordinate on the pipeline's axis (the forward and the derived
+    backward of `tdx-schedule-pipeline`'s schedule), any other program with
+    a `tdx.send` or `tdx.recv` is run by every rank of the mesh. A
+    `tdx.send` never waits; a `tdx.recv` waits for the oldest send from its
+    peer with its tag; a collective waits until every rank of its group
+    (the ranks that differ from it only on its `mesh_axes`) reaches a
+    collective over the same axes. Errors, each at the op with a note at
+    the other rank's:
+
+    - a receive whose sender sends another shape or dtype;
+    - a send no rank receives (a note where the peer's program ends);
+    - a wait-for cycle (every rank of it waits for the next: a deadlock),
+      or a receive or collective whose peer's program ends first;
+    - two ranks of one group that reach different collectives there (ops,
+      attributes or types), i.e. their collectives in different orders.
+
+    `tdx-spmd` runs it last, on the per-rank programs it makes.
+
+    ```
+    tdx-opt step.mlir --tdx-check-messages
+    ```
+  }];
+}
+
 def CheckReplication : Pass<"tdx-check-replication", "::mlir::ModuleOp"> {
   let summary = "Check that a manual region's Replicate outputs are equal across their axes";
   let description = [{

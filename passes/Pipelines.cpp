@@ -64,6 +64,8 @@ void mlir::tdx::buildSpmdPipeline(OpPassManager &pm) {
   // A pipeline's stages and each stage rank's step (nothing without one).
   pm.addPass(createSplitStages());
   pm.addPass(createSchedulePipeline());
+  // Every rank's messages and collectives complete (pipelines' ranks).
+  pm.addPass(createCheckMessages());
 }
 
 void mlir::tdx::buildBackendPipeline(OpPassManager &pm, int64_t opsPerPart, bool checkBudget) {
@@ -110,7 +112,8 @@ void mlir::tdx::registerTdxPipelines() {
       "tdx-spmd",
       "tdx-insert-collectives, tdx-fold-mesh, tdx-partition, tdx-widen-reductions, "
       "tdx-regather-parameters, tdx-prefetch-all-gathers, tdx-hoist-collectives, "
-      "tdx-schedule-waits, tdx-split-stages, tdx-schedule-pipeline: the per-rank program",
+      "tdx-schedule-waits, tdx-split-stages, tdx-schedule-pipeline, tdx-check-messages: the "
+      "per-rank program",
       buildSpmdPipeline);
   PassPipelineRegistration<BackendOptions>(
       "tdx-backend",

@@ -62,6 +62,31 @@ class DeviceMesh:
             raise ValueError(f"mesh has no axis {name!r}; its axes are {self.mesh_dim_names}")
         return self.mesh_dim_names.index(name)
 
+    def get_local_rank(self, mesh_dim=None):
+        """This rank's coordinate on ``mesh_dim`` (a name or an index; the
+        only axis of a 1-D mesh by default), as torch's
+        ``DeviceMesh.get_local_rank``. Inside a program tdx traces (a manual
+        region's body, a step calling tdx.mpi) it is a 0-D int64 tensor of
+        the compiled program, each rank's own (``tdx.mesh_coord``): compute
+        with it (masks, offsets), Python cannot branch on it."""
+        from . import collectives as _c
+        if mesh_dim is None:
+            if self.ndim != 1:
+                raise ValueError(f"get_local_rank of a {self.ndim}-D mesh needs the mesh_dim "
+                                 f"(one of {self.mesh_dim_names})")
+            mesh_dim = 0
+        axis = self.mesh_dim_names[mesh_dim] if isinstance(mesh_dim, int) else mesh_dim
+        self.axis(axis)
+        rec = _c.recording()
+        if rec is None:
+            raise RuntimeError("tdx.DeviceMesh.get_local_rank is a value of a program tdx "
+                               "traces (call it inside tdx.trace / tdx.trace_train_step, e.g. "
+                               "in a tdx.local_map region); in an eager job use tdx.mpi's "
+                               "comm(mesh, axis).rank")
+        site = _c.site()
+        rec.use(self.name, self.shape, self.mesh_dim_names, site)
+        return torch.ops.tdx.rank(torch.zeros(()), axis, self.shape[self.axis(axis)], site)
+
     def __repr__(self):
         return f"DeviceMesh({self.device_type!r}, shape={self.shape}, mesh_dim_names={self.mesh_dim_names})"
 
