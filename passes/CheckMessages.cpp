@@ -310,8 +310,11 @@ struct CheckMessagesPass : public mlir::tdx::impl::CheckMessagesBase<CheckMessag
         continue;
       InFlightDiagnostic d = other->emitOpError()
                              << "is where " << mesh.name(m) << " reaches its group's next "
-                             << "collective, but " << mesh.name(r) << " of that group reaches '"
-                             << op->getName() << "' there: the ranks of a group must reach "
+                             << "collective, but " << mesh.name(r) << " of that group reaches "
+                             << (op->getName() == other->getName() ? "another '" : "'")
+                             << op->getName()
+                             << (op->getName() == other->getName() ? "' (other attributes or types)" : "'")
+                             << " there: the ranks of a group must reach "
                              << "their collectives in one order (the same op, attributes and "
                              << "types)";
       d.attachNote(op->getLoc()) << mesh.name(r) << "'s collective";

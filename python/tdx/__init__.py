@@ -37,6 +37,7 @@ from .explain import explain
 from .auto import auto_parallelize
 from .precision import MixedPrecision
 from .regions import local_map, shard_map
+from .context_parallel import ContextParallel
 from .torch_plans import recorded_plan
 from . import checkpoint, store
 from .checkpoint import slice  # noqa: A004 (TorchShard's name)
@@ -55,6 +56,7 @@ from .sharding import (
 )
 
 __all__ = [
+    "ContextParallel",
     "local_map",
     "shard_map",
     "UnsupportedTorchError",

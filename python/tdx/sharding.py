@@ -568,6 +568,14 @@ def parallelize(prog, mesh, plan, *, data_parallel=None, zero=0, fold=(), mixed_
                          "tdx.trace_train_step first")
     if mixed_precision is not None:
         retraced(prog, mixed_precision)
+    from .context_parallel import ContextParallel, apply as _context_parallel
+    context = {p: s for p, s in plan.items() if isinstance(s, ContextParallel)}
+    if context:
+        if pipeline is not None:
+            raise ValueError("ContextParallel with a pipeline is not built yet; split the "
+                             "sequence or pipeline the layers, not both")
+        _context_parallel(prog, mesh, context, data_parallel)
+        plan = {p: s for p, s in plan.items() if p not in context}
     if pipeline is not None:
         _place_pipeline(prog, mesh, pipeline, data_parallel, fold)
     params = prog.parameters()

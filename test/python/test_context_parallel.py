@@ -78,3 +78,49 @@ def test_the_ring_moves_key_value_blocks_at_the_users_line():
     # cost model picks (on this small model it gathers some activations over
     # cp for the weight gradients rather than all-reducing the gradients).
     assert all(r in ring for r in report if r["kind"] == "collective_permute"), report
+
+
+@pytest.mark.parametrize("layout", ["cp2", "dp2xcp2"])
+def test_context_parallel_plan_trains_the_unchanged_model_like_eager(layout):
+    mesh = tdx.init_device_mesh("cpu", *LAYOUTS[layout])
+    data = ra.batches(STEPS)
+    start, want, eager = eager_run(data)
+    torch.manual_seed(0)
+    model = tdx.deferred_init(ra.llama3)
+    prog = tdx.trace_train_step(model, sgd(model.parameters()), ra.loss_fn, *data[0])
+    dp = "dp" if "dp" in mesh.mesh_dim_names else None
+    tdx.parallelize(prog, mesh, {"layers.*.attention": tdx.ContextParallel("cp")},
+                    data_parallel=dp)
+    assert prog.context_parallel == "cp"
+    kinds = {(r["kind"], tuple(r["mesh_axes"])) for r in prog.comm_report()}
+    assert ("all_gather", ("cp",)) in kinds and ("reduce_scatter", ("cp",)) in kinds, kinds
+    losses, state = tdx.compile(prog).train(data, params=start)
+    for k, (got, ref) in enumerate(zip(losses, want)):
+        assert abs(got - ref) <= 1e-5 * abs(ref), f"step {k}: loss {got} vs eager {ref}"
+    for name, p in eager.named_parameters():
+        err = ((state[name] - p.detach()).norm() / p.detach().norm()).item()
+        assert err < 1e-4, f"{name}: {err:.2e} from eager after {STEPS} steps"
+
+
+def test_context_parallel_refusals_name_the_fix():
+    mesh = tdx.init_device_mesh("cpu", (2, 2), ("dp", "cp"))
+    data = ra.batches(1)
+
+    def traced():
+        torch.manual_seed(0)
+        model = tdx.deferred_init(ra.llama3)
+        return tdx.trace_train_step(model, sgd(model.parameters()), ra.loss_fn, *data[0])
+    with pytest.raises(ValueError, match=r"'nothing\.\*' \(ContextParallel\) matches no module"):
+        tdx.parallelize(traced(), mesh, {"nothing.*": tdx.ContextParallel("cp")})
+    with pytest.raises(ValueError, match=r"call no torch.nn.functional.scaled_dot_product_"
+                                         r"attention in the step; name the attention modules"):
+        tdx.parallelize(traced(), mesh, {"layers.*.feed_forward": tdx.ContextParallel("cp")})
+    with pytest.raises(ValueError, match=r"the data-parallel axis too"):
+        tdx.parallelize(traced(), mesh, {"layers.*.attention": tdx.ContextParallel("dp")},
+                        data_parallel="dp")
+    with pytest.raises(ValueError, match=r"mesh has no axis 'sp'"):
+        tdx.parallelize(traced(), mesh, {"layers.*.attention": tdx.ContextParallel("sp")})
+    placed = traced()
+    tdx.parallelize(placed, mesh, {}, data_parallel="dp")
+    with pytest.raises(tdx.CaptureError, match=r"freshly traced program"):
+        tdx.parallelize(placed, mesh, {"layers.*.attention": tdx.ContextParallel("cp")})

@@ -353,3 +353,49 @@ def test_gradient_clipping_across_stages():
     assert_losses_match(losses, want)
     for name, p in eager.named_parameters():
         assert rel(state[name], p.detach()) < 1e-4, name
+
+
+def test_the_message_check_passes_every_schedule_and_names_a_dropped_send():
+    # tdx-spmd ends with tdx-check-messages: every schedule's per-rank steps
+    # (forward and derived backward) pass it as they are.
+    for schedule in SCHEDULES:
+        prog = pipelined("gpt2", "pp2xdp2", schedule)
+        prog.partition()
+    text = prog.mlir
+    assert "tdx.send" in text
+    # The same program with rank 0's first send dropped: rank 1 waits for
+    # it while rank 0 waits for rank 1's gradient, a deadlock named at both.
+    lines = text.splitlines()
+    first = next(i for i, line in enumerate(lines) if "tdx.send" in line)
+    lines[first] = ""
+    broken = tdx.Program("\n".join(lines))
+    with pytest.raises(tdx.CaptureError, match=r"(?s)'tdx.recv' op deadlocks: rank \d \(pp=\d, "
+                                               r"dp=\d\) waits here for the message from rank "
+                                               r"\d \(pp=\d, dp=\d\) with tag \d+.*note: rank "
+                                               r"\d \(pp=\d, dp=\d\) waits here"):
+        broken.run_pipeline("tdx-check-messages")
+
+
+def test_a_hand_written_pipeline_whose_ranks_collect_out_of_order_names_both_lines():
+    stage = """
+module attributes {tdx.pipeline = {axis = "pp", functions = [@a, @b], microbatches = 1 : i64,
+                                   schedule = "1f1b", stages_per_rank = 1 : i64}} {
+  tdx.mesh @mesh shape = [2] axes = ["pp"]
+  func.func @a(%x: tensor<4xf32>) -> tensor<4xf32> {
+    %s = tdx.all_reduce %x on @mesh axes = ["pp"] reduce = sum : tensor<4xf32> -> tensor<4xf32> loc("stage0.py":12:0)
+    %m = tdx.all_reduce %s on @mesh axes = ["pp"] reduce = max : tensor<4xf32> -> tensor<4xf32> loc("stage0.py":13:0)
+    return %m : tensor<4xf32>
+  }
+  func.func @b(%x: tensor<4xf32>) -> tensor<4xf32> {
+    %m = tdx.all_reduce %x on @mesh axes = ["pp"] reduce = max : tensor<4xf32> -> tensor<4xf32> loc("stage1.py":20:0)
+    %s = tdx.all_reduce %m on @mesh axes = ["pp"] reduce = sum : tensor<4xf32> -> tensor<4xf32> loc("stage1.py":21:0)
+    return %s : tensor<4xf32>
+  }
+}
+"""
+    with pytest.raises(tdx.CaptureError, match=r"(?s)stage1.py\":20:0\): 'tdx.all_reduce' op "
+                                               r"is where rank 1 reaches its group's next "
+                                               r"collective, but rank 0 of that group reaches "
+                                               r"another 'tdx.all_reduce' \(other attributes.*"
+                                               r"stage0.py\":12:0\): note: rank 0's collective"):
+        tdx.Program(stage).run_pipeline("tdx-check-messages")
