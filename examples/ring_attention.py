@@ -84,11 +84,11 @@ class RingAttention(nn.Module):
                              mesh=self.mesh)(q, k, v)
 
 
-def llama3(vocab=64, seq=16):
+def llama3(vocab=64, seq=16, dim=32, layers=2):
     """torchtitan's Llama 3, a small config (built, then initialized, as
     torchtitan's trainer does)."""
     from torchtitan.models.llama3 import Transformer, TransformerModelArgs
-    model = Transformer(TransformerModelArgs(dim=32, n_layers=2, n_heads=4, n_kv_heads=2,
+    model = Transformer(TransformerModelArgs(dim=dim, n_layers=layers, n_heads=4, n_kv_heads=2,
                                              vocab_size=vocab, multiple_of=16,
                                              max_seq_len=seq))
     with torch.no_grad():
