@@ -1,5 +1,5 @@
 """``tdx.ContextParallel``: a plan's attention with its sequence split over a
-mesh axis, with no code of the user's (docs/sharding.md, "Context
+mesh axis, with no code of the user's (docs/mpi.md, "Context
 parallelism").
 
 The modules a ``ContextParallel`` entry names have each causal

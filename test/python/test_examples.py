@@ -54,3 +54,12 @@ def test_char_gpt_trains_alike_on_one_rank_and_two_and_resumes(tmp_path):
         assert abs(a - b) <= 1e-5 * abs(a), (a, b)
     with open(tmp_path / "one" / "loss.png", "rb") as f:
         assert f.read(8) == b"\x89PNG\r\n\x1a\n"
+
+
+RING = os.path.join(os.path.dirname(__file__), "..", "..", "examples", "ring_attention.py")
+
+
+def test_ring_attention_example_matches_eager():
+    out = subprocess.run([sys.executable, RING], capture_output=True, text=True, timeout=600)
+    assert out.returncode == 0, out.stdout[-2000:] + out.stderr[-3000:]
+    assert out.stdout.count("ring attention on dp2 x cp2") == 3, out.stdout

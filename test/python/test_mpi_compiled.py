@@ -199,3 +199,23 @@ def test_the_comm_report_lists_the_users_collectives():
     prog = trace(lambda comm, v: comm.Allgather(comm.Allreduce(v, mpi.MPI_SUM), 0))
     kinds = [c["kind"] for c in prog.comm_report()]
     assert kinds == ["all_reduce", "all_gather"], kinds
+
+
+def test_the_compute_between_isend_and_wait_overlaps_the_message():
+    # Issue 54, point 5: the message starts where both ends are posted
+    # (tdx.start) and is waited for where the received value is first
+    # read (tdx.wait), so the matmuls between run during the transfer.
+    def body(comm, v):
+        s = comm.Isend(v, (comm.rank + 1) % comm.size, 7)
+        r = comm.Irecv(torch.zeros_like(v), (comm.rank - 1) % comm.size, 7)
+        busy = torch.tanh(v @ v.t()) @ v
+        got = comm.Wait(r)
+        comm.Wait(s)
+        return busy + got
+    low = tdx.collectives.lowered(trace(body))
+    ops = [line.split("=", 1)[-1].split()[0] for line in
+           low.run_pipeline("tdx-backend").mlir.splitlines() if " = tdx." in line]
+    start, wait = ops.index("tdx.start"), ops.index("tdx.wait")
+    assert ops[start + 1] == "tdx.collective_permute", ops
+    between = ops[start + 2:wait]
+    assert between.count("tdx.matmul") == 2, ops
