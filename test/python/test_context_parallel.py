@@ -46,6 +46,18 @@ def ring_program(mesh, data):
     return prog
 
 
+def assert_trains_like_eager(prog, data):
+    """The compiled step from the runner against the unchanged model's
+    eager loop: losses to 1e-5, parameters to 1e-4 after the steps."""
+    start, want, eager = eager_run(data)
+    losses, state = tdx.compile(prog).train(data, params=start)
+    for k, (got, ref) in enumerate(zip(losses, want)):
+        assert abs(got - ref) <= 1e-5 * abs(ref), f"step {k}: loss {got} vs eager {ref}"
+    for name, p in eager.named_parameters():
+        err = ((state[name] - p.detach()).norm() / p.detach().norm()).item()
+        assert err < 1e-4, f"{name}: {err:.2e} from eager after {STEPS} steps"
+
+
 LAYOUTS = {"cp2": ((2,), ("cp",)), "cp4": ((4,), ("cp",)), "dp2xcp2": ((2, 2), ("dp", "cp"))}
 
 
@@ -53,14 +65,7 @@ LAYOUTS = {"cp2": ((2,), ("cp",)), "cp4": ((4,), ("cp",)), "dp2xcp2": ((2, 2), (
 def test_ring_attention_region_trains_like_eager_full_attention(layout):
     mesh = tdx.init_device_mesh("cpu", *LAYOUTS[layout])
     data = ra.batches(STEPS)
-    start, want, eager = eager_run(data)
-    prog = ring_program(mesh, data)
-    losses, state = tdx.compile(prog).train(data, params=start)
-    for k, (got, ref) in enumerate(zip(losses, want)):
-        assert abs(got - ref) <= 1e-5 * abs(ref), f"step {k}: loss {got} vs eager {ref}"
-    for name, p in eager.named_parameters():
-        err = ((state[name] - p.detach()).norm() / p.detach().norm()).item()
-        assert err < 1e-4, f"{name}: {err:.2e} from eager after {STEPS} steps"
+    assert_trains_like_eager(ring_program(mesh, data), data)
 
 
 def test_the_ring_moves_key_value_blocks_at_the_users_line():
@@ -84,7 +89,6 @@ def test_the_ring_moves_key_value_blocks_at_the_users_line():
 def test_context_parallel_plan_trains_the_unchanged_model_like_eager(layout):
     mesh = tdx.init_device_mesh("cpu", *LAYOUTS[layout])
     data = ra.batches(STEPS)
-    start, want, eager = eager_run(data)
     torch.manual_seed(0)
     model = tdx.deferred_init(ra.llama3)
     prog = tdx.trace_train_step(model, sgd(model.parameters()), ra.loss_fn, *data[0])
@@ -94,12 +98,7 @@ def test_context_parallel_plan_trains_the_unchanged_model_like_eager(layout):
     assert prog.context_parallel == "cp"
     kinds = {(r["kind"], tuple(r["mesh_axes"])) for r in prog.comm_report()}
     assert ("all_gather", ("cp",)) in kinds and ("reduce_scatter", ("cp",)) in kinds, kinds
-    losses, state = tdx.compile(prog).train(data, params=start)
-    for k, (got, ref) in enumerate(zip(losses, want)):
-        assert abs(got - ref) <= 1e-5 * abs(ref), f"step {k}: loss {got} vs eager {ref}"
-    for name, p in eager.named_parameters():
-        err = ((state[name] - p.detach()).norm() / p.detach().norm()).item()
-        assert err < 1e-4, f"{name}: {err:.2e} from eager after {STEPS} steps"
+    assert_trains_like_eager(prog, data)
 
 
 def test_context_parallel_refusals_name_the_fix():
