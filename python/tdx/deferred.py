@@ -8,6 +8,7 @@ directly (repr, numpy, tolist, item, torch.tensor from data).
 
 import contextlib
 import functools
+import sys
 
 import torch
 from torch.utils._python_dispatch import TorchDispatchMode, _pop_mode, _push_mode
@@ -260,10 +261,32 @@ def model_code_tracing():
     Python-number path."""
     saved = torch.compiler._is_compiling_flag
     torch.compiler._is_compiling_flag = True
+    moe = sys.modules.get("transformers.integrations.moe")
+    choice = getattr(moe, "_can_use_grouped_mm", None)
+    if choice is not None:
+        moe._can_use_grouped_mm = _as_eager(choice)
     try:
         yield
     finally:
         torch.compiler._is_compiling_flag = saved
+        if choice is not None:
+            moe._can_use_grouped_mm = choice
+
+
+def _as_eager(decide):
+    """`decide` (a model library's choice of kernel) answered as eager
+    would, not as under torch.compile: Hugging Face's MoE experts pick
+    torch's grouped_mm eagerly, and under torch.compile a Python loop of
+    matmuls over the split sizes read to the host (which fake tensors do
+    not have) for any dtype but bf16."""
+    def eager(*args, **kwargs):
+        saved = torch.compiler._is_compiling_flag
+        torch.compiler._is_compiling_flag = False
+        try:
+            return decide(*args, **kwargs)
+        finally:
+            torch.compiler._is_compiling_flag = saved
+    return eager
 
 
 def _torch_compile_frame(error):

@@ -37,6 +37,7 @@ verdict is the same, and a well-conditioned test pays nothing).
 import contextlib
 import copy
 import os
+import sys
 import warnings
 
 import torch
@@ -136,6 +137,23 @@ class Run:
         return self._made
 
 
+@contextlib.contextmanager
+def grouped_mm_in(dtype):
+    """Hugging Face's MoE experts in `dtype`: torch's grouped_mm has no
+    float64 kernel, so the float64 reference takes transformers' own
+    fallback (a matmul per expert over the same sorted rows, exact)."""
+    moe = sys.modules.get("transformers.integrations.moe")
+    choice = getattr(moe, "_can_use_grouped_mm", None)
+    if choice is None or dtype != torch.float64:
+        yield
+        return
+    moe._can_use_grouped_mm = lambda *args, **kwargs: False
+    try:
+        yield
+    finally:
+        moe._can_use_grouped_mm = choice
+
+
 def eager_runs(model, make_optimizer, loop, data, blocks=1):
     """Eager's loop in float32 on `model` (as built, untouched before) and
     in float64 on an exact float64 copy of it, each with its own optimizer
@@ -152,7 +170,8 @@ def eager_runs(model, make_optimizer, loop, data, blocks=1):
     def run(m, dtype, order, others=None):
         optimizer = make_optimizer(m.parameters())
         batches = [batch_in(dtype, reorder(b, blocks) if order[2] else b) for b in data]
-        losses = loop(m, optimizer, batches)
+        with grouped_mm_in(dtype):
+            losses = loop(m, optimizer, batches)
         return Run(m, optimizer, [float(x) for x in losses], order, others)
 
     def others():

@@ -78,6 +78,29 @@ def _timm_convnext():
 
 
 MODELS["vit"] = (_vit, "image")
+# Mixtures of experts, with transformers' default experts ("grouped_mm":
+# a stable sort by expert, histc counts, int32 offsets, torch's grouped_mm;
+# issue 55). Four experts, two per token: the router's top-k, softmax or
+# sigmoid scores, the sorted dispatch and its combine are in the step.
+_MOE = dict(num_experts_per_tok=2)
+MODELS["qwen3-moe"] = (_lm("Qwen3MoeForCausalLM", "Qwen3MoeConfig", moe_intermediate_size=16,
+                           num_experts=4, **_MOE, **_DECODER), "lm")
+MODELS["mixtral"] = (_lm("MixtralForCausalLM", "MixtralConfig", num_local_experts=4, **_MOE,
+                         **_DECODER), "lm")
+MODELS["olmoe"] = (_lm("OlmoeForCausalLM", "OlmoeConfig", num_experts=4, **_MOE, **_DECODER),
+                   "lm")
+# MLA attention (low-rank q and kv), a shared expert beside the routed ones,
+# sigmoid routing with its correction bias, group-limited top-k (2 groups,
+# 1 picked), the first layer dense; MLA's keys and values have every head.
+MODELS["deepseek-v3"] = (_lm("DeepseekV3ForCausalLM", "DeepseekV3Config", moe_intermediate_size=16,
+                             n_routed_experts=4, n_shared_experts=1, n_group=2, topk_group=1,
+                             first_k_dense_replace=1, kv_lora_rank=16, q_lora_rank=16,
+                             qk_rope_head_dim=4, qk_nope_head_dim=4, v_head_dim=8, **_MOE,
+                             **{**_DECODER, "num_key_value_heads": 4}), "lm")
+# Attention sinks, biases on the experts, a sliding-window layer.
+MODELS["gpt-oss"] = (_lm("GptOssForCausalLM", "GptOssConfig", num_local_experts=4, head_dim=8,
+                         sliding_window=4, layer_types=["sliding_attention", "full_attention"],
+                         **_MOE, **_DECODER), "lm")
 # Beside them, the conv nets of the issue's table: torchvision's ConvNeXt (a
 # small config: LayerNorm, depthwise convolutions, layer scale) and timm's.
 MODELS["convnext"] = (lambda: __import__("vision_models").convnext_small(), "vision")
