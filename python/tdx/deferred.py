@@ -8,6 +8,7 @@ directly (repr, numpy, tolist, item, torch.tensor from data).
 
 import contextlib
 import functools
+import os
 import sys
 
 import torch
@@ -289,6 +290,25 @@ def _as_eager(decide):
     return eager
 
 
+def _experts_loop_hint(tb):
+    """The fix, when a refused op is in Hugging Face's `eager` experts loop
+    (a Python loop over the experts that tokens were routed to: nonzero,
+    per-expert torch.where)."""
+    found = None
+    while tb is not None:
+        me = tb.tb_frame.f_locals.get("self")
+        if tb.tb_frame.f_code.co_name == "forward" and type(me).__name__.endswith("Experts") \
+                and "transformers" in tb.tb_frame.f_code.co_filename:
+            found = (type(me).__name__, os.path.basename(tb.tb_frame.f_code.co_filename),
+                     tb.tb_lineno)   # the innermost: the loop itself
+        tb = tb.tb_next
+    if found is None:
+        return ""
+    return (f"; this is Hugging Face's 'eager' experts loop ({found[0]} at {found[1]}:"
+            f"{found[2]}), whose shapes follow the routing: build the model with "
+            f"experts_implementation=\"grouped_mm\" (transformers' default), which tdx takes")
+
+
 def _torch_compile_frame(error):
     """'file:line (function)' of the function torch.compile (dynamo) was
     compiling on the way to `error`, or None when dynamo was not compiling.
@@ -348,7 +368,7 @@ def _python_guards(fake_cuda):
         if not isinstance(e, RuntimeError) or isinstance(e, FakeTensorError) or \
                 not str(e).startswith("tdx: "):
             raise
-        raise FakeTensorError(str(e)) from None
+        raise FakeTensorError(str(e) + _experts_loop_hint(e.__traceback__)) from None
     finally:
         torch.cuda._lazy_init = saved_lazy_init
         _depth -= 1

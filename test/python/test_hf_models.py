@@ -359,3 +359,51 @@ def test_hf_model_trains_in_bf16_like_eager_with_the_same_casts(name, layout):
         got = [runner.train_step(*batch).item() for batch in batches]
     for k, (g, w) in enumerate(zip(got, want)):
         assert abs(g - w) <= 2e-2 * abs(w), f"{name} bf16 step {k}: {g} vs eager {w}"
+
+
+def test_the_eager_experts_loop_is_refused_with_the_fix():
+    import transformers
+    config = transformers.Qwen3MoeConfig(vocab_size=VOCAB, moe_intermediate_size=16, num_experts=4,
+                                         num_experts_per_tok=2, **_DECODER)
+    config._experts_implementation = "eager"
+    model = tdx.deferred_init(transformers.Qwen3MoeForCausalLM, config)
+    with pytest.raises(tdx.FakeTensorError, match=r"aten::nonzero.*Hugging Face's 'eager' experts "
+                                                  r"loop \(Qwen3MoeExperts at modeling_qwen3_moe"
+                                                  r"\.py:\d+\).*experts_implementation="
+                                                  r"\"grouped_mm\""):
+        tdx.trace(model, data("lm")[0][0])
+
+
+@pytest.mark.parametrize("layout", ["1", "dp2"])
+def test_an_expert_no_token_reaches_trains_like_eager(layout):
+    # gpt-oss's router has a bias: expert 3's at -100 keeps every token from
+    # it (checked on eager's routing), so its grouped_mm group is empty in
+    # the forward and the backward of every step.
+    build, kind = MODELS["gpt-oss"]
+    sgd = lambda params: torch.optim.SGD(params, lr=0.1, momentum=0.9)  # noqa: E731
+    torch.manual_seed(0)
+    model = build()
+    with torch.no_grad():
+        for layer in model.model.layers:
+            layer.mlp.router.bias[3] = -100.0
+    start = {k: v.detach().clone() for k, v in model.state_dict().items()}
+    picked = []
+    for layer in model.model.layers:
+        layer.mlp.router.register_forward_hook(lambda m, i, out: picked.append(out[2]))
+    batches = data(kind)
+    want = eager_steps(model, sgd(model.parameters()), loss_fn_of(kind), batches)
+    counts = torch.bincount(torch.cat([p.reshape(-1) for p in picked]), minlength=4)
+    assert counts[3] == 0 and (counts[:3] > 0).all(), counts
+    torch.manual_seed(0)
+    deferred = tdx.deferred_init(build)
+    prog = tdx.trace_train_step(deferred, sgd(deferred.parameters()), loss_fn_of(kind), *batches[0])
+    if layout == "dp2":
+        tdx.parallelize(prog, tdx.init_device_mesh("cpu", (2,), ("dp",)), {}, data_parallel="dp")
+    losses, state = tdx.compile(prog, opt_level=0).train(batches, params=start)
+    for k, (got, ref) in enumerate(zip(losses, want)):
+        assert abs(got - float(ref)) <= 1e-5 * abs(float(ref)), f"step {k}: {got} vs eager {ref}"
+    for name, p in model.named_parameters():
+        err = ((state[name] - p.detach()).norm() / p.detach().norm().clamp_min(1e-12)).item()
+        assert err < 1e-4, f"{name}: {err:.2e} from eager"
+    assert torch.equal(state["model.layers.0.mlp.experts.down_proj"][3],
+                       start["model.layers.0.mlp.experts.down_proj"][3])  # no token, no update
