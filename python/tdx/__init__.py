@@ -38,6 +38,7 @@ from .auto import auto_parallelize
 from .precision import MixedPrecision
 from .regions import local_map, shard_map
 from .context_parallel import ContextParallel
+from .expert_parallel import ExpertParallel
 from .torch_plans import recorded_plan
 from . import checkpoint, store
 from .checkpoint import slice  # noqa: A004 (TorchShard's name)
@@ -57,6 +58,7 @@ from .sharding import (
 
 __all__ = [
     "ContextParallel",
+    "ExpertParallel",
     "local_map",
     "shard_map",
     "UnsupportedTorchError",

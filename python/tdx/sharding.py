@@ -576,6 +576,14 @@ def parallelize(prog, mesh, plan, *, data_parallel=None, zero=0, fold=(), mixed_
                              "sequence or pipeline the layers, not both")
         _context_parallel(prog, mesh, context, data_parallel)
         plan = {p: s for p, s in plan.items() if p not in context}
+    from .expert_parallel import ExpertParallel, apply as _expert_parallel
+    experts = {p: s for p, s in plan.items() if isinstance(s, ExpertParallel)}
+    if experts:
+        if pipeline is not None or context:
+            raise ValueError("ExpertParallel with a pipeline or ContextParallel is not built "
+                             "yet")
+        _expert_parallel(prog, mesh, experts, data_parallel)
+        plan = {p: s for p, s in plan.items() if p not in experts}
     if pipeline is not None:
         _place_pipeline(prog, mesh, pipeline, data_parallel, fold)
     params = prog.parameters()
