@@ -16,7 +16,6 @@ propagation as any other. The step is recorded again for it, as
 """
 
 import contextlib
-import fnmatch
 import functools
 
 import torch
@@ -111,48 +110,20 @@ class _Routing:
 def apply(prog, mesh, styles, data_parallel):
     """Records `prog` again with the attention of the modules `styles`
     (pattern -> ContextParallel) split over their axis."""
-    axes = {s.mesh_axis for s in styles.values()}
-    if len(axes) != 1:
-        raise ValueError(f"the plan's ContextParallel entries name the axes {sorted(axes)}; "
-                         f"one program splits its sequence over one axis")
-    axis = axes.pop()
-    mesh.axis(axis)
-    if axis == data_parallel:
-        raise ValueError(f"ContextParallel splits the sequence over {axis!r}, which is the "
-                         f"data-parallel axis too; give them different mesh axes")
-    again, model = getattr(prog, "_retrace", None), getattr(prog, "_model", None)
-    module = prog._module
-    if again is None or model is None:
-        raise CaptureError("ContextParallel records the step again with its attention split: "
-                           "give a program traced in this process by tdx.trace_train_step or "
-                           "tdx.trace")
-    if module.is_partitioned() or module.is_placed() or module.meshes():
-        raise CaptureError("ContextParallel records the step again, which would drop the "
-                           "changes made to the program since it was traced (meshes, "
-                           "placements); give the plan to the first tdx.parallelize call on a "
-                           "freshly traced program")
-    modules = []
-    for pattern in styles:
-        found = [m for name, m in model.named_modules() if fnmatch.fnmatchcase(name, pattern)]
-        if not found:
-            names = [n for n, _ in model.named_modules() if n][:5]
-            raise ValueError(f"plan pattern {pattern!r} (ContextParallel) matches no module; "
-                             f"module names are like {names}")
-        modules += found
-    routing = _Routing(modules, mesh, axis, data_parallel)
+    from .regions import recorded_as_regions
+    for s in styles.values():
+        mesh.axis(s.mesh_axis)
+        if s.mesh_axis == data_parallel:
+            raise ValueError(f"ContextParallel splits the sequence over {s.mesh_axis!r}, which "
+                             f"is the data-parallel axis too; give them different mesh axes")
 
-    def retrace(*args, **kwargs):
-        with routing.active():
-            return again(*args, **kwargs)
-
-    fresh = retrace(getattr(prog, "mixed_precision", None))
-    if not fresh._module.has_manual_regions():
+    def routing(modules, axis):
+        return _Routing([m for _, m in modules], mesh, axis, data_parallel)
+    axis = recorded_as_regions(
+        prog, "ContextParallel", styles, routing,
+        lambda model: f"module names are like {[n for n, _ in model.named_modules() if n][:5]}")
+    if not prog._module.has_manual_regions():
         raise ValueError(f"the modules {list(styles)} the plan's ContextParallel names call "
                          f"no torch.nn.functional.scaled_dot_product_attention in the step; "
                          f"name the attention modules")
-    prog._module = fresh._module
-    for key, value in vars(fresh).items():
-        if key != "_module":
-            setattr(prog, key, value)
-    prog._retrace = retrace
     prog.context_parallel = axis

@@ -17,7 +17,6 @@ step is recorded again for it, as ``ContextParallel`` and
 ``mixed_precision`` record it.
 """
 
-import fnmatch
 import types
 
 import torch
@@ -140,47 +139,19 @@ class _Routing:
 def apply(prog, mesh, styles, data_parallel):
     """Records `prog` again with the experts of the modules `styles`
     (pattern -> ExpertParallel) split over their axis."""
-    axes = {s.mesh_axis for s in styles.values()}
-    if len(axes) != 1:
-        raise ValueError(f"the plan's ExpertParallel entries name the axes {sorted(axes)}; "
-                         f"one program splits its experts over one axis")
-    axis = axes.pop()
-    mesh.axis(axis)
-    again, model = getattr(prog, "_retrace", None), getattr(prog, "_model", None)
-    module = prog._module
-    if again is None or model is None:
-        raise CaptureError("ExpertParallel records the step again with its experts split: give "
-                           "a program traced in this process by tdx.trace_train_step or "
-                           "tdx.trace")
-    if module.is_partitioned() or module.is_placed() or module.meshes():
-        raise CaptureError("ExpertParallel records the step again, which would drop the "
-                           "changes made to the program since it was traced (meshes, "
-                           "placements); give the plan to the first tdx.parallelize call on a "
-                           "freshly traced program")
-    modules = []
-    for pattern in styles:
-        found = [m for name, m in model.named_modules() if fnmatch.fnmatchcase(name, pattern)]
-        if not found:
-            names = [n for n, _ in model.named_modules() if n.endswith("experts")][:3]
-            raise ValueError(f"plan pattern {pattern!r} (ExpertParallel) matches no module; "
-                             f"experts modules are named like {names}")
-        for m in found:
+    from .regions import recorded_as_regions
+    for s in styles.values():
+        mesh.axis(s.mesh_axis)
+
+    def routing(modules, axis):
+        for pattern, m in modules:
             if getattr(getattr(m, "config", None), "_experts_implementation",
                        "grouped_mm") != "grouped_mm" or not hasattr(m, "num_experts"):
                 raise ValueError(f"plan pattern {pattern!r} (ExpertParallel) names "
                                  f"{type(m).__name__}, which is not a Hugging Face experts "
                                  f"module with the grouped_mm implementation")
-        modules += found
-    routing = _Routing(modules, mesh, axis, data_parallel)
-
-    def retrace(*args, **kwargs):
-        with routing.active():
-            return again(*args, **kwargs)
-
-    fresh = retrace(getattr(prog, "mixed_precision", None))
-    prog._module = fresh._module
-    for key, value in vars(fresh).items():
-        if key != "_module":
-            setattr(prog, key, value)
-    prog._retrace = retrace
-    prog.expert_parallel = axis
+        return _Routing([m for _, m in modules], mesh, axis, data_parallel)
+    prog.expert_parallel = recorded_as_regions(
+        prog, "ExpertParallel", styles, routing,
+        lambda model: f"experts modules are named like "
+                      f"{[n for n, _ in model.named_modules() if n.endswith('experts')][:3]}")

@@ -380,3 +380,49 @@ def shard_map(f, mesh, in_specs, out_specs, axis_names=None, check_replication=T
 class _Mesh:
     def __init__(self, name, shape, axes):
         self.name, self.shape, self.mesh_dim_names = name, tuple(shape), tuple(axes)
+
+
+def recorded_as_regions(prog, style, styles, make_routing, hint):
+    """For the plan styles that make regions of a model's modules
+    (ContextParallel, ExpertParallel): the styles' one mesh axis, and
+    `prog` recorded again, in place, with ``make_routing(modules, axis)``'s
+    ``active()`` around this and every later recording of it (mixed
+    precision's, a pipeline's). `hint(model)` names modules for a pattern
+    that matches none. Returns (axis, the fresh module)."""
+    import fnmatch
+    axes = {s.mesh_axis for s in styles.values()}
+    if len(axes) != 1:
+        raise ValueError(f"the plan's {style} entries name the axes {sorted(axes)}; one "
+                         f"program splits over one axis")
+    again, model = getattr(prog, "_retrace", None), getattr(prog, "_model", None)
+    if again is None or model is None:
+        raise CaptureError(f"{style} records the step again: give a program traced in this "
+                           f"process by tdx.trace_train_step or tdx.trace")
+    module = prog._module
+    if module.is_partitioned() or module.is_placed() or module.meshes():
+        raise CaptureError(f"{style} records the step again, which would drop the changes "
+                           f"made to the program since it was traced (meshes, placements); "
+                           f"give the plan to the first tdx.parallelize call on a freshly "
+                           f"traced program")
+    modules = []
+    for pattern in styles:
+        found = [m for name, m in model.named_modules() if fnmatch.fnmatchcase(name, pattern)]
+        if not found:
+            raise ValueError(f"plan pattern {pattern!r} ({style}) matches no module; "
+                             f"{hint(model)}")
+        modules += [(pattern, m) for m in found]
+    axis = next(iter(axes))
+    routing = make_routing(modules, axis)
+
+    def retrace(*args, **kwargs):
+        with routing.active():
+            return again(*args, **kwargs)
+
+    fresh = retrace(getattr(prog, "mixed_precision", None))
+    prog._module = fresh._module
+    for key, value in vars(fresh).items():
+        if key != "_module":
+            setattr(prog, key, value)
+    prog._retrace = retrace
+    return axis
+
