@@ -136,7 +136,7 @@ struct CheckMessagesPass : public mlir::tdx::impl::CheckMessagesBase<CheckMessag
       mesh.axes.push_back(cast<StringAttr>(a).getValue());
 
     // Each program, and the ranks that run it.
-    SmallVector<std::pair<SmallVector<func::FuncOp>, int64_t>> runs;
+    SmallVector<SmallVector<func::FuncOp>> runs;
     auto pipeline = module->getAttrOfType<DictionaryAttr>(TdxDialect::kPipelineAttrName);
     ArrayAttr names = pipeline ? pipeline.getAs<ArrayAttr>("functions") : ArrayAttr();
     if (names) {
@@ -158,7 +158,7 @@ struct CheckMessagesPass : public mlir::tdx::impl::CheckMessagesBase<CheckMessag
         }
         perRank.push_back(fn);
       }
-      runs.push_back({perRank, 0});
+      runs.push_back(perRank);
     } else {
       // One program every rank runs: its collectives are reached in one
       // order by construction, its messages still need their receives.
@@ -166,10 +166,10 @@ struct CheckMessagesPass : public mlir::tdx::impl::CheckMessagesBase<CheckMessag
         bool messages = false;
         fn.walk([&](Operation *op) { messages |= isa<SendOp, RecvOp>(op); });
         if (messages)
-          runs.push_back({SmallVector<func::FuncOp>(mesh.size(), fn), 0});
+          runs.push_back(SmallVector<func::FuncOp>(mesh.size(), fn));
       }
     }
-    for (auto &[perRank, unused] : runs)
+    for (ArrayRef<func::FuncOp> perRank : runs)
       if (failed(run(perRank)))
         return signalPassFailure();
   }

@@ -17,6 +17,8 @@ step is recorded again for it, as ``ContextParallel`` and
 ``mixed_precision`` record it.
 """
 
+import contextlib
+import functools
 import types
 
 import torch
@@ -115,25 +117,19 @@ class _Routing:
                          mesh=self.mesh)(hidden_states, top_k_index, top_k_weights,
                                          *(getattr(module, a) for a in names))
 
+    @contextlib.contextmanager
     def active(self):
-        import contextlib
-
-        @contextlib.contextmanager
-        def patched():
-            saved = []
-            for m in self.modules:
-                saved.append((m, m.__dict__.get("forward")))
-                m.forward = types.MethodType(
-                    lambda me, *a, **kw: self.forward(me, *a, **kw), m)
-            try:
-                yield
-            finally:
-                for m, f in saved:
-                    if f is None:
-                        del m.forward
-                    else:
-                        m.forward = f
-        return patched()
+        saved = [(m, m.__dict__.get("forward")) for m in self.modules]
+        for m in self.modules:
+            m.forward = functools.partial(self.forward, m)
+        try:
+            yield
+        finally:
+            for m, f in saved:
+                if f is None:
+                    del m.forward
+                else:
+                    m.forward = f
 
 
 def apply(prog, mesh, styles, data_parallel):

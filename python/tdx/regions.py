@@ -388,7 +388,7 @@ def recorded_as_regions(prog, style, styles, make_routing, hint):
     `prog` recorded again, in place, with ``make_routing(modules, axis)``'s
     ``active()`` around this and every later recording of it (mixed
     precision's, a pipeline's). `hint(model)` names modules for a pattern
-    that matches none. Returns (axis, the fresh module)."""
+    that matches none. Returns the axis."""
     import fnmatch
     axes = {s.mesh_axis for s in styles.values()}
     if len(axes) != 1:
@@ -425,4 +425,3 @@ def recorded_as_regions(prog, style, styles, make_routing, hint):
             setattr(prog, key, value)
     prog._retrace = retrace
     return axis
-

@@ -76,7 +76,7 @@ class DeviceMesh:
                                  f"(one of {self.mesh_dim_names})")
             mesh_dim = 0
         axis = self.mesh_dim_names[mesh_dim] if isinstance(mesh_dim, int) else mesh_dim
-        self.axis(axis)
+        size = self.shape[self.axis(axis)]
         rec = _c.recording()
         if rec is None:
             raise RuntimeError("tdx.DeviceMesh.get_local_rank is a value of a program tdx "
@@ -85,7 +85,7 @@ class DeviceMesh:
                                "comm(mesh, axis).rank")
         site = _c.site()
         rec.use(self.name, self.shape, self.mesh_dim_names, site)
-        return torch.ops.tdx.rank(torch.zeros(()), axis, self.shape[self.axis(axis)], site)
+        return torch.ops.tdx.rank(torch.zeros(()), axis, size, site)
 
     def __repr__(self):
         return f"DeviceMesh({self.device_type!r}, shape={self.shape}, mesh_dim_names={self.mesh_dim_names})"
