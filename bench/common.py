@@ -5,6 +5,7 @@ return)."""
 import argparse
 import os
 import sys
+import time
 
 def setup():
     """What a benchmark does before it imports torch: one BLAS thread
@@ -20,6 +21,16 @@ def setup():
 # bench/runtime and bench/training run and test_emission_golden records.
 GPT_CONFIG = dict(vocab=512, d=128, heads=4, layers=4, context=64)
 BATCH, SEQ = 8, 64
+
+
+def ms_per_step(step, batches):
+    """Milliseconds per call of ``step(batch)`` over `batches`, the first
+    call (the warm-up) not counted."""
+    step(batches[0])
+    t0 = time.perf_counter()
+    for batch in batches[1:]:
+        step(batch)
+    return (time.perf_counter() - t0) * 1e3 / (len(batches) - 1)
 
 
 def arguments(doc, steps, rounds, **extra):

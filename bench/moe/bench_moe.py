@@ -9,10 +9,9 @@ bytes each rank sends per step (the comm report), ratios in one run.
 
 import os
 import sys
-import time
 
 sys.path.insert(0, os.path.join(os.path.dirname(__file__), ".."))
-from common import arguments, setup  # noqa: E402
+from common import arguments, ms_per_step, setup  # noqa: E402
 
 setup()
 args = arguments(__doc__, steps=10, rounds=2, hidden="128", experts="8", batch="8", seq="64")
@@ -54,13 +53,12 @@ def eager(batches):
     torch.manual_seed(0)
     model = build()
     opt = sgd(model.parameters())
-    for k, batch in enumerate(batches):
-        if k == 1:
-            t0 = time.perf_counter()
+
+    def step(batch):
         opt.zero_grad()
         loss_fn(model, *batch).backward()
         opt.step()
-    return (time.perf_counter() - t0) * 1e3 / (len(batches) - 1), 0
+    return ms_per_step(step, batches), 0
 
 
 def compiled(layout, batches):
@@ -75,11 +73,7 @@ def compiled(layout, batches):
     torch.manual_seed(0)
     weights = {k: v.detach() for k, v in build().state_dict().items()}
     with tdx.compile(prog).start(params=weights, threads=1) as runner:
-        for k, batch in enumerate(batches):
-            if k == 1:
-                t0 = time.perf_counter()
-            runner.train_step(*batch).item()
-    return (time.perf_counter() - t0) * 1e3 / (len(batches) - 1), sent
+        return ms_per_step(lambda batch: runner.train_step(*batch).item(), batches), sent
 
 
 def main():

@@ -12,10 +12,9 @@ report), side by side with the ratios.
 
 import os
 import sys
-import time
 
 sys.path.insert(0, os.path.join(os.path.dirname(__file__), ".."))
-from common import arguments, setup  # noqa: E402
+from common import arguments, ms_per_step, setup  # noqa: E402
 
 setup()
 args = arguments(__doc__, steps=10, rounds=2, seq="256", dim="64", batch="4")
@@ -44,13 +43,12 @@ def eager(batches):
     torch.manual_seed(0)
     model = build()
     opt = sgd(model.parameters())
-    for k, (ids, targets) in enumerate(batches):
-        if k == 1:
-            t0 = time.perf_counter()
+
+    def step(batch):
         opt.zero_grad()
-        ra.loss_fn(model, ids, targets).backward()
+        ra.loss_fn(model, *batch).backward()
         opt.step()
-    return (time.perf_counter() - t0) * 1e3 / (len(batches) - 1), 0
+    return ms_per_step(step, batches), 0
 
 
 def compiled(how, batches):
@@ -67,11 +65,7 @@ def compiled(how, batches):
     torch.manual_seed(0)
     weights = {k: v.detach() for k, v in build().state_dict().items()}
     with exe.start(params=weights, threads=1) as runner:
-        for k, (ids, targets) in enumerate(batches):
-            if k == 1:
-                t0 = time.perf_counter()
-            runner.train_step(ids, targets).item()
-    return (time.perf_counter() - t0) * 1e3 / (len(batches) - 1), sent
+        return ms_per_step(lambda batch: runner.train_step(*batch).item(), batches), sent
 
 
 def _torch_cp(rank, n, steps, out):
@@ -85,15 +79,14 @@ def _torch_cp(rank, n, steps, out):
         torch.manual_seed(0)
         model = build()
         opt = sgd(model.parameters())
-        batches = data(steps + 1)
-        for k, (ids, targets) in enumerate(batches):
-            if k == 1:
-                t0 = time.perf_counter()
+
+        def step(batch):
+            ids, targets = batch
             opt.zero_grad()
             with context_parallel(mesh, buffers=[ids, targets], buffer_seq_dims=[1, 1]):
                 ra.loss_fn(model, ids, targets).backward()
             opt.step()
-        result = f"{(time.perf_counter() - t0) * 1e3 / steps:.3f}"
+        result = f"{ms_per_step(step, data(steps + 1)):.3f}"
     except Exception as e:   # reported as the peer's result, not hidden
         result = f"n/a: {type(e).__name__}: {str(e).splitlines()[0][:110]}"
     if rank == 0:

@@ -10,14 +10,13 @@ sends per step (the comm report), side by side with the ratios.
 
 import os
 import sys
-import time
 
 import torch
 import torch.distributed._functional_collectives as funcol
 import torch.nn.functional as F
 
 sys.path.insert(0, os.path.join(os.path.dirname(__file__), ".."))
-from common import arguments, setup  # noqa: E402
+from common import arguments, ms_per_step, setup  # noqa: E402
 
 setup()
 args = arguments(__doc__, steps=20, rounds=3, hidden="1024", batch="64")
@@ -65,14 +64,12 @@ def eager(batches):
     torch.manual_seed(0)
     model = Block(False)
     opt = torch.optim.SGD(model.parameters(), lr=0.01)
-    t0 = None
-    for k, (x, y) in enumerate(batches):
-        if k == 1:
-            t0 = time.perf_counter()
+
+    def step(batch):
         opt.zero_grad()
-        loss_fn(model, x, y).backward()
+        loss_fn(model, *batch).backward()
         opt.step()
-    return (time.perf_counter() - t0) * 1e3 / (len(batches) - 1), 0
+    return ms_per_step(step, batches), 0
 
 
 def compiled(manual, batches):
@@ -87,11 +84,7 @@ def compiled(manual, batches):
     torch.manual_seed(0)
     weights = {k: v.detach() for k, v in Block(False).state_dict().items()}
     with exe.start(params=weights, threads=1) as runner:
-        for k, (x, y) in enumerate(batches):
-            if k == 1:
-                t0 = time.perf_counter()
-            runner.train_step(x, y).item()
-    return (time.perf_counter() - t0) * 1e3 / (len(batches) - 1), sent
+        return ms_per_step(lambda batch: runner.train_step(*batch).item(), batches), sent
 
 
 batches = data(args.steps + 1)
