@@ -109,6 +109,20 @@ LogicalResult mlir::tdx::raiseUserCollective(AtenOp op, MeshOp mesh) {
       return op.emitOpError() << "(" << op.getSchema() << ") names axis \"" << axis
                               << "\", which mesh " << meshRef << " does not have";
   SmallVector<Value> in = op.getPlainOperands();
+  // The ragged all-to-all: its rows, then the offsets and sizes.
+  if (kind == "ragged_all_to_all") {
+    if (op.getNumResults() != 1 || in.size() != 5)
+      return op.emitOpError() << "(" << op.getSchema()
+                              << ") takes the rows, the input offsets, the send sizes, the "
+                                 "output offsets and the receive sizes, and gives one; the IR has "
+                              << in.size() << " and " << op.getNumResults();
+    OpBuilder b(op);
+    auto made = RaggedAllToAllOp::create(b, loc, op.getResult(0).getType(), in[0], in[1], in[2],
+                                         in[3], in[4], meshRef, b.getStrArrayAttr(names));
+    op.getResult(0).replaceAllUsesWith(made.getResult());
+    op.erase();
+    return success();
+  }
   if (op.getNumResults() != 1 || in.size() != 1)
     return op.emitOpError() << "(" << op.getSchema()
                             << ") takes one tensor and gives one; the IR has "
@@ -183,7 +197,7 @@ LogicalResult mlir::tdx::raiseUserCollective(AtenOp op, MeshOp mesh) {
   } else {
     return op.emitOpError() << "(" << op.getSchema()
                             << ") is not one of tdx's collectives (all_reduce, all_gather, "
-                               "reduce_scatter, all_to_all, broadcast, permute, rank)";
+                               "reduce_scatter, all_to_all, ragged_all_to_all, broadcast, permute, rank)";
   }
   op.getResult(0).replaceAllUsesWith(made->getResult(0));
   op.erase();

@@ -240,6 +240,35 @@ LogicalResult AllToAllOp::verifySymbolUses(SymbolTableCollection &symbols) {
   return ShapeCheck{*this, in, cast<RankedTensorType>(getType()), *group}.check(*concat, *split);
 }
 
+LogicalResult RaggedAllToAllOp::verifySymbolUses(SymbolTableCollection &symbols) {
+  FailureOr<int64_t> group = verifyCollectiveGroup(*this, symbols);
+  if (failed(group))
+    return failure();
+  auto in = cast<RankedTensorType>(getInput().getType());
+  auto out = cast<RankedTensorType>(getType());
+  if (in.getRank() < 1 || out.getRank() != in.getRank())
+    return emitOpError() << "moves rows of dim 0: its input and result need the same rank, at "
+                            "least 1; they are "
+                         << in << " and " << out;
+  if (in.getElementType() != out.getElementType())
+    return emitOpError() << "result element type " << out.getElementType()
+                         << " is not the input's " << in.getElementType();
+  if (!in.hasStaticShape() || !out.hasStaticShape())
+    return emitOpError() << "needs static buffers (its counts are values, its shapes are "
+                            "not); the types are "
+                         << in << " and " << out;
+  for (int64_t d = 1; d < in.getRank(); ++d)
+    if (in.getDimSize(d) != out.getDimSize(d))
+      return emitOpError() << "rows of " << in << " do not fit rows of " << out
+                           << ": dim " << d << " differs";
+  auto sizes = cast<RankedTensorType>(getSendSizes().getType());
+  if (sizes.getRank() != 1 || !sizes.getElementType().isInteger(64) ||
+      sizes.getDimSize(0) != *group)
+    return emitOpError() << "offsets and sizes must be tensor<" << *group
+                         << "xi64> (one entry per rank of the group); they are " << sizes;
+  return success();
+}
+
 LogicalResult BroadcastOp::verifySymbolUses(SymbolTableCollection &symbols) {
   FailureOr<int64_t> group = verifyGroup(symbols);
   if (failed(group))

@@ -206,6 +206,36 @@ def Tdx_CollectivePermuteOp : Tdx_CollectiveOp<"collective_permute", "collective
   }];
 }
 
+def Tdx_RaggedAllToAllOp : Tdx_Op<"ragged_all_to_all", [Tdx_Collective,
+    AllTypesMatch<["input_offsets", "send_sizes", "output_offsets", "recv_sizes"]>,
+    DeclareOpInterfaceMethods<SymbolUserOpInterface>]> {
+  let summary = "all_to_all of rows whose counts are values (local view)";
+  let description = [{
+    Every rank sends rows `[input_offsets[j], input_offsets[j] + send_sizes[j])`
+    of `input` (dim 0) to group rank `j`, and puts the `recv_sizes[i]` rows
+    rank `i` sends it at `output_offsets[i]` of its result; rows nobody
+    writes are zero. The buffers are static, the offsets and sizes are
+    tensors of one entry per group rank, computed on the ranks and never
+    read by the program (XLA's `ragged_all_to_all`, except that the output
+    offsets are the receiver's own, as MPI_Alltoallv's displacements are).
+    Rank `i`'s `recv_sizes[j]` must be rank `j`'s `send_sizes[i]`; the
+    runtime checks it and every range. Its adjoint is the same op with
+    the offsets and sizes swapped. An expert-parallel dispatch moves only
+    the routed rows with it:
+
+    ```mlir
+    %r = tdx.ragged_all_to_all %x, %in_off, %send, %out_off, %recv on @mesh axes = ["ep"] : tensor<32x64xf32>, tensor<2xi64> -> tensor<64x64xf32>
+    ```
+  }];
+  let arguments = (ins Tdx_Tensor:$input, Tdx_Tensor:$input_offsets, Tdx_Tensor:$send_sizes,
+                       Tdx_Tensor:$output_offsets, Tdx_Tensor:$recv_sizes,
+                       FlatSymbolRefAttr:$mesh, StrArrayAttr:$mesh_axes);
+  let results = (outs Tdx_Tensor:$result);
+  let assemblyFormat =
+    "$input `,` $input_offsets `,` $send_sizes `,` $output_offsets `,` $recv_sizes `on` $mesh "
+    "`axes` `=` $mesh_axes attr-dict `:` type($input) `,` type($input_offsets) `->` type($result)";
+}
+
 /// Point to point over one mesh axis (pipeline stages): the peer is the
 /// rank whose coordinates differ from this one's only on `mesh_axes`' one
 /// axis, where it is `peer`. A send never waits for its receiver (the

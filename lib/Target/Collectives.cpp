@@ -14,9 +14,20 @@ Value messageOf(Operation *op) {
 }
 
 /// The payload recorded by tdx-partition, or the size of a static input.
+/// A ragged all-to-all moves at most the smaller of its two buffers: an
+/// expert-parallel dispatch sends its routed rows (the input, the worst
+/// case received), the combine receives them back (the result).
 int64_t payloadBytes(Operation *op) {
   if (auto attr = op->getAttrOfType<IntegerAttr>(TdxDialect::kPayloadBytesAttrName))
     return attr.getInt();
+  if (auto ragged = dyn_cast<RaggedAllToAllOp>(op)) {
+    auto in = cast<RankedTensorType>(ragged.getInput().getType());
+    auto out = cast<RankedTensorType>(ragged.getType());
+    if (!in.hasStaticShape() || !out.hasStaticShape())
+      return -1;
+    return std::min(in.getNumElements(), out.getNumElements()) *
+           elementBytes(in.getElementType());
+  }
   auto t = cast<RankedTensorType>(messageOf(op).getType());
   if (!t.hasStaticShape())
     return -1;

@@ -289,6 +289,23 @@ LogicalResult Emitter::emitOp(Operation *op) {
                       strings(o.getMeshAxes()) + ", " + std::to_string(o.getPeer()) + ", " +
                       std::to_string(o.getTag()) + ")");
       })
+      .Case([&](RaggedAllToAllOp o) -> LogicalResult {
+        // The sizes stay tensors: the CPU runtime reads them where MPI
+        // does, in host memory. CUDA's would need them read on the device.
+        if (backend == Backend::CUDA)
+          return o.emitOpError("runs on the CPU runtime only: CUDA's ragged all-to-all (sizes "
+                               "read on the device, no copy to the host) is not built; compile "
+                               "this program for the CPU");
+        std::string site;
+        llvm::raw_string_ostream where(site);
+        if (auto fl = dyn_cast<FileLineColLoc>(o.getLoc()))
+          where << fl.getFilename().getValue() << ":" << fl.getLine();
+        else
+          o.getLoc().print(where);
+        return assign("ctx.raggedAllToAll(" + in(0) + ", " + in(1) + ", " + in(2) + ", " + in(3) +
+                      ", " + in(4) + ", " + std::to_string(type().getDimSize(0)) + ", " +
+                      strings(o.getMeshAxes()) + ", " + quoted(site) + ")");
+      })
       .Case([&](AllGatherOp o) {
         // The gathered size, when the program knows it, spares the runtime
         // exchanging the pieces' sizes.

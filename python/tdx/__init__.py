@@ -37,6 +37,7 @@ from .explain import explain
 from .auto import auto_parallelize
 from .precision import MixedPrecision
 from .regions import local_map, shard_map
+from .torch_collectives import ragged_all_to_all
 from .context_parallel import ContextParallel
 from .expert_parallel import ExpertParallel
 from .torch_plans import recorded_plan
@@ -60,6 +61,7 @@ __all__ = [
     "ContextParallel",
     "ExpertParallel",
     "local_map",
+    "ragged_all_to_all",
     "shard_map",
     "UnsupportedTorchError",
     "checkpoint",

@@ -18,6 +18,8 @@ all_reduce max / min  the summed gradient to the ranks holding the extreme,
 all_gather            reduce_scatter sum
 reduce_scatter sum    all_gather (avg: divided by the group's size)
 all_to_all            all_to_all with split and concat swapped
+ragged_all_to_all     ragged_all_to_all with the input's and output's
+                      offsets and sizes swapped
 broadcast (root)      all_reduce sum, kept on the root (zeros elsewhere)
 permute (pairs)       permute by the reversed pairs
 ====================  =====================================================
@@ -42,11 +44,14 @@ _LIB.define(f"all_reduce(Tensor x, str reduce, {_COMMON}) -> Tensor")
 _LIB.define(f"all_gather(Tensor x, int dim, {_COMMON}) -> Tensor")
 _LIB.define(f"reduce_scatter(Tensor x, str reduce, int dim, {_COMMON}) -> Tensor")
 _LIB.define(f"all_to_all(Tensor x, int split_dim, int concat_dim, {_COMMON}) -> Tensor")
+_LIB.define(f"ragged_all_to_all(Tensor x, Tensor input_offsets, Tensor send_sizes, "
+            f"Tensor output_offsets, Tensor recv_sizes, int rows, {_COMMON}) -> Tensor")
 _LIB.define(f"broadcast(Tensor x, int root, {_COMMON}) -> Tensor")
 _LIB.define(f"permute(Tensor x, int[] pairs, {_COMMON}) -> Tensor")
 _LIB.define(f"rank(Tensor like, {_COMMON}) -> Tensor")
 
-_OPS = ("all_reduce", "all_gather", "reduce_scatter", "all_to_all", "broadcast", "permute", "rank")
+_OPS = ("all_reduce", "all_gather", "reduce_scatter", "all_to_all", "ragged_all_to_all", "broadcast",
+        "permute", "rank")
 
 
 def _eager(name):
@@ -102,6 +107,20 @@ def _(x, split_dim, concat_dim, axes, group, site):
     shape[s] = _split(shape[s], group, "all_to_all", site)
     shape[c] *= group
     return x.new_empty(shape)
+
+
+@torch.library.register_fake("tdx::ragged_all_to_all")
+def _(x, input_offsets, send_sizes, output_offsets, recv_sizes, rows, axes, group, site):
+    for name, t in (("input_offsets", input_offsets), ("send_sizes", send_sizes),
+                    ("output_offsets", output_offsets), ("recv_sizes", recv_sizes)):
+        if t.dtype != torch.int64 or tuple(t.shape) != (group,):
+            raise CaptureError(f"ragged_all_to_all at {site}: {name} is {t.dtype} "
+                               f"{tuple(t.shape)}; give an int64 tensor of {group} entries, one "
+                               f"per rank of the group")
+    if x.dim() < 1 or rows < 0:
+        raise CaptureError(f"ragged_all_to_all at {site}: it moves rows (dim 0) of a tensor into "
+                           f"{rows} rows; give a tensor of at least 1 dim and rows >= 0")
+    return x.new_empty((rows, *x.shape[1:]))
 
 
 @torch.library.register_fake("tdx::broadcast")
@@ -169,6 +188,20 @@ def _all_to_all_backward(ctx, g):
         None, None, None, None, None
 
 
+def _save_ragged(ctx, inputs, output):
+    x, input_offsets, send_sizes, output_offsets, recv_sizes, rows, axes, group, site = inputs
+    ctx.save_for_backward(input_offsets, send_sizes, output_offsets, recv_sizes)
+    ctx.args = (x.shape[0], axes, group, site)
+
+
+def _ragged_all_to_all_backward(ctx, g):
+    input_offsets, send_sizes, output_offsets, recv_sizes = ctx.saved_tensors
+    rows, axes, group, site = ctx.args
+    back = _ops().ragged_all_to_all(g, output_offsets, recv_sizes, input_offsets, send_sizes,
+                                    rows, axes, group, site + " (backward)")
+    return (back,) + (None,) * 8
+
+
 def _broadcast_backward(ctx, g):
     root, axes, group, site = ctx.args
     back = site + " (backward)"
@@ -191,6 +224,8 @@ torch.library.register_autograd("tdx::reduce_scatter", _reduce_scatter_backward,
                                 setup_context=_save_args)
 torch.library.register_autograd("tdx::all_to_all", _all_to_all_backward,
                                 setup_context=_save_args)
+torch.library.register_autograd("tdx::ragged_all_to_all", _ragged_all_to_all_backward,
+                                setup_context=_save_ragged)
 torch.library.register_autograd("tdx::broadcast", _broadcast_backward,
                                 setup_context=_save_args)
 torch.library.register_autograd("tdx::permute", _permute_backward, setup_context=_save_args)

@@ -19,6 +19,7 @@ step is recorded again for it, as ``ContextParallel`` and
 
 import contextlib
 import functools
+import math
 import types
 
 import torch
@@ -32,12 +33,38 @@ class ExpertParallel(_Style):
     """Routed experts split over ``mesh_axis``: for the plan's experts
     modules (``{"model.layers.*.mlp.experts": tdx.ExpertParallel()}``),
     each rank holds ``num_experts / ep`` experts and the tokens go to their
-    experts' ranks and back (dropless). The experts must divide evenly."""
+    experts' ranks and back by ragged all-to-alls that move the routed rows
+    only. The experts must divide evenly over the axis.
+
+    ``capacity_factor=None`` (the default) is dropless: the receive buffer
+    holds the most that can arrive. A number ``c > 0`` caps each expert at
+    ``ceil(c * tokens * top_k / num_experts)`` of a rank's (token, expert)
+    pairs, in token order (Megatron's and GShard's capacity); the pairs past
+    it are dropped (they add nothing to the token's output), and the step
+    counts them per expert, summed over the ranks, in each experts module's
+    non-persistent buffer ``dropped_tokens`` (read with
+    :meth:`dropped_tokens`)."""
 
     placements = {}
 
-    def __init__(self, mesh_axis="ep"):
+    def __init__(self, mesh_axis="ep", *, capacity_factor=None):
         super().__init__(mesh_axis)
+        if capacity_factor is not None and not (
+                isinstance(capacity_factor, (int, float)) and not isinstance(capacity_factor, bool)
+                and capacity_factor > 0 and math.isfinite(capacity_factor)):
+            raise ValueError(f"ExpertParallel: capacity_factor must be a number > 0 (each "
+                             f"expert takes capacity_factor times its even share of the "
+                             f"tokens), or None for dropless; got {capacity_factor!r}")
+        self.capacity_factor = capacity_factor
+
+    @staticmethod
+    def dropped_tokens(runner):
+        """{experts module name: int64 tensor (num_experts,)}: the (token,
+        expert) pairs each expert dropped in the runner's last forward, over
+        every rank (plans with ``capacity_factor``)."""
+        suffix = ".dropped_tokens"
+        return {k[:-len(suffix)]: v for k, v in runner.state_dict(optimizer=True).items()
+                if k.endswith(suffix)}
 
 
 _WEIGHTS = ("gate_up_proj", "up_proj", "down_proj", "gate_up_proj_bias", "up_proj_bias",
@@ -57,46 +84,77 @@ class _Shard:
         return getattr(self.__dict__["_module"], name)
 
 
-def _dispatch(x, index, weight, *experts, module, names, mesh, axis):
+def capacity(capacity_factor, tokens, top_k, num_experts):
+    """The pairs one rank may send each expert: ``capacity_factor`` times
+    its even share, rounded up."""
+    return math.ceil(capacity_factor * tokens * top_k / num_experts)
+
+
+def _dispatch(x, index, weight, *experts, module, names, mesh, axis, token_axes,
+              capacity_factor):
     """Per-shard code: this rank's tokens `x` (T, H) with their top-k
     `index` and `weight` (T, k), and its experts' weights `experts` (named
-    `names`): the experts' output for its tokens (T, H)."""
+    `names`): the experts' output for its tokens (T, H) and the pairs each
+    expert dropped, over the ranks of `token_axes` (E,)."""
+    from .torch_collectives import ragged_all_to_all
     n = mesh.size(mesh.axis(axis))
     local = experts[0].shape[0]
     tokens, k = index.shape
     pairs = tokens * k
-    room = tokens * min(k, local)              # the most one rank can be sent
     flat = index.reshape(-1)
     dest = torch.div(flat, local, rounding_mode="floor")
-    onehot = torch.nn.functional.one_hot(dest, n)
-    slot = (onehot.cumsum(0) * onehot).sum(-1) - 1   # the pair's place in its chunk
-    where = dest * room + slot
-    token = torch.div(torch.arange(pairs), k, rounding_mode="floor")
-    rows = n * room
-    send = x.new_zeros(rows, x.shape[-1]).index_put((where,), x[token])
-    send_expert = torch.full((rows,), local, dtype=torch.int64).index_put(
-        (where,), torch.remainder(flat, local))
-    send_weight = weight.new_zeros(rows).index_put((where,), weight.reshape(-1))
+    to_rank = torch.nn.functional.one_hot(dest, n)                  # (pairs, n)
+    per_rank = to_rank.sum(0)
+    if capacity_factor is None:
+        room = tokens * min(k, local)          # the most one rank can be sent
+        sent = per_rank
+        order = torch.sort(dest, stable=True).indices
+    else:
+        cap = capacity(capacity_factor, tokens, k, local * n)
+        room = local * cap
+        to_expert = torch.nn.functional.one_hot(flat, local * n)    # (pairs, E)
+        place = (to_expert.cumsum(0) * to_expert).sum(-1) - 1       # among its expert's pairs
+        kept = (place < cap).to(torch.int64)
+        dropped = (to_expert.sum(0) - cap).clamp(min=0)
+        sent = (to_rank * kept[:, None]).sum(0)
+        # By destination, the kept pairs first (in token order).
+        order = torch.sort(dest * 2 + (1 - kept), stable=True).indices
     group = (mesh, axis)
-    got = funcol.all_to_all_single(send, None, None, group)
-    got_expert = funcol.all_to_all_single(send_expert, None, None, group)
-    got_weight = funcol.all_to_all_single(send_weight, None, None, group)
-    # Transformers' own experts forward over this rank's experts: a row
-    # whose expert id is `local` (the padding) is its expert-parallel
-    # sentinel, masked in and out.
+    offsets = per_rank.cumsum(0) - per_rank
+    received = funcol.all_to_all_single(sent, None, None, group)
+    slots = torch.arange(n) * room
+    rows = n * room
+
+    def there(t):
+        return ragged_all_to_all(t, offsets, sent, slots, received, rows, group)
+
+    got = there(x[torch.div(order, k, rounding_mode="floor")])
+    # Rows nobody sent are zero: ids go shifted by one, so a zero is the
+    # padding, transformers' expert-parallel sentinel (`local`) here.
+    got_expert = there(torch.remainder(flat, local)[order] + 1)
+    got_expert = torch.where(got_expert == 0, local, got_expert - 1)
+    got_weight = there(weight.reshape(-1)[order])
     shard = _Shard(module, dict(zip(names, experts), num_experts=local,
                                 _is_expert_parallel=True))
     shard._apply_gate = types.MethodType(type(module)._apply_gate, shard)
     from transformers.integrations.moe import grouped_mm_experts_forward
     out = grouped_mm_experts_forward(shard, got, got_expert[:, None], got_weight[:, None])
-    back = funcol.all_to_all_single(out, None, None, group)
-    return back[where].reshape(tokens, k, -1).sum(1).to(x.dtype)
+    back = ragged_all_to_all(out, slots, received, offsets, sent, pairs, group)
+    mine = back.new_zeros(back.shape).index_copy(0, order, back)
+    y = mine.reshape(tokens, k, -1).sum(1).to(x.dtype)
+    if capacity_factor is None:
+        return y
+    for a in token_axes:
+        dropped = funcol.all_reduce(dropped, "sum", (mesh, a))
+    return y, dropped
 
 
 class _Routing:
     def __init__(self, modules, mesh, axis, batch_axis):
-        self.modules, self.mesh, self.axis = modules, mesh, axis
-        self.tokens = tuple(Shard(0) if a in (axis, batch_axis) else Replicate()
+        self.modules, self.mesh, self.axis = [m for m, _ in modules], mesh, axis
+        self.capacity = {id(m): style.capacity_factor for m, style in modules}
+        self.token_axes = [a for a in mesh.mesh_dim_names if a in (axis, batch_axis)]
+        self.tokens = tuple(Shard(0) if a in self.token_axes else Replicate()
                             for a in mesh.mesh_dim_names)
         self.experts = tuple(Shard(0) if a == axis else Replicate()
                              for a in mesh.mesh_dim_names)
@@ -110,12 +168,22 @@ class _Routing:
                                f"the {n} ranks of {self.axis!r}; give an ep size that divides "
                                f"them")
         names = [a for a in _WEIGHTS if isinstance(getattr(module, a, None), torch.Tensor)]
-        body = lambda x, i, w, *e: _dispatch(  # noqa: E731
-            x, i, w, *e, module=module, names=names, mesh=self.mesh, axis=self.axis)
+        capacity_factor = self.capacity[id(module)]
+        body = functools.partial(_dispatch, module=module, names=names, mesh=self.mesh,
+                                 axis=self.axis, token_axes=self.token_axes,
+                                 capacity_factor=capacity_factor)
         t, e = self.tokens, self.experts
-        return local_map(body, out_placements=(t,), in_placements=(t, t, t) + (e,) * len(names),
-                         mesh=self.mesh)(hidden_states, top_k_index, top_k_weights,
-                                         *(getattr(module, a) for a in names))
+        every = (Replicate(),) * len(t)
+        out = local_map(body, out_placements=(t,) if capacity_factor is None else (t, every),
+                        in_placements=(t, t, t) + (e,) * len(names),
+                        mesh=self.mesh)(hidden_states, top_k_index, top_k_weights,
+                                        *(getattr(module, a) for a in names))
+        if capacity_factor is None:
+            return out
+        y, dropped = out
+        with torch.no_grad():
+            module.dropped_tokens.copy_(dropped)
+        return y
 
     @contextlib.contextmanager
     def active(self):
@@ -146,7 +214,16 @@ def apply(prog, mesh, styles, data_parallel):
                 raise ValueError(f"plan pattern {pattern!r} (ExpertParallel) names "
                                  f"{type(m).__name__}, which is not a Hugging Face experts "
                                  f"module with the grouped_mm implementation")
-        return _Routing([m for _, m in modules], mesh, axis, data_parallel)
+        found = [(m, styles[pattern]) for pattern, m in modules]
+        counted = [m for m, style in found if style.capacity_factor is not None
+                   and "dropped_tokens" not in m._buffers]
+        if counted:     # the counts are state of the program, made as deferred zeros
+            from . import _C
+            recording = _C.recording_of(next(prog._model.parameters()))
+            _C.deferred_init_into(recording, lambda: [
+                m.register_buffer("dropped_tokens", torch.zeros(m.num_experts, dtype=torch.int64),
+                                  persistent=False) for m in counted])
+        return _Routing(found, mesh, axis, data_parallel)
     prog.expert_parallel = recorded_as_regions(
         prog, "ExpertParallel", styles, routing,
         lambda model: f"experts modules are named like "

@@ -161,6 +161,30 @@ def _nn_all_to_all_single(output, input, output_split_sizes=None, input_split_si
     return torch.ops.tdx.all_to_all(input, 0, 0, axes, size, site)
 
 
+def ragged_all_to_all(input, input_offsets, send_sizes, output_offsets, recv_sizes,
+                      output_rows, group):
+    """An all-to-all of rows whose counts are values (XLA's
+    ``ragged_all_to_all``), for a region's code (``tdx.local_map``): this
+    rank sends rows ``input[input_offsets[j]:input_offsets[j] +
+    send_sizes[j]]`` to rank ``j`` of `group` and gets back an
+    ``(output_rows, *input.shape[1:])`` tensor holding the
+    ``recv_sizes[i]`` rows rank ``i`` sent at ``output_offsets[i]`` (this
+    rank's own offsets, as MPI_Alltoallv's), zeros elsewhere. The four are
+    int64 tensors of one entry per rank, computed in the program: nothing
+    is read on the host to trace it, and only the rows sent move. Rank
+    ``i``'s ``recv_sizes[j]`` must equal rank ``j``'s ``send_sizes[i]``
+    (exchange them first with ``all_to_all_single``); the runtime checks
+    that and every range. Differentiable: the gradient goes back by the
+    same op with the offsets and sizes swapped."""
+    if _c.recording() is None:
+        raise CaptureError("tdx.ragged_all_to_all runs inside a program tdx traces "
+                           "(tdx.trace / tdx.trace_train_step), in a tdx.local_map region; "
+                           "eagerly, use torch.distributed.all_to_all_single with split sizes")
+    axes, size, site = _args(group, "ragged_all_to_all")
+    return torch.ops.tdx.ragged_all_to_all(input, input_offsets, send_sizes, output_offsets,
+                                           recv_sizes, int(output_rows), axes, size, site)
+
+
 _FUNCOL = {
     "all_reduce": all_reduce, "all_gather_tensor": all_gather_tensor,
     "all_gather_tensor_autograd": all_gather_tensor,

@@ -293,3 +293,66 @@ func.func @to_local_no_mesh(%x: tensor<8x16xf32>) {
   %l = tdx.to_local %x <@nowhere, [Shard(0)]> : tensor<8x16xf32> -> tensor<4x16xf32>
   return
 }
+
+// -----
+
+tdx.mesh @mesh shape = [2, 4] axes = ["dp", "tp"]
+func.func @ragged_sizes_per_rank(%x: tensor<6x16xf32>, %o: tensor<2xi64>) {
+  // expected-error @+1 {{'tdx.ragged_all_to_all' op offsets and sizes must be tensor<4xi64> (one entry per rank of the group); they are 'tensor<2xi64>'}}
+  %0 = tdx.ragged_all_to_all %x, %o, %o, %o, %o on @mesh axes = ["tp"] : tensor<6x16xf32>, tensor<2xi64> -> tensor<24x16xf32>
+  return
+}
+
+// -----
+
+tdx.mesh @mesh shape = [2, 4] axes = ["dp", "tp"]
+func.func @ragged_sizes_i32(%x: tensor<6x16xf32>, %o: tensor<4xi32>) {
+  // expected-error @+1 {{'tdx.ragged_all_to_all' op offsets and sizes must be tensor<4xi64>}}
+  %0 = tdx.ragged_all_to_all %x, %o, %o, %o, %o on @mesh axes = ["tp"] : tensor<6x16xf32>, tensor<4xi32> -> tensor<24x16xf32>
+  return
+}
+
+// -----
+
+tdx.mesh @mesh shape = [2, 4] axes = ["dp", "tp"]
+func.func @ragged_rows_differ(%x: tensor<6x16xf32>, %o: tensor<4xi64>) {
+  // expected-error @+1 {{'tdx.ragged_all_to_all' op rows of 'tensor<6x16xf32>' do not fit rows of 'tensor<24x8xf32>': dim 1 differs}}
+  %0 = tdx.ragged_all_to_all %x, %o, %o, %o, %o on @mesh axes = ["tp"] : tensor<6x16xf32>, tensor<4xi64> -> tensor<24x8xf32>
+  return
+}
+
+// -----
+
+tdx.mesh @mesh shape = [2, 4] axes = ["dp", "tp"]
+func.func @ragged_dynamic(%x: tensor<?x16xf32>, %o: tensor<4xi64>) {
+  // expected-error @+1 {{'tdx.ragged_all_to_all' op needs static buffers (its counts are values, its shapes are not)}}
+  %0 = tdx.ragged_all_to_all %x, %o, %o, %o, %o on @mesh axes = ["tp"] : tensor<?x16xf32>, tensor<4xi64> -> tensor<24x16xf32>
+  return
+}
+
+// -----
+
+tdx.mesh @mesh shape = [2, 4] axes = ["dp", "tp"]
+func.func @ragged_scalar(%x: tensor<f32>, %o: tensor<4xi64>) {
+  // expected-error @+1 {{'tdx.ragged_all_to_all' op moves rows of dim 0: its input and result need the same rank, at least 1}}
+  %0 = tdx.ragged_all_to_all %x, %o, %o, %o, %o on @mesh axes = ["tp"] : tensor<f32>, tensor<4xi64> -> tensor<f32>
+  return
+}
+
+// -----
+
+tdx.mesh @mesh shape = [2, 4] axes = ["dp", "tp"]
+func.func @ragged_dtype(%x: tensor<6x16xf32>, %o: tensor<4xi64>) {
+  // expected-error @+1 {{'tdx.ragged_all_to_all' op result element type 'f16' is not the input's 'f32'}}
+  %0 = tdx.ragged_all_to_all %x, %o, %o, %o, %o on @mesh axes = ["tp"] : tensor<6x16xf32>, tensor<4xi64> -> tensor<24x16xf16>
+  return
+}
+
+// -----
+
+tdx.mesh @mesh shape = [2, 4] axes = ["dp", "tp"]
+func.func @ragged_axis(%x: tensor<6x16xf32>, %o: tensor<4xi64>) {
+  // expected-error @+1 {{'tdx.ragged_all_to_all' op names axis "ep", which mesh @mesh does not have}}
+  %0 = tdx.ragged_all_to_all %x, %o, %o, %o, %o on @mesh axes = ["ep"] : tensor<6x16xf32>, tensor<4xi64> -> tensor<24x16xf32>
+  return
+}

@@ -48,6 +48,18 @@ func.func @collectives(%x: tensor<2x16xf32>, %y: tensor<8x16xf32>, %u: tensor<5x
   return
 }
 
+// A ragged all-to-all: static buffers, the offsets and sizes values.
+// CHECK-LABEL: func.func @ragged
+func.func @ragged(%x: tensor<6x16xf32>, %o: tensor<4xi64>, %s: tensor<4xi64>, %p: tensor<4xi64>, %r: tensor<4xi64>, %ids: tensor<6xi64>) {
+  // CHECK: tdx.ragged_all_to_all %{{.*}}, %{{.*}}, %{{.*}}, %{{.*}}, %{{.*}} on @mesh axes = ["tp"] : tensor<6x16xf32>, tensor<4xi64> -> tensor<24x16xf32>
+  %0 = tdx.ragged_all_to_all %x, %o, %s, %p, %r on @mesh axes = ["tp"] : tensor<6x16xf32>, tensor<4xi64> -> tensor<24x16xf32>
+  // CHECK: tdx.ragged_all_to_all {{.*}} : tensor<24x16xf32>, tensor<4xi64> -> tensor<6x16xf32>
+  %1 = tdx.ragged_all_to_all %0, %p, %r, %o, %s on @mesh axes = ["tp"] : tensor<24x16xf32>, tensor<4xi64> -> tensor<6x16xf32>
+  // CHECK: tdx.ragged_all_to_all {{.*}} : tensor<6xi64>, tensor<4xi64> -> tensor<24xi64>
+  %2 = tdx.ragged_all_to_all %ids, %o, %s, %p, %r on @mesh axes = ["tp"] : tensor<6xi64>, tensor<4xi64> -> tensor<24xi64>
+  return
+}
+
 // Pipeline messages: along one axis, to or from a coordinate on it; a recv
 // may leave one dim to the message.
 // CHECK-LABEL: func.func @point_to_point

@@ -54,3 +54,11 @@ func.func @no_operand() -> tensor<2xf32> {
   %0 = tdx.aten "tdx::all_reduce"() {args = {reduce = "sum", axes = "world", group = 4 : i64, site = "a.py:1"}} : () -> tensor<2xf32>
   return %0 : tensor<2xf32>
 }
+
+// -----
+
+func.func @ragged_without_sizes(%x: tensor<2xf32>) -> tensor<8xf32> {
+  // expected-error @+1 {{(tdx::ragged_all_to_all) takes the rows, the input offsets, the send sizes, the output offsets and the receive sizes, and gives one; the IR has 1 and 1}}
+  %0 = tdx.aten "tdx::ragged_all_to_all"(%x) {args = {rows = 8 : i64, axes = "world", group = 4 : i64, site = "a.py:1"}} : (tensor<2xf32>) -> tensor<8xf32>
+  return %0 : tensor<8xf32>
+}

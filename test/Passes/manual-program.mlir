@@ -18,6 +18,7 @@
 // CHECK: tdx.broadcast %{{.*}} on @world axes = ["world"] root = [3] : tensor<2x3xf64> -> tensor<2x3xf64>
 // CHECK: tdx.collective_permute %{{.*}} on @world axes = ["world"] pairs = [0, 1, 1, 2, 2, 3, 3, 0]
 // CHECK: tdx.mesh_coord @world axis = "world" : tensor<i64>
+// CHECK: tdx.ragged_all_to_all %{{.*}}, %{{.*}}, %{{.*}}, %{{.*}}, %{{.*}} on @world axes = ["world"] : tensor<2x3xf64>, tensor<4xi64> -> tensor<8x3xf64>
 // CHECK-NOT: tdx::
 // LOC: tdx.all_reduce {{.*}} loc(#[[SUM:loc[0-9]*]])
 // LOC: #[[SUM]] = loc("train.py":12:0)
@@ -36,8 +37,10 @@ module {
     %5 = tdx.aten "tdx::broadcast"(%3) {args = {root = 3 : i64, axes = "world", group = 4 : i64, site = "train.py:17"}} : (tensor<2x3xf64>) -> tensor<2x3xf64>
     %6 = tdx.aten "tdx::permute"(%5) {args = {pairs = array<i64: 0, 1, 1, 2, 2, 3, 3, 0>, axes = "world", group = 4 : i64, site = "train.py:18"}} : (tensor<2x3xf64>) -> tensor<2x3xf64>
     %7 = tdx.aten "tdx::rank"(%6) {args = {axes = "world", group = 4 : i64, site = "train.py:19"}} : (tensor<2x3xf64>) -> tensor<i64>
-    %8 = tdx.sum %6 : tensor<2x3xf64> -> tensor<f64>
-    return %8 : tensor<f64>
+    %sizes = tdx.full 1.0 : tensor<4xi64>
+    %9 = tdx.aten "tdx::ragged_all_to_all"(%6, %sizes, %sizes, %sizes, %sizes) {args = {rows = 8 : i64, axes = "world", group = 4 : i64, site = "train.py:20"}} : (tensor<2x3xf64>, tensor<4xi64>, tensor<4xi64>, tensor<4xi64>, tensor<4xi64>) -> tensor<8x3xf64>
+    %10 = tdx.sum %9 : tensor<8x3xf64> -> tensor<f64>
+    return %10 : tensor<f64>
   }
 }
 

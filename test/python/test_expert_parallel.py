@@ -63,19 +63,164 @@ def test_expert_parallel_trains_like_eager(name, layout):
     mine.load_state_dict(state, strict=True)
 
 
-def test_the_dispatch_moves_the_dropless_buffer_over_ep():
+def test_the_dispatch_moves_the_routed_rows_over_ep():
     batches = data("lm")
     prog = placed("qwen3-moe", "ep2", batches)
-    moved = [r for r in prog.comm_report() if r["kind"] == "all_to_all"]
+    report = prog.comm_report()
+    moved = [r for r in report if r["kind"] == "ragged_all_to_all"]
     assert {tuple(r["mesh_axes"]) for r in moved} == {("ep",)}
-    # A rank's 16 tokens (4 x 8 over ep2) with top-2 of 2 local experts:
-    # room for 16 * min(2, 2) rows from each of the 2 ranks, 32 wide in
-    # float32 (the ids and routing weights beside them, 8 bytes and 4 a row).
-    rows = 2 * 16 * min(2, 2)
-    hidden = [r["bytes"] for r in moved if r["bytes"] == rows * 32 * 4]
+    # A rank's 16 tokens (4 x 8 over ep2), top-2: 32 (token, expert) pairs
+    # go out and come back, 32 wide in float32, not the dropless buffer's
+    # 2 x 16 x min(2, 2) = 64 rows; the ids (int64) and routing weights
+    # beside them.
+    pairs, hidden = 16 * 2, 32
+    rows = [r for r in moved if r["bytes"] == pairs * hidden * 4]
     # Forward: there and back; backward: the adjoints of both; 2 MoE layers.
-    assert len(hidden) == 2 * 2 * 2, moved
-    assert {r["bytes"] for r in moved} <= {rows * 32 * 4, rows * 8, rows * 4}, moved
+    assert len(rows) == 2 * 2 * 2, moved
+    assert {r["bytes"] for r in moved} == {pairs * hidden * 4, pairs * 8, pairs * 4}, moved
+    # The offsets: one all_to_all of the 2 send sizes (int64) per layer.
+    sizes = [r for r in report if r["kind"] == "all_to_all"]
+    assert [r["bytes"] for r in sizes] == [2 * 8] * 2, sizes
+    # The emitted program passes the sizes to the collective as tensors:
+    # nothing reads them back on the host between the ops.
+    exe = tdx.compile(prog, opt_level=0, keep_source=True)
+    with open(exe.path + ".cpp") as f:
+        source = f.read()
+    calls = [line for line in source.splitlines() if "ctx.raggedAllToAll(" in line]
+    assert 8 <= len(calls) <= len(moved), calls   # the backend may drop an unused adjoint
+    import re
+    for call in calls:
+        args = re.search(r"raggedAllToAll\(([^)]*)\)", call).group(1).split(", ")
+        for v in args[1:5]:      # the offsets and sizes: tensors, never read here
+            assert re.fullmatch(r"v\d+", v), call
+            assert not re.search(rf"\b{v}\.(item|tolist|data_ptr|cpu)\b", source), (v, call)
+
+
+def _routing_of(model):
+    """Each MoE layer's top-k experts for the model's tokens: (layers, T, k)."""
+    experts = [m for n, m in model.named_modules() if n.endswith("mlp.experts")]
+
+    class Routing(torch.nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.model = model
+
+        def forward(self, ids):
+            picked = []
+            hooks = [m.register_forward_pre_hook(lambda m, args: picked.append(args[1]))
+                     for m in experts]
+            try:
+                self.model(ids, use_cache=False)
+            finally:
+                for h in hooks:
+                    h.remove()
+            return torch.stack(picked)
+    return Routing()
+
+
+def test_the_router_picks_eagers_experts_under_expert_parallel():
+    # Qwen3-MoE's routers scaled up so that every token's k-th and
+    # (k+1)-th logits are apart; the top-k of each MoE layer, forward only
+    # on dp2 x ep2, against eager's.
+    build, kind = MODELS["qwen3-moe"]
+    ids = data(kind)[0][0]
+
+    def separated():
+        model = build().eval()
+        with torch.no_grad():
+            for layer in model.model.layers:
+                layer.mlp.gate.weight.mul_(40)
+        return model
+    torch.manual_seed(0)
+    model = separated()
+    logits = []
+    hooks = [layer.mlp.gate.register_forward_hook(lambda m, i, out: logits.append(out[0]))
+             for layer in model.model.layers]
+    with torch.no_grad():
+        want = _routing_of(model)(ids)
+    for h in hooks:
+        h.remove()
+    top = torch.cat(logits).sort(-1, descending=True).values
+    assert (top[:, 1] - top[:, 2]).min() > 1e-3, "the logits are not apart"
+    torch.manual_seed(0)
+    deferred = _routing_of(tdx.deferred_init(separated))
+    prog = tdx.trace(deferred, ids)
+    tdx.parallelize(prog, tdx.init_device_mesh("cpu", (2, 2), ("dp", "ep")),
+                    {"model.model.layers.*.mlp.experts": tdx.ExpertParallel("ep")},
+                    data_parallel="dp")
+    params = {f"model.{k}": v for k, v in [*model.state_dict().items(), *model.named_buffers()]}
+    got = tdx.compile(prog, opt_level=0).run(ids, params=params)[0]
+    assert got.shape == want.shape
+    assert int((got != want).sum()) == 0
+
+
+def _kept(index, cap, num_experts):
+    """1.0 for the (token, expert) pairs of `index` (T, k) within each
+    expert's first `cap`, in token order; 0.0 for the dropped."""
+    flat = torch.nn.functional.one_hot(index.reshape(-1), num_experts)
+    place = (flat.cumsum(0) * flat).sum(-1) - 1
+    return (place < cap).reshape(index.shape)
+
+
+@pytest.mark.parametrize("layout,factor", [("ep2", 0.5), ("dp2xep2", 0.75), ("ep2", 2.0)])
+def test_capacity_factor_drops_what_overflows_and_counts_it(layout, factor):
+    # Each rank's pairs past an expert's capacity are dropped: against eager
+    # with the same pairs' routing weights zeroed (what dropping does to
+    # the output and the gradients), and the per-expert counts against a
+    # count in Python on eager's routing of each rank's tokens. Factor 2.0
+    # (the capacity is every token) drops nothing: plain eager's numbers.
+    from tdx.expert_parallel import capacity
+    name = "qwen3-moe"
+    build, kind = MODELS[name]
+    batches = data(kind)
+    shape, axes = LAYOUTS[layout]
+    ranks = 1
+    for n in shape:
+        ranks *= n
+    torch.manual_seed(0)
+    model = build()
+    start = {k: v.detach().clone() for k, v in model.state_dict().items()}
+    experts = 4
+    counted = {}
+
+    def drop(module, args):
+        hidden, index, weight = args
+        tokens = index.shape[0] // ranks
+        cap = capacity(factor, tokens, index.shape[1], experts)
+        keep = torch.cat([_kept(index[r * tokens:(r + 1) * tokens], cap, experts)
+                          for r in range(ranks)])
+        if module not in counted:       # the first step's
+            counted[module] = sum(
+                (torch.bincount(index[r * tokens:(r + 1) * tokens].reshape(-1),
+                                minlength=experts) - cap).clamp(min=0) for r in range(ranks))
+        return hidden, index, weight * keep
+    names = {m: n for n, m in model.named_modules() if n.endswith("mlp.experts")}
+    for m in names:
+        m.register_forward_pre_hook(drop)
+    want = eager_steps(model, sgd(model.parameters()), loss_fn_of(kind), batches)
+    prog = traced(name, batches)
+    tdx.parallelize(prog, tdx.init_device_mesh("cpu", shape, axes),
+                    {"model.layers.*.mlp.experts": tdx.ExpertParallel("ep",
+                                                                      capacity_factor=factor)},
+                    data_parallel="dp" if "dp" in axes else None)
+    with tdx.compile(prog, opt_level=0).start(params=start) as runner:
+        losses = [runner.train_step(*batches[0]).item()]
+        dropped = tdx.ExpertParallel.dropped_tokens(runner)
+        losses += [runner.train_step(*batch).item() for batch in batches[1:]]
+        state = runner.state_dict()
+    assert set(dropped) == set(names.values())
+    for m, n in names.items():
+        assert dropped[n].dtype == torch.int64
+        assert torch.equal(dropped[n], counted[m]), (n, dropped[n], counted[m])
+    total = sum(int(c.sum()) for c in counted.values())
+    assert (total == 0) == (factor >= 2.0), total
+    for k, (got, ref) in enumerate(zip(losses, want)):
+        assert abs(got - ref) <= 1e-5 * abs(ref), f"step {k}: loss {got} vs eager {ref}"
+    for param, p in model.named_parameters():
+        err = ((state[param] - p.detach()).norm() / p.detach().norm()).item()
+        assert err < 1e-4, f"{param}: {err:.2e} from eager after {len(batches)} steps"
+    mine = build()
+    mine.load_state_dict(state, strict=True)
 
 
 def test_expert_parallel_refusals_name_the_fix():
@@ -92,6 +237,9 @@ def test_expert_parallel_refusals_name_the_fix():
                                          r"experts module"):
         tdx.parallelize(traced("qwen3-moe", batches), mesh,
                         {"model.layers.*.self_attn": tdx.ExpertParallel()})
+    for bad in (0, -1.0, float("nan"), "1"):
+        with pytest.raises(ValueError, match=r"capacity_factor must be a number > 0"):
+            tdx.ExpertParallel("ep", capacity_factor=bad)
     prog = traced("qwen3-moe", batches)
     tdx.parallelize(prog, mesh, {}, data_parallel="ep")
     with pytest.raises(tdx.CaptureError, match=r"freshly traced program"):

@@ -70,6 +70,14 @@ public:
                            int64_t reduce, int64_t dim);
   at::Tensor allToAll(const at::Tensor &x, const std::vector<std::string> &axes, int64_t split,
                       int64_t concat);
+  /// tdx.ragged_all_to_all: rows [inputOffsets[j], + sendSizes[j]) of `x`
+  /// to group rank j; the recvSizes[i] rows from rank i at
+  /// outputOffsets[i] of a zero `rows`-row result. Checks every range and
+  /// that each size agrees with its sender's, naming `site`.
+  at::Tensor raggedAllToAll(const at::Tensor &x, const at::Tensor &inputOffsets,
+                            const at::Tensor &sendSizes, const at::Tensor &outputOffsets,
+                            const at::Tensor &recvSizes, int64_t rows,
+                            const std::vector<std::string> &axes, const std::string &site);
   /// tdx.broadcast: every rank of the group gets the value of the rank at
   /// coordinates `root` (one per axis, in `axes`' order).
   at::Tensor broadcast(const at::Tensor &x, const std::vector<std::string> &axes,

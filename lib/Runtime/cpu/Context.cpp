@@ -318,6 +318,91 @@ at::Tensor Context::allToAll(const at::Tensor &x, const std::vector<std::string>
   return at::cat(received, concat);
 }
 
+at::Tensor Context::raggedAllToAll(const at::Tensor &x, const at::Tensor &inputOffsets,
+                                   const at::Tensor &sendSizes, const at::Tensor &outputOffsets,
+                                   const at::Tensor &recvSizes, int64_t rows,
+                                   const std::vector<std::string> &axes,
+                                   const std::string &site) {
+  Profile::Scope timed(&Profile::collectives);
+  Group g = group(axes);
+  MPI_Comm comm = *static_cast<MPI_Comm *>(g.comm);
+  const int size = g.size, index = g.index;
+  auto fail = [&](const std::string &why) {
+    return std::runtime_error("tdx: ragged_all_to_all at " + site + " (rank " +
+                              std::to_string(index) + " of its group): " + why);
+  };
+  auto entries = [&](const at::Tensor &t, const char *name) {
+    at::Tensor c = t.to(at::kLong).contiguous();
+    if (c.numel() != size)
+      throw fail(std::string(name) + " has " + std::to_string(c.numel()) + " entries for " +
+                 std::to_string(size) + " ranks");
+    return std::vector<int64_t>(c.data_ptr<int64_t>(), c.data_ptr<int64_t>() + size);
+  };
+  std::vector<int64_t> inOff = entries(inputOffsets, "input_offsets"),
+                       send = entries(sendSizes, "send_sizes"),
+                       outOff = entries(outputOffsets, "output_offsets"),
+                       recv = entries(recvSizes, "recv_sizes");
+  at::Tensor in = x.contiguous();
+  std::vector<int64_t> shape = in.sizes().vec();
+  int64_t rowBytes = static_cast<int64_t>(in.element_size());
+  for (size_t d = 1; d < shape.size(); ++d)
+    rowBytes *= shape[d];
+  const int64_t inRows = shape[0];
+  shape[0] = rows;
+  // Each rank's ranges inside its buffers, the received ones disjoint.
+  std::vector<std::pair<int64_t, int64_t>> landed;
+  for (int r = 0; r < size; ++r) {
+    if (send[r] < 0 || inOff[r] < 0 || inOff[r] + send[r] > inRows)
+      throw fail("sends rows [" + std::to_string(inOff[r]) + ", " +
+                 std::to_string(inOff[r] + send[r]) + ") to rank " + std::to_string(r) +
+                 ", outside its " + std::to_string(inRows) + " input rows");
+    if (recv[r] < 0 || outOff[r] < 0 || outOff[r] + recv[r] > rows)
+      throw fail("receives rank " + std::to_string(r) + "'s rows at [" +
+                 std::to_string(outOff[r]) + ", " + std::to_string(outOff[r] + recv[r]) +
+                 "), outside its " + std::to_string(rows) + " output rows");
+    if (recv[r])
+      landed.push_back({outOff[r], outOff[r] + recv[r]});
+  }
+  std::sort(landed.begin(), landed.end());
+  for (size_t i = 1; i < landed.size(); ++i)
+    if (landed[i].first < landed[i - 1].second)
+      throw fail("two ranks' rows land on output rows [" + std::to_string(landed[i].first) +
+                 ", " + std::to_string(landed[i - 1].second) + ")");
+  // What each sender says it sends this rank, against recv_sizes.
+  std::vector<int64_t> told(size);
+  MPI_Request request;
+  checkMpi(MPI_Ialltoall(send.data(), 1, MPI_INT64_T, told.data(), 1, MPI_INT64_T, comm,
+                         &request),
+           "ragged_all_to_all");
+  complete(&request, "ragged_all_to_all", axes);
+  for (int r = 0; r < size; ++r)
+    if (told[r] != recv[r])
+      throw fail("rank " + std::to_string(r) + " sends it " + std::to_string(told[r]) +
+                 " rows, recv_sizes says " + std::to_string(recv[r]) +
+                 " (exchange the send sizes with an all_to_all first)");
+  std::vector<int> sendCounts(size), sendDispls(size), recvCounts(size), recvDispls(size);
+  int64_t sent = 0;
+  for (int r = 0; r < size; ++r) {
+    for (int64_t v : {send[r] * rowBytes, inOff[r] * rowBytes, recv[r] * rowBytes,
+                      outOff[r] * rowBytes})
+      if (v > INT_MAX)
+        throw fail(std::to_string(v) + " bytes: over MPI's 2 GiB count");
+    sendCounts[r] = static_cast<int>(send[r] * rowBytes);
+    sendDispls[r] = static_cast<int>(inOff[r] * rowBytes);
+    recvCounts[r] = static_cast<int>(recv[r] * rowBytes);
+    recvDispls[r] = static_cast<int>(outOff[r] * rowBytes);
+    sent += send[r] * rowBytes;
+  }
+  at::Tensor out = at::zeros(shape, in.options());
+  addBytes(sent);
+  checkMpi(MPI_Ialltoallv(in.data_ptr(), sendCounts.data(), sendDispls.data(), MPI_BYTE,
+                          out.data_ptr(), recvCounts.data(), recvDispls.data(), MPI_BYTE, comm,
+                          &request),
+           "ragged_all_to_all");
+  complete(&request, "ragged_all_to_all", axes);
+  return out;
+}
+
 at::Tensor Context::broadcast(const at::Tensor &x, const std::vector<std::string> &axes,
                               const std::vector<int64_t> &root) {
   Profile::Scope timed(&Profile::collectives);
