@@ -183,12 +183,14 @@ NOT_CAPTURED = {
 # tdx-manual-program (test_mpi_compiled.py, test/Passes/manual-program.mlir).
 # tdx.to_local and tdx.from_local: a manual region's edges (tdx.local_map),
 # the identity after partitioning (test_manual_regions.py,
-# test/Passes/manual-region.mlir).
+# test/Passes/manual-region.mlir). tdx.ragged_all_to_all: a region's dispatch
+# of rows whose counts are values (tdx.ragged_all_to_all, ExpertParallel;
+# test_expert_parallel.py, test/Dialect/sharding.mlir).
 STRUCTURAL = {"tdx.mesh", "tdx.parameter", "tdx.buffer", "tdx.param_ref", "tdx.assign", "tdx.yield",
               "tdx.annotate", "tdx.redistribute", "tdx.all_gather", "tdx.all_reduce",
               "tdx.all_to_all", "tdx.reduce_scatter", "tdx.broadcast", "tdx.chunk",
               "tdx.mesh_coord", "tdx.send", "tdx.recv", "tdx.collective_permute",
-              "tdx.to_local", "tdx.from_local"}
+              "tdx.to_local", "tdx.from_local", "tdx.ragged_all_to_all"}
 
 # What the backend pipeline (tdx-backend) makes of a partitioned step, after
 # placement: no sharding rule and no capture case; lit covers them

@@ -232,3 +232,69 @@ def test_outside_a_trace_local_map_runs_the_function_as_torchs_does():
     f = tdx.local_map(lambda t: t * 3, out_placements=(Shard(0),),
                       in_placements=((Shard(0),),), mesh=MESH2)
     assert torch.equal(f(torch.ones(2)), torch.full((2,), 3.0))
+
+
+def routed_body(h, dest, scale, *, wrong_sizes=False):
+    """Each row goes to the rank `dest` names, is scaled by that rank's
+    `scale` row, and comes back: a dispatch and a combine by
+    tdx.ragged_all_to_all, whose counts follow the data."""
+    n, rows = 2, h.shape[0]
+    order = torch.sort(dest, stable=True).indices
+    per_rank = F.one_hot(dest, n).sum(0)
+    offsets = per_rank.cumsum(0) - per_rank
+    received = funcol.all_to_all_single(per_rank, None, None, (MESH2, "dp"))
+    slots = torch.arange(n) * rows        # room for every row of each sender
+    got = tdx.ragged_all_to_all(h[order], offsets, per_rank, slots,
+                                per_rank if wrong_sizes else received, n * rows, (MESH2, "dp"))
+    back = tdx.ragged_all_to_all(got * scale, slots, received, offsets, per_rank, rows,
+                                 (MESH2, "dp"))
+    return back.new_zeros(back.shape).index_copy(0, order, back)
+
+
+class Routed(torch.nn.Module):
+    def __init__(self, manual=True, wrong_sizes=False):
+        super().__init__()
+        self.a = torch.nn.Linear(6, 8)
+        self.scale = torch.nn.Parameter(torch.tensor([[0.5] * 8, [2.0] * 8]))
+        self.b = torch.nn.Linear(8, 3)
+        self.manual, self.wrong_sizes = manual, wrong_sizes
+
+    def forward(self, x):
+        h = torch.tanh(self.a(x))
+        dest = (h[:, 0] > 0).to(torch.int64)      # rows to rank 0 or 1, by value
+        if self.manual:
+            h = tdx.local_map(lambda h, d, s: routed_body(h, d, s, wrong_sizes=self.wrong_sizes),
+                              out_placements=(Shard(0),),
+                              in_placements=((Shard(0),), (Shard(0),), (Shard(0),)),
+                              mesh=MESH2)(h, dest, self.scale)
+        else:
+            h = h * self.scale[dest]
+        return self.b(h)
+
+
+def test_rows_routed_by_value_with_ragged_all_to_all_train_like_eager():
+    # The rows each rank sends each peer differ per step (8 rows, dest by
+    # the sign of a unit); the gradients come back by the adjoint.
+    batches = data()
+    torch.manual_seed(0)
+    model = Routed(False)
+    h = torch.tanh(model.a(batches[0][0]))[:, 0] > 0
+    assert 0 < int(h[:4].sum()) < 4 or 0 < int(h[4:].sum()) < 4, "not a ragged split"
+    prog = compiled_step(lambda: Routed(True), MESH2)
+    moved = [r for r in prog.comm_report() if r["kind"] == "ragged_all_to_all"]
+    # A rank's 4 rows of 8 float32 there and back, forward and backward.
+    assert [r["bytes"] for r in moved] == [4 * 8 * 4] * 4, moved
+    assert_trains_like_eager(prog, lambda: Routed(False))
+
+
+def test_a_ragged_all_to_all_whose_sizes_disagree_stops_naming_the_line():
+    prog = compiled_step(lambda: Routed(True, wrong_sizes=True), MESH2)
+    batches = data()
+    start, _, _ = eager_losses(lambda: Routed(False), batches)
+    source, first = inspect.getsourcelines(routed_body)
+    line = first + next(i for i, text in enumerate(source) if "got = tdx.ragged" in text)
+    # Each rank stops with the error (no hang, no wrong rows).
+    with pytest.raises(tdx.TdxError, match=rf"ragged_all_to_all at test_manual_regions.py:{line} "
+                                           rf"\(rank \d of its group\): rank \d sends it \d+ rows, "
+                                           rf"recv_sizes says \d+"):
+        tdx.compile(prog).train(batches, params=start)
