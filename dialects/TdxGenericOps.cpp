@@ -10,6 +10,14 @@ using namespace mlir;
 using namespace mlir::tdx;
 
 
+/// Pure, but for an op with no result: it is there for what it does
+/// (torch._assert_async's check), so nothing may erase it as dead.
+void AtenOp::getEffects(
+    SmallVectorImpl<SideEffects::EffectInstance<MemoryEffects::Effect>> &effects) {
+  if (getNumResults() == 0)
+    effects.emplace_back(MemoryEffects::Write::get());
+}
+
 LogicalResult AtenOp::verify() {
   StringRef schema = getSchema();
   auto [ns, rest] = schema.split("::");

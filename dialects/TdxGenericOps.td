@@ -5,7 +5,8 @@
 
 include "TdxOpBase.td"
 
-def Tdx_AtenOp : Tdx_Op<"aten", [Pure, Tdx_HasPartitionRule]> {
+def Tdx_AtenOp : Tdx_Op<"aten", [AlwaysSpeculatable,
+    DeclareOpInterfaceMethods<MemoryEffectsOpInterface>, Tdx_HasPartitionRule]> {
   let summary = "any aten op without a first-class tdx op, by schema name";
   let description = [{
     Keeps an op that tdx has no dedicated op for, so that capture never loses

@@ -335,8 +335,14 @@ void Functionalizer::handle(const RecordedOp &op) {
   // (as the runtime's callAten returns them).
   std::vector<at::Tensor> tensors;
   forEachTensor(op.results, [&](const at::Tensor &t) { tensors.push_back(t); });
-  if (tensors.empty())
-    return; // ops without tensor results change nothing we track
+  if (tensors.empty()) {
+    // torch._assert_async's check stays in the program, as an op of no
+    // result (kept: tdx.aten); other ops without tensor results change
+    // nothing we track.
+    if (op.name == "aten::_assert_async")
+      generic(fullName(op), op, {});
+    return;
+  }
   SmallVector<Type> types;
   for (const at::Tensor &t : tensors)
     // An undefined result (a gradient output_mask did not ask for) is an

@@ -90,18 +90,25 @@ def capacity(capacity_factor, tokens, top_k, num_experts):
     return math.ceil(capacity_factor * tokens * top_k / num_experts)
 
 
-def _dispatch(x, index, weight, *experts, module, names, mesh, axis, token_axes,
+def _dispatch(x, index, weight, *experts, module, layer, names, mesh, axis, token_axes,
               capacity_factor):
     """Per-shard code: this rank's tokens `x` (T, H) with their top-k
     `index` and `weight` (T, k), and its experts' weights `experts` (named
     `names`): the experts' output for its tokens (T, H) and the pairs each
-    expert dropped, over the ranks of `token_axes` (E,)."""
+    expert dropped, over the ranks of `token_axes` (E,). `layer` is the
+    experts module's name, for the run-time check of the router's ids."""
     from .torch_collectives import ragged_all_to_all
     n = mesh.size(mesh.axis(axis))
     local = experts[0].shape[0]
     tokens, k = index.shape
     pairs = tokens * k
     flat = index.reshape(-1)
+    # An id outside the experts would send its row to no rank (or another
+    # layer's rows): the step stops there instead, naming the layer.
+    torch._assert_async(((flat >= 0) & (flat < local * n)).all(),
+                        f"ExpertParallel: the router of {layer} ({type(module).__name__}) "
+                        f"picked an expert id outside [0, {local * n}); its top-k indices must "
+                        f"name one of the layer's {local * n} experts")
     dest = torch.div(flat, local, rounding_mode="floor")
     to_rank = torch.nn.functional.one_hot(dest, n)                  # (pairs, n)
     per_rank = to_rank.sum(0)
@@ -150,8 +157,9 @@ def _dispatch(x, index, weight, *experts, module, names, mesh, axis, token_axes,
 
 
 class _Routing:
-    def __init__(self, modules, mesh, axis, batch_axis):
+    def __init__(self, modules, names, mesh, axis, batch_axis):
         self.modules, self.mesh, self.axis = [m for m, _ in modules], mesh, axis
+        self.names = names
         self.capacity = {id(m): style.capacity_factor for m, style in modules}
         self.token_axes = [a for a in mesh.mesh_dim_names if a in (axis, batch_axis)]
         self.tokens = tuple(Shard(0) if a in self.token_axes else Replicate()
@@ -169,7 +177,8 @@ class _Routing:
                                f"them")
         names = [a for a in _WEIGHTS if isinstance(getattr(module, a, None), torch.Tensor)]
         capacity_factor = self.capacity[id(module)]
-        body = functools.partial(_dispatch, module=module, names=names, mesh=self.mesh,
+        body = functools.partial(_dispatch, module=module, layer=self.names[id(module)],
+                                 names=names, mesh=self.mesh,
                                  axis=self.axis, token_axes=self.token_axes,
                                  capacity_factor=capacity_factor)
         t, e = self.tokens, self.experts
@@ -223,7 +232,8 @@ def apply(prog, mesh, styles, data_parallel):
             _C.deferred_init_into(recording, lambda: [
                 m.register_buffer("dropped_tokens", torch.zeros(m.num_experts, dtype=torch.int64),
                                   persistent=False) for m in counted])
-        return _Routing(found, mesh, axis, data_parallel)
+        names = {id(m): name for name, m in prog._model.named_modules()}
+        return _Routing(found, names, mesh, axis, data_parallel)
     prog.expert_parallel = recorded_as_regions(
         prog, "ExpertParallel", styles, routing,
         lambda model: f"experts modules are named like "

@@ -118,3 +118,20 @@ func.func @transpose_back(%a: tensor<4x8xf32>, %b: tensor<2x4x8xf32>) -> (tensor
   %4 = tdx.transpose %3 1, 2 : tensor<4x2x8xf32> -> tensor<4x8x2xf32>
   return %1, %2, %4 : tensor<4x8xf32>, tensor<4x8xf32>, tensor<4x8x2xf32>
 }
+
+// -----
+
+// An aten op of no result is there for its effect (torch._assert_async's
+// run-time check): canonicalization keeps it; a pure one nobody reads goes.
+// CHECK-LABEL: func.func @assert_kept
+func.func @assert_kept(%x: tensor<4xf32>) -> tensor<4xf32> {
+  // CHECK: %[[ALL:.*]] = tdx.aten "aten::all"
+  // CHECK-NEXT: tdx.aten "aten::_assert_async.msg"(%[[ALL]]) {args = {assert_msg = "too big"}}
+  // CHECK-NOT: aten::sort
+  // CHECK: return
+  %0 = tdx.aten "aten::isfinite"(%x) : (tensor<4xf32>) -> tensor<4xi1>
+  %1 = tdx.aten "aten::all"(%0) : (tensor<4xi1>) -> tensor<i1>
+  tdx.aten "aten::_assert_async.msg"(%1) {args = {assert_msg = "too big"}} : (tensor<i1>) -> ()
+  %2:2 = tdx.aten "aten::sort"(%x) : (tensor<4xf32>) -> (tensor<4xf32>, tensor<4xi64>)
+  return %x : tensor<4xf32>
+}

@@ -244,3 +244,60 @@ def test_expert_parallel_refusals_name_the_fix():
     tdx.parallelize(prog, mesh, {}, data_parallel="ep")
     with pytest.raises(tdx.CaptureError, match=r"freshly traced program"):
         tdx.parallelize(prog, mesh, PLAN)
+
+
+def test_a_router_index_out_of_range_stops_the_step_naming_the_layer():
+    # Layer 1's router names expert 4 of 4 (ids 0..3) for the tokens whose
+    # first routing weight is the larger: a value known only at run time.
+    # Each rank stops with an error that names the layer, before any row
+    # is sent anywhere.
+    build, kind = MODELS["qwen3-moe"]
+    batches = data(kind)
+
+    def shifted(module, args):
+        hidden, index, weight = args
+        return hidden, index + 4 * (weight[:, :1] > weight[:, 1:]).to(index.dtype), weight
+
+    def with_bad_router():
+        model = build()
+        model.model.layers[1].mlp.experts.register_forward_pre_hook(shifted)
+        return model
+    torch.manual_seed(0)
+    model = build()
+    start = {k: v.detach().clone() for k, v in model.state_dict().items()}
+    torch.manual_seed(0)
+    deferred = tdx.deferred_init(with_bad_router)
+    prog = tdx.trace_train_step(deferred, sgd(deferred.parameters()), loss_fn_of(kind),
+                                *batches[0])
+    tdx.parallelize(prog, tdx.init_device_mesh("cpu", (2,), ("ep",)), PLAN)
+    assert "aten::_assert_async" in prog.mlir
+    with pytest.raises(tdx.TdxError, match=r"ExpertParallel: the router of "
+                                           r"model\.layers\.1\.mlp\.experts \(Qwen3MoeExperts\) "
+                                           r"picked an expert id outside \[0, 4\)"):
+        tdx.compile(prog, opt_level=0).train(batches, params=start)
+
+
+def test_an_assert_in_the_model_is_checked_at_run_time():
+    # torch._assert_async in a model's forward stays in the step (an op of
+    # no result) and stops it with the model's message where it fails.
+    class Checked(torch.nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.lin = torch.nn.Linear(4, 4)
+
+        def forward(self, x):
+            y = self.lin(x)
+            torch._assert_async((y.abs() < 100).all(), "Checked: an activation over 100")
+            return y
+    torch.manual_seed(0)
+    prog = tdx.trace(tdx.deferred_init(Checked), torch.randn(2, 4))
+    assert 'tdx.aten "aten::_assert_async.msg"' in prog.mlir
+    torch.manual_seed(0)
+    params = dict(Checked().state_dict())
+    exe = tdx.compile(prog, opt_level=0)
+    x = torch.randn(2, 4)
+    with torch.no_grad():
+        want = torch.nn.functional.linear(x, params["lin.weight"], params["lin.bias"])
+    torch.testing.assert_close(exe.run(x, params=params)[0], want)
+    with pytest.raises(tdx.TdxError, match="Checked: an activation over 100"):
+        exe.run(x * 1000, params=params)
