@@ -64,8 +64,10 @@ std::optional<ShardingRule> pointwise(AtenOp op) {
   return ShardingRule::broadcast(op);
 }
 
-/// _softmax_backward_data(grad, output, dim, dtype) and the log form.
-std::optional<ShardingRule> softmaxBackward(AtenOp op) {
+/// _softmax_backward_data(grad, output, dim, dtype) and the log form;
+/// _safe_softmax(self, dim, dtype) (SDPA's math path under a mask: rows
+/// that mask everything are zero): every dim but `dim` splits.
+std::optional<ShardingRule> softmaxAlongDim(AtenOp op) {
   int64_t rank = typeOf(op->getResult(0)).getRank();
   int64_t dim = intArg(op, "dim", 0);
   return sameShape(op, {dim < 0 ? dim + rank : dim});
@@ -380,8 +382,9 @@ const llvm::StringMap<Row> &rules() {
       {"aten::hardtanh_backward", pointwise},
       {"aten::hardswish_backward", pointwise},
       {"aten::hardsigmoid_backward", pointwise},
-      {"aten::_softmax_backward_data", softmaxBackward},
-      {"aten::_log_softmax_backward_data", softmaxBackward},
+      {"aten::_safe_softmax", softmaxAlongDim},
+      {"aten::_softmax_backward_data", softmaxAlongDim},
+      {"aten::_log_softmax_backward_data", softmaxAlongDim},
       {"aten::native_layer_norm", layerNorm},
       {"aten::native_layer_norm_backward", layerNormBackward},
       {"aten::_fused_rms_norm", layerNorm},

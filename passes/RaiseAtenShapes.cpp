@@ -188,25 +188,70 @@ static bool wholeContiguousView(Call &c, int64_t elements) {
   return expected == elements;
 }
 
+/// A view of a contiguous `base` that keeps its rank and strides and
+/// narrows one dim (autograd's replay of a split or narrow, as the
+/// backward of torch.cat or of a split through a view writes it):
+/// that dim and its [start, end).
+struct Narrowed {
+  int64_t dim, start, end;
+};
+static std::optional<Narrowed> narrowedView(Call &c, RankedTensorType base) {
+  auto size = c.ints("size"), stride = c.ints("stride");
+  std::optional<int64_t> offset = c.i64("storage_offset");
+  int64_t rank = base.getRank();
+  if (!size || !stride || !offset || !base.hasStaticShape() ||
+      static_cast<int64_t>(size->size()) != rank || static_cast<int64_t>(stride->size()) != rank)
+    return std::nullopt;
+  std::optional<Narrowed> found;
+  int64_t expected = 1, rest = *offset;
+  for (int64_t d = rank - 1; d >= 0; --d) {
+    int64_t n = base.getDimSize(d);
+    if ((*stride)[d] != expected && n != 1)
+      return std::nullopt;
+    int64_t start = rest % n;
+    rest /= n;
+    expected *= n;
+    if ((*size)[d] == n && start == 0)
+      continue;
+    if (found || start + (*size)[d] > n)
+      return std::nullopt;
+    found = Narrowed{d, start, start + (*size)[d]};
+  }
+  if (rest != 0)
+    return std::nullopt;
+  return found;
+}
+
 Value raiseAsStrided(Call &c) {
   RankedTensorType t = c.resultType();
   auto x = c.plain.size() == 1 ? dyn_cast<RankedTensorType>(c.plain[0].getType()) : nullptr;
-  if (!x || !x.hasStaticShape() || x.getElementType() != t.getElementType() ||
-      !wholeContiguousView(c, x.getNumElements()))
+  if (!x || !x.hasStaticShape() || x.getElementType() != t.getElementType())
     return {};
-  return x == t ? c.plain[0] : c.reshape(c.plain[0], t.getShape());
+  if (wholeContiguousView(c, x.getNumElements()))
+    return x == t ? c.plain[0] : c.reshape(c.plain[0], t.getShape());
+  if (std::optional<Narrowed> n = narrowedView(c, x))
+    return slab(c, c.plain[0], n->dim, n->start, n->end);
+  return {};
 }
 
 /// as_strided_scatter(self, src, size, stride, storage_offset) writing
 /// every element of `self` in order (a flattened view's backward): src
 /// reshaped.
+/// Writing one narrowed dim's box (narrowedView): the rest of `self`
+/// around `src` along that dim.
 Value raiseAsStridedScatter(Call &c) {
   RankedTensorType t = c.resultType();
   auto src = c.plain.size() == 2 ? dyn_cast<RankedTensorType>(c.plain[1].getType()) : nullptr;
-  if (!src || !t.hasStaticShape() || src.getElementType() != t.getElementType() ||
-      !wholeContiguousView(c, t.getNumElements()) || src.getNumElements() != t.getNumElements())
+  if (!src || !t.hasStaticShape() || src.getElementType() != t.getElementType())
     return {};
-  return src == t ? c.plain[1] : c.reshape(c.plain[1], t.getShape());
+  if (wholeContiguousView(c, t.getNumElements()) && src.getNumElements() == t.getNumElements())
+    return src == t ? c.plain[1] : c.reshape(c.plain[1], t.getShape());
+  std::optional<Narrowed> n = narrowedView(c, t);
+  if (!n || src.getShape() != *c.ints("size"))
+    return {};
+  return join(c, {slab(c, c.plain[0], n->dim, 0, n->start), c.plain[1],
+                  slab(c, c.plain[0], n->dim, n->end, t.getDimSize(n->dim))},
+              n->dim);
 }
 
 /// x[idx] (index.Tensor with one integer index tensor, on dim 0): rows of

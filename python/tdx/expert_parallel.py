@@ -211,7 +211,9 @@ class _Routing:
 
 def apply(prog, mesh, styles, data_parallel):
     """Records `prog` again with the experts of the modules `styles`
-    (pattern -> ExpertParallel) split over their axis."""
+    (pattern -> ExpertParallel) split over their axis. Returns the routed
+    experts' weights with their placements ({name: [Shard(0) on the axis,
+    Replicate elsewhere]}), for parallelize to place as a plan's."""
     from .regions import recorded_as_regions
     for s in styles.values():
         mesh.axis(s.mesh_axis)
@@ -233,8 +235,15 @@ def apply(prog, mesh, styles, data_parallel):
                 m.register_buffer("dropped_tokens", torch.zeros(m.num_experts, dtype=torch.int64),
                                   persistent=False) for m in counted])
         names = {id(m): name for name, m in prog._model.named_modules()}
-        return _Routing(found, names, mesh, axis, data_parallel)
+        made = _Routing(found, names, mesh, axis, data_parallel)
+        for m, _ in found:
+            weights.update({f"{names[id(m)]}.{a}": list(made.experts) for a in _WEIGHTS
+                            if isinstance(getattr(m, a, None), torch.Tensor)})
+        return made
+
+    weights = {}
     prog.expert_parallel = recorded_as_regions(
         prog, "ExpertParallel", styles, routing,
         lambda model: f"experts modules are named like "
                       f"{[n for n, _ in model.named_modules() if n.endswith('experts')][:3]}")
+    return weights

@@ -582,12 +582,18 @@ def parallelize(prog, mesh, plan, *, data_parallel=None, zero=0, fold=(), mixed_
         if pipeline is not None or context:
             raise ValueError("ExpertParallel with a pipeline or ContextParallel is not built "
                              "yet")
-        _expert_parallel(prog, mesh, experts, data_parallel)
+        expert_weights = _expert_parallel(prog, mesh, experts, data_parallel)
         plan = {p: s for p, s in plan.items() if p not in experts}
+    else:
+        expert_weights = {}
     if pipeline is not None:
         _place_pipeline(prog, mesh, pipeline, data_parallel, fold)
     params = prog.parameters()
-    placed = {}
+    # The routed experts' weights are placed like a plan's (ZeRO splits
+    # their optimizer state on another dim).
+    placed = dict(expert_weights)
+    for name, placements in expert_weights.items():
+        _annotate(prog, name, mesh, placements)
     used = set()
     sequence_parallel = []
     model = getattr(prog, "_model", None)

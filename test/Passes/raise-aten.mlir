@@ -167,6 +167,26 @@ func.func @strided_scatter(%base: tensor<256xf32>, %src: tensor<8x32xf32>, %part
 
 // -----
 
+// A view that narrows one dim of a contiguous base (autograd's replay of a
+// split, as the backward of MLA's key split and concat writes it) is a
+// slice, and writing it is the rest of the base around the source; a box
+// narrowed in two dims, or out of the base, stays generic.
+// CHECK-LABEL: func.func @narrowed
+func.func @narrowed(%g: tensor<2x4x16x16xf32>, %src: tensor<2x4x16x8xf32>) -> (tensor<2x4x16x8xf32>, tensor<2x4x16x16xf32>, tensor<2x4x8x8xf32>) {
+  // CHECK: %[[S:.*]] = tdx.slice %arg0 dim 3 [8 : 16 : 1]
+  %0 = tdx.aten "aten::as_strided"(%g) {args = {size = array<i64: 2, 4, 16, 8>, stride = array<i64: 1024, 256, 16, 1>, storage_offset = 8 : i64}} : (tensor<2x4x16x16xf32>) -> tensor<2x4x16x8xf32>
+  // CHECK: %[[HEAD:.*]] = tdx.slice %arg0 dim 3 [0 : 8 : 1]
+  // CHECK: %[[W:.*]] = tdx.concat %[[HEAD]], %arg1 dim 3
+  %1 = tdx.aten "aten::as_strided_scatter"(%g, %src) {args = {size = array<i64: 2, 4, 16, 8>, stride = array<i64: 1024, 256, 16, 1>, storage_offset = 8 : i64}} : (tensor<2x4x16x16xf32>, tensor<2x4x16x8xf32>) -> tensor<2x4x16x16xf32>
+  // CHECK: %[[G:.*]] = tdx.aten "aten::as_strided"
+  // expected-remark @+1 {{stays generic}}
+  %2 = tdx.aten "aten::as_strided"(%g) {args = {size = array<i64: 2, 4, 8, 8>, stride = array<i64: 1024, 256, 16, 1>, storage_offset = 8 : i64}} : (tensor<2x4x16x16xf32>) -> tensor<2x4x8x8xf32>
+  // CHECK: return %[[S]], %[[W]], %[[G]]
+  return %0, %1, %2 : tensor<2x4x16x8xf32>, tensor<2x4x16x16xf32>, tensor<2x4x8x8xf32>
+}
+
+// -----
+
 // The 2-norm is sqrt(sum(x * x)), a reduction that shards; other orders
 // stay generic.
 // CHECK-LABEL: func.func @norms

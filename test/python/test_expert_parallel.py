@@ -11,7 +11,8 @@ from test_hf_models import MODELS, data, loss_fn_of
 from test_training import eager_steps
 
 PLAN = {"model.layers.*.mlp.experts": tdx.ExpertParallel("ep")}
-LAYOUTS = {"ep2": ((2,), ("ep",)), "dp2xep2": ((2, 2), ("dp", "ep"))}
+LAYOUTS = {"ep2": ((2,), ("ep",)), "dp2xep2": ((2, 2), ("dp", "ep")),
+           "dp2xep2-zero1": ((2, 2), ("dp", "ep"))}
 
 
 def sgd(params):
@@ -30,14 +31,16 @@ def placed(name, layout, batches):
     prog = traced(name, batches)
     shape, axes = LAYOUTS[layout]
     tdx.parallelize(prog, tdx.init_device_mesh("cpu", shape, axes), PLAN,
-                    data_parallel="dp" if "dp" in axes else None)
+                    data_parallel="dp" if "dp" in axes else None,
+                    zero=1 if layout.endswith("zero1") else 0)
     return prog
 
 
 @pytest.mark.parametrize("name,layout", [(n, "ep2") for n in
                                          ("qwen3-moe", "mixtral", "olmoe", "deepseek-v3",
                                           "gpt-oss")] +
-                         [("qwen3-moe", "dp2xep2"), ("gpt-oss", "dp2xep2")])
+                         [("qwen3-moe", "dp2xep2"), ("gpt-oss", "dp2xep2"),
+                          ("qwen3-moe", "dp2xep2-zero1")])
 def test_expert_parallel_trains_like_eager(name, layout):
     build, kind = MODELS[name]
     batches = data(kind)
@@ -51,6 +54,13 @@ def test_expert_parallel_trains_like_eager(name, layout):
     experts = [line for line in prog.copy().propagate().mlir.splitlines()
                if line.lstrip().startswith("tdx.parameter") and "mlp.experts." in line]
     assert experts and all("Shard(0)" in line for line in experts), experts
+    if layout.endswith("zero1"):
+        # ZeRO-1 splits the experts' momentum over dp on another dim than
+        # ep's: [Shard(1), Shard(0)].
+        momentum = [line for line in prog.copy().propagate().mlir.splitlines()
+                    if line.lstrip().startswith("tdx.buffer") and "mlp.experts." in line
+                    and "momentum" in line]
+        assert momentum and all("[Shard(1), Shard(0)]" in line for line in momentum), momentum
     with tdx.compile(prog, opt_level=0).start(params=start) as runner:
         losses = [runner.train_step(*batch).item() for batch in batches]
         state = runner.state_dict()
