@@ -22,10 +22,24 @@ collectives, partition, schedule), the per-rank program's op count and
 its memory report (GiB per rank); for 7B, the same step under a
 memory_budget of 80% of its peak (what tdx-recompute runs again).
 
+Part 3, a Mixture of Experts at cluster scale (--big 671b): transformers'
+DeepSeek-V3 at its own default config (671B parameters: 61 layers, the
+first 3 dense, 256 routed + 1 shared expert, top-8 of 8 groups, MLA,
+vocab 129280), built with deferred init, an AdamW step on a batch of 2,048
+sequences of 4,096 tokens, on 2,048 ranks (dp 32 x ep 64: the routed
+experts Shard(0) over ep, tdx.ExpertParallel; ep is a data axis for the
+rest, ZeRO-1 over dp). Printed: each stage's time, the per-rank program's
+op count against the same plan on 32 ranks (dp 4 x ep 8), and the memory
+report per rank beside a count by hand from the model's parameter shapes
+and the dispatch buffer's size, dropless and with capacity_factor=1.25.
+(Pipeline stages with expert parallelism are refused today, so the plan
+is dp x ep, not the pp 16 x ep 64 x dp 2 of DeepSeek's own run.)
+
 Usage: . build/env.sh && "$TDX_PYTHON" bench/scale/bench_scale.py
-           [--layers 4,8,32] [--big 7b,70b] [--compile-7b]
+           [--layers 4,8,32] [--big 7b,70b,671b] [--compile-7b]
 """
 import argparse
+import math
 import os
 import re
 import subprocess
@@ -180,16 +194,93 @@ def big(name, compile_7b):
               f"{t_trace + t_annotate + t_propagate + t_partition + t_compile:.1f} s")
 
 
+def moe_traced(batch):
+    import transformers
+    torch.manual_seed(0)
+    config = transformers.DeepseekV3Config()  # DeepSeek-V3's own shape: 671B
+    model = tdx.deferred_init(transformers.DeepseekV3ForCausalLM, config)
+    opt = torch.optim.AdamW(model.parameters(), lr=1e-4, foreach=False)
+    ids = torch.zeros(*batch, dtype=torch.int64)
+
+    def loss(m, ids, targets):
+        logits = m(input_ids=ids, use_cache=False).logits
+        return F.cross_entropy(logits.reshape(-1, logits.shape[-1]), targets.reshape(-1))
+    return config, model, tdx.trace_train_step(model, opt, loss, ids, ids)
+
+
+def moe_planned(mesh_shape, batch, capacity_factor=None):
+    """The 671B step traced and planned on (dp, ep): the stages' times."""
+    config, model, prog = None, None, None
+    times = {}
+    (config, model, prog), times["trace"] = clock(lambda: moe_traced(batch))
+    mesh = tdx.init_device_mesh("cpu", mesh_shape, ("dp", "ep"))
+    plan = {"model.layers.*.mlp.experts": tdx.ExpertParallel("ep",
+                                                             capacity_factor=capacity_factor)}
+    _, times["parallelize"] = clock(lambda: tdx.parallelize(prog, mesh, plan, data_parallel="dp",
+                                                            zero=1))
+    _, times["propagate"] = clock(prog.propagate)
+    _, times["partition"] = clock(lambda: prog.run_pipeline("tdx-spmd"))
+    return config, model, prog, times
+
+
+def moe_671b():
+    batch, mesh_shape = (2048, 4096), (32, 64)
+    dp, ep = mesh_shape
+    ranks = dp * ep
+    print(f"\n671b: DeepSeek-V3 (transformers' default config), AdamW, batch {batch} on "
+          f"{ranks} ranks (dp {dp} x ep {ep}), ZeRO-1")
+    config, model, prog, times = moe_planned(mesh_shape, batch)
+    total = sum(p.numel() for p in model.parameters())
+    ops = len(re.findall(r"^\s+%\S+ = ", prog.mlir, re.M))
+    print(f"  {total / 1e9:.1f}B parameters; " +
+          ", ".join(f"{k} {v:.1f} s" for k, v in times.items()) +
+          f"; planned in {sum(times.values()):.1f} s")
+    small = moe_planned((4, 8), (32, 4096))[2]
+    small_ops = len(re.findall(r"^\s+%\S+ = ", small.mlir, re.M))
+    print(f"  per-rank program: {ops} ops on {ranks} ranks, {small_ops} on 32 ranks "
+          f"(dp 4 x ep 8, the same tokens per rank)")
+    report, t_report = clock(prog.memory_report)
+    # By hand: the routed experts' weights split over ep, the rest whole;
+    # AdamW's two states and the reduce-scattered gradients split over dp.
+    experts = sum(p.numel() for n, p in model.named_parameters() if ".mlp.experts." in n)
+    per_rank = (experts / ep + (total - experts)) * 4
+    tokens = batch[0] * batch[1] // ranks
+    local = config.n_routed_experts // ep
+    k, hidden = config.num_experts_per_tok, config.hidden_size
+    dropless_rows = tokens * min(k, local) * ep
+    capacity_rows = local * math.ceil(1.25 * tokens * k / config.n_routed_experts) * ep
+    gib = 2 ** 30
+    print(f"  memory report ({t_report:.1f} s), GiB per rank: " +
+          ", ".join(f"{key} {report[key] / gib:.2f}" for key in
+                    ("parameters", "optimizer", "gradients", "activations", "peak")))
+    print(f"  by hand, GiB per rank: parameters {per_rank / gib:.2f} (experts / {ep} + the "
+          f"rest), optimizer {2 * per_rank / dp / gib:.2f} (2 states / {dp}), gradients "
+          f"{per_rank / dp / gib:.2f} (reduce-scattered over dp)")
+    print(f"  dispatch receive buffer per MoE layer: {dropless_rows} rows x {hidden} "
+          f"({dropless_rows * hidden * 4 / gib:.1f} GiB) dropless = tokens {tokens} x "
+          f"min(top-k {k}, local experts {local}) x ep {ep}; {capacity_rows} rows "
+          f"({capacity_rows * hidden * 4 / gib:.2f} GiB) at capacity_factor 1.25")
+    largest = report["largest"][0]
+    print(f"  largest: {largest['name']} {largest['bytes'] / gib:.1f} GiB")
+    capped = moe_planned(mesh_shape, batch, capacity_factor=1.25)[2]
+    fit = capped.memory_report()
+    print(f"  with capacity_factor=1.25: activations {fit['activations'] / gib:.1f} GiB, peak "
+          f"{fit['peak'] / gib:.1f} GiB per rank (dropless: {report['peak'] / gib:.1f})")
+
+
 def main():
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--layers", default="4,8,32")
-    parser.add_argument("--big", default="7b", help="comma list of 7b, 70b; '' for none")
+    parser.add_argument("--big", default="7b", help="comma list of 7b, 70b, 671b; '' for none")
     parser.add_argument("--compile-7b", action="store_true")
     args = parser.parse_args()
     if args.layers:
         depth([int(x) for x in args.layers.split(",")])
     for name in filter(None, args.big.split(",")):
-        big(name, args.compile_7b)
+        if name == "671b":
+            moe_671b()
+        else:
+            big(name, args.compile_7b)
 
 
 if __name__ == "__main__":

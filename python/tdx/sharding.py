@@ -140,11 +140,14 @@ class Partial:
         return isinstance(other, Partial) and other.reduce_op == self.reduce_op
 
 
-def _annotate(prog, name, mesh, placements, priority=-1):
+def _annotate(prog, name, mesh, placements, priority=-1, checked=False):
     """Places `name` (state, or "input:<i>") on `mesh`; a `priority` >= 0
-    (inputs only) makes it a preference at that level, not fixed."""
+    (inputs only) makes it a preference at that level, not fixed.
+    `checked`: the caller refused a program of the user's communication
+    already (parallelize, once: the check reads the whole program)."""
     from . import torch_plans
-    _refuse_manual(prog, f"placing {name}")
+    if not checked:
+        _refuse_manual(prog, f"placing {name}")
     placements = [torch_plans.placement(p) for p in placements]
     if len(placements) != mesh.ndim:
         raise ValueError(f"{len(placements)} placement(s) for a {mesh.ndim}-D mesh "
@@ -271,7 +274,7 @@ def _place_zero(prog, mesh, dp, zero, placed):
         if name in params:
             use = placed.get(name, [Replicate()] * mesh.ndim)
             stored = split_over_dp(shape, name) if zero == 3 else None
-            _annotate(prog, name, mesh, stored or use)
+            _annotate(prog, name, mesh, stored or use, checked=True)
             if stored:
                 # Stored split like its optimizer state, gathered over dp
                 # where the step reads it.
@@ -285,7 +288,7 @@ def _place_zero(prog, mesh, dp, zero, placed):
             continue
         placements = split_over_dp(shape, owner)
         if placements is not None:
-            _annotate(prog, name, mesh, placements)
+            _annotate(prog, name, mesh, placements, checked=True)
 
 
 def _place_batch(prog, mesh, axis):
@@ -318,7 +321,7 @@ def _place_batch(prog, mesh, axis):
             placements = [Replicate()] * mesh.ndim
             placements[axis] = Shard(dim)
             target = f"input:{i}" if function == entry else f"{function}:input:{i}"
-            _annotate(prog, target, mesh, placements, priority=0)
+            _annotate(prog, target, mesh, placements, priority=0, checked=True)
 
 
 # --- Parallel plans ----------------------------------------------------------
@@ -593,7 +596,7 @@ def parallelize(prog, mesh, plan, *, data_parallel=None, zero=0, fold=(), mixed_
     # their optimizer state on another dim).
     placed = dict(expert_weights)
     for name, placements in expert_weights.items():
-        _annotate(prog, name, mesh, placements)
+        _annotate(prog, name, mesh, placements, checked=True)
     used = set()
     sequence_parallel = []
     model = getattr(prog, "_model", None)
@@ -629,7 +632,7 @@ def parallelize(prog, mesh, plan, *, data_parallel=None, zero=0, fold=(), mixed_
                 sequence_parallel.append((name, axis, style.seq_dim))
             else:
                 placements[axis] = style.placements[leaf]
-                _annotate(prog, name, mesh, placements)
+                _annotate(prog, name, mesh, placements, checked=True)
                 placed[name] = placements
             used.add(pattern)
             break
