@@ -30,6 +30,11 @@ def Tdx_AtenOp : Tdx_Op<"aten", [AlwaysSpeculatable,
     through ATen, which checks the values against the schema
     and names the operator and argument when one does not fit.
 
+    It has no effect but its results, except an op with none, which is
+    there for its effect and is kept: `torch._assert_async(cond, msg)` is
+    `aten::_assert_async.msg`, a check at run time that stops the step with
+    `msg` where `cond` is false, as eager raises it.
+
     ```mlir
     %r = tdx.aten "aten::index_select"(%x, %i) {args = {dim = 1 : i64}}
         : (tensor<4x8xf32>, tensor<3xi64>) -> tensor<4x3xf32>

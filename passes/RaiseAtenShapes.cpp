@@ -204,6 +204,8 @@ static std::optional<Narrowed> narrowedView(Call &c, RankedTensorType base) {
     return std::nullopt;
   std::optional<Narrowed> found;
   int64_t expected = 1, rest = *offset;
+  if (base.getNumElements() == 0)
+    return std::nullopt;
   for (int64_t d = rank - 1; d >= 0; --d) {
     int64_t n = base.getDimSize(d);
     if ((*stride)[d] != expected && n != 1)

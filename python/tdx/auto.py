@@ -11,6 +11,7 @@ import tempfile
 DATA_AXES = ("dp", "data", "ddp", "fsdp")
 TENSOR_AXES = ("tp", "model", "mp", "tensor")
 PIPELINE_AXES = ("pp", "pipe", "pipeline")
+EXPERT_AXES = ("ep", "expert")
 # The cost model's default seconds per byte a rank holds
 # (tdx/Sharding/Layout.h's CostModel::secondsPerByteHeld).
 SECONDS_PER_BYTE_HELD = 1e-10
@@ -67,6 +68,20 @@ def _tensor_parallel_plans(prog, axis):
         return [megatron]
     sequence = dict(megatron, **{p: styles[k]() for p, k in _patterns(prog, norms).items()})
     return [megatron, sequence]
+
+
+def _expert_plans(prog, axis):
+    """[{pattern: ExpertParallel(axis)}] for the model's experts modules
+    (Hugging Face's grouped_mm experts, one decision for every layer's);
+    [] when it has none."""
+    from .expert_parallel import ExpertParallel, is_experts_module
+    model = getattr(prog, "_model", None)
+    if model is None:
+        return []
+    kinds = {name: "experts" for name, m in model.named_modules() if is_experts_module(m)}
+    if not kinds:
+        return []
+    return [{p: ExpertParallel(axis) for p in _patterns(prog, kinds)}]
 
 
 def _pipeline_candidates(prog, axis, ranks):
@@ -126,8 +141,17 @@ def auto_parallelize(prog, mesh, memory_budget=None):
       stages per rank) and the micro-batches (the step's accumulation
       steps, else p, 2p or 4p where the batch splits so) are chosen by the
       end of the schedule timed by the cost model, plus its messages.
+    - An axis named ``ep`` (or ``expert``) splits a Mixture of Experts'
+      routed experts (Hugging Face's grouped_mm experts modules) over it,
+      ``tdx.ExpertParallel``, the tokens dispatched by ragged all-to-alls;
+      it is a data-parallel axis for the rest of the model. On a mesh with
+      no data-parallel axis the other candidate is the experts replicated
+      and the batch split over that axis (plain data parallelism), and the
+      cost model chooses: expert parallelism when the weights it stops
+      holding and reducing outweigh its all-to-alls.
     - The pipeline is chosen first, then the ZeRO stage with Megatron's
-      plan, then sequence parallelism at that stage. The choice is
+      plan (and expert parallelism), then sequence parallelism at that
+      stage. The choice is
       deterministic: candidates are scored in a fixed order and a tie keeps
       the first. The result has ``"pipeline"`` when the mesh has a
       pipeline axis."""
@@ -147,14 +171,16 @@ def auto_parallelize(prog, mesh, memory_budget=None):
     data = [a for a in mesh.mesh_dim_names if a in DATA_AXES]
     tensor = [a for a in mesh.mesh_dim_names if a in TENSOR_AXES]
     stages = [a for a in mesh.mesh_dim_names if a in PIPELINE_AXES]
+    experts = [a for a in mesh.mesh_dim_names if a in EXPERT_AXES]
     for axis in mesh.mesh_dim_names:
-        if axis not in DATA_AXES + TENSOR_AXES + PIPELINE_AXES:
+        if axis not in DATA_AXES + TENSOR_AXES + PIPELINE_AXES + EXPERT_AXES:
             raise ValueError(f"auto_parallelize: mesh axis {axis!r} is neither data parallel "
-                             f"{DATA_AXES}, tensor parallel {TENSOR_AXES} nor a pipeline "
-                             f"{PIPELINE_AXES}; name it as one")
-    if len(data) > 1 or len(tensor) > 1 or len(stages) > 1:
+                             f"{DATA_AXES}, tensor parallel {TENSOR_AXES}, a pipeline "
+                             f"{PIPELINE_AXES} nor expert parallel {EXPERT_AXES}; name it as "
+                             f"one")
+    if len(data) > 1 or len(tensor) > 1 or len(stages) > 1 or len(experts) > 1:
         raise ValueError(f"auto_parallelize takes at most one data-parallel, one "
-                         f"tensor-parallel and one pipeline axis, got "
+                         f"tensor-parallel, one pipeline and one expert-parallel axis, got "
                          f"{list(mesh.mesh_dim_names)}")
     if stages and prog._module.entry() != "train_step":
         raise ValueError(f"auto_parallelize: mesh axis {stages[0]!r} is a pipeline, which "
@@ -168,17 +194,33 @@ def auto_parallelize(prog, mesh, memory_budget=None):
                              f"{tensor[0]!r} (a linear feeding another); give tdx.parallelize "
                              f"a plan, or use a mesh without a tensor-parallel axis")
     training = prog._module.entry() == "train_step"
-    zeros = (0, 1, 3) if dp is not None and training else (0,)
+    # (plan, data-parallel axis) candidates before ZeRO and sequence
+    # parallelism: with an expert axis, the experts split over it; without
+    # a data axis beside it, also that axis as plain data parallelism.
+    bases = [(plans[0], dp)]
+    if experts:
+        ep_plans = _expert_plans(prog, experts[0])
+        if not ep_plans:
+            raise ValueError(f"auto_parallelize: mesh axis {experts[0]!r} splits a Mixture of "
+                             f"Experts' experts, and this model has no experts module tdx "
+                             f"splits (Hugging Face's grouped_mm experts); use a mesh without "
+                             f"it, or give tdx.parallelize a plan")
+        if stages:
+            raise ValueError("auto_parallelize: a pipeline with expert parallelism is not "
+                             "built yet; use a mesh with one of the two axes")
+        bases = [(dict(plans[0], **ep_plans[0]), dp)] + ([(plans[0], experts[0])] if dp is None
+                                                          else [])
     best, failed = None, []
 
-    def score(plan, zero, pipeline=None):
-        """Places a copy with `plan`, `zero` and `pipeline` and keeps it if
-        it beats the best so far: (over the budget, its cost)."""
+    def score(plan, zero, pipeline=None, data_parallel=dp):
+        """Places a copy with `plan`, `zero`, `pipeline` and
+        `data_parallel` and keeps it if it beats the best so far: (over the
+        budget, its cost)."""
         nonlocal best
         # One copy, partitioned once, for both reports (the comm report
         # reads it; the memory report plans it as tdx.compile does).
         try:
-            work = parallelize(prog.copy(), mesh, plan, data_parallel=dp, zero=zero,
+            work = parallelize(prog.copy(), mesh, plan, data_parallel=data_parallel, zero=zero,
                                memory_budget=memory_budget, pipeline=pipeline).partition()
             comm = _json_report(work, "tdx-comm-report")
             schedule = _json_report(work, "tdx-pipeline-report")["end"] if pipeline else 0.0
@@ -192,7 +234,7 @@ def auto_parallelize(prog, mesh, memory_budget=None):
         fits = memory_budget is None or memory["peak"] <= memory_budget
         key = (not fits, seconds if fits else memory["peak"])
         if best is None or key < best[0]:
-            best = (key, plan, zero, pipeline)
+            best = (key, plan, zero, pipeline, data_parallel)
 
     # The pipeline, then the ZeRO stage with the first plan, then the other
     # plans at that stage: the choices barely interact, and each candidate
@@ -203,15 +245,19 @@ def auto_parallelize(prog, mesh, memory_budget=None):
                                               mesh.shape[mesh.axis(stages[0])]):
             score(plans[0], 0, candidate)
         pipeline = best[3] if best else None
-    for zero in zeros:
-        if not (stages and zero == 0):  # scored with the pipelines
-            score(plans[0], zero, pipeline)
+    for plan, data_parallel in bases:
+        zeros = (0, 1, 3) if data_parallel is not None and training else (0,)
+        for zero in zeros:
+            if not (stages and zero == 0):  # scored with the pipelines
+                score(plan, zero, pipeline, data_parallel)
+    # Sequence parallelism on the base chosen (its experts split or not).
+    split = {p: s for p, s in (best[1] if best else {}).items() if p not in plans[0]}
     for plan in plans[1:]:
-        score(plan, best[2] if best else 0, pipeline)
+        score(dict(plan, **split), best[2] if best else 0, pipeline, best[4] if best else dp)
     if best is None:
         raise TdxError("auto_parallelize could place no candidate plan:\n  " +
                        "\n  ".join(failed))
-    chosen = {"plan": best[1], "data_parallel": dp, "zero": best[2]}
+    chosen = {"plan": best[1], "data_parallel": best[4], "zero": best[2]}
     if stages:
         chosen["pipeline"] = best[3]
     parallelize(prog, mesh, memory_budget=memory_budget, **chosen)

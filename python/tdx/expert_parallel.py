@@ -209,6 +209,16 @@ class _Routing:
                     m.forward = f
 
 
+def is_experts_module(m):
+    """Whether `m` is a Hugging Face experts module with the grouped_mm
+    implementation (stacked expert weights, ``forward(hidden, top_k_index,
+    top_k_weights)``), which ExpertParallel splits."""
+    return (hasattr(m, "num_experts") and any(isinstance(getattr(m, a, None), torch.Tensor)
+                                              for a in _WEIGHTS) and
+            getattr(getattr(m, "config", None), "_experts_implementation",
+                    "grouped_mm") == "grouped_mm")
+
+
 def apply(prog, mesh, styles, data_parallel):
     """Records `prog` again with the experts of the modules `styles`
     (pattern -> ExpertParallel) split over their axis. Returns the routed
@@ -220,8 +230,7 @@ def apply(prog, mesh, styles, data_parallel):
 
     def routing(modules, axis):
         for pattern, m in modules:
-            if getattr(getattr(m, "config", None), "_experts_implementation",
-                       "grouped_mm") != "grouped_mm" or not hasattr(m, "num_experts"):
+            if not is_experts_module(m):
                 raise ValueError(f"plan pattern {pattern!r} (ExpertParallel) names "
                                  f"{type(m).__name__}, which is not a Hugging Face experts "
                                  f"module with the grouped_mm implementation")

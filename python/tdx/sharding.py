@@ -475,7 +475,10 @@ def parallelize(prog, mesh, plan, *, data_parallel=None, zero=0, fold=(), mixed_
     """Places a traced program by a plan: ``plan`` maps module name patterns
     (fnmatch, ``"layers.*.attn.wq"``) to ColwiseParallel(), RowwiseParallel(),
     SequenceParallel() or VocabParallel() over their mesh axis (default
-    ``"tp"``), tdx's or ``torch.distributed.tensor.parallel``'s (a
+    ``"tp"``), to ExpertParallel() or ContextParallel(), or to Hugging
+    Face's style names (a config's ``base_model_tp_plan`` or
+    ``base_model_ep_plan`` as it is: see ``tdx/hf_plans.py``), tdx's or
+    ``torch.distributed.tensor.parallel``'s (a
     torchtitan-style plan works unchanged: torch's styles apply over the
     mesh axis named ``"tp"``, or a 1-D mesh's one axis; RowwiseParallel on an
     Embedding is VocabParallel, ColwiseParallel on one splits its embedding
@@ -537,8 +540,10 @@ def parallelize(prog, mesh, plan, *, data_parallel=None, zero=0, fold=(), mixed_
     SyncBatchNorm (no communication for them; the running statistics follow
     rank 0's, as DDP's broadcast buffers do). Returns the program."""
     _refuse_manual(prog, "tdx.parallelize")
-    from . import torch_plans
+    from . import hf_plans, torch_plans
     mesh = torch_plans.mesh(mesh)
+    if any(isinstance(style, str) for style in plan.values()):
+        plan = hf_plans.translate(getattr(prog, "_model", None), mesh, plan)
     if zero not in (0, 1, 2, 3):
         raise ValueError(f"zero must be 0, 1, 2 or 3, got {zero!r}")
     if batch_norm not in BATCH_NORM:

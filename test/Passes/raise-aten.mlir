@@ -187,6 +187,17 @@ func.func @narrowed(%g: tensor<2x4x16x16xf32>, %src: tensor<2x4x16x8xf32>) -> (t
 
 // -----
 
+// A view of an empty base (no element to narrow) stays as it is.
+// CHECK-LABEL: func.func @narrowed_empty
+func.func @narrowed_empty(%g: tensor<0x4xf32>) -> tensor<0x2xf32> {
+  // CHECK: tdx.aten "aten::as_strided"
+  // expected-remark @+1 {{stays generic}}
+  %0 = tdx.aten "aten::as_strided"(%g) {args = {size = array<i64: 0, 2>, stride = array<i64: 4, 1>, storage_offset = 2 : i64}} : (tensor<0x4xf32>) -> tensor<0x2xf32>
+  return %0 : tensor<0x2xf32>
+}
+
+// -----
+
 // The 2-norm is sqrt(sum(x * x)), a reduction that shards; other orders
 // stay generic.
 // CHECK-LABEL: func.func @norms

@@ -3,6 +3,8 @@ Mixtures of Experts (test_hf_models.py's rows, unchanged, default grouped_mm
 experts) with their routed experts split over an ep axis, trained from the
 runner on ep2 and dp2 x ep2 against eager on one process."""
 
+import re
+
 import pytest
 import torch
 
@@ -98,7 +100,6 @@ def test_the_dispatch_moves_the_routed_rows_over_ep():
         source = f.read()
     calls = [line for line in source.splitlines() if "ctx.raggedAllToAll(" in line]
     assert 8 <= len(calls) <= len(moved), calls   # the backend may drop an unused adjoint
-    import re
     for call in calls:
         args = re.search(r"raggedAllToAll\(([^)]*)\)", call).group(1).split(", ")
         for v in args[1:5]:      # the offsets and sizes: tensors, never read here
@@ -311,3 +312,128 @@ def test_an_assert_in_the_model_is_checked_at_run_time():
     torch.testing.assert_close(exe.run(x, params=params)[0], want)
     with pytest.raises(tdx.TdxError, match="Checked: an activation over 100"):
         exe.run(x * 1000, params=params)
+
+
+def test_hugging_faces_own_ep_plan_is_taken_as_it_is():
+    # Mixtral's config.base_model_ep_plan as transformers writes it
+    # ("layers.*.mlp.experts": "ep_dispatch_experts", its weights
+    # "grouped_gemm"), given to tdx.parallelize: the experts split over ep
+    # as tdx.ExpertParallel splits them, training like eager.
+    build, kind = MODELS["mixtral"]
+    batches = data(kind)
+    hf_plan = build().config.base_model_ep_plan
+    assert hf_plan["layers.*.mlp.experts"] == "ep_dispatch_experts"
+    torch.manual_seed(0)
+    model = build()
+    start = {k: v.detach().clone() for k, v in model.state_dict().items()}
+    want = eager_steps(model, sgd(model.parameters()), loss_fn_of(kind), batches)
+    prog = traced("mixtral", batches)
+    tdx.parallelize(prog, tdx.init_device_mesh("cpu", (2,), ("ep",)), hf_plan)
+    assert prog.expert_parallel == "ep"
+    ours = placed("mixtral", "ep2", batches)
+
+    def placements(p):
+        return dict(re.findall(r"tdx\.parameter @(\S+) : \S+ sharding (<[^>]*>)",
+                               p.copy().propagate().mlir))
+    assert placements(prog) == placements(ours)
+    assert placements(prog)["model.layers.0.mlp.experts.gate_up_proj"] == "<@mesh, [Shard(0)]>"
+    with tdx.compile(prog, opt_level=0).start(params=start) as runner:
+        losses = [runner.train_step(*batch).item() for batch in batches]
+    for k, (got, ref) in enumerate(zip(losses, want)):
+        assert abs(got - ref) <= 1e-5 * abs(ref), f"step {k}: loss {got} vs eager {ref}"
+    # Its experts' weights without the module's entry: refused by name.
+    with pytest.raises(ValueError, match=r"no 'ep_dispatch_experts' entry names its module"):
+        tdx.parallelize(traced("mixtral", batches), tdx.init_device_mesh("cpu", (2,), ("ep",)),
+                        {k: v for k, v in hf_plan.items() if v == "grouped_gemm"})
+
+
+def test_the_routers_auxiliary_loss_trains_like_eager_under_expert_parallel():
+    # Hugging Face's load-balancing loss (output_router_logits=True,
+    # router_aux_loss_coef) added to the loss, as the model defines it: its
+    # gradient reaches the routers, and the step on dp2 x ep2 is eager's.
+    build, kind = MODELS["qwen3-moe"]
+    batches = data(kind)
+
+    def loss_fn(model, ids, targets):
+        out = model(input_ids=ids, output_router_logits=True)
+        ce = torch.nn.functional.cross_entropy(out.logits.reshape(-1, out.logits.shape[-1]),
+                                               targets.reshape(-1))
+        return ce + model.config.router_aux_loss_coef * out.aux_loss
+
+    torch.manual_seed(0)
+    model = build()
+    model.config.router_aux_loss_coef = 0.5
+    start = {k: v.detach().clone() for k, v in model.state_dict().items()}
+    want = eager_steps(model, sgd(model.parameters()), loss_fn, batches)
+    torch.manual_seed(0)
+    base = build()
+    plain = eager_steps(base, sgd(base.parameters()), loss_fn_of(kind), batches[:1])
+    assert abs(want[0] - plain[0]) > 1e-3, "the auxiliary loss adds nothing"
+    torch.manual_seed(0)
+
+    def with_coef():
+        m = build()
+        m.config.router_aux_loss_coef = 0.5
+        return m
+    deferred = tdx.deferred_init(with_coef)
+    prog = tdx.trace_train_step(deferred, sgd(deferred.parameters()), loss_fn, *batches[0])
+    tdx.parallelize(prog, tdx.init_device_mesh("cpu", (2, 2), ("dp", "ep")), PLAN,
+                    data_parallel="dp")
+    with tdx.compile(prog, opt_level=0).start(params=start) as runner:
+        losses = [runner.train_step(*batch).item() for batch in batches]
+        state = runner.state_dict()
+    for k, (got, ref) in enumerate(zip(losses, want)):
+        assert abs(got - ref) <= 1e-5 * abs(ref), f"step {k}: loss {got} vs eager {ref}"
+    for param, p in model.named_parameters():
+        err = ((state[param] - p.detach()).norm() / p.detach().norm()).item()
+        assert err < 1e-4, f"{param}: {err:.2e} from eager after {len(batches)} steps"
+
+
+def _qwen3_moe(intermediate):
+    from test_hf_models import _DECODER, _lm
+    return _lm("Qwen3MoeForCausalLM", "Qwen3MoeConfig", moe_intermediate_size=intermediate,
+               num_experts=4, num_experts_per_tok=2, **_DECODER)
+
+
+@pytest.mark.parametrize("intermediate,split", [(1024, True), (4, False)])
+def test_auto_parallelize_splits_the_experts_when_it_pays(intermediate, split):
+    # On a 1-D ("ep",) mesh the candidates are the experts split over it
+    # (all-to-alls of the routed rows) and the experts replicated with the
+    # batch split: wide experts (1024) make the first cheaper (the weights
+    # and optimizer state each rank stops holding), experts of width 4 the
+    # second (the cost model gathers their few tokens instead).
+    build = _qwen3_moe(intermediate)
+    batches = data("lm")
+    torch.manual_seed(0)
+    deferred = tdx.deferred_init(build)
+    prog = tdx.trace_train_step(deferred, sgd(deferred.parameters()), loss_fn_of("lm"),
+                                *batches[0])
+    chosen = tdx.auto_parallelize(prog, tdx.init_device_mesh("cpu", (2,), ("ep",)))
+    if split:
+        assert list(chosen["plan"]) == ["model.layers.*.mlp.experts"], chosen
+        assert isinstance(chosen["plan"]["model.layers.*.mlp.experts"], tdx.ExpertParallel)
+        assert chosen["data_parallel"] is None and prog.expert_parallel == "ep"
+        kinds = {r["kind"] for r in prog.comm_report()}
+        assert "ragged_all_to_all" in kinds, kinds
+    else:
+        assert chosen["plan"] == {} and chosen["data_parallel"] == "ep", chosen
+        assert "ragged_all_to_all" not in {r["kind"] for r in prog.comm_report()}
+
+
+def test_auto_parallelize_with_dp_and_ep_trains_like_eager():
+    # A (dp, ep) mesh: the experts over ep, the batch over both.
+    build, kind = MODELS["qwen3-moe"]
+    batches = data(kind)
+    torch.manual_seed(0)
+    model = build()
+    start = {k: v.detach().clone() for k, v in model.state_dict().items()}
+    want = eager_steps(model, sgd(model.parameters()), loss_fn_of(kind), batches)
+    prog = traced("qwen3-moe", batches)
+    chosen = tdx.auto_parallelize(prog, tdx.init_device_mesh("cpu", (2, 2), ("dp", "ep")))
+    assert chosen["data_parallel"] == "dp" and prog.expert_parallel == "ep", chosen
+    with tdx.compile(prog, opt_level=0).start(params=start) as runner:
+        losses = [runner.train_step(*batch).item() for batch in batches]
+    for k, (got, ref) in enumerate(zip(losses, want)):
+        assert abs(got - ref) <= 1e-5 * abs(ref), f"step {k}: loss {got} vs eager {ref}"
+    with pytest.raises(ValueError, match=r"no experts module tdx splits"):
+        tdx.auto_parallelize(traced("llama", batches), tdx.init_device_mesh("cpu", (2,), ("ep",)))

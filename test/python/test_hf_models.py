@@ -240,6 +240,12 @@ def test_hf_model_trains_from_the_runner_like_eager(name, layout):
         tdx.parallelize(prog, tdx.init_device_mesh("cpu", (2,), ("dp",)), {}, data_parallel="dp")
     elif layout == "tp2" and not place_tp2(name, prog):
         return
+    assert_trains_like_eager(name, prog)
+
+
+def assert_trains_like_eager(name, prog):
+    """`prog` (`name`'s step, placed) trained from the runner: losses and
+    parameters against eager's, and the user's model takes its state."""
     start, fp32, fp64 = eager(name)
     exe = tdx.compile(prog, opt_level=0)
     with exe.start(params=start) as runner:
@@ -259,6 +265,41 @@ def test_hf_model_trains_from_the_runner_like_eager(name, layout):
     mine = MODELS[name][0]()
     assert state.keys() == mine.state_dict().keys()
     mine.load_state_dict(state, strict=True)
+
+
+@pytest.mark.parametrize("name", ["llama", "qwen3-moe"])
+def test_hugging_faces_own_tp_plan_trains_like_eager(name):
+    # The config's base_model_tp_plan as transformers writes it (patterns
+    # under the base model, style names): q/k/v and the MLP's gate/up
+    # colwise, o_proj and down_proj rowwise over tp. Qwen3-MoE's experts
+    # are packed halves no placement spells: left to propagation, said in
+    # a warning.
+    prog = traced(name)
+    hf_plan = prog._model.config.base_model_tp_plan
+    assert hf_plan["layers.*.self_attn.q_proj"] == "colwise"
+    mesh = tdx.init_device_mesh("cpu", (2,), ("tp",))
+    if name == "qwen3-moe":
+        with pytest.warns(tdx.TdxWarning, match=r"mlp\.experts\.gate_up_proj \(packed_colwise\)"):
+            tdx.parallelize(prog, mesh, hf_plan)
+    else:
+        tdx.parallelize(prog, mesh, hf_plan)
+    placed = prog.copy().propagate().mlir
+    for module, split in (("self_attn.q_proj", "Shard(0)"), ("self_attn.o_proj", "Shard(1)")):
+        line = next(x for x in placed.splitlines()
+                    if f"@model.layers.0.{module}.weight " in x and "tdx.parameter" in x)
+        assert f"[{split}]" in line, line
+    assert_trains_like_eager(name, prog)
+
+
+def test_hugging_face_plan_names_are_checked():
+    prog = traced("llama")
+    mesh = tdx.init_device_mesh("cpu", (2,), ("tp",))
+    with pytest.raises(ValueError, match=r"'layers\.\*\.mlp\.up_proj': 'colwize'\} name no "
+                                         r"Hugging Face parallel style"):
+        tdx.parallelize(prog, mesh, {"layers.*.mlp.up_proj": "colwize"})
+    with pytest.raises(ValueError, match=r"over the mesh axis named 'tp'"):
+        tdx.parallelize(prog, tdx.init_device_mesh("cpu", (2, 2), ("dp", "x")),
+                        {"layers.*.mlp.up_proj": "colwise"})
 
 
 def test_auto_parallelize_finds_hf_gpt2s_conv1d_pairs():
