@@ -38,6 +38,21 @@ def placed(name, layout, batches):
     return prog
 
 
+def trained_like_eager(prog, start, want, batches, model=None):
+    """Trains `prog` from the runner on the weights `start`: its losses
+    within 1e-5 of eager's `want` and, given `model` (eager's after the
+    same steps), its parameters within 1e-4. Returns the runner's state."""
+    with tdx.compile(prog, opt_level=0).start(params=start) as runner:
+        losses = [runner.train_step(*batch).item() for batch in batches]
+        state = runner.state_dict()
+    for k, (got, ref) in enumerate(zip(losses, want)):
+        assert abs(got - ref) <= 1e-5 * abs(ref), f"step {k}: loss {got} vs eager {ref}"
+    for param, p in (model.named_parameters() if model is not None else ()):
+        err = ((state[param] - p.detach()).norm() / p.detach().norm()).item()
+        assert err < 1e-4, f"{param}: {err:.2e} from eager after {len(batches)} steps"
+    return state
+
+
 @pytest.mark.parametrize("name,layout", [(n, "ep2") for n in
                                          ("qwen3-moe", "mixtral", "olmoe", "deepseek-v3",
                                           "gpt-oss")] +
@@ -63,14 +78,7 @@ def test_expert_parallel_trains_like_eager(name, layout):
                     if line.lstrip().startswith("tdx.buffer") and "mlp.experts." in line
                     and "momentum" in line]
         assert momentum and all("[Shard(1), Shard(0)]" in line for line in momentum), momentum
-    with tdx.compile(prog, opt_level=0).start(params=start) as runner:
-        losses = [runner.train_step(*batch).item() for batch in batches]
-        state = runner.state_dict()
-    for k, (got, ref) in enumerate(zip(losses, want)):
-        assert abs(got - ref) <= 1e-5 * abs(ref), f"step {k}: loss {got} vs eager {ref}"
-    for param, p in model.named_parameters():
-        err = ((state[param] - p.detach()).norm() / p.detach().norm()).item()
-        assert err < 1e-4, f"{param}: {err:.2e} from eager after {len(batches)} steps"
+    state = trained_like_eager(prog, start, want, batches, model)
     mine = build()
     mine.load_state_dict(state, strict=True)
 
@@ -337,10 +345,7 @@ def test_hugging_faces_own_ep_plan_is_taken_as_it_is():
                                p.copy().propagate().mlir))
     assert placements(prog) == placements(ours)
     assert placements(prog)["model.layers.0.mlp.experts.gate_up_proj"] == "<@mesh, [Shard(0)]>"
-    with tdx.compile(prog, opt_level=0).start(params=start) as runner:
-        losses = [runner.train_step(*batch).item() for batch in batches]
-    for k, (got, ref) in enumerate(zip(losses, want)):
-        assert abs(got - ref) <= 1e-5 * abs(ref), f"step {k}: loss {got} vs eager {ref}"
+    trained_like_eager(prog, start, want, batches)
     # Its experts' weights without the module's entry: refused by name.
     with pytest.raises(ValueError, match=r"no 'ep_dispatch_experts' entry names its module"):
         tdx.parallelize(traced("mixtral", batches), tdx.init_device_mesh("cpu", (2,), ("ep",)),
@@ -379,14 +384,7 @@ def test_the_routers_auxiliary_loss_trains_like_eager_under_expert_parallel():
     prog = tdx.trace_train_step(deferred, sgd(deferred.parameters()), loss_fn, *batches[0])
     tdx.parallelize(prog, tdx.init_device_mesh("cpu", (2, 2), ("dp", "ep")), PLAN,
                     data_parallel="dp")
-    with tdx.compile(prog, opt_level=0).start(params=start) as runner:
-        losses = [runner.train_step(*batch).item() for batch in batches]
-        state = runner.state_dict()
-    for k, (got, ref) in enumerate(zip(losses, want)):
-        assert abs(got - ref) <= 1e-5 * abs(ref), f"step {k}: loss {got} vs eager {ref}"
-    for param, p in model.named_parameters():
-        err = ((state[param] - p.detach()).norm() / p.detach().norm()).item()
-        assert err < 1e-4, f"{param}: {err:.2e} from eager after {len(batches)} steps"
+    trained_like_eager(prog, start, want, batches, model)
 
 
 def _qwen3_moe(intermediate):
@@ -431,9 +429,6 @@ def test_auto_parallelize_with_dp_and_ep_trains_like_eager():
     prog = traced("qwen3-moe", batches)
     chosen = tdx.auto_parallelize(prog, tdx.init_device_mesh("cpu", (2, 2), ("dp", "ep")))
     assert chosen["data_parallel"] == "dp" and prog.expert_parallel == "ep", chosen
-    with tdx.compile(prog, opt_level=0).start(params=start) as runner:
-        losses = [runner.train_step(*batch).item() for batch in batches]
-    for k, (got, ref) in enumerate(zip(losses, want)):
-        assert abs(got - ref) <= 1e-5 * abs(ref), f"step {k}: loss {got} vs eager {ref}"
+    trained_like_eager(prog, start, want, batches)
     with pytest.raises(ValueError, match=r"no experts module tdx splits"):
         tdx.auto_parallelize(traced("llama", batches), tdx.init_device_mesh("cpu", (2,), ("ep",)))
