@@ -365,6 +365,50 @@ std::optional<ShardingRule> groupNorm(AtenOp op) {
   return rule;
 }
 
+/// _grouped_mm(self, mat2, offs?, bias?, out_dtype?), torch's grouped GEMM
+/// (a Mixture of Experts' experts). The dim `offs` groups stays whole
+/// (which rows belong to which group is in its values), and so does the
+/// groups dim; the others split as a matmul's: 2D x 3D (the experts'
+/// forward) (m, k) x (g, k, n) -> (m, n) grouped over m; 2D x 2D (the
+/// weights' gradient) (m, k) x (k, n) -> (g, m, n) grouped over k; 3D x
+/// 3D without offs a batched matmul. With a bias, replicated.
+std::optional<ShardingRule> groupedMm(AtenOp op) {
+  SmallVector<Value> plain = op.getPlainOperands();
+  DictionaryAttr args = op.getArgsAttr();
+  auto given = [&](StringRef name) {
+    return !(args && isa_and_nonnull<UnitAttr>(args.get(name)));
+  };
+  bool offs = given("offs");
+  if (op->getNumResults() != 1 || given("bias") || plain.size() != (offs ? 3u : 2u))
+    return std::nullopt;
+  RankedTensorType a = typeOf(plain[0]), b = typeOf(plain[1]), r = typeOf(op->getResult(0));
+  ShardingRule rule;
+  auto factor = [&](int64_t size, FactorKind kind = FactorKind::Parallel) {
+    return DimFactors{rule.addFactor(size, kind)};
+  };
+  if (a.getRank() == 2 && b.getRank() == 3 && offs) {
+    DimFactors m = factor(a.getDimSize(0), FactorKind::Replicated),
+               k = factor(a.getDimSize(1), FactorKind::Reduction),
+               g = factor(b.getDimSize(0), FactorKind::Replicated), n = factor(b.getDimSize(2));
+    rule.operands = {{m, k}, {g, k, n}, {g}};
+    rule.results = {{m, n}};
+  } else if (a.getRank() == 2 && b.getRank() == 2 && offs && r.getRank() == 3) {
+    DimFactors m = factor(a.getDimSize(0)), k = factor(a.getDimSize(1), FactorKind::Replicated),
+               n = factor(b.getDimSize(1)), g = factor(r.getDimSize(0), FactorKind::Replicated);
+    rule.operands = {{m, k}, {k, n}, {g}};
+    rule.results = {{g, m, n}};
+  } else if (a.getRank() == 3 && b.getRank() == 3 && !offs) {
+    DimFactors g = factor(a.getDimSize(0)), m = factor(a.getDimSize(1)),
+               k = factor(a.getDimSize(2), FactorKind::Reduction), n = factor(b.getDimSize(2));
+    rule.operands = {{g, m, k}, {g, k, n}};
+    rule.results = {{g, m, n}};
+  } else {
+    return std::nullopt;
+  }
+  rule.addedAfterReduction.assign(rule.operands.size(), false);
+  return rule;
+}
+
 using Rule = std::optional<ShardingRule> (*)(AtenOp);
 /// A schema's rule, and the argument that spells the result's shape (global
 /// in the captured program, the local shape once partitioned).
@@ -382,6 +426,7 @@ const llvm::StringMap<Row> &rules() {
       {"aten::hardtanh_backward", pointwise},
       {"aten::hardswish_backward", pointwise},
       {"aten::hardsigmoid_backward", pointwise},
+      {"aten::_grouped_mm", groupedMm},
       {"aten::_safe_softmax", softmaxAlongDim},
       {"aten::_softmax_backward_data", softmaxAlongDim},
       {"aten::_log_softmax_backward_data", softmaxAlongDim},

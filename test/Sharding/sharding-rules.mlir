@@ -93,6 +93,27 @@ func.func @aten_rules(%g: tensor<2x8x16xf32>, %x: tensor<2x8x16xf32>, %s: tensor
 
 // -----
 
+// torch's grouped GEMM (a Mixture of Experts' experts): the dim offs groups
+// and the groups stay whole, the rest splits as a matmul's.
+func.func @grouped_mm(%x: tensor<64x32xf32>, %w: tensor<4x32x16xf32>, %offs: tensor<4xi32>,
+                      %t: tensor<32x64xf32>, %g: tensor<64x16xf32>, %a: tensor<4x8x32xf32>,
+                      %bias: tensor<4x16xf32>) {
+  // expected-remark @+1 {{sharding rule: ([i, j], [k, j, l], [k]) -> ([i, l]) {i=64, j=32, k=4, l=16} reduction={j} partial=sum replicated={i, k}}}
+  %0 = tdx.aten "aten::_grouped_mm"(%x, %w, %offs) {args = {bias, out_dtype}} : (tensor<64x32xf32>, tensor<4x32x16xf32>, tensor<4xi32>) -> tensor<64x16xf32>
+  // The weights' gradient, grouped over the contracted dim.
+  // expected-remark @+1 {{sharding rule: ([i, j], [j, k], [l]) -> ([l, i, k]) {i=32, j=64, k=16, l=4} replicated={j, l}}}
+  %1 = tdx.aten "aten::_grouped_mm"(%t, %g, %offs) {args = {bias, out_dtype}} : (tensor<32x64xf32>, tensor<64x16xf32>, tensor<4xi32>) -> tensor<4x32x16xf32>
+  // Without offs: a batched matmul.
+  // expected-remark @+1 {{sharding rule: ([i, j, k], [i, k, l]) -> ([i, j, l]) {i=4, j=8, k=32, l=16} reduction={k} partial=sum}}
+  %2 = tdx.aten "aten::_grouped_mm"(%a, %w) {args = {offs, bias, out_dtype}} : (tensor<4x8x32xf32>, tensor<4x32x16xf32>) -> tensor<4x8x16xf32>
+  // With a bias: replicated.
+  // expected-remark @+1 {{sharding rule: ([i, j], [k, l, m], [n], [o, p]) -> ([q, r]) {i=64, j=32, k=4, l=32, m=16, n=4, o=4, p=16, q=64, r=16} replicated={i, j, k, l, m, n, o, p, q, r}}}
+  %3 = tdx.aten "aten::_grouped_mm"(%x, %w, %offs, %bias) {args = {out_dtype}} : (tensor<64x32xf32>, tensor<4x32x16xf32>, tensor<4xi32>, tensor<4x16xf32>) -> tensor<64x16xf32>
+  return
+}
+
+// -----
+
 // Creation ops: a filled tensor may be made split (each rank its box); a
 // range is made whole (a split one would need each rank's own start).
 func.func @creation() {

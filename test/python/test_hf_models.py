@@ -14,6 +14,8 @@ The reference: eager's loop in float32 and float64 on the same weights
 summation orders from float64 eager where AdamW's update amplifies
 rounding."""
 
+import re
+
 import pytest
 import torch
 import torch.nn.functional as F
@@ -288,6 +290,13 @@ def test_hugging_faces_own_tp_plan_trains_like_eager(name):
         line = next(x for x in placed.splitlines()
                     if f"@model.layers.0.{module}.weight " in x and "tdx.parameter" in x)
         assert f"[{split}]" in line, line
+    if name == "qwen3-moe":
+        # The experts' down projection (rowwise: its inner dim split) runs
+        # on each rank's half, its sums reduced after (the grouped GEMM's
+        # sharding rule), in the forward and in its weight's gradient.
+        local = prog.copy().partition().mlir
+        assert re.search(r'"aten::_grouped_mm".*: \(tensor<64x8xf32>, tensor<4x8x32xf32>', local)
+        assert re.search(r'"aten::_grouped_mm".*-> tensor<4x32x8xf32>', local)
     assert_trains_like_eager(name, prog)
 
 
