@@ -424,11 +424,12 @@ def test_the_eager_experts_loop_is_refused_with_the_fix():
         tdx.trace(model, data("lm")[0][0])
 
 
-@pytest.mark.parametrize("layout", ["1", "dp2"])
+@pytest.mark.parametrize("layout", ["1", "dp2", "ep2"])
 def test_an_expert_no_token_reaches_trains_like_eager(layout):
     # gpt-oss's router has a bias: expert 3's at -100 keeps every token from
     # it (checked on eager's routing), so its grouped_mm group is empty in
-    # the forward and the backward of every step.
+    # the forward and the backward of every step; on ep2 the rank holding
+    # experts 2 and 3 gets rows for expert 2 only.
     build, kind = MODELS["gpt-oss"]
     sgd = lambda params: torch.optim.SGD(params, lr=0.1, momentum=0.9)  # noqa: E731
     torch.manual_seed(0)
@@ -449,6 +450,9 @@ def test_an_expert_no_token_reaches_trains_like_eager(layout):
     prog = tdx.trace_train_step(deferred, sgd(deferred.parameters()), loss_fn_of(kind), *batches[0])
     if layout == "dp2":
         tdx.parallelize(prog, tdx.init_device_mesh("cpu", (2,), ("dp",)), {}, data_parallel="dp")
+    elif layout == "ep2":
+        tdx.parallelize(prog, tdx.init_device_mesh("cpu", (2,), ("ep",)),
+                        {"model.layers.*.mlp.experts": tdx.ExpertParallel("ep")})
     losses, state = tdx.compile(prog, opt_level=0).train(batches, params=start)
     for k, (got, ref) in enumerate(zip(losses, want)):
         assert abs(got - float(ref)) <= 1e-5 * abs(float(ref)), f"step {k}: {got} vs eager {ref}"
