@@ -206,7 +206,7 @@ def Tdx_CollectivePermuteOp : Tdx_CollectiveOp<"collective_permute", "collective
   }];
 }
 
-def Tdx_RaggedAllToAllOp : Tdx_Op<"ragged_all_to_all", [Tdx_Collective,
+def Tdx_RaggedAllToAllOp : Tdx_Op<"ragged_all_to_all", [Tdx_Collective, Tdx_AsyncCollective,
     AllTypesMatch<["input_offsets", "send_sizes", "output_offsets", "recv_sizes"]>,
     DeclareOpInterfaceMethods<SymbolUserOpInterface>]> {
   let summary = "all_to_all of rows whose counts are values (local view)";
@@ -220,8 +220,10 @@ def Tdx_RaggedAllToAllOp : Tdx_Op<"ragged_all_to_all", [Tdx_Collective,
     offsets are the receiver's own, as MPI_Alltoallv's displacements are).
     Rank `i`'s `recv_sizes[j]` must be rank `j`'s `send_sizes[i]`; the
     runtime checks it and every range. Its adjoint is the same op with
-    the offsets and sizes swapped. An expert-parallel dispatch moves only
-    the routed rows with it:
+    the offsets and sizes swapped. It runs asynchronously (a `tdx.start`
+    and `tdx.wait` pair after tdx-async-collectives): the sizes are checked
+    when it starts, the rows move until its wait. An expert-parallel
+    dispatch moves only the routed rows with it:
 
     ```mlir
     %r = tdx.ragged_all_to_all %x, %in_off, %send, %out_off, %recv on @mesh axes = ["ep"] : tensor<32x64xf32>, tensor<2xi64> -> tensor<64x64xf32>

@@ -302,9 +302,12 @@ LogicalResult Emitter::emitOp(Operation *op) {
           where << fl.getFilename().getValue() << ":" << fl.getLine();
         else
           o.getLoc().print(where);
-        return assign("ctx.raggedAllToAll(" + in(0) + ", " + in(1) + ", " + in(2) + ", " + in(3) +
-                      ", " + in(4) + ", " + std::to_string(type().getDimSize(0)) + ", " +
-                      strings(o.getMeshAxes()) + ", " + quoted(site) + ")");
+        std::string args = in(0) + ", " + in(1) + ", " + in(2) + ", " + in(3) + ", " + in(4) +
+                           ", " + std::to_string(type().getDimSize(0)) + ", " +
+                           strings(o.getMeshAxes()) + ", " + quoted(site) + ")";
+        return isa_and_nonnull<StartOp>(o->getParentOp())
+                   ? start("ctx.startRaggedAllToAll(" + args)
+                   : assign("ctx.raggedAllToAll(" + args);
       })
       .Case([&](AllGatherOp o) {
         // The gathered size, when the program knows it, spares the runtime

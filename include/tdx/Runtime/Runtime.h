@@ -78,6 +78,11 @@ public:
                             const at::Tensor &sendSizes, const at::Tensor &outputOffsets,
                             const at::Tensor &recvSizes, int64_t rows,
                             const std::vector<std::string> &axes, const std::string &site);
+  /// ... started (the checks done, the rows in flight): wait() gives it.
+  int64_t startRaggedAllToAll(const at::Tensor &x, const at::Tensor &inputOffsets,
+                              const at::Tensor &sendSizes, const at::Tensor &outputOffsets,
+                              const at::Tensor &recvSizes, int64_t rows,
+                              const std::vector<std::string> &axes, const std::string &site);
   /// tdx.broadcast: every rank of the group gets the value of the rank at
   /// coordinates `root` (one per axis, in `axes`' order).
   at::Tensor broadcast(const at::Tensor &x, const std::vector<std::string> &axes,

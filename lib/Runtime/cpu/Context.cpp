@@ -55,6 +55,8 @@ struct Context::InFlight {
   /// A permutation's send (its receive is `request`).
   MPI_Request send = MPI_REQUEST_NULL;
   at::Tensor buffer, input;
+  /// A ragged all-to-all's counts and displacements, alive until it ends.
+  std::vector<int> counts;
   std::vector<std::string> axes;
   const char *what;
   int64_t reduce, size, index, dim = -1;
@@ -323,6 +325,16 @@ at::Tensor Context::raggedAllToAll(const at::Tensor &x, const at::Tensor &inputO
                                    const at::Tensor &recvSizes, int64_t rows,
                                    const std::vector<std::string> &axes,
                                    const std::string &site) {
+  return wait(startRaggedAllToAll(x, inputOffsets, sendSizes, outputOffsets, recvSizes, rows, axes,
+                                  site));
+}
+
+int64_t Context::startRaggedAllToAll(const at::Tensor &x, const at::Tensor &inputOffsets,
+                                     const at::Tensor &sendSizes,
+                                     const at::Tensor &outputOffsets,
+                                     const at::Tensor &recvSizes, int64_t rows,
+                                     const std::vector<std::string> &axes,
+                                     const std::string &site) {
   Profile::Scope timed(&Profile::collectives);
   Group g = group(axes);
   MPI_Comm comm = *static_cast<MPI_Comm *>(g.comm);
@@ -380,7 +392,11 @@ at::Tensor Context::raggedAllToAll(const at::Tensor &x, const at::Tensor &inputO
       throw fail("rank " + std::to_string(r) + " sends it " + std::to_string(told[r]) +
                  " rows, recv_sizes says " + std::to_string(recv[r]) +
                  " (exchange the send sizes with an all_to_all first)");
-  std::vector<int> sendCounts(size), sendDispls(size), recvCounts(size), recvDispls(size);
+  void *comm_;
+  std::unique_ptr<InFlight> f = inFlight("ragged_all_to_all", axes, Sum, &comm_);
+  f->counts.assign(4 * static_cast<size_t>(size), 0);
+  int *sendCounts = f->counts.data(), *sendDispls = sendCounts + size,
+      *recvCounts = sendDispls + size, *recvDispls = recvCounts + size;
   int64_t sent = 0;
   for (int r = 0; r < size; ++r) {
     for (int64_t v : {send[r] * rowBytes, inOff[r] * rowBytes, recv[r] * rowBytes,
@@ -393,14 +409,13 @@ at::Tensor Context::raggedAllToAll(const at::Tensor &x, const at::Tensor &inputO
     recvDispls[r] = static_cast<int>(outOff[r] * rowBytes);
     sent += send[r] * rowBytes;
   }
-  at::Tensor out = at::zeros(shape, in.options());
+  f->input = in;
+  f->buffer = at::zeros(shape, in.options());
   addBytes(sent);
-  checkMpi(MPI_Ialltoallv(in.data_ptr(), sendCounts.data(), sendDispls.data(), MPI_BYTE,
-                          out.data_ptr(), recvCounts.data(), recvDispls.data(), MPI_BYTE, comm,
-                          &request),
+  checkMpi(MPI_Ialltoallv(in.data_ptr(), sendCounts, sendDispls, MPI_BYTE, f->buffer.data_ptr(),
+                          recvCounts, recvDispls, MPI_BYTE, comm, &f->request),
            "ragged_all_to_all");
-  complete(&request, "ragged_all_to_all", axes);
-  return out;
+  return track(std::move(f));
 }
 
 at::Tensor Context::broadcast(const at::Tensor &x, const std::vector<std::string> &axes,
