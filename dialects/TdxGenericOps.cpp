@@ -18,6 +18,15 @@ void AtenOp::getEffects(
     effects.emplace_back(MemoryEffects::Write::get());
 }
 
+bool AtenOp::isRandom() {
+  StringRef s = getSchema();
+  for (StringRef word : {"rand", "bernoulli", "normal", "uniform", "dropout", "multinomial",
+                         "poisson", "exponential", "geometric", "cauchy"})
+    if (s.contains(word))
+      return true;
+  return false;
+}
+
 LogicalResult AtenOp::verify() {
   StringRef schema = getSchema();
   auto [ns, rest] = schema.split("::");

@@ -48,6 +48,10 @@ def Tdx_AtenOp : Tdx_Op<"aten", [AlwaysSpeculatable,
     ```
   }];
   let extraClassDeclaration = [{
+    /// Whether it draws from torch's global generator (rand, dropout,
+    /// bernoulli, ...): running it again or in another order gives other
+    /// numbers.
+    bool isRandom();
     /// The operand numbers of a Tensor[] / Tensor?[] argument (nullopt for a
     /// None element), or nullopt when `arg` is not a tensor list.
     static std::optional<::llvm::SmallVector<std::optional<unsigned>>>

@@ -607,6 +607,25 @@ def AsyncCollectives : Pass<"tdx-async-collectives", "::mlir::ModuleOp"> {
   }];
 }
 
+def OverlapDispatch : Pass<"tdx-overlap-dispatch", "::mlir::ModuleOp"> {
+  let summary = "Run the work that needs no ragged all-to-all while it is in flight";
+  let description = [{
+    After `tdx-async-collectives`: for each `tdx.wait` of a
+    `tdx.ragged_all_to_all` (an expert-parallel dispatch or combine), the
+    ops that follow it up to the first collective, start, wait, state
+    write or random generic op move before the wait, in their order, unless
+    they need its result (directly or through the ops between). In a
+    DeepSeek-style MoE block the shared expert, which reads the block's
+    input only, then computes while the combine's rows come back:
+    DeepSeek's overlap at the granularity of start and wait. Dependences
+    are kept; the ops that need the result stay after the wait.
+
+    ```
+    tdx-opt step.mlir --tdx-async-collectives --tdx-overlap-dispatch
+    ```
+  }];
+}
+
 def Recompute : Pass<"tdx-recompute", "::mlir::ModuleOp"> {
   let summary = "Run ops again after the step's peak instead of holding their results";
   let description = [{

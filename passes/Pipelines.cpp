@@ -71,6 +71,7 @@ void mlir::tdx::buildSpmdPipeline(OpPassManager &pm) {
 void mlir::tdx::buildBackendPipeline(OpPassManager &pm, int64_t opsPerPart, bool checkBudget) {
   pm.addPass(createFuseElementwise());
   pm.addPass(createAsyncCollectives());
+  pm.addPass(createOverlapDispatch());
   pm.addPass(createRecompute());
   pm.addPass(createPlanMemory());
   if (checkBudget) {
@@ -117,7 +118,7 @@ void mlir::tdx::registerTdxPipelines() {
       buildSpmdPipeline);
   PassPipelineRegistration<BackendOptions>(
       "tdx-backend",
-      "tdx-fuse-elementwise, tdx-async-collectives, tdx-recompute (the budget), "
+      "tdx-fuse-elementwise, tdx-async-collectives, tdx-overlap-dispatch, tdx-recompute (the budget), "
       "tdx-plan-memory, tdx-memory-report (the budget), tdx-split-parts: the decisions the C++ and CUDA emitters print",
       [](OpPassManager &pm, const BackendOptions &o) {
         buildBackendPipeline(pm, o.opsPerPart, o.checkBudget);

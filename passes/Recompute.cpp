@@ -41,16 +41,6 @@ namespace {
 
 constexpr int64_t kInfinite = std::numeric_limits<int64_t>::max() / 4;
 
-/// A generic aten op whose result a second run would not reproduce.
-bool isRandom(AtenOp op) {
-  StringRef s = op.getSchema();
-  for (StringRef word : {"rand", "bernoulli", "normal", "uniform", "dropout", "multinomial",
-                         "poisson", "exponential", "geometric", "cauchy"})
-    if (s.contains(word))
-      return true;
-  return false;
-}
-
 /// Whether running `op` again gives its results again, with nothing else
 /// changed: pure ops, kernels, collectives (every rank runs the same
 /// program, so every rank runs them again) and their waits. The tdx random
@@ -63,7 +53,7 @@ bool canRunAgain(Operation *op) {
   if (op->hasTrait<OpTrait::TdxCollective>() || isa<FusedOp>(op))
     return true;
   if (auto aten = dyn_cast<AtenOp>(op))
-    return !isRandom(aten);
+    return !aten.isRandom();
   return op->getNumRegions() == 0 && isMemoryEffectFree(op);
 }
 

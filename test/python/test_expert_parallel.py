@@ -432,3 +432,27 @@ def test_auto_parallelize_with_dp_and_ep_trains_like_eager():
     trained_like_eager(prog, start, want, batches)
     with pytest.raises(ValueError, match=r"no experts module tdx splits"):
         tdx.auto_parallelize(traced("llama", batches), tdx.init_device_mesh("cpu", (2,), ("ep",)))
+
+
+def test_the_shared_expert_computes_while_the_combine_is_in_flight():
+    # DeepSeek-V3's MoE block: the routed experts' rows go out and come
+    # back by ragged all-to-alls, and the shared expert reads only the
+    # block's input. In the program the backends run (tdx-backend), the
+    # shared expert's matmul sits between the combine's start and its wait
+    # (tdx-overlap-dispatch), so it computes while the rows are in flight.
+    prog = placed("deepseek-v3", "ep2", data("lm"))
+    lines = prog.copy().partition().run_pipeline("tdx-backend").mlir.splitlines()
+
+    def defined(pattern):
+        return next((i, re.match(r"\s*(%\S+) =", line).group(1)) for i, line in enumerate(lines)
+                    if re.search(pattern, line))
+    _, weight = defined(r"param_ref @model\.layers\.1\.mlp\.shared_experts\.gate_proj\.weight ")
+    _, transposed = defined(rf"tdx\.transpose {re.escape(weight)}\b")
+    matmul, _ = defined(rf"tdx\.(matmul|linear) .*{re.escape(transposed)}\b")
+    windows = []
+    for i, line in enumerate(lines):
+        if "tdx.ragged_all_to_all" in line:
+            token = re.match(r"\s*(%\S+) = tdx\.start", lines[i - 1]).group(1)
+            wait = next(j for j in range(i, len(lines)) if f"tdx.wait {token} " in lines[j])
+            windows.append((i, wait))
+    assert any(start < matmul < wait for start, wait in windows), (matmul, windows)

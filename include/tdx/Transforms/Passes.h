@@ -24,7 +24,7 @@ namespace mlir::tdx {
 void buildPlacePipeline(OpPassManager &pm, const PropagateShardingOptions &options);
 void buildSpmdPipeline(OpPassManager &pm);
 /// The backend pipeline, registered as `tdx-backend`: tdx-fuse-elementwise,
-/// tdx-async-collectives, tdx-recompute, tdx-plan-memory, the budget's check
+/// tdx-async-collectives, tdx-overlap-dispatch, tdx-recompute, tdx-plan-memory, the budget's check
 /// (tdx-memory-report format=none; `checkBudget` false leaves it out, to
 /// report a step over it), tdx-split-parts. Its decisions are what the C++
 /// and CUDA emitters print.
