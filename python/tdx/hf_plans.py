@@ -50,15 +50,17 @@ def _axis(mesh, name, kind):
                      f"1-D mesh's one axis); this mesh's axes are {list(mesh.mesh_dim_names)}")
 
 
-def translate(model, mesh, plan):
+def translate(model, mesh, plan, styles):
     """tdx's plan for `plan` on `model` (the traced nn.Module): the entries
     whose style is one of transformers' names made absolute (the base
     model's prefix added where the pattern names nothing as it is) and
-    turned into tdx styles, the others kept. Entries with nothing to place
-    are dropped; unknown names are refused."""
-    from . import sharding
-    from .expert_parallel import ExpertParallel
-    from .torch_plans import _Placed
+    turned into tdx styles, the others kept. Entries with nothing to place,
+    and a model family's entries that name nothing in this model, are
+    dropped (as transformers drops them); unknown names are refused.
+    `styles` makes tdx's styles (the caller's, so that this module imports
+    none of them): ``colwise``, ``rowwise``, ``vocab``, ``sequence``,
+    ``experts`` take a mesh axis; ``placed(axis, {parameter: dim})``
+    splits the named parameters of a module along those dims."""
     modules = dict(model.named_modules()) if model is not None else {}
     params = {n: p.dim() for n, p in model.named_parameters()} if model is not None else {}
     prefix = getattr(model, "base_model_prefix", "")
@@ -77,7 +79,7 @@ def translate(model, mesh, plan):
         raise ValueError(f"plan entries {unknown} name no Hugging Face parallel style tdx "
                          f"knows; the styles are {sorted(KNOWN)}")
     experts = {absolute(k) for k, v in plan.items() if v == _EXPERTS}
-    out, left = {}, []
+    out, left, split = {}, [], {}
     for key, name in plan.items():
         if not isinstance(name, str):
             out[key] = name
@@ -97,7 +99,7 @@ def translate(model, mesh, plan):
             left.append(f"{key} ({name})")
             continue
         if name == _EXPERTS:
-            out[pattern] = ExpertParallel(_axis(mesh, "ep", "expert-parallel"))
+            out[pattern] = styles.experts(_axis(mesh, "ep", "expert-parallel"))
             continue
         axis = _axis(mesh, "tp", "tensor-parallel")
         if weights and name in _COLWISE | _ROWWISE:
@@ -106,25 +108,25 @@ def translate(model, mesh, plan):
             # dim (rowwise), as transformers' styles shard a parameter.
             module, _, leaf = pattern.rpartition(".")
             rank = params[weights[0]]
-            placed = out.setdefault(module, _Placed(axis, {}))
-            if not isinstance(placed, _Placed):
-                raise ValueError(f"plan entry {key!r} places a parameter of {module!r}, which "
-                                 f"another entry places whole ({placed!r})")
             if name in _COLWISE:
-                placed.placements[leaf] = sharding.Shard(max(rank - 2, 0))
+                split.setdefault((module, axis), {})[leaf] = max(rank - 2, 0)
             elif rank > 1:     # a rowwise bias stays whole
-                placed.placements[leaf] = sharding.Shard(rank - 1)
-            continue
-        if name in _COLWISE:
-            out[pattern] = sharding.ColwiseParallel(axis)
+                split.setdefault((module, axis), {})[leaf] = rank - 1
+        elif name in _COLWISE:
+            out[pattern] = styles.colwise(axis)
         elif name in _ROWWISE:
-            out[pattern] = sharding.RowwiseParallel(axis)
+            out[pattern] = styles.rowwise(axis)
         elif name == "embedding_rowwise":
-            out[pattern] = sharding.VocabParallel(axis)
+            out[pattern] = styles.vocab(axis)
         elif name == "embedding_colwise":
-            out[pattern] = _Placed(axis, {"weight": sharding.Shard(1)})
+            out[pattern] = styles.placed(axis, {"weight": 1})
         else:
-            out[pattern] = sharding.SequenceParallel(axis)
+            out[pattern] = styles.sequence(axis)
+    for (module, axis), dims in split.items():
+        if module in out:
+            raise ValueError(f"plan entries place parameters of {module!r} ({sorted(dims)}) and "
+                             f"the module whole ({out[module]!r}); give one of the two")
+        out[module] = styles.placed(axis, dims)
     if left:
         warnings.warn(f"tdx: Hugging Face plan entries {left} split a tensor in a way no "
                       f"DTensor placement spells (packed halves); tdx leaves them to "

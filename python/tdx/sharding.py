@@ -470,6 +470,24 @@ def _place_pipeline(prog, mesh, pipeline, data_parallel, fold):
 BATCH_NORM = ("global", "local")
 
 
+class _HfStyles:
+    """tdx's styles for Hugging Face's style names (hf_plans.translate)."""
+    colwise = staticmethod(ColwiseParallel)
+    rowwise = staticmethod(RowwiseParallel)
+    vocab = staticmethod(VocabParallel)
+    sequence = staticmethod(SequenceParallel)
+
+    @staticmethod
+    def experts(axis):
+        from .expert_parallel import ExpertParallel
+        return ExpertParallel(axis)
+
+    @staticmethod
+    def placed(axis, dims):
+        from .torch_plans import _Placed
+        return _Placed(axis, {name: Shard(dim) for name, dim in dims.items()})
+
+
 def parallelize(prog, mesh, plan, *, data_parallel=None, zero=0, fold=(), mixed_precision=None,
                 memory_budget=None, pipeline=None, batch_norm="global"):
     """Places a traced program by a plan: ``plan`` maps module name patterns
@@ -543,7 +561,7 @@ def parallelize(prog, mesh, plan, *, data_parallel=None, zero=0, fold=(), mixed_
     from . import hf_plans, torch_plans
     mesh = torch_plans.mesh(mesh)
     if any(isinstance(style, str) for style in plan.values()):
-        plan = hf_plans.translate(getattr(prog, "_model", None), mesh, plan)
+        plan = hf_plans.translate(getattr(prog, "_model", None), mesh, plan, _HfStyles)
     if zero not in (0, 1, 2, 3):
         raise ValueError(f"zero must be 0, 1, 2 or 3, got {zero!r}")
     if batch_norm not in BATCH_NORM:
