@@ -67,7 +67,8 @@ def Tdx_StartOp : Tdx_Op<"start", [SingleBlock]> {
   let description = [{
     Made by `tdx-async-collectives`: the body holds one collective that may
     run asynchronously (trait `Tdx_AsyncCollective`: all_gather, all_reduce,
-    reduce_scatter) and yields its result; the runtime starts it here and
+    reduce_scatter, collective_permute, ragged_all_to_all) and yields its
+    result; the runtime starts it here and
     `tdx.wait` on the token, once, gives the result. Work between the two
     overlaps the collective.
 
