@@ -245,6 +245,24 @@ def test_hf_model_trains_from_the_runner_like_eager(name, layout):
     assert_trains_like_eager(name, prog)
 
 
+MOE = ["qwen3-moe", "mixtral", "olmoe", "deepseek-v3", "gpt-oss"]
+
+
+@pytest.mark.parametrize("layout", ["ep2", "dp2xep2"])
+@pytest.mark.parametrize("name", MOE)
+def test_moe_trains_with_expert_parallelism_like_eager(name, layout):
+    # The MoE rows on ep2 and dp2 x ep2 (4 ranks): the routed experts split
+    # over ep (tdx.ExpertParallel), 3 AdamW steps against eager as every
+    # row of the table is judged.
+    prog = traced(name)
+    shape, axes = ((2,), ("ep",)) if layout == "ep2" else ((2, 2), ("dp", "ep"))
+    tdx.parallelize(prog, tdx.init_device_mesh("cpu", shape, axes),
+                    {"model.layers.*.mlp.experts": tdx.ExpertParallel("ep")},
+                    data_parallel="dp" if "dp" in axes else None)
+    assert prog.expert_parallel == "ep"
+    assert_trains_like_eager(name, prog)
+
+
 def assert_trains_like_eager(name, prog):
     """`prog` (`name`'s step, placed) trained from the runner: losses and
     parameters against eager's, and the user's model takes its state."""
