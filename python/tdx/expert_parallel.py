@@ -71,6 +71,11 @@ _WEIGHTS = ("gate_up_proj", "up_proj", "down_proj", "gate_up_proj_bias", "up_pro
             "down_proj_bias")
 
 
+def _weight_names(module):
+    """The stacked expert weights `module` has, of _WEIGHTS."""
+    return [a for a in _WEIGHTS if isinstance(getattr(module, a, None), torch.Tensor)]
+
+
 class _Shard:
     """An experts module seen with this rank's experts: `overrides` (its
     local weights, their count), the rest (activation, gate limits, norms)
@@ -175,7 +180,7 @@ class _Routing:
                                f"{module.num_experts} experts, which do not split evenly over "
                                f"the {n} ranks of {self.axis!r}; give an ep size that divides "
                                f"them")
-        names = [a for a in _WEIGHTS if isinstance(getattr(module, a, None), torch.Tensor)]
+        names = _weight_names(module)
         capacity_factor = self.capacity[id(module)]
         body = functools.partial(_dispatch, module=module, layer=self.names[id(module)],
                                  names=names, mesh=self.mesh,
@@ -213,8 +218,7 @@ def is_experts_module(m):
     """Whether `m` is a Hugging Face experts module with the grouped_mm
     implementation (stacked expert weights, ``forward(hidden, top_k_index,
     top_k_weights)``), which ExpertParallel splits."""
-    return (hasattr(m, "num_experts") and any(isinstance(getattr(m, a, None), torch.Tensor)
-                                              for a in _WEIGHTS) and
+    return (hasattr(m, "num_experts") and bool(_weight_names(m)) and
             getattr(getattr(m, "config", None), "_experts_implementation",
                     "grouped_mm") == "grouped_mm")
 
@@ -246,8 +250,7 @@ def apply(prog, mesh, styles, data_parallel):
         names = {id(m): name for name, m in prog._model.named_modules()}
         made = _Routing(found, names, mesh, axis, data_parallel)
         for m, _ in found:
-            weights.update({f"{names[id(m)]}.{a}": list(made.experts) for a in _WEIGHTS
-                            if isinstance(getattr(m, a, None), torch.Tensor)})
+            weights.update({f"{names[id(m)]}.{a}": list(made.experts) for a in _weight_names(m)})
         return made
 
     weights = {}
