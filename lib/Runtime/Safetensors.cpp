@@ -15,6 +15,7 @@
 
 #include <algorithm>
 #include <cstdio>
+#include <cstring>
 #include <stdexcept>
 #include <thread>
 
@@ -208,7 +209,25 @@ SafetensorsHeader parseHeader(const File &in, const std::string &file) {
   }
   return out;
 }
+/// A file's bytes in memory.
+class MemoryFile final : public File {
+public:
+  explicit MemoryFile(const std::string &bytes) : bytes_(bytes) {}
+  uint64_t size() const override { return bytes_.size(); }
+  void read(uint64_t offset, uint64_t n, void *out) const override {
+    if (offset > bytes_.size() || n > bytes_.size() - offset)
+      throw error("a read past the end of a file in memory");
+    std::memcpy(out, bytes_.data() + offset, n);
+  }
+
+private:
+  const std::string &bytes_;
+};
 } // namespace
+
+SafetensorsHeader tdx::rt::checkSafetensors(const std::string &bytes, const std::string &file) {
+  return parseHeader(MemoryFile(bytes), file);
+}
 
 SafetensorsHeader TensorStore::addOpened(const std::string &file,
                                          std::shared_ptr<const OpenFile> opened) {

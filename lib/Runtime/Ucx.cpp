@@ -241,10 +241,21 @@ Worker::~Worker() {
   ucp_cleanup(w.context);
 }
 
-uint16_t Worker::listen(uint16_t port) {
+uint16_t Worker::listen(uint16_t port, const std::string &host) {
   sockaddr_in address{};
   address.sin_family = AF_INET;
   address.sin_addr.s_addr = INADDR_ANY;
+  if (!host.empty()) {
+    addrinfo hints{}, *found = nullptr;
+    hints.ai_family = AF_INET;
+    hints.ai_socktype = SOCK_STREAM;
+    int rc = ::getaddrinfo(host.c_str(), nullptr, &hints, &found);
+    if (rc != 0 || !found)
+      throw error("cannot listen on '" + host + "': " + gai_strerror(rc) +
+                  " (give an IPv4 address or a name of this host)");
+    address.sin_addr = reinterpret_cast<sockaddr_in *>(found->ai_addr)->sin_addr;
+    ::freeaddrinfo(found);
+  }
   address.sin_port = htons(port);
   ucp_listener_params_t params{};
   params.field_mask = UCP_LISTENER_PARAM_FIELD_SOCK_ADDR | UCP_LISTENER_PARAM_FIELD_CONN_HANDLER;
@@ -254,7 +265,8 @@ uint16_t Worker::listen(uint16_t port) {
   params.conn_handler.arg = impl_.get();
   ucs_status_t status = ucp_listener_create(impl_->worker, &params, &impl_->listener);
   if (status != UCS_OK)
-    throw error("cannot listen on port " + std::to_string(port) + ": " +
+    throw error("cannot listen on " + (host.empty() ? "" : host + " ") + "port " +
+                std::to_string(port) + ": " +
                 ucs_status_string(status) +
                 (status == UCS_ERR_BUSY ? " (another process has it: pick another --port)" : ""));
   ucp_listener_attr_t attr{};

@@ -18,10 +18,12 @@
 #include <netdb.h>
 #include <unistd.h>
 
+#include <cctype>
 #include <climits>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
+#include <map>
 #include <mutex>
 #include <optional>
 #include <set>
@@ -135,13 +137,32 @@ public:
     using std::runtime_error::runtime_error;
   };
 
-  Reply request(const Address &a, json::Object header, std::string data,
-                const std::string &what) {
+  /// Sends `header` (the request's id and the job's token added) and
+  /// `data` to `a`; the reply, an error reply too. With `raw`, the header
+  /// is that text as it is (a JSON object gets the id; a reply to a header
+  /// the volume could not read is taken as this one's).
+  Reply exchange(const Address &a, json::Object header, std::string data,
+                 const std::string &what, const std::string *raw = nullptr) {
     std::lock_guard<std::mutex> lock(mutex_);
     int64_t id = nextId_++;
-    header["id"] = id;
+    std::string token = storeToken();
+    std::string text;
+    if (raw) {
+      std::optional<json::Value> parsed = json::parse(*raw);
+      text = *raw;
+      if (const json::Object *o = parsed ? parsed->getAsObject() : nullptr) {
+        json::Object withId = *o;
+        withId["id"] = id;
+        text = json::print(withId);
+      }
+    } else {
+      header["id"] = id;
+      if (!token.empty())
+        header["token"] = token;
+      text = json::print(header);
+    }
     void *ep = endpoint(a);
-    worker_.send(ep, ucx::kRequest, json::print(header), std::move(data));
+    worker_.send(ep, ucx::kRequest, std::move(text), std::move(data));
     double seconds = timeoutSeconds();
     auto deadline =
         ucx::Clock::now() + std::chrono::milliseconds(static_cast<int64_t>(seconds * 1000));
@@ -155,8 +176,9 @@ public:
             inbox.pop_front();
             std::optional<json::Value> h = json::parse(m.header);
             const json::Object *o = h ? h->getAsObject() : nullptr;
+            std::optional<int64_t> got = o ? o->getInteger("id") : std::nullopt;
             // A late reply to a request that timed out is dropped.
-            if (o && o->getInteger("id") == id) {
+            if (o && (got == id || (raw && got == -1))) {
               reply = Reply{*o, std::move(m.data)};
               return true;
             }
@@ -179,13 +201,27 @@ public:
         throw std::runtime_error(message);
       throw Unreachable(message);
     }
-    if (std::optional<std::string> failure = reply->header.getString("error")) {
+    return std::move(*reply);
+  }
+
+  /// exchange(), an error reply thrown.
+  Reply request(const Address &a, json::Object header, std::string data,
+                const std::string &what) {
+    Reply reply = exchange(a, std::move(header), std::move(data), what);
+    if (std::optional<std::string> failure = reply.header.getString("error")) {
       std::string message = "the store volume " + a.text() + ": " + *failure;
-      if (reply->header.getString("code") == std::optional<std::string>("stale"))
+      std::optional<std::string> code = reply.header.getString("code");
+      if (code == std::optional<std::string>("stale"))
         throw StaleVersion("tdx: " + message);
+      if (code == std::optional<std::string>("unauthorized"))
+        message += storeToken().empty()
+                       ? " (this process has no job token: set TDX_STORE_TOKEN to the token "
+                         "the volume was started with, or to a file holding it)"
+                       : " (this process's TDX_STORE_TOKEN is not the volume's: another "
+                         "job's store?)";
       throw error(message);
     }
-    return std::move(*reply);
+    return reply;
   }
 
 private:
@@ -331,6 +367,53 @@ std::vector<std::string> strings(const json::Array *a) {
 }
 
 } // namespace
+
+std::string tdx::rt::storeToken() {
+  const char *value = std::getenv("TDX_STORE_TOKEN");
+  if (!value || !*value)
+    return "";
+  if (value[0] != '/')
+    return value;
+  // A file holding it (kept out of the environment a process listing shows).
+  static std::mutex mutex;
+  static std::map<std::string, std::string> read;
+  std::lock_guard<std::mutex> lock(mutex);
+  auto it = read.find(value);
+  if (it != read.end())
+    return it->second;
+  std::FILE *f = std::fopen(value, "r");
+  if (!f)
+    throw error(std::string("TDX_STORE_TOKEN names the file ") + value +
+                ", which cannot be read (the store's job token is TDX_STORE_TOKEN's value, "
+                "or the first line of the file it names by an absolute path)");
+  char line[4096] = {};
+  bool got = std::fgets(line, sizeof line, f) != nullptr;
+  std::fclose(f);
+  std::string token = got ? line : "";
+  while (!token.empty() && std::isspace(static_cast<unsigned char>(token.back())))
+    token.pop_back();
+  if (token.empty())
+    throw error(std::string("TDX_STORE_TOKEN names the file ") + value +
+                ", whose first line is empty: write the job's token there");
+  return read[value] = token;
+}
+
+bool tdx::rt::tokenMatches(const std::string &token, const std::string &given) {
+  // Every byte compared whatever differs first: the time taken tells no
+  // prefix of the token.
+  unsigned char differ = token.size() != given.size();
+  for (size_t i = 0; i < token.size(); ++i)
+    differ |= static_cast<unsigned char>(token[i] ^ (i < given.size() ? given[i] : ~token[i]));
+  return differ == 0;
+}
+
+std::pair<std::string, std::string> tdx::rt::volumeRequest(const std::string &volume,
+                                                           const std::string &header,
+                                                           const std::string &data) {
+  Address a = parseAddress(volume, volume);
+  Reply r = Client::get().exchange(a, {}, data, "sending a request", &header);
+  return {json::print(r.header), std::move(r.data)};
+}
 
 bool tdx::rt::isVolumePath(const std::string &path) { return path.rfind(kScheme, 0) == 0; }
 

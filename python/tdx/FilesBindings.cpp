@@ -161,6 +161,15 @@ void bindFiles(py::module &m) {
       [](const std::string &store) { return released([&] { return volumeStatus(store); }); },
       py::arg("store"));
   m.def(
+      "volume_request",
+      [](const std::string &volume, const std::string &header, const py::bytes &data) {
+        std::string payload = data;
+        std::pair<std::string, std::string> reply =
+            released([&] { return volumeRequest(volume, header, payload); });
+        return py::make_tuple(reply.first, py::bytes(reply.second));
+      },
+      py::arg("volume"), py::arg("header"), py::arg("data"));
+  m.def(
       "verify_checkpoint",
       [](const std::string &path) { return released([&] { return verifyCheckpoint(path); }); },
       py::arg("path"));

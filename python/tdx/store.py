@@ -50,12 +50,20 @@ _C._set_stale_version_type(StaleVersion)
 class Volume:
     """A volume (``tdx-volume``) this process started on its own host."""
 
-    def __init__(self, process, address):
+    def __init__(self, process, address, log):
         self.process = process
         self.address = address
+        self._log = log
 
     def __repr__(self):
         return f"tdx.store.Volume({self.address!r}, pid={self.process.pid})"
+
+    def log(self):
+        """What the volume wrote to its standard error so far: its warnings
+        and the requests it refused, with the reason."""
+        self._log.flush()
+        self._log.seek(0)
+        return self._log.read()
 
     def stop(self):
         """Ends the volume; what it held is gone."""
@@ -74,26 +82,41 @@ class Volume:
         self.stop()
 
 
-def start_volume(port=7070, *, host=None, timeout=30):
+def start_volume(port=7070, *, host=None, bind=None, token=None, timeout=30):
     """Starts a volume of a networked store on this host, listening on
-    ``port`` (0 picks a free one), and returns it once it serves; its
-    address is ``host:port`` (``host``: this host's name by default). On a
-    cluster, run ``tdx-volume --port PORT`` on every host instead."""
+    ``port`` (0 picks a free one) of every address, or of ``bind`` only,
+    and returns it once it serves; its address is ``host:port`` (``host``:
+    ``bind`` or this host's name by default). ``token`` is the job's token
+    the volume demands of every request (the token, or the absolute path of
+    a file holding it; default this process's ``TDX_STORE_TOKEN``): this
+    job's processes send theirs from ``TDX_STORE_TOKEN``. On a cluster, run
+    ``tdx-volume --port PORT`` on every host instead."""
+    import tempfile
+
     from .compile import _tool
 
-    process = subprocess.Popen([_tool("tdx-volume"), "--port", str(int(port))],
-                               stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    env = dict(os.environ)
+    if token is not None:
+        env["TDX_STORE_TOKEN"] = str(token)
+    cmd = [_tool("tdx-volume"), "--port", str(int(port))]
+    if bind is not None:
+        cmd += ["--bind", str(bind)]
+    # The volume's stderr goes to a file: a pipe nobody reads would stop it
+    # once full.
+    log = tempfile.TemporaryFile(mode="w+", prefix="tdx-volume-")
+    process = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=log, text=True, env=env)
     line = process.stdout.readline()
     if not line.startswith("tdx-volume: serving on "):
         try:
-            _, err = process.communicate(timeout=timeout)
+            process.wait(timeout=timeout)
         except subprocess.TimeoutExpired:
             process.kill()
-            _, err = process.communicate()
-        raise CheckpointError(f"tdx-volume did not start: {(line + err).strip()}")
+            process.wait()
+        log.seek(0)
+        raise CheckpointError(f"tdx-volume did not start: {(line + log.read()).strip()}")
     served = line.split()[3]
     name, _, bound = served.rpartition(":")
-    return Volume(process, f"{host or name}:{bound}")
+    return Volume(process, f"{host or name}:{bound}", log)
 
 
 class Store:

@@ -141,6 +141,11 @@ struct SafetensorsHeader {
   std::map<std::string, std::string> metadata;
 };
 
+/// The header of `bytes`, a whole safetensors file in memory; throws naming
+/// `file` when it is not one (truncated, a header that does not parse, data
+/// offsets past its end or not matching a tensor's shape).
+SafetensorsHeader checkSafetensors(const std::string &bytes, const std::string &file);
+
 struct TensorToWrite {
   std::string name;
   DType dtype;

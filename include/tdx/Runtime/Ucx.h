@@ -46,9 +46,10 @@ public:
   Worker(const Worker &) = delete;
   Worker &operator=(const Worker &) = delete;
 
-  /// Accepts connections on `port` (every address of this host); 0 picks a
-  /// free port. Returns the port.
-  uint16_t listen(uint16_t port);
+  /// Accepts connections on `port` of `host` (an IPv4 address or a name
+  /// of this host; empty: every address of this host); 0 picks a free
+  /// port. Returns the port.
+  uint16_t listen(uint16_t port, const std::string &host = "");
 
   /// An endpoint to `host`:`port` (connected in the background: a failure
   /// shows in failure()).

@@ -18,6 +18,9 @@
 //     a version its writer has dropped since (all but the newest `keep`
 //     are) is reported stale, and the reader starts again on the newest.
 //
+// Every request carries the job's token (storeToken()); a volume started
+// with one refuses a request without it, before reading or writing.
+//
 // The transport is UCX (tdx/Runtime/Ucx.h). A volume that does not answer
 // in TDX_STORE_TIMEOUT seconds (default 10), or whose connection fails, is
 // an error naming it and its host.
@@ -70,6 +73,21 @@ std::vector<int64_t> volumeVersions(const std::string &store, const std::string 
 void deleteVolumeKey(const std::string &store, const std::string &key);
 /// What each volume holds: "host:port" -> its report (JSON text).
 std::map<std::string, std::string> volumeStatus(const std::string &store);
+
+/// The job's store token: TDX_STORE_TOKEN's value or, where that is an
+/// absolute path, the first line of the file it names; empty when unset.
+/// Throws when the file cannot be read or its first line is empty.
+std::string storeToken();
+/// Whether `given` is `token`, in a time that does not depend on where
+/// they first differ.
+bool tokenMatches(const std::string &token, const std::string &given);
+/// One request to the volume "HOST:PORT", its header text sent as it is
+/// (a JSON object gets the request's id): the reply's header (JSON text)
+/// and payload, an error reply too. For tests that send what no client
+/// would.
+std::pair<std::string, std::string> volumeRequest(const std::string &volume,
+                                                  const std::string &header,
+                                                  const std::string &data);
 
 } // namespace tdx::rt
 
