@@ -110,26 +110,52 @@ void bindFiles(py::module &m) {
       },
       py::arg("path"), py::arg("tensors"));
 
+  // A save by several processes: one begins, each writes its own boxes,
+  // one commits every writer's part (tdx.store's DTensor puts).
+  using Pending = std::tuple<std::string, std::string, std::string, int64_t>;
   m.def(
-      "save_checkpoint",
-      [](const std::string &root, int64_t step,
-         const std::vector<std::pair<std::string, at::Tensor>> &named,
-         const std::map<std::string, std::string> &metadata, int keep) {
+      "begin_checkpoint",
+      [](const std::string &root, int64_t step) {
         return guarded([&] {
-          std::vector<at::Tensor> keepAlive;
-          std::vector<TensorToWrite> tensors = toWrite(named, keepAlive);
-          std::vector<BoxToWrite> boxes;
-          for (const TensorToWrite &t : tensors)
-            boxes.push_back({t.name, t.dtype, t.shape, std::vector<int64_t>(t.shape.size(), 0),
-                             t.shape, t.data});
           py::gil_scoped_release release;
-          PendingCheckpoint pending = beginCheckpoint(root, step);
-          std::string part = writeCheckpointFile(pending, "rank-00000.safetensors", boxes);
-          return commitCheckpoint(pending, {part}, metadata, keep);
+          PendingCheckpoint p = beginCheckpoint(root, step);
+          return Pending{p.root, p.tmp, p.id, p.step};
         });
       },
-      py::arg("root"), py::arg("step"), py::arg("tensors"), py::arg("metadata"), py::arg("keep"));
-
+      py::arg("root"), py::arg("step"));
+  m.def(
+      "write_checkpoint_file",
+      [](const Pending &pending, const std::string &file,
+         const std::vector<std::tuple<std::string, std::vector<int64_t>, std::vector<int64_t>,
+                                      at::Tensor>> &boxes) {
+        return guarded([&] {
+          std::vector<std::pair<std::string, at::Tensor>> named;
+          for (const auto &b : boxes)
+            named.emplace_back(std::get<0>(b), std::get<3>(b));
+          std::vector<at::Tensor> keepAlive;
+          std::vector<TensorToWrite> tensors = toWrite(named, keepAlive);
+          std::vector<BoxToWrite> out;
+          for (size_t i = 0; i < tensors.size(); ++i)
+            out.push_back({tensors[i].name, tensors[i].dtype, std::get<1>(boxes[i]),
+                           std::get<2>(boxes[i]), tensors[i].shape, tensors[i].data});
+          py::gil_scoped_release release;
+          PendingCheckpoint p{std::get<0>(pending), std::get<1>(pending), std::get<2>(pending),
+                              std::get<3>(pending)};
+          return writeCheckpointFile(p, file, out);
+        });
+      },
+      py::arg("pending"), py::arg("file"), py::arg("boxes"));
+  m.def(
+      "commit_checkpoint",
+      [](const Pending &pending, const std::vector<std::string> &parts,
+         const std::map<std::string, std::string> &metadata, int keep) {
+        return released([&] {
+          PendingCheckpoint p{std::get<0>(pending), std::get<1>(pending), std::get<2>(pending),
+                              std::get<3>(pending)};
+          return commitCheckpoint(p, parts, metadata, keep);
+        });
+      },
+      py::arg("pending"), py::arg("parts"), py::arg("metadata"), py::arg("keep"));
   m.def(
       "resolve_checkpoint",
       [](const std::string &path) { return guarded([&] { return resolveCheckpoint(path); }); },

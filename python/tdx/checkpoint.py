@@ -60,7 +60,16 @@ def save(state_dict, path, *, step=None, keep=0, metadata=None):
     if step is None:
         step = step_of(path) + 1 if os.path.isdir(path) and _C.is_checkpoint(path) else 0
     meta = {str(k): str(v) for k, v in (metadata or {}).items()}
-    return _C.save_checkpoint(path, int(step), named, meta, int(keep))
+    return _save(path, int(step), named, meta, int(keep))
+
+
+def _save(root, step, named, metadata, keep):
+    """Commits the global tensors `named` ([(name, tensor)]) as step `step`
+    (-1: the next) of `root`, written by this process alone."""
+    pending = _C.begin_checkpoint(root, step)
+    part = _C.write_checkpoint_file(pending, "rank-00000.safetensors",
+                                    [(n, list(t.shape), [0] * t.dim(), t) for n, t in named])
+    return _C.commit_checkpoint(pending, [part], metadata, keep)
 
 
 def load(path, names=None):

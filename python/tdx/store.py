@@ -30,10 +30,12 @@ import uuid
 import torch
 
 from . import _C
-from .checkpoint import _read
+from . import store_sharded
+from .checkpoint import _read, _save
 from .errors import CheckpointError
 
-__all__ = ["Store", "StaleVersion", "Volume", "start_volume"]
+__all__ = ["Store", "StaleVersion", "Volume", "start_volume", "initialize", "put", "get",
+           "put_state_dict", "get_state_dict", "aput", "aget", "keys", "exists", "delete"]
 
 _TENSOR = "tensor"
 
@@ -138,21 +140,86 @@ class Store:
         return _C.store_key_path(self.path, key)
 
     def put(self, key, value, *, keep=2):
-        """Commits ``value`` (a tensor, or a dict of name to tensor: a state
-        dict) as the next version of ``key``; afterwards all but the newest
-        ``keep`` versions are deleted (0 keeps all). Returns the version."""
-        if isinstance(value, torch.Tensor):
+        """Commits ``value`` as the next version of ``key``; afterwards all
+        but the newest ``keep`` versions are deleted (0 keeps all). Returns
+        the version.
+
+        ``value``: a tensor, a dict of name to tensor (a state dict), or
+        any nesting of dicts, lists and tuples of tensors, DTensors and
+        picklable objects. A DTensor is stored as the boxes its ranks hold,
+        each rank writing only its own shard (the first replica of a
+        replicated one): with a DTensor in ``value``, every rank of the
+        default process group calls ``put`` (TorchStore's
+        ``put(key, dtensor)``)."""
+        if isinstance(value, torch.Tensor) and not store_sharded._is_dtensor(value):
             named, kind = [(_TENSOR, value)], "tensor"
-        elif isinstance(value, dict):
+        elif isinstance(value, dict) and all(
+                isinstance(t, torch.Tensor) and not store_sharded._is_dtensor(t)
+                for t in value.values()):
             named, kind = list(value.items()), "dict"
-            for name, t in named:
-                if not isinstance(t, torch.Tensor):
-                    raise TypeError(f"put: value['{name}'] is a {type(t).__name__}, not a tensor")
         else:
-            raise TypeError(f"put takes a tensor or a dict of tensors, got {type(value).__name__}")
-        step = _C.save_checkpoint(self._root(key), -1, [(str(n), t) for n, t in named],
-                                  {"tdx.store": kind}, int(keep))
+            step = store_sharded.put(self._root(key), value, int(keep), "value")
+            return int(os.path.basename(step)[5:])
+        step = _save(self._root(key), -1, [(str(n), t) for n, t in named],
+                     {"tdx.store": kind}, int(keep))
         return int(os.path.basename(step)[5:])
+
+    def put_state_dict(self, state_dict, key, *, keep=2):
+        """TorchStore's ``put_state_dict(state_dict, key)``: ``put`` of a
+        (nested) state dict, a model's or an optimizer's, DTensors stored
+        shard by shard and objects (``param_groups``) beside the tensors;
+        committed whole. Returns the version."""
+        if not isinstance(state_dict, dict):
+            raise TypeError(f"put_state_dict takes a dict, got {type(state_dict).__name__}")
+        step = store_sharded.put(self._root(key), state_dict, int(keep), "value")
+        return int(os.path.basename(step)[5:])
+
+    def get_state_dict(self, key, user_state_dict=None, *, version=None):
+        """TorchStore's ``get_state_dict(key, user_state_dict)``: the newest
+        version of ``key`` (or ``version``) read into ``user_state_dict`` in
+        place (each tensor copied into, each DTensor's own box only, objects
+        replaced) and returned; without it, the state dict stored, its
+        tensors whole. A key the user's dict has and the store lacks, or a
+        tensor of another shape or dtype, is an error naming it."""
+        for attempt in range(8):
+            try:
+                store = self._open(key, version)
+                if user_state_dict is None:
+                    return store_sharded.build(store, key, self._skeleton(store, key))
+                return store_sharded.fill(store, key, self._skeleton(store, key),
+                                          user_state_dict)
+            except StaleVersion:
+                if version is not None or attempt == 7:
+                    raise
+
+    async def aput(self, key, value, *, keep=2):
+        """``put`` for asyncio code: runs in a worker thread."""
+        import asyncio
+        return await asyncio.to_thread(self.put, key, value, keep=keep)
+
+    async def aget(self, key, name=None, *, like=None, version=None):
+        """``get`` for asyncio code: runs in a worker thread."""
+        import asyncio
+        return await asyncio.to_thread(self.get, key, name, like=like, version=version)
+
+    async def aput_state_dict(self, state_dict, key, *, keep=2):
+        import asyncio
+        return await asyncio.to_thread(self.put_state_dict, state_dict, key, keep=keep)
+
+    async def aget_state_dict(self, key, user_state_dict=None, *, version=None):
+        import asyncio
+        return await asyncio.to_thread(self.get_state_dict, key, user_state_dict,
+                                       version=version)
+
+    @staticmethod
+    def _skeleton(store, key):
+        if store.metadata.get("tdx.store") != "value":
+            # A tensor or a flat dict put whole: its skeleton is its names.
+            names = list(store.tensors())
+            single = store.metadata.get("tdx.store") == "tensor"
+            return store_sharded._Leaf(_TENSOR) if single else \
+                {n: store_sharded._Leaf(n) for n in names}
+        return store_sharded.skeleton_of(store)
 
     def _open(self, key, version):
         root = self._root(key)
@@ -165,25 +232,42 @@ class Store:
             raise KeyError(f"key '{key}' has no version {version}; it has {self.versions(key)}")
         return _C.TensorStore(path)
 
-    def get(self, key, name=None, *, mesh=None, placements=None, coords=None, version=None):
+    def get(self, key, name=None, *, like=None, mesh=None, placements=None, coords=None,
+            version=None):
         """The newest version of ``key`` (or ``version``): what was put (a
-        tensor, or a dict), or the tensor ``name`` of a dict. With ``mesh``,
-        ``placements`` (a list, one per mesh axis, or a dict of name to such
-        a list) and ``coords``, the box the device at ``coords`` holds under
-        that layout instead of the global tensor. All tensors come from one
-        version: on a networked store, a version dropped by its writer while
-        it is read is read again at the newest."""
+        tensor, a dict, a nested value with its objects), or the tensor
+        ``name`` of a dict. With ``like`` (a tensor or DTensor of the stored
+        shape and dtype; TorchStore's ``get(key, like=dtensor)``), the
+        tensor laid out as ``like``: a DTensor's own box only is read, on
+        its mesh. With ``mesh``, ``placements`` (a list, one per mesh axis,
+        or a dict of name to such a list) and ``coords``, the box the
+        device at ``coords`` holds under that layout instead of the global
+        tensor. All tensors come from one version: on a networked store, a
+        version dropped by its writer while it is read is read again at the
+        newest."""
         for attempt in range(8):
             try:
-                return self._get(key, name, mesh, placements, coords, version)
+                return self._get(key, name, like, mesh, placements, coords, version)
             except StaleVersion:
                 if version is not None or attempt == 7:
                     raise
 
-    def _get(self, key, name, mesh, placements, coords, version):
+    def _get(self, key, name, like, mesh, placements, coords, version):
         store = self._open(key, version)
+        kind = store.metadata.get("tdx.store")
+        if like is not None or kind == "value":
+            if name is not None or mesh is not None:
+                raise CheckpointError("get: like= (or a value put whole) takes neither a name "
+                                      "nor mesh, placements and coords")
+            if kind == "value":
+                return store_sharded.get(store, key, like)
+            skeleton = self._skeleton(store, key)
+            if not isinstance(skeleton, store_sharded._Leaf):
+                raise CheckpointError(f"key '{key}' holds a dict of tensors: get one with "
+                                      f"get(key, name), or fill them with get_state_dict")
+            return store_sharded.read_like(store, skeleton.name, like, key)
         entries = store.tensors()
-        single = store.metadata.get("tdx.store") == "tensor"
+        single = kind == "tensor"
         names = [_TENSOR] if single else list(entries) if name is None else [name]
         for n in names:
             if n not in entries:
@@ -199,7 +283,8 @@ class Store:
         """What the newest version of ``key`` (or ``version``) holds: name to
         (global shape, dtype), read from its index alone."""
         store = self._open(key, version)
-        return {n: (torch.Size(shape), dtype) for n, (shape, dtype) in store.tensors().items()}
+        return {n: (torch.Size(shape), dtype) for n, (shape, dtype) in store.tensors().items()
+                if n != store_sharded.SKELETON}
 
     def keys(self):
         """The keys with a committed version, sorted."""
@@ -251,3 +336,63 @@ class Store:
             raise CheckpointError(f"{self.path} is a directory store; status() is for "
                                   f"networked stores (ucx://...)")
         return {a: json.loads(r) for a, r in _C.volume_status(self.path).items()}
+
+
+# TorchStore's module-level API over one store this process chose.
+_default = None
+
+
+def initialize(path):
+    """Chooses the store the module-level functions use (a directory, or
+    ``ucx://HOST:PORT,...``; a list of volumes too) and returns it:
+    ``tdx.store.initialize("ucx://h1:7070"); tdx.store.put("w", dtensor)``."""
+    global _default
+    _default = path if isinstance(path, Store) else Store(path)
+    return _default
+
+
+def _store():
+    if _default is None:
+        raise CheckpointError("tdx.store: no store chosen: call tdx.store.initialize(path) "
+                              "first, or use tdx.store.Store(path)")
+    return _default
+
+
+def put(key, value, *, keep=2):
+    """:meth:`Store.put` on the store :func:`initialize` chose."""
+    return _store().put(key, value, keep=keep)
+
+
+def get(key, name=None, *, like=None, version=None):
+    """:meth:`Store.get` on the store :func:`initialize` chose."""
+    return _store().get(key, name, like=like, version=version)
+
+
+def put_state_dict(state_dict, key, *, keep=2):
+    """:meth:`Store.put_state_dict` on the store :func:`initialize` chose."""
+    return _store().put_state_dict(state_dict, key, keep=keep)
+
+
+def get_state_dict(key, user_state_dict=None, *, version=None):
+    """:meth:`Store.get_state_dict` on the store :func:`initialize` chose."""
+    return _store().get_state_dict(key, user_state_dict, version=version)
+
+
+async def aput(key, value, *, keep=2):
+    return await _store().aput(key, value, keep=keep)
+
+
+async def aget(key, name=None, *, like=None, version=None):
+    return await _store().aget(key, name, like=like, version=version)
+
+
+def keys():
+    return _store().keys()
+
+
+def exists(key):
+    return _store().exists(key)
+
+
+def delete(key):
+    return _store().delete(key)
