@@ -457,7 +457,7 @@ std::vector<std::string> Module::entries() const {
   return out;
 }
 
-void Module::addEntry(const std::string &text, const std::string &name) {
+void Module::addEntry(const std::string &text, const std::string &name, bool writes) {
   ModuleOp module = *impl->module;
   // A program of user collectives (tdx.mpi inside the trace) declares the
   // mesh of its communicators and is placed by nobody: entries join it.
@@ -480,7 +480,7 @@ void Module::addEntry(const std::string &text, const std::string &name) {
   fn.walk([&](Operation *op) {
     if (!problem.empty())
       return;
-    if (auto assign = dyn_cast<AssignOp>(op)) {
+    if (auto assign = dyn_cast<AssignOp>(op); assign && !writes) {
       problem = "writes " + assign.getName().str() +
                 "; an entry reads the state the main entry trains, and writes none (trace it "
                 "in eval mode, or under torch.no_grad)";

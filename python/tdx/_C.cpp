@@ -311,7 +311,8 @@ PYBIND11_MODULE(_C, m) {
            })
       .def("entry", &Module::entry)
       .def("entries", &Module::entries)
-      .def("add_entry", &Module::addEntry, py::arg("text"), py::arg("name"))
+      .def("add_entry", &Module::addEntry, py::arg("text"), py::arg("name"),
+           py::arg("writes") = false)
       .def("num_arguments", &Module::numArguments, py::arg("function"))
       .def("is_partitioned", &Module::isPartitioned)
       .def("is_placed", &Module::isPlaced)

@@ -57,7 +57,7 @@ class Program:
         ``train_step``) first, then those :meth:`add_entry` added."""
         return list(self._module.entries())
 
-    def add_entry(self, name, fn, *example_inputs):
+    def add_entry(self, name, fn, *example_inputs, _writes=False):
         """Traces ``fn(model, *example_inputs)`` under ``torch.no_grad()``
         into this program as the function `name`, on the model the program
         was traced from: it reads the same parameters and buffers (the state
@@ -103,7 +103,8 @@ class Program:
         # Writes are recorded (write_state) so that one is refused, not dropped.
         self._module.add_entry(recording.to_mlir(entries, log, inputs, outputs, function=name,
                                                  write_state=True,
-                                                 non_persistent=_non_persistent(model)), name)
+                                                 non_persistent=_non_persistent(model)), name,
+                               writes=_writes)
         return self
 
     def save(self, path):
@@ -314,6 +315,29 @@ def _fake_inputs(values, what, fn):
     return inputs
 
 
+def _traced(module, fn, inputs, what, mixed_precision=None, function="forward",
+            write_state=False):
+    """(Program, log) of ``fn(module, *inputs)`` (fake inputs) recorded as
+    ``func.func @<function>``; with `write_state` the state it writes in
+    place is written back with ``tdx.assign`` (a generation step's cache)."""
+    from .deferred import _python_guards, model_code_tracing
+    entries, recording = _checked_entries(module, what)
+    from . import collectives
+    log = _C.Trace()
+    before = len(recording)
+    with _python_guards(fake_cuda=True), _C.TraceMode(log), collectives.record() as comms, \
+            computing_in(module, mixed_precision), model_code_tracing():
+        out = fn(module, *inputs)
+    if len(recording) != before:
+        raise CaptureError("the forward pass changed the module's deferred state")
+    outputs = _flatten(out, "the forward's outputs")
+    prog = Program(collectives.with_mesh(
+        recording.to_mlir(entries, log, inputs, outputs, function=function,
+                          write_state=write_state, non_persistent=_non_persistent(module)),
+        comms))
+    return prog, log
+
+
 def trace(module, *example_inputs, _mixed_precision=None, **constants):
     """Like :func:`capture`, plus ``func.func @forward`` recorded from
     ``module(*example_inputs, **constants)`` on fake tensors (the inputs'
@@ -322,26 +346,14 @@ def trace(module, *example_inputs, _mixed_precision=None, **constants):
     ``return_dict=False``), passed as they are and fixed in the program.
     Parameters are read by qualified name with ``tdx.param_ref``; shapes
     are global."""
-    from .deferred import _python_guards, model_code_tracing
-    entries, recording = _checked_entries(module, "trace")
     inputs = _fake_inputs(example_inputs, "example input", "trace")
     for name, value in constants.items():
         if isinstance(value, torch.Tensor):
             raise CaptureError(f"trace: keyword {name!r} is a tensor; tensors are example "
                                f"inputs, given by position (keywords are constants such as "
                                f"use_cache=False)")
-    from . import collectives
-    log = _C.Trace()
-    before = len(recording)
-    with _python_guards(fake_cuda=True), _C.TraceMode(log), collectives.record() as comms, \
-            computing_in(module, _mixed_precision), model_code_tracing():
-        out = module(*inputs, **constants)
-    if len(recording) != before:
-        raise CaptureError("the forward pass changed the module's deferred state")
-    outputs = _flatten(out, "the forward's outputs")
-    prog = Program(collectives.with_mesh(
-        recording.to_mlir(entries, log, inputs, outputs, non_persistent=_non_persistent(module)),
-        comms))
+    prog, log = _traced(module, lambda m, *xs: m(*xs, **constants), inputs, "trace",
+                        _mixed_precision)
     prog.forward_op_names = log.op_names()
     prog._model = module
     prog._retrace = lambda policy: trace(module, *example_inputs, _mixed_precision=policy,

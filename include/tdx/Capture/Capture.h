@@ -328,9 +328,10 @@ public:
   std::vector<std::string> entries() const;
   /// Adds `func.func @<name>` of the module `text` (a trace of the same
   /// model) to this program as another entry. It must read only state this
-  /// program declares (same name and type) and write none; `name` must be
-  /// new, and the program not yet placed.
-  void addEntry(const std::string &text, const std::string &name);
+  /// program declares (same name and type) and, unless `writes` (a
+  /// generation step writing its key/value cache), write none; `name` must
+  /// be new, and the program not yet placed.
+  void addEntry(const std::string &text, const std::string &name, bool writes = false);
   /// The argument count of `func.func @<function>`, -1 when there is none.
   int64_t numArguments(const std::string &function) const;
   /// One per argument of `func.func @<function>`: its shape (empty for a

@@ -1,0 +1,151 @@
+"""``tdx.trace_generate``: a generation program, two entries over one state
+(issue 56). ``prefill`` (the main entry, ``forward``) runs a batch of
+left-padded prompts and writes their keys and values into the cache;
+``decode`` runs one token per sequence at the next position and writes
+its keys and values there. The cache is state of the program, as Hugging
+Face's ``StaticCache`` lays it out (``(batch, kv heads, max_length,
+head dim)`` per layer, written in place with ``index_copy_`` at its
+position counter), so tdx places it like any state: tp splits its heads,
+dp its batch. The weights are read, never written. Each entry returns the
+logits of the last position, ``(batch, vocab)``; the runner's
+``generate`` picks the tokens.
+"""
+
+import torch
+
+from . import _C
+from .errors import CaptureError
+
+# The buffers of the cache live on this submodule of the model (not
+# persistent: a state dict does not hold them).
+HOLDER = "tdx_kv_cache"
+
+
+class GenerationSpec:
+    """What a generation program was traced for: ``max_batch`` sequences,
+    prompts left-padded to ``prompt_length``, ``max_length`` positions in
+    all (prompt and new tokens), ``vocab_size`` logits; the model's
+    ``eos_token_id`` and ``pad_token_id`` (its generation config's)."""
+
+    def __init__(self, max_batch, prompt_length, max_length, vocab_size, eos_token_id,
+                 pad_token_id):
+        self.max_batch, self.prompt_length, self.max_length = max_batch, prompt_length, max_length
+        self.vocab_size = vocab_size
+        self.eos_token_id, self.pad_token_id = eos_token_id, pad_token_id
+
+    def __repr__(self):
+        return (f"GenerationSpec(max_batch={self.max_batch}, prompt_length={self.prompt_length}, "
+                f"max_length={self.max_length})")
+
+
+def _layer_shapes(config, layers, batch, length, dtype):
+    """(keys shape, values shape) of each layer's cache: the model's kv
+    heads and head dims."""
+    text = config.get_text_config() if hasattr(config, "get_text_config") else config
+    heads = getattr(text, "num_key_value_heads", None) or text.num_attention_heads
+    head_dim = getattr(text, "head_dim", None) or text.hidden_size // text.num_attention_heads
+    v_head_dim = getattr(text, "v_head_dim", None) or head_dim
+    return [((batch, heads, length, head_dim), (batch, heads, length, v_head_dim))
+            for _ in range(layers)]
+
+
+def _static_cache(model, batch, length, recording):
+    """A StaticCache whose layers' tensors are deferred buffers of the
+    model (made once: a second trace of the model reuses them)."""
+    from transformers import StaticCache
+    from transformers.cache_utils import StaticLayer, StaticSlidingWindowLayer
+    cache = StaticCache(config=model.config, max_cache_len=length)
+    for i, layer in enumerate(cache.layers):
+        if isinstance(layer, StaticSlidingWindowLayer) or type(layer) is not StaticLayer:
+            raise CaptureError(f"trace_generate: layer {i} of {type(model).__name__} keeps a "
+                               f"{type(layer).__name__} (sliding-window attention); tdx "
+                               f"generates with full-attention static caches only so far: "
+                               f"give the model a config without a sliding window")
+    dtype = next(model.parameters()).dtype
+    shapes = _layer_shapes(model.config, len(cache.layers), batch, length, dtype)
+    holder = getattr(model, HOLDER, None)
+    want = [s for pair in shapes for s in pair]
+    if holder is None or [tuple(b.shape) for n, b in holder.named_buffers()
+                          if not n.startswith("length")] != want:
+        def make():
+            h = torch.nn.Module()
+            for i, (k, v) in enumerate(shapes):
+                h.register_buffer(f"keys_{i}", torch.zeros(k, dtype=dtype), persistent=False)
+                h.register_buffer(f"values_{i}", torch.zeros(v, dtype=dtype), persistent=False)
+                # The layer's position counter (HF's cumulative_length).
+                h.register_buffer(f"length_{i}", torch.zeros((), dtype=torch.int64),
+                                  persistent=False)
+            setattr(model, HOLDER, h)
+        _C.deferred_init_into(recording, make)
+        holder = getattr(model, HOLDER)
+    for i, layer in enumerate(cache.layers):
+        layer.keys, layer.values = getattr(holder, f"keys_{i}"), getattr(holder, f"values_{i}")
+        layer.dtype, layer.device = dtype, layer.keys.device
+        layer.batch_size, layer.num_heads = batch, layer.keys.shape[1]
+        layer.k_head_dim, layer.v_head_dim = layer.keys.shape[-1], layer.values.shape[-1]
+        layer.cumulative_length = getattr(holder, f"length_{i}")
+        layer.is_initialized = True
+    return cache, holder
+
+
+def trace_generate(model, example_ids, *, max_length, max_batch=None):
+    """Traces generation for a deferred-init Hugging Face causal LM into a
+    program with two entries sharing one state: ``forward`` (the prefill:
+    ``ids (B, P), attention_mask (B, max_length), position_ids (B, P)`` ->
+    logits of each sequence's last position ``(B, vocab)``, its keys and
+    values written at positions ``0..P-1`` of the cache) and ``decode``
+    (``ids (B, 1), attention_mask (B, max_length), position_ids (B, 1)`` ->
+    ``(B, vocab)``, written at the next position). ``B`` is ``max_batch``
+    (default ``example_ids.shape[0]``), ``P`` ``example_ids.shape[1]``
+    (the longest prompt; shorter ones are left-padded), ``max_length`` the
+    positions of the cache, prompt and new tokens. Parallelize and compile
+    it like any program; ``runner.generate`` runs it."""
+    from .program import _checked_entries, _fake_inputs, _traced
+    config = getattr(model, "config", None)
+    if config is None or not hasattr(model, "generation_config"):
+        raise CaptureError(f"trace_generate takes a Hugging Face causal language model "
+                           f"(transformers' *ForCausalLM), got {type(model).__name__}")
+    if not isinstance(example_ids, torch.Tensor) or example_ids.dim() != 2 or \
+            example_ids.dtype != torch.int64:
+        raise CaptureError("trace_generate: example_ids must be an int64 tensor (batch, prompt "
+                           "length): the widest prompt batch the program takes")
+    batch = int(max_batch if max_batch is not None else example_ids.shape[0])
+    prompt = int(example_ids.shape[1])
+    if not isinstance(max_length, int) or max_length <= prompt:
+        raise ValueError(f"trace_generate: max_length ({max_length!r}) must be an int larger "
+                         f"than the prompt length {prompt} (it counts the prompt and the new "
+                         f"tokens)")
+    if batch < 1:
+        raise ValueError(f"trace_generate: max_batch must be >= 1, got {batch}")
+    _, recording = _checked_entries(model, "trace_generate")
+    cache, holder = _static_cache(model, batch, max_length, recording)
+
+    def step(reset):
+        def run(m, ids, mask, positions):
+            if reset:       # a new batch starts at position 0
+                for layer in cache.layers:
+                    layer.cumulative_length.zero_()
+            out = m(input_ids=ids, attention_mask=mask, position_ids=positions,
+                    past_key_values=cache, use_cache=True)
+            return out.logits[:, -1].float()
+        return run
+
+    def inputs(width):
+        return _fake_inputs([torch.zeros(batch, width, dtype=torch.int64),
+                             torch.zeros(batch, max_length, dtype=torch.int64),
+                             torch.zeros(batch, width, dtype=torch.int64)], "input",
+                            "trace_generate")
+
+    with torch.no_grad():
+        prog, log = _traced(model, step(True), inputs(prompt), "trace_generate",
+                            write_state=True)
+    prog._model = model
+    prog.forward_op_names = log.op_names()
+    prog.add_entry("decode", step(False), *inputs(1), _writes=True)
+    gen = model.generation_config
+    eos = gen.eos_token_id if gen.eos_token_id is not None else config.eos_token_id
+    pad = gen.pad_token_id if gen.pad_token_id is not None else config.pad_token_id
+    vocab = config.get_text_config().vocab_size if hasattr(config, "get_text_config") \
+        else config.vocab_size
+    prog.generation = GenerationSpec(batch, prompt, max_length, vocab, eos, pad)
+    return prog
