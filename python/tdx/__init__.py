@@ -32,6 +32,7 @@ from .program import Program, capture, trace
 from .compile import Executable, compile
 from .runner import Runner
 from .training import trace_train_step
+from .generation import trace_generate
 from .memory import working_memory
 from .explain import explain
 from .auto import auto_parallelize
@@ -70,6 +71,7 @@ __all__ = [
     "CheckpointError",
     "InputError",
     "trace_train_step",
+    "trace_generate",
     "working_memory",
     "explain",
     "auto_parallelize",

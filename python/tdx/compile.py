@@ -599,6 +599,7 @@ def compile(prog, target="cpu", output=None, cuda_arch="sm_90", keep_source=Fals
                      getattr(prog, "accumulation_steps", 1))
     exe._source = src
     exe._model = getattr(prog, "_model", None)  # makes what needs_params() names
+    exe.generation = getattr(prog, "generation", None)  # trace_generate's spec
     exe._opt_level = opt_level  # the shared object links the same object
     exe._cuda_arch = cuda_arch
     # Whether the compile cache served the binary (tdx-compile says so).

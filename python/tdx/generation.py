@@ -149,3 +149,134 @@ def trace_generate(model, example_ids, *, max_length, max_batch=None):
         else config.vocab_size
     prog.generation = GenerationSpec(batch, prompt, max_length, vocab, eos, pad)
     return prog
+
+
+def _eos_list(eos):
+    if eos is None:
+        return []
+    return [int(e) for e in (eos if isinstance(eos, (list, tuple)) else [eos])]
+
+
+def _pick(logits, do_sample, temperature, top_k, top_p, generator):
+    """The next token of each row, as Hugging Face's generate picks it:
+    argmax, or a draw after temperature, top-k, then top-p."""
+    if not do_sample:
+        return logits.argmax(-1)
+    scores = logits / temperature
+    if top_k is not None and top_k < scores.shape[-1]:
+        kth = scores.topk(top_k, dim=-1).values[:, -1:]
+        scores = scores.masked_fill(scores < kth, float("-inf"))
+    if top_p is not None and top_p < 1.0:
+        ordered, order = scores.sort(dim=-1, descending=False)
+        cum = ordered.softmax(-1).cumsum(-1)
+        drop = cum <= 1 - top_p
+        drop[:, -1] = False                 # the most likely token always stays
+        scores = scores.masked_fill(drop.scatter(1, order, drop), float("-inf"))
+    return torch.multinomial(scores.softmax(-1), 1, generator=generator).squeeze(1)
+
+
+def stream(runner, input_ids, attention_mask=None, max_new_tokens=20, do_sample=False,
+           temperature=1.0, top_k=None, top_p=None, eos_token_id=None, pad_token_id=None,
+           seed=None):
+    """Yields each step's new tokens, ``(batch,)``, as ``generate`` makes
+    them (a finished sequence yields its pad token); ends when every
+    sequence has met its end-of-sequence token or after `max_new_tokens`."""
+    import time
+    spec = getattr(runner._exe, "generation", None)
+    if spec is None:
+        raise CaptureError("generate: this program was not traced by tdx.trace_generate "
+                           "(it has no prefill and decode entries)")
+    ids = torch.as_tensor(input_ids)
+    if ids.dim() != 2 or ids.dtype not in (torch.int64, torch.int32):
+        raise ValueError(f"generate: input_ids must be integer (batch, length), got "
+                         f"{tuple(ids.shape)} {ids.dtype}")
+    ids = ids.to(torch.int64)
+    batch, width = ids.shape
+    mask = torch.ones_like(ids) if attention_mask is None else \
+        torch.as_tensor(attention_mask).to(torch.int64)
+    if mask.shape != ids.shape:
+        raise ValueError(f"generate: attention_mask is {tuple(mask.shape)}, input_ids "
+                         f"{tuple(ids.shape)}")
+    if batch > spec.max_batch:
+        raise ValueError(f"generate: a batch of {batch} sequences is larger than the "
+                         f"program's max_batch={spec.max_batch}; split it, or trace with "
+                         f"trace_generate(..., max_batch={batch})")
+    if width > spec.prompt_length:
+        raise ValueError(f"generate: prompts of {width} tokens are longer than the program's "
+                         f"{spec.prompt_length} (trace_generate's example_ids width; "
+                         f"max_length={spec.max_length}); trace it with wider example_ids")
+    if not (isinstance(max_new_tokens, int) and max_new_tokens >= 1):
+        raise ValueError(f"generate: max_new_tokens must be an int >= 1, got "
+                         f"{max_new_tokens!r}")
+    if spec.prompt_length + max_new_tokens - 1 > spec.max_length:
+        raise ValueError(f"generate: {spec.prompt_length} prompt positions and "
+                         f"{max_new_tokens} new tokens need "
+                         f"{spec.prompt_length + max_new_tokens - 1} cache positions; the "
+                         f"program has max_length={spec.max_length}: ask for at most "
+                         f"{spec.max_length - spec.prompt_length + 1} new tokens")
+    bad = ((ids < 0) | (ids >= spec.vocab_size)) & (mask != 0)
+    if bad.any():
+        b, t = bad.nonzero()[0].tolist()
+        raise ValueError(f"generate: token id {ids[b, t].item()} (sequence {b}, position "
+                         f"{t}) is outside the vocabulary [0, {spec.vocab_size})")
+    if (mask.diff(dim=-1) < 0).any():
+        raise ValueError("generate: a prompt is padded on the right; pad on the left "
+                         "(tokenizer.padding_side = 'left'), as Hugging Face's generate "
+                         "expects of decoder-only models")
+    if (mask.sum(-1) == 0).any():
+        raise ValueError("generate: a prompt has no token (its attention_mask is all zero)")
+    if do_sample and not (temperature > 0):
+        raise ValueError(f"generate: temperature must be > 0, got {temperature!r}")
+    eos = _eos_list(spec.eos_token_id if eos_token_id is None else eos_token_id)
+    pad = pad_token_id if pad_token_id is not None else spec.pad_token_id
+    if pad is None:
+        pad = eos[0] if eos else 0
+
+    B, P, L = spec.max_batch, spec.prompt_length, spec.max_length
+    # Left-padded to the program's width; the rows past the batch hold one
+    # token each (their results are dropped).
+    full_ids = torch.zeros(B, P, dtype=torch.int64)
+    prompt = torch.zeros(B, P, dtype=torch.int64)
+    full_ids[:batch, P - width:] = ids.masked_fill(mask == 0, 0)
+    prompt[:batch, P - width:] = mask
+    prompt[batch:, -1] = 1
+    full = torch.ones(B, L, dtype=torch.int64)
+    full[:, :P] = prompt
+    positions = (prompt.cumsum(-1) - 1).masked_fill(prompt == 0, 1)
+    generator = None
+    if do_sample:
+        generator = torch.Generator()
+        generator.manual_seed(int(seed) if seed is not None else torch.seed())
+
+    start = time.perf_counter()
+    logits = runner.forward(full_ids, full, positions)
+    done = torch.zeros(batch, dtype=torch.bool)
+    last = positions[:, -1]
+    made = 0
+    report = runner.last_generation = {"new_tokens": 0, "time_to_first_token_s": None,
+                                       "tokens_per_s": None}
+    while True:
+        tok = _pick(logits[:batch], do_sample, temperature, top_k, top_p, generator)
+        tok = torch.where(done, torch.full_like(tok, pad), tok)
+        made += 1
+        now = time.perf_counter()
+        if made == 1:
+            report["time_to_first_token_s"] = now - start
+        report["new_tokens"] = made
+        report["tokens_per_s"] = made * batch / (now - start)
+        if eos:
+            done |= torch.isin(tok, torch.tensor(eos))
+        yield tok
+        if made == max_new_tokens or bool(done.all()):
+            return
+        last = last + 1
+        step = torch.zeros(B, 1, dtype=torch.int64)
+        step[:batch, 0] = tok
+        logits = runner.decode(step, full, last[:, None])
+
+
+def generate(runner, input_ids, attention_mask=None, **options):
+    """The prompts and their new tokens, ``(batch, length + new)``, as
+    Hugging Face's ``generate`` returns them."""
+    new = list(stream(runner, input_ids, attention_mask, **options))
+    return torch.cat([torch.as_tensor(input_ids).to(torch.int64), torch.stack(new, 1)], 1)

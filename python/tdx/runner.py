@@ -77,6 +77,29 @@ class Runner:
         self._bar = _progress_bar(bool(progress) and sys.stderr.isatty() and self._t.rank == 0,
                                   exe.entry, None, self.steps)
 
+    def generate(self, input_ids, attention_mask=None, max_new_tokens=20, do_sample=False,
+                 temperature=1.0, top_k=None, top_p=None, eos_token_id=None,
+                 pad_token_id=None, seed=None):
+        """Generates from a program :func:`tdx.trace_generate` made, with
+        Hugging Face ``generate``'s meaning of each argument: left-padded
+        prompts ``(batch, length)``, greedy or sampled (temperature, top-k,
+        top-p; ``seed`` makes the draw the same on every layout), stopping
+        each sequence at its end-of-sequence token. Returns the prompts
+        with the new tokens appended; ``runner.last_generation`` holds the
+        time to the first token and the tokens per second."""
+        from .generation import generate
+        return generate(self, input_ids, attention_mask, max_new_tokens=max_new_tokens,
+                        do_sample=do_sample, temperature=temperature, top_k=top_k,
+                        top_p=top_p, eos_token_id=eos_token_id, pad_token_id=pad_token_id,
+                        seed=seed)
+
+    def stream(self, input_ids, attention_mask=None, **options):
+        """:meth:`generate`, one step at a time: ``for tokens in
+        runner.stream(ids, max_new_tokens=32): ...`` yields each step's new
+        token of every sequence, ``(batch,)``."""
+        from .generation import stream
+        return stream(self, input_ids, attention_mask, **options)
+
     def _call_entry(self, k, name, *inputs):
         """Entry `k` of the program (prog.add_entry's `name`) on the current
         state: its outputs, gathered; not a step."""
