@@ -56,11 +56,16 @@ def _static_cache(model, batch, length, recording):
     from transformers.cache_utils import StaticLayer, StaticSlidingWindowLayer
     cache = StaticCache(config=model.config, max_cache_len=length)
     for i, layer in enumerate(cache.layers):
-        if isinstance(layer, StaticSlidingWindowLayer) or type(layer) is not StaticLayer:
+        if isinstance(layer, StaticSlidingWindowLayer):
+            # A sliding-window layer keeps every position too: its mask
+            # (the model's sliding-window mask) limits what it attends to,
+            # where HF's rolling buffer decides by a Python counter a static
+            # program cannot branch on. The same keys are attended.
+            cache.layers[i] = StaticLayer(max_cache_len=length)
+        elif type(layer) is not StaticLayer:
             raise CaptureError(f"trace_generate: layer {i} of {type(model).__name__} keeps a "
-                               f"{type(layer).__name__} (sliding-window attention); tdx "
-                               f"generates with full-attention static caches only so far: "
-                               f"give the model a config without a sliding window")
+                               f"{type(layer).__name__}; tdx generates with static "
+                               f"key/value caches (StaticLayer) only")
     dtype = next(model.parameters()).dtype
     shapes = _layer_shapes(model.config, len(cache.layers), batch, length, dtype)
     holder = getattr(model, HOLDER, None)
