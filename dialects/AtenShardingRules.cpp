@@ -409,6 +409,41 @@ std::optional<ShardingRule> groupedMm(AtenOp op) {
   return rule;
 }
 
+/// index_copy(self, dim, index, source): rows of `source` written into
+/// `self` at `index` along `dim` (a generation step's key/value cache at
+/// its position). `dim` and the index stay whole; every other dim splits,
+/// self, source and the result alike (each rank writes its heads).
+std::optional<ShardingRule> indexCopy(AtenOp op) {
+  SmallVector<Value> plain = op.getPlainOperands();
+  if (op->getNumResults() != 1 || plain.size() != 3)
+    return std::nullopt;
+  RankedTensorType self = typeOf(plain[0]), index = typeOf(plain[1]), source = typeOf(plain[2]);
+  int64_t rank = self.getRank(), dim = intArg(op, "dim", -1);
+  if (dim < 0)
+    dim += rank;
+  if (dim < 0 || dim >= rank || source.getRank() != rank || index.getRank() != 1)
+    return std::nullopt;
+  ShardingRule rule;
+  TensorFactors selfDims, sourceDims;
+  DimFactors rows{rule.addFactor(index.getDimSize(0), FactorKind::Replicated)};
+  for (int64_t d = 0; d < rank; ++d) {
+    if (d == dim) {
+      selfDims.push_back({rule.addFactor(self.getDimSize(d), FactorKind::Replicated)});
+      sourceDims.push_back(rows);
+      continue;
+    }
+    if (self.getDimSize(d) != source.getDimSize(d))
+      return std::nullopt;
+    DimFactors f{rule.addFactor(self.getDimSize(d))};
+    selfDims.push_back(f);
+    sourceDims.push_back(f);
+  }
+  rule.operands = {selfDims, {rows}, sourceDims};
+  rule.results = {selfDims};
+  rule.addedAfterReduction.assign(3, false);
+  return rule;
+}
+
 using Rule = std::optional<ShardingRule> (*)(AtenOp);
 /// A schema's rule, and the argument that spells the result's shape (global
 /// in the captured program, the local shape once partitioned).
@@ -427,6 +462,7 @@ const llvm::StringMap<Row> &rules() {
       {"aten::hardswish_backward", pointwise},
       {"aten::hardsigmoid_backward", pointwise},
       {"aten::_grouped_mm", groupedMm},
+      {"aten::index_copy", indexCopy},
       {"aten::_safe_softmax", softmaxAlongDim},
       {"aten::_softmax_backward_data", softmaxAlongDim},
       {"aten::_log_softmax_backward_data", softmaxAlongDim},

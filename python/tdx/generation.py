@@ -285,3 +285,31 @@ def generate(runner, input_ids, attention_mask=None, **options):
     Hugging Face's ``generate`` returns them."""
     new = list(stream(runner, input_ids, attention_mask, **options))
     return torch.cat([torch.as_tensor(input_ids).to(torch.int64), torch.stack(new, 1)], 1)
+
+
+# The projections whose output heads are the cache's heads.
+_KEY_PROJECTIONS = ("k_proj.weight", "key.weight", "wk.weight", "k.weight")
+
+
+def cache_placements(prog, mesh, placed, data_parallel):
+    """Where the key/value cache of a generation program is stored on
+    `mesh`: its batch split over the data-parallel axis, its heads over the
+    axis that splits the key projections by rows (a colwise tp plan: each
+    rank caches only its heads); whole elsewhere. `placed` holds the
+    plan's weight placements."""
+    from .sharding import Replicate, Shard
+    heads_axes = {a for name, placements in placed.items() if name.endswith(_KEY_PROJECTIONS)
+                  for a, p in enumerate(placements) if isinstance(p, Shard) and p.dim == 0}
+    dp = mesh.axis(data_parallel) if data_parallel is not None else None
+    out = {}
+    for name, shape, _, is_buffer, _ in prog._module.state():
+        if not name.startswith(HOLDER + ".") or len(shape) != 4:
+            continue
+        placements = [Replicate()] * mesh.ndim
+        if dp is not None and shape[0] % mesh.shape[dp] == 0:
+            placements[dp] = Shard(0)
+        for a in heads_axes:
+            if a != dp and shape[1] % mesh.shape[a] == 0:
+                placements[a] = Shard(1)
+        out[name] = placements
+    return out

@@ -675,6 +675,11 @@ def parallelize(prog, mesh, plan, *, data_parallel=None, zero=0, fold=(), mixed_
         prog._module.declare_mesh(mesh.name, list(mesh.shape), list(mesh.mesh_dim_names))
         prog._module.annotate_uses(name, mesh.name,
                                    "[" + ", ".join(str(p) for p in placements) + "]")
+    if getattr(prog, "generation", None) is not None:
+        # A generation program's key/value cache: batch over dp, heads over tp.
+        from .generation import cache_placements
+        for name, placements in cache_placements(prog, mesh, placed, data_parallel).items():
+            _annotate(prog, name, mesh, placements, checked=True)
     if zero:
         _place_zero(prog, mesh, mesh.axis(data_parallel), zero, placed)
     if data_parallel is not None:

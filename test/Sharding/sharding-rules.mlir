@@ -114,6 +114,16 @@ func.func @grouped_mm(%x: tensor<64x32xf32>, %w: tensor<4x32x16xf32>, %offs: ten
 
 // -----
 
+// index_copy (a generation step writing its key/value cache at its
+// position): the written dim and the index stay whole, the rest splits.
+func.func @index_copy(%cache: tensor<4x2x40x8xf32>, %pos: tensor<6xi64>, %new: tensor<4x2x6x8xf32>) {
+  // expected-remark @+1 {{sharding rule: ([j, k, l, m], [i], [j, k, i, m]) -> ([j, k, l, m]) {i=6, j=4, k=2, l=40, m=8} replicated={i, l}}}
+  %0 = tdx.aten "aten::index_copy"(%cache, %pos, %new) {args = {dim = 2 : i64}} : (tensor<4x2x40x8xf32>, tensor<6xi64>, tensor<4x2x6x8xf32>) -> tensor<4x2x40x8xf32>
+  return
+}
+
+// -----
+
 // Creation ops: a filled tensor may be made split (each rank its box); a
 // range is made whole (a split one would need each rank's own start).
 func.func @creation() {

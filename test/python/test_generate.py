@@ -1,0 +1,186 @@
+"""Generation from a compiled program (tdx.trace_generate, runner.generate;
+docs/serving.md): models nobody here wrote, from small configs, give
+Hugging Face generate's tokens on 1 rank, tp2 and dp2; sampling with a
+seed gives one answer on every layout; bad requests are named."""
+
+import pytest
+import torch
+
+import tdx
+
+VOCAB = 128
+_DECODER = dict(vocab_size=VOCAB, hidden_size=32, intermediate_size=64, num_hidden_layers=2,
+                num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=64)
+# name -> (model class, config class, config)
+MODELS = {
+    "gpt2": ("GPT2LMHeadModel", "GPT2Config",
+             dict(vocab_size=VOCAB, n_embd=32, n_layer=2, n_head=4, n_positions=64,
+                  bos_token_id=VOCAB - 1, eos_token_id=VOCAB - 1)),
+    "llama": ("LlamaForCausalLM", "LlamaConfig", _DECODER),
+    "qwen3": ("Qwen3ForCausalLM", "Qwen3Config", dict(head_dim=8, **_DECODER)),
+    # A sliding window (4) shorter than the prompt.
+    "mistral": ("MistralForCausalLM", "MistralConfig", dict(sliding_window=4, **_DECODER)),
+    # Local (sliding) and global attention interleaved.
+    "gemma3": ("Gemma3ForCausalLM", "Gemma3TextConfig",
+               dict(head_dim=8, sliding_window=4,
+                    layer_types=["sliding_attention", "full_attention"], **_DECODER)),
+    # Mixtures of experts (issue 55's models), grouped_mm experts.
+    "qwen3-moe": ("Qwen3MoeForCausalLM", "Qwen3MoeConfig",
+                  dict(moe_intermediate_size=16, num_experts=4, num_experts_per_tok=2,
+                       **_DECODER)),
+    "mixtral": ("MixtralForCausalLM", "MixtralConfig",
+                dict(num_local_experts=4, num_experts_per_tok=2, **_DECODER)),
+}
+BATCH, PROMPT, MAX_LENGTH, NEW = 4, 6, 40, 32
+
+
+def make(name):
+    import transformers
+    cls, cfg, kw = MODELS[name]
+    return getattr(transformers, cls)(getattr(transformers, cfg)(**kw)).eval()
+
+
+def prompts(seed=0):
+    """4 prompts of 6, 4, 2 and 5 tokens, left-padded."""
+    g = torch.Generator().manual_seed(seed)
+    ids = torch.randint(1, VOCAB - 1, (BATCH, PROMPT), generator=g)
+    mask = torch.ones(BATCH, PROMPT, dtype=torch.int64)
+    mask[1, :2] = 0
+    mask[2, :4] = 0
+    mask[3, :1] = 0
+    return ids.masked_fill(mask == 0, 0), mask
+
+
+def runner(name, layout, model):
+    prog = tdx.trace_generate(tdx.deferred_init(make, name), torch.zeros(BATCH, PROMPT,
+                                                                        dtype=torch.int64),
+                              max_length=MAX_LENGTH)
+    if layout == "tp2":
+        tdx.auto_parallelize(prog, tdx.init_device_mesh("cpu", (2,), ("tp",)))
+    elif layout == "dp2":
+        tdx.parallelize(prog, tdx.init_device_mesh("cpu", (2,), ("dp",)), {}, data_parallel="dp")
+    return prog, tdx.compile(prog).start(params=model.state_dict())
+
+
+def same_as_hf(got, hf, prompt_width):
+    """Token for token; where they part, tdx's token must be one HF's
+    scores rank in their top 5 at that step with the two within float
+    rounding (1e-4) of each other (vLLM's check): returns the steps where
+    that fallback was taken, as (sequence, step)."""
+    want = hf.sequences
+    assert got.shape == want.shape, (got.shape, want.shape)
+    fallbacks = []
+    for b in range(got.shape[0]):
+        for t in range(want.shape[1] - prompt_width):
+            mine, theirs = got[b, prompt_width + t].item(), want[b, prompt_width + t].item()
+            if mine == theirs:
+                continue
+            scores = hf.scores[t][b]
+            top = scores.topk(5)
+            assert mine in top.indices.tolist(), (b, t, mine, top)
+            assert (scores[theirs] - scores[mine]).abs().item() < 1e-4, (b, t, scores[theirs],
+                                                                          scores[mine])
+            fallbacks.append((b, t))
+            break                   # the sequences part from here on
+    return fallbacks
+
+
+@pytest.mark.parametrize("layout", ["1", "tp2", "dp2"])
+@pytest.mark.parametrize("name", sorted(MODELS))
+def test_greedy_generation_equals_hugging_faces(name, layout):
+    """32 new tokens for 4 left-padded prompts of 6, 4, 2 and 5 tokens,
+    stopping at EOS per sequence, as HF generate(do_sample=False) makes
+    them."""
+    torch.manual_seed(0)
+    model = make(name)
+    ids, mask = prompts()
+    hf = model.generate(ids, attention_mask=mask, max_new_tokens=NEW, do_sample=False,
+                        pad_token_id=0, output_scores=True, return_dict_in_generate=True)
+    prog, r = runner(name, layout, model)
+    with r:
+        got = r.generate(ids, attention_mask=mask, max_new_tokens=NEW, pad_token_id=0)
+        report = r.last_generation
+    fallbacks = same_as_hf(got, hf, PROMPT)
+    assert not fallbacks, f"{name} {layout}: a float-rounding tie at {fallbacks}"
+    assert report["new_tokens"] == hf.sequences.shape[1] - PROMPT
+    assert report["time_to_first_token_s"] > 0 and report["tokens_per_s"] > 0
+
+
+def test_sampling_with_a_seed_gives_the_same_tokens_on_one_rank_and_tp2():
+    """do_sample with temperature, top-k and top-p: one seed, one answer on
+    1 rank and tp2; another seed, another answer."""
+    torch.manual_seed(0)
+    model = make("llama")
+    ids, mask = prompts()
+    options = dict(attention_mask=mask, max_new_tokens=16, do_sample=True, temperature=0.8,
+                   top_k=20, top_p=0.9, seed=7)
+    _, one = runner("llama", "1", model)
+    with one:
+        a = one.generate(ids, **options)
+        again = one.generate(ids, **options)
+        other = one.generate(ids, **{**options, "seed": 8})
+    _, tp = runner("llama", "tp2", model)
+    with tp:
+        b = tp.generate(ids, **options)
+    assert torch.equal(a, again) and torch.equal(a, b)
+    assert not torch.equal(a, other)
+    assert ((a[:, PROMPT:] >= 0) & (a[:, PROMPT:] < VOCAB)).all()
+
+
+def test_stream_yields_what_generate_returns_and_the_cache_is_split_on_tp2():
+    """runner.stream yields each step's tokens, the same as generate's; on
+    tp2 each rank keeps only its heads of the cache (Shard(1)), on dp2 its
+    sequences (Shard(0)), and the decode step moves no cache."""
+    torch.manual_seed(0)
+    model = make("llama")
+    ids, mask = prompts()
+    prog, r = runner("llama", "tp2", model)
+    with r:
+        whole = r.generate(ids, attention_mask=mask, max_new_tokens=8)
+        steps = list(r.stream(ids, attention_mask=mask, max_new_tokens=8))
+    assert len(steps) == whole.shape[1] - PROMPT
+    assert torch.equal(torch.stack(steps, 1), whole[:, PROMPT:])
+    layouts = {p["name"]: p["layout"] for p in r._exe.signature()["params"]}
+    assert layouts["tdx_kv_cache.keys_0"] == "[Shard(1)]"
+    assert layouts["tdx_kv_cache.values_1"] == "[Shard(1)]"
+    cache = BATCH * 2 * MAX_LENGTH * 8 * 4      # (batch, kv heads, positions, head dim) f32
+    largest = {e["name"]: e["bytes"] for e in prog.memory_report()["largest"]}
+    assert largest.get("state tdx_kv_cache.keys_0", cache // 2) == cache // 2
+    dp, r2 = runner("llama", "dp2", model)
+    r2.close()
+    assert {p["name"]: p["layout"] for p in r2._exe.signature()["params"]}[
+        "tdx_kv_cache.keys_0"] == "[Shard(0)]"
+
+
+def test_bad_requests_are_named():
+    """A prompt wider than the program's, a batch larger than max_batch,
+    token ids outside the vocabulary, right padding, more new tokens than
+    the cache holds; trace_generate's own bad arguments; generate on a
+    program that is not a generation program."""
+    torch.manual_seed(0)
+    model = make("gpt2")
+    _, r = runner("gpt2", "1", model)
+    ids, mask = prompts()
+    with r:
+        with pytest.raises(ValueError, match="longer than the program's 6"):
+            r.generate(torch.ones(1, 7, dtype=torch.int64))
+        with pytest.raises(ValueError, match="larger than the program's max_batch=4"):
+            r.generate(torch.ones(5, 3, dtype=torch.int64))
+        with pytest.raises(ValueError, match=r"token id 128 .*outside the vocabulary \[0, 128\)"):
+            r.generate(torch.tensor([[1, 2, 128]]))
+        with pytest.raises(ValueError, match="padded on the right"):
+            r.generate(ids, attention_mask=mask.flip(-1))
+        with pytest.raises(ValueError, match="at most 35 new tokens"):
+            r.generate(ids, attention_mask=mask, max_new_tokens=36)
+        # After the refusals the runner still serves.
+        assert r.generate(ids[:1], max_new_tokens=2).shape == (1, PROMPT + 2)
+    deferred = tdx.deferred_init(make, "gpt2")
+    with pytest.raises(ValueError, match="max_length .* larger than the prompt length 6"):
+        tdx.trace_generate(deferred, torch.zeros(1, 6, dtype=torch.int64), max_length=6)
+    with pytest.raises(tdx.CaptureError, match="Hugging Face causal language model"):
+        tdx.trace_generate(tdx.deferred_init(torch.nn.Linear, 4, 4),
+                           torch.zeros(1, 4, dtype=torch.int64), max_length=8)
+    plain = tdx.compile(tdx.trace(tdx.deferred_init(torch.nn.Linear, 4, 4), torch.ones(2, 4)))
+    with plain.start() as p, pytest.raises(tdx.CaptureError, match="not traced by "
+                                                                   "tdx.trace_generate"):
+        p.generate(torch.ones(1, 2, dtype=torch.int64))
