@@ -276,6 +276,52 @@ class Runner:
         self._check_open("publish")
         self._t.publish(os.fspath(getattr(store, "path", store)), key, int(keep))
 
+    def load_weights(self, store, key, *, version=None):
+        """Replaces the parameters and buffers with the newest version of
+        `key` in `store` (a :class:`tdx.store.Store`, a path or
+        ``ucx://...``), or `version`, each rank reading only its own boxes
+        in this program's layout, whatever layout the writer had; the
+        compiled program stays (a generator refreshed from a trainer's
+        ``publish``). Every parameter and persistent buffer must be there
+        with this program's shape; non-persistent buffers (a generation
+        program's key/value cache) are kept. Returns ``{"version",
+        "seconds", "bytes", "GB/s"}``: the bytes are those of the boxes the
+        ranks read."""
+        from . import store as _store
+        from .checkpoint import required_state
+        self._check_open("load_weights")
+        store = store if isinstance(store, _store.Store) else _store.Store(store)
+        signature = self._exe.signature()
+        held = store.tensors(key, version=version)
+        params = {p["name"]: p for p in signature["params"]}
+        names = required_state(signature)
+        missing = [n for n in names if n not in held and n not in self._exe.tied()]
+        if missing:
+            raise InputError(f"load_weights: key '{key}' of {store.path} has no "
+                             f"{', '.join(missing[:5])}{' ...' if len(missing) > 5 else ''} "
+                             f"({len(missing)} of the program's {len(names)} parameters and "
+                             f"buffers): is it another model's?")
+        wrong = [f"{n} is {list(held[n][0])} there, {params[n]['shape']} here"
+                 for n in names if n in held and list(held[n][0]) != params[n]["shape"]]
+        if wrong:
+            raise InputError(f"load_weights: key '{key}' of {store.path} holds another "
+                             f"shape: {'; '.join(wrong[:3])}")
+        start = time.perf_counter()
+        for attempt in range(8):
+            v = version if version is not None else store.versions(key)[-1]
+            try:
+                self._t.load_path(f"{store._root(key)}/step-{int(v):08d}")
+                break
+            except TdxError:
+                # Dropped by its writer meanwhile (a newer one committed):
+                # the newest, again.
+                if version is not None or store.versions(key)[-1] == v or attempt == 7:
+                    raise
+        seconds = time.perf_counter() - start
+        moved = _box_bytes(signature, [n for n in names if n in held])
+        return {"version": int(v), "seconds": seconds, "bytes": moved,
+                "GB/s": moved / seconds / 1e9 if seconds > 0 else float("inf")}
+
     def close(self):
         """Ends the ranks (under SPMD: this rank's session; every rank
         closes). Idempotent."""
@@ -364,6 +410,9 @@ class _Workers:
             self._request("load", path)
         finally:
             _discard(path)
+
+    def load_path(self, path):
+        self._request("load", path)
 
     def save(self, checkpoint, keep):
         self._request("save", checkpoint, str(keep))
@@ -529,6 +578,9 @@ class _InProcess:
         finally:
             _discard(path)
 
+    def load_path(self, path):
+        self._check(self._lib.tdx_load(self._h, path.encode()), "load_weights")
+
     def save(self, checkpoint, keep):
         self._check(self._lib.tdx_save(self._h, checkpoint.encode(), keep), "save")
 
@@ -591,3 +643,24 @@ def _discard(path):
         os.remove(path)
     except FileNotFoundError:
         pass
+
+
+def _box_bytes(signature, names):
+    """The bytes of the boxes of `names` that every rank holds, summed over
+    the ranks (a replicated tensor once per rank)."""
+    import itertools
+    import math
+
+    from . import _C
+    mesh = signature.get("mesh") or []
+    params = {p["name"]: p for p in signature["params"]}
+    total = 0
+    for name in names:
+        p = params[name]
+        item = torch.empty((), dtype=_TORCH_DTYPES[p["dtype"]]).element_size() \
+            if p["dtype"] in _TORCH_DTYPES else 4
+        for coords in itertools.product(*(range(n) for n in mesh)) if mesh else [()]:
+            _, size = _C.box_of(list(mesh), list(coords), p["shape"], p["layout"]) if mesh \
+                else (None, p["shape"])
+            total += math.prod(size) * item
+    return total

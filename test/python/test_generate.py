@@ -184,3 +184,61 @@ def test_bad_requests_are_named():
     with plain.start() as p, pytest.raises(tdx.CaptureError, match="not traced by "
                                                                    "tdx.trace_generate"):
         p.generate(torch.ones(1, 2, dtype=torch.int64))
+
+
+def test_the_rl_loop_refreshes_the_generator_from_the_trainers_store(tmp_path, monkeypatch):
+    """examples/rl_loop.py through a volume with a job token: a trainer on
+    dp2 x tp2 publishes each step, the generator on tp2 refreshes from the
+    store without recompiling, and its logits equal eager's on the
+    trainer's weights (1e-5) version by version; the volume served the
+    generator's boxes and no more (plus the files' headers)."""
+    import json
+    import os
+    import subprocess
+    import sys
+
+    from tdx.store import Store, start_volume
+    monkeypatch.setenv("TDX_STORE_TOKEN", "rl-loop-token")
+    example = os.path.join(os.path.dirname(__file__), "..", "..", "examples", "rl_loop.py")
+    with start_volume(0, host="localhost") as volume:
+        done = subprocess.run([sys.executable, example, "--rounds", "2", "--json", "--store",
+                               f"ucx://{volume.address}"], capture_output=True, text=True,
+                              timeout=600)
+        assert done.returncode == 0, done.stdout[-2000:] + done.stderr[-3000:]
+        rows = [json.loads(line) for line in done.stdout.splitlines() if line.startswith("{")]
+        served = Store([volume]).status()[volume.address]["served"]
+    assert [r["version"] for r in rows] == [0, 1]
+    assert all(r["logits_max_diff"] <= 1e-5 for r in rows), rows
+    assert rows[0]["loss"] != rows[1]["loss"]
+    boxes = sum(r["refresh_bytes"] for r in rows)
+    assert boxes <= served < boxes * 1.1, (boxes, served)
+    print(f"refresh: {rows[-1]['refresh_bytes']:,} bytes in {rows[-1]['refresh_s'] * 1e3:.1f} "
+          f"ms; the volume served {served:,} bytes for {boxes:,} bytes of boxes")
+
+
+def test_load_weights_names_a_key_of_another_model(tmp_path):
+    """A key holding another shape, or lacking the program's weights, is
+    refused by name, and the runner keeps its weights."""
+    import transformers
+    from tdx.store import Store
+    torch.manual_seed(0)
+    model = make("llama")
+    store = Store(tmp_path)
+    wider = transformers.LlamaForCausalLM(transformers.LlamaConfig(**{**_DECODER,
+                                                                      "hidden_size": 64}))
+    store.put("other", dict(wider.state_dict()))
+    store.put("part", {"lm_head.weight": model.lm_head.weight.detach()})
+    _, r = runner("llama", "1", model)
+    ids, mask = prompts()
+    with r:
+        before = r.generate(ids, attention_mask=mask, max_new_tokens=4)
+        with pytest.raises(tdx.InputError, match=r"holds another shape: .* is \[128, 64\] there, "
+                                                 r"\[128, 32\] here"):
+            r.load_weights(store, "other")
+        with pytest.raises(tdx.InputError, match="has no .*another model's"):
+            r.load_weights(store, "part")
+        assert torch.equal(r.generate(ids, attention_mask=mask, max_new_tokens=4), before)
+        store.put("same", dict(model.state_dict()))
+        got = r.load_weights(store, "same")
+        assert got["version"] == 0 and got["bytes"] > 0
+        assert torch.equal(r.generate(ids, attention_mask=mask, max_new_tokens=4), before)
