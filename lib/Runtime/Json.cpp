@@ -28,6 +28,20 @@ std::optional<int64_t> Value::getAsInteger() const {
   return std::nullopt;
 }
 
+std::optional<bool> Value::getAsBool() const {
+  if (kind_ == Bool)
+    return int_ != 0;
+  return std::nullopt;
+}
+
+std::optional<double> Value::getAsNumber() const {
+  if (kind_ == Int)
+    return static_cast<double>(int_);
+  if (kind_ == Double)
+    return double_;
+  return std::nullopt;
+}
+
 std::optional<uint64_t> Value::getAsUINT64() const {
   std::optional<int64_t> v = getAsInteger();
   if (!v || *v < 0)

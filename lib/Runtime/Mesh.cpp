@@ -347,6 +347,20 @@ int tdx::rt::endRank(const std::exception &error) {
   return 1;
 }
 
+std::string Mesh::broadcastFromRoot(std::string bytes) {
+  int64_t n = static_cast<int64_t>(bytes.size());
+  MPI_Request request;
+  checkMpi(MPI_Ibcast(&n, 1, MPI_INT64_T, 0, MPI_COMM_WORLD, &request), "broadcast");
+  complete(&request, "broadcast", {});
+  bytes.resize(static_cast<size_t>(n));
+  if (n > 0) {
+    checkMpi(MPI_Ibcast(bytes.data(), static_cast<int>(n), MPI_BYTE, 0, MPI_COMM_WORLD, &request),
+             "broadcast");
+    complete(&request, "broadcast", {});
+  }
+  return bytes;
+}
+
 void Mesh::barrier() {
   MPI_Request request;
   checkMpi(MPI_Ibarrier(MPI_COMM_WORLD, &request), "barrier");

@@ -73,6 +73,19 @@ int tdx::rt::parseOptions(int argc, char **argv, Options &o) {
         o.signature = true;
       else if (a == "--serve")
         o.serve = value();
+      else if (a == "--generate")
+        o.generate = true;
+      else if (a == "--eos-token-id") {
+        std::string list = value();
+        for (size_t at = 0; at <= list.size();) {
+          size_t comma = std::min(list.find(',', at), list.size());
+          o.eos.push_back(std::stoll(list.substr(at, comma - at)));
+          at = comma + 1;
+        }
+      } else if (a == "--pad-token-id")
+        o.pad = std::stoll(value());
+      else if (a == "--refresh-from")
+        o.refreshFrom = value();
       else if (a == "--help" || a == "-h") {
         std::cout
             << "usage: mpirun -np N " << argv[0]
@@ -82,6 +95,8 @@ int tdx::rt::parseOptions(int argc, char **argv, Options &o) {
                "       [--verbose] [--profile] [--no-overlap]\n"
                "   or: " << argv[0] << " --signature\n"
                "   or: mpirun -np N " << argv[0] << " --serve DIR [--params ...|--resume DIR] [--seed S]\n"
+               "   or: mpirun -np N " << argv[0] << " --generate [--params ...] [--eos-token-id T[,T]]\n"
+               "       [--pad-token-id T] [--store PATH --refresh-from store:KEY]\n"
                "   or: mpirun -np N " << argv[0] << " --batches b.safetensors --steps N\n"
                "       --outputs out.safetensors [--save-state state.safetensors] [--params ...]\n"
                "       [--save DIR [--save-every K] [--save-keep N]] [--resume DIR]\n"
@@ -135,7 +150,22 @@ int tdx::rt::parseOptions(int argc, char **argv, Options &o) {
                "--serve DIR: after init, keep the state and run the requests a controller\n"
                "writes into DIR (calls, state, checkpoints) until it closes: what tdx's\n"
                "Python runner, Executable.start() (and exe.run, exe.train), drives; the\n"
-               "flags above are made into the same requests (one step engine).\n";
+               "flags above are made into the same requests (one step engine).\n"
+               "--generate: a program made by tdx.trace_generate serves generation requests:\n"
+               "rank 0 reads one JSON object a line from stdin, {\"id\": 7, \"input_ids\":\n"
+               "[[1, 2, 3], [4, 5]], \"max_new_tokens\": 16, \"do_sample\": false,\n"
+               "\"temperature\": 1.0, \"top_k\": null, \"top_p\": null, \"seed\": 0,\n"
+               "\"eos_token_id\": 2, \"pad_token_id\": 0} (prompts unpadded, at most the\n"
+               "program's batch and prompt width; the options are Hugging Face generate's,\n"
+               "the draw the runner's), and writes a JSON line per step, {\"id\": 7,\n"
+               "\"step\": 0, \"tokens\": [..]}, then {\"id\": 7, \"done\": true, \"sequences\":\n"
+               "[[..], [..]], \"time_to_first_token_ms\": .., \"tokens_per_s\": ..}. A bad\n"
+               "request is answered {\"id\": 7, \"error\": \"...\"} and the next one served;\n"
+               "end of input ends every rank. --eos-token-id and --pad-token-id give the\n"
+               "requests' defaults (the model's generation config's). --refresh-from\n"
+               "store:KEY (with --store) reads KEY's newest version, each rank its boxes,\n"
+               "before a request whenever a newer one was published (a line\n"
+               "{\"refreshed\": PATH, \"ms\": ..} says so); the program stays.\n";
         return 0;
       } else {
         std::cerr << "tdx: unknown option " << a << " (see --help)\n";
@@ -143,6 +173,7 @@ int tdx::rt::parseOptions(int argc, char **argv, Options &o) {
       }
     } catch (const std::invalid_argument &) {
       bool number = a == "--seed" || a == "--steps" || a == "--save-every" || a == "--threads" ||
+                    a == "--eos-token-id" || a == "--pad-token-id" ||
                     a == "--save-keep" || a == "--publish-every";
       std::cerr << "tdx: " << a << " needs a " << (number ? "number" : "value")
                 << " (see --help)\n";
@@ -171,6 +202,13 @@ int tdx::rt::parseOptions(int argc, char **argv, Options &o) {
   if (!o.resume.empty() && !o.params.empty())
     return refuse("--resume and --params exclude each other: a resumed run reads its state "
                   "from the checkpoint");
+  if (o.generate && (!o.serve.empty() || !o.batches.empty() || !o.inputs.empty()))
+    return refuse("--generate takes its requests from stdin; drop --serve, --batches and "
+                  "--inputs");
+  if (!o.refreshFrom.empty() && (!o.generate || o.refreshFrom.rfind("store:", 0) != 0 ||
+                                 o.store.empty()))
+    return refuse("--refresh-from store:KEY refreshes a --generate binary's weights from the "
+                  "store --store PATH names");
   if (!o.serve.empty() && (!o.batches.empty() || !o.inputs.empty()))
     return refuse("--serve takes its calls from the controller; drop --batches and --inputs");
   if (!o.resume.empty() && o.batches.empty() && o.serve.empty())

@@ -313,11 +313,16 @@ Origin tdx::rt::origin(Options &o, bool runner) {
   return from;
 }
 
-int tdx::rt::runEngine(const Options &o, const std::function<std::unique_ptr<Engine>()> &open) {
+int tdx::rt::runEngine(const Options &o, const std::function<std::unique_ptr<Engine>()> &open,
+                       const std::vector<EntryShapes> &shapes) {
   try {
+    if (o.generate && shapes.empty())
+      throw std::runtime_error("--generate is built for CPU binaries only so far");
     std::unique_ptr<Engine> engine = open();
     const int rank = engine->mesh().rank();
-    if (!o.serve.empty()) {
+    if (o.generate) {
+      serveGeneration(*engine, o, shapes);
+    } else if (!o.serve.empty()) {
       PipeRequests requests(o.serve, rank);
       serve(*engine, requests);
     } else {

@@ -162,22 +162,49 @@ def _eos_list(eos):
     return [int(e) for e in (eos if isinstance(eos, (list, tuple)) else [eos])]
 
 
-def _pick(logits, do_sample, temperature, top_k, top_p, generator):
-    """The next token of each row, as Hugging Face's generate picks it:
-    argmax, or a draw after temperature, top-k, then top-p."""
+_MASK = (1 << 64) - 1
+
+
+def _uniform(seed, step, row):
+    """The uniform in [0, 1) sequence `row` draws at step `step` of a
+    request with `seed`: splitmix64 of the three (the serving binary's
+    draw, lib/Runtime/Generate.cpp, the same bits), so one seed gives the
+    same tokens on every layout, from the runner and from the binary."""
+    z = ((seed * 1000003 + step) * 1000003 + row) & _MASK
+    z = (z + 0x9E3779B97F4A7C15) & _MASK
+    z = ((z ^ (z >> 30)) * 0xBF58476D1CE4E5B9) & _MASK
+    z = ((z ^ (z >> 27)) * 0x94D049BB133111EB) & _MASK
+    z ^= z >> 31
+    return (z >> 11) * 2.0 ** -53
+
+
+def _pick(logits, do_sample, temperature, top_k, top_p, seed, step):
+    """The next token of each row, as Hugging Face's generate orders the
+    work: argmax, or, sampling, temperature, top-k, top-p (in float64),
+    then the token where the row's uniform falls in the cumulative
+    probabilities in vocabulary order."""
     if not do_sample:
         return logits.argmax(-1)
-    scores = logits / temperature
-    if top_k is not None and top_k < scores.shape[-1]:
-        kth = scores.topk(top_k, dim=-1).values[:, -1:]
-        scores = scores.masked_fill(scores < kth, float("-inf"))
-    if top_p is not None and top_p < 1.0:
-        ordered, order = scores.sort(dim=-1, descending=False)
-        cum = ordered.softmax(-1).cumsum(-1)
-        drop = cum <= 1 - top_p
-        drop[:, -1] = False                 # the most likely token always stays
-        scores = scores.masked_fill(drop.scatter(1, order, drop), float("-inf"))
-    return torch.multinomial(scores.softmax(-1), 1, generator=generator).squeeze(1)
+    out = []
+    for row, values in enumerate(logits.to(torch.float64)):
+        scores = values / temperature
+        if top_k is not None and top_k < scores.numel():
+            kth = scores.topk(top_k).values[-1]
+            scores = scores.masked_fill(scores < kth, float("-inf"))
+        if top_p is not None and top_p < 1.0:
+            ordered, order = scores.sort(stable=True)
+            e = (ordered - ordered[-1]).exp()
+            cum = (e / e.cumsum(0)[-1]).cumsum(0)     # sums in order, as the binary's
+            drop = cum <= 1 - top_p
+            drop[-1] = False                    # the most likely token always stays
+            scores = scores.clone()
+            scores[order[drop]] = float("-inf")
+        p = (scores - scores.max()).exp()
+        target = _uniform(int(seed), step, row) * p.cumsum(0)[-1].item()
+        hit = (p.cumsum(0) > target) & (p > 0)
+        index = int(hit.nonzero()[0]) if hit.any() else int((p > 0).nonzero()[-1])
+        out.append(index)
+    return torch.tensor(out, dtype=torch.int64)
 
 
 def stream(runner, input_ids, attention_mask=None, max_new_tokens=20, do_sample=False,
@@ -248,10 +275,8 @@ def stream(runner, input_ids, attention_mask=None, max_new_tokens=20, do_sample=
     full = torch.ones(B, L, dtype=torch.int64)
     full[:, :P] = prompt
     positions = (prompt.cumsum(-1) - 1).masked_fill(prompt == 0, 1)
-    generator = None
-    if do_sample:
-        generator = torch.Generator()
-        generator.manual_seed(int(seed) if seed is not None else torch.seed())
+    if do_sample and seed is None:
+        seed = torch.seed() & _MASK
 
     start = time.perf_counter()
     logits = runner.forward(full_ids, full, positions)
@@ -261,7 +286,7 @@ def stream(runner, input_ids, attention_mask=None, max_new_tokens=20, do_sample=
     report = runner.last_generation = {"new_tokens": 0, "time_to_first_token_s": None,
                                        "tokens_per_s": None}
     while True:
-        tok = _pick(logits[:batch], do_sample, temperature, top_k, top_p, generator)
+        tok = _pick(logits[:batch], do_sample, temperature, top_k, top_p, seed, made)
         tok = torch.where(done, torch.full_like(tok, pad), tok)
         made += 1
         now = time.perf_counter()

@@ -242,3 +242,97 @@ def test_load_weights_names_a_key_of_another_model(tmp_path):
         got = r.load_weights(store, "same")
         assert got["version"] == 0 and got["bytes"] > 0
         assert torch.equal(r.generate(ids, attention_mask=mask, max_new_tokens=4), before)
+
+
+def _serve_lines(proc, until_done):
+    """JSON lines from the serving binary until a line with "done" or
+    "error" (or end of output)."""
+    import json
+    lines = []
+    while True:
+        line = proc.stdout.readline()
+        if not line:
+            return lines
+        if not line.startswith("{"):
+            continue
+        lines.append(json.loads(line))
+        if until_done and ("done" in lines[-1] or "error" in lines[-1]):
+            return lines
+
+
+def test_the_serving_binary_gives_the_runners_tokens_with_no_python(tmp_path):
+    """exe.save's binary with --generate on 2 ranks (tp2), run from a shell
+    whose PATH has mpirun and no Python: greedy and seeded sampled requests
+    give the runner's tokens, malformed requests are answered with their
+    error and the next one served, and --refresh-from picks up a version
+    published between requests (its tokens then the new weights')."""
+    import json
+    import os
+    import shutil
+    import subprocess
+
+    from tdx.store import Store
+    torch.manual_seed(0)
+    model = make("llama")
+    prog, r = runner("llama", "tp2", model)
+    rows = [[5, 9, 14, 3, 7, 11], [8, 2, 6, 1], [4, 10], [12, 13, 15, 16, 17]]
+    ids = torch.zeros(len(rows), PROMPT, dtype=torch.int64)
+    mask = torch.zeros_like(ids)
+    for b, row in enumerate(rows):
+        ids[b, PROMPT - len(row):] = torch.tensor(row)
+        mask[b, PROMPT - len(row):] = 1
+    sampled = dict(do_sample=True, temperature=0.7, top_k=30, top_p=0.9, seed=11)
+    torch.manual_seed(1)
+    newer = make("llama")
+    with r:
+        greedy = r.generate(ids, attention_mask=mask, max_new_tokens=12, pad_token_id=0)
+        drawn = r.generate(ids, attention_mask=mask, max_new_tokens=12, pad_token_id=0,
+                           **sampled)
+        r.load_state_dict(newer.state_dict())
+        refreshed = r.generate(ids, attention_mask=mask, max_new_tokens=12, pad_token_id=0)
+
+    store = Store(tmp_path / "store")
+    store.put("policy", dict(model.state_dict()))
+    binary = str(tmp_path / "llama-serve")
+    r._exe.save(binary)
+    bin_dir = tmp_path / "bin"
+    bin_dir.mkdir()
+    os.symlink(shutil.which("mpirun"), bin_dir / "mpirun")
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("PYTHON", "VIRTUAL_ENV"))}
+    env["PATH"] = str(bin_dir)
+    env["OMPI_MCA_orte_tmpdir_base"] = str(tmp_path)
+    env["OMPI_MCA_plm_rsh_agent"] = ""      # one host: mpirun needs no ssh on PATH
+    assert shutil.which("python3", path=env["PATH"]) is None
+    proc = subprocess.Popen(
+        ["/bin/sh", "-c", f"exec mpirun --oversubscribe --allow-run-as-root -np 2 {binary} "
+                          f"--generate --store {tmp_path / 'store'} --params store:policy "
+                          f"--refresh-from store:policy --pad-token-id 0 --eos-token-id 2"],
+        stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+        env=env)
+    try:
+        def ask(request):
+            proc.stdin.write(request + "\n")
+            proc.stdin.flush()
+            return _serve_lines(proc, True)
+
+        got = ask(json.dumps({"id": 1, "input_ids": rows, "max_new_tokens": 12}))
+        assert [line["step"] for line in got[:-1]] == list(range(12))
+        assert got[-1]["done"] and got[-1]["id"] == 1 and got[-1]["tokens_per_s"] > 0
+        assert torch.equal(torch.tensor(got[-1]["sequences"]), greedy[:, PROMPT:])
+        bad = ask("this is not JSON")
+        assert "one JSON object a line" in bad[-1]["error"]
+        bad = ask(json.dumps({"id": 2, "input_ids": [[1, 2, VOCAB]]}))
+        assert bad[-1]["id"] == 2 and "token id 128" in bad[-1]["error"]
+        bad = ask(json.dumps({"id": 3, "input_ids": [list(range(1, PROMPT + 2))]}))
+        assert "more than the program's 6" in bad[-1]["error"]
+        got = ask(json.dumps({"id": 4, "input_ids": rows, "max_new_tokens": 12, **sampled}))
+        assert torch.equal(torch.tensor(got[-1]["sequences"]), drawn[:, PROMPT:])
+        store.put("policy", dict(newer.state_dict()))
+        got = ask(json.dumps({"id": 5, "input_ids": rows, "max_new_tokens": 12}))
+        assert "refreshed" in got[0] and got[0]["refreshed"].endswith("step-00000001")
+        assert torch.equal(torch.tensor(got[-1]["sequences"]), refreshed[:, PROMPT:])
+        proc.stdin.close()
+        assert proc.wait(timeout=120) == 0, proc.stderr.read()[-3000:]
+    finally:
+        if proc.poll() is None:
+            proc.kill()

@@ -46,6 +46,9 @@ public:
   std::optional<std::string> getAsString() const;
   std::optional<int64_t> getAsInteger() const;
   std::optional<uint64_t> getAsUINT64() const;
+  std::optional<bool> getAsBool() const;
+  /// An integer or a double, as a double.
+  std::optional<double> getAsNumber() const;
 
 private:
   friend std::string print(const Value &, int);

@@ -104,6 +104,8 @@ public:
   /// The sum of `value` over all ranks (every rank gets it).
   int64_t sumOverWorld(int64_t value);
   void barrier();
+  /// Rank 0's `bytes`, on every rank (the others' argument is ignored).
+  std::string broadcastFromRoot(std::string bytes);
   /// With `verbose`, rank 0 prints the init time, the mean step time and the
   /// bytes all ranks sent per step. Every rank calls it: it sums over them.
   /// `firstMs` >= 0: a warm-up step's time, printed but not in the mean.

@@ -40,6 +40,15 @@ struct Options {
   /// --serve DIR: after init, run the controller's requests from DIR
   /// (tdx's runner, python/tdx/runner.py) until it closes.
   std::string serve;
+  /// --generate: serve generation requests (a program tdx.trace_generate
+  /// made): JSON lines on stdin, tokens as JSON lines on stdout
+  /// (Generate.cpp). --eos-token-id, --pad-token-id: the defaults of its
+  /// requests; --refresh-from store:KEY: the newest version of KEY between
+  /// requests.
+  bool generate = false;
+  std::vector<int64_t> eos;
+  int64_t pad = -1;
+  std::string refreshFrom;
 };
 
 /// Parses a model binary's command line into `options`. Returns -1 to go on,

@@ -178,10 +178,25 @@ Origin origin(Options &options, bool runner);
 /// runtime library (CPU, CUDA) defines it.
 std::unique_ptr<Engine> openEngine(const void *program, Options &options, bool ownsProcess);
 
+/// The global shapes of an entry's inputs and outputs, as a binary's
+/// driver knows them from its program.
+struct EntryShapes {
+  std::vector<std::vector<int64_t>> inputs, outputs;
+};
+
+/// --generate (Generate.cpp): serves generation requests from stdin on a
+/// program tdx.trace_generate made (`shapes`: its prefill's and decode's)
+/// until the input ends.
+void serveGeneration(Engine &engine, const Options &options,
+                     const std::vector<EntryShapes> &shapes);
+
 /// Runs a binary's ranks: after `open` made the engine, serves the pipe
-/// (--serve) or the command line's requests, then ends MPI. Returns the exit
-/// code (an error ends every rank with its message).
-int runEngine(const Options &options, const std::function<std::unique_ptr<Engine>()> &open);
+/// (--serve), generation requests (--generate; `shapes` are the program's
+/// entries', which the driver knows) or the command line's requests, then
+/// ends MPI. Returns the exit code (an error ends every rank with its
+/// message).
+int runEngine(const Options &options, const std::function<std::unique_ptr<Engine>()> &open,
+              const std::vector<EntryShapes> &shapes = {});
 
 } // namespace tdx::rt
 

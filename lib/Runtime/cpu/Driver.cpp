@@ -22,5 +22,13 @@ int tdx::rt::runMain(int argc, char **argv, const Program &program) {
               << "\n";
     return 0;
   }
-  return runEngine(o, [&] { return openEngine(&program, o, /*ownsProcess=*/true); });
+  std::vector<EntryShapes> shapes;
+  for (size_t k = 0; k <= program.entries.size(); ++k) {
+    EntryShapes &e = shapes.emplace_back();
+    for (const Program::Value &v : program.inputsOf(k))
+      e.inputs.push_back(v.shape);
+    for (const Program::Value &v : program.outputsOf(k))
+      e.outputs.push_back(v.shape);
+  }
+  return runEngine(o, [&] { return openEngine(&program, o, /*ownsProcess=*/true); }, shapes);
 }
