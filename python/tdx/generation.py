@@ -38,23 +38,44 @@ class GenerationSpec:
                 f"max_length={self.max_length})")
 
 
-def _layer_shapes(config, layers, batch, length, dtype):
-    """(keys shape, values shape) of each layer's cache: the model's kv
-    heads and head dims."""
-    text = config.get_text_config() if hasattr(config, "get_text_config") else config
-    heads = getattr(text, "num_key_value_heads", None) or text.num_attention_heads
-    head_dim = getattr(text, "head_dim", None) or text.hidden_size // text.num_attention_heads
-    v_head_dim = getattr(text, "v_head_dim", None) or head_dim
-    return [((batch, heads, length, head_dim), (batch, heads, length, v_head_dim))
-            for _ in range(layers)]
+def _probed_shapes(model, cache, run, inputs):
+    """Each layer's (keys shape, values shape, dtype) as the model hands
+    them to its cache, its batch and positions those of the cache: one
+    throwaway trace of the prefill whose layers record what they are given
+    (MLA caches a latent, others their kv heads; the model knows)."""
+    from .deferred import _python_guards, model_code_tracing
+    shapes = {}
+    for i, layer in enumerate(cache.layers):
+        def lazy(key_states, value_states, i=i, layer=layer):
+            shapes[i] = (tuple(key_states.shape), tuple(value_states.shape), key_states.dtype)
+            k, v = key_states.shape, value_states.shape
+            n = layer.max_cache_len
+            layer.keys = key_states.new_zeros((k[0], k[1], n) + tuple(k[3:]))
+            layer.values = value_states.new_zeros((v[0], v[1], n) + tuple(v[3:]))
+            layer.dtype, layer.device = key_states.dtype, key_states.device
+            layer.is_initialized = True
+        layer.lazy_initialization = lazy
+    log = _C.Trace()
+    with torch.no_grad(), _python_guards(fake_cuda=True), _C.TraceMode(log), \
+            model_code_tracing():
+        try:
+            run(model, *inputs)
+        except Exception:       # noqa: BLE001 (the shapes are known before it failed)
+            if len(shapes) < len(cache.layers):
+                raise
+    for i, layer in enumerate(cache.layers):
+        del layer.lazy_initialization
+        layer.is_initialized = False
+    length = cache.layers[0].max_cache_len
+    return [((k[0], k[1], length) + k[3:], (v[0], v[1], length) + v[3:], dtype)
+            for k, v, dtype in (shapes[i] for i in range(len(cache.layers)))]
 
 
-def _static_cache(model, batch, length, recording):
+def _static_cache(model, cache, length, recording, run, inputs):
     """A StaticCache whose layers' tensors are deferred buffers of the
-    model (made once: a second trace of the model reuses them)."""
-    from transformers import StaticCache
+    model (made once: a second trace of the model reuses them), shaped as
+    the prefill `run(model, *inputs)` writes them."""
     from transformers.cache_utils import StaticLayer, StaticSlidingWindowLayer
-    cache = StaticCache(config=model.config, max_cache_len=length)
     for i, layer in enumerate(cache.layers):
         if isinstance(layer, StaticSlidingWindowLayer):
             # A sliding-window layer keeps every position too: its mask
@@ -66,15 +87,14 @@ def _static_cache(model, batch, length, recording):
             raise CaptureError(f"trace_generate: layer {i} of {type(model).__name__} keeps a "
                                f"{type(layer).__name__}; tdx generates with static "
                                f"key/value caches (StaticLayer) only")
-    dtype = next(model.parameters()).dtype
-    shapes = _layer_shapes(model.config, len(cache.layers), batch, length, dtype)
+    shapes = _probed_shapes(model, cache, run, inputs)
     holder = getattr(model, HOLDER, None)
-    want = [s for pair in shapes for s in pair]
+    want = [s for k, v, _ in shapes for s in (k, v)]
     if holder is None or [tuple(b.shape) for n, b in holder.named_buffers()
                           if not n.startswith("length")] != want:
         def make():
             h = torch.nn.Module()
-            for i, (k, v) in enumerate(shapes):
+            for i, (k, v, dtype) in enumerate(shapes):
                 h.register_buffer(f"keys_{i}", torch.zeros(k, dtype=dtype), persistent=False)
                 h.register_buffer(f"values_{i}", torch.zeros(v, dtype=dtype), persistent=False)
                 # The layer's position counter (HF's cumulative_length).
@@ -85,12 +105,12 @@ def _static_cache(model, batch, length, recording):
         holder = getattr(model, HOLDER)
     for i, layer in enumerate(cache.layers):
         layer.keys, layer.values = getattr(holder, f"keys_{i}"), getattr(holder, f"values_{i}")
-        layer.dtype, layer.device = dtype, layer.keys.device
-        layer.batch_size, layer.num_heads = batch, layer.keys.shape[1]
+        layer.dtype, layer.device = layer.keys.dtype, layer.keys.device
+        layer.batch_size, layer.num_heads = layer.keys.shape[0], layer.keys.shape[1]
         layer.k_head_dim, layer.v_head_dim = layer.keys.shape[-1], layer.values.shape[-1]
         layer.cumulative_length = getattr(holder, f"length_{i}")
         layer.is_initialized = True
-    return cache, holder
+    return holder
 
 
 def trace_generate(model, example_ids, *, max_length, max_batch=None):
@@ -123,7 +143,8 @@ def trace_generate(model, example_ids, *, max_length, max_batch=None):
     if batch < 1:
         raise ValueError(f"trace_generate: max_batch must be >= 1, got {batch}")
     _, recording = _checked_entries(model, "trace_generate")
-    cache, holder = _static_cache(model, batch, max_length, recording)
+    from transformers import StaticCache
+    cache = StaticCache(config=config, max_cache_len=max_length)
 
     def step(reset):
         def run(m, ids, mask, positions):
@@ -141,6 +162,7 @@ def trace_generate(model, example_ids, *, max_length, max_batch=None):
                              torch.zeros(batch, width, dtype=torch.int64)], "input",
                             "trace_generate")
 
+    _static_cache(model, cache, max_length, recording, step(False), inputs(prompt))
     with torch.no_grad():
         prog, log = _traced(model, step(True), inputs(prompt), "trace_generate",
                             write_state=True)

@@ -30,6 +30,19 @@ MODELS = {
                        **_DECODER)),
     "mixtral": ("MixtralForCausalLM", "MixtralConfig",
                 dict(num_local_experts=4, num_experts_per_tok=2, **_DECODER)),
+    "olmoe": ("OlmoeForCausalLM", "OlmoeConfig",
+              dict(num_experts=4, num_experts_per_tok=2, **_DECODER)),
+    # Attention sinks, biases on the experts, a sliding-window layer.
+    "gpt-oss": ("GptOssForCausalLM", "GptOssConfig",
+                dict(num_local_experts=4, num_experts_per_tok=2, head_dim=8, sliding_window=4,
+                     layer_types=["sliding_attention", "full_attention"], **_DECODER)),
+    # MLA: the cache holds the compressed latent and the rope keys, one
+    # "head" each (Hugging Face's layout), not per-head keys.
+    "deepseek-v3": ("DeepseekV3ForCausalLM", "DeepseekV3Config",
+                    dict(moe_intermediate_size=16, n_routed_experts=4, n_shared_experts=1,
+                         n_group=2, topk_group=1, first_k_dense_replace=1, kv_lora_rank=16,
+                         q_lora_rank=16, qk_rope_head_dim=4, qk_nope_head_dim=4, v_head_dim=8,
+                         num_experts_per_tok=2, **{**_DECODER, "num_key_value_heads": 4})),
 }
 BATCH, PROMPT, MAX_LENGTH, NEW = 4, 6, 40, 32
 
