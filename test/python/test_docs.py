@@ -8,7 +8,7 @@ import pytest
 
 DOCS = os.path.join(os.path.dirname(__file__), "..", "..", "docs")
 PAGES = [os.path.join(DOCS, page) for page in ("capture.md", "sharding.md", "runtime.md",
-                                                "training.md", "checkpoints.md")]
+                                                "training.md", "checkpoints.md", "serving.md")]
 PAGES.append(os.path.join(DOCS, "..", "README.md"))
 BLOCKS = [textwrap.dedent(block) for page in PAGES
           for block in re.findall(r"```python\n(.*?)```", open(page).read(), re.S)]
