@@ -110,19 +110,24 @@ def put(root, value, keep, kind):
             raise CheckpointError(box[0][1])
         return box[0][0]
 
-    pending, error = None, None
+    pending, error, data = None, None, None
     if rank == 0:
         try:
-            pending = _C.begin_checkpoint(root, -1)
-        except CheckpointError as e:
-            error = str(e)
+            data = pickle.dumps(skeleton)
+        except Exception as e:  # noqa: BLE001 (every rank hears of it)
+            error = (f"put: the value holds an object that cannot be pickled ({e}); a store "
+                     f"holds tensors, DTensors and picklable objects")
+        if error is None:
+            try:
+                pending = _C.begin_checkpoint(root, -1)
+            except CheckpointError as e:
+                error = str(e)
     pending = everyone(pending, error)
 
     part, error = "", None
     try:
         boxes = [b for name, t in leaves for b in _boxes(name, t, rank)]
         if rank == 0:
-            data = pickle.dumps(skeleton)
             boxes.append((SKELETON, [len(data)], [0],
                           torch.frombuffer(bytearray(data), dtype=torch.uint8)))
         if boxes:

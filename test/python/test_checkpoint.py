@@ -611,8 +611,14 @@ def test_store_refuses_bad_keys_and_values(tmp_path):
     store = tdx.store.Store(tmp_path)
     with pytest.raises(tdx.CheckpointError, match="store key '../x' is not valid"):
         store.put("../x", torch.zeros(1))
-    with pytest.raises(TypeError, match="put takes a tensor or a dict of tensors"):
-        store.put("k", [1, 2])
+    # Any picklable value beside tensors is stored (TorchStore's API); what
+    # cannot be pickled is named.
+    assert store.put("list", [1, torch.ones(2), {"a": "b"}]) == 0
+    got = store.get("list")
+    assert got[0] == 1 and torch.equal(got[1], torch.ones(2)) and got[2] == {"a": "b"}
+    with pytest.raises(tdx.CheckpointError, match="cannot be pickled"):
+        store.put("k", [lambda: 0])
+    assert not store.exists("k")
     assert store.put("k", torch.arange(3)) == 0
     assert torch.equal(store.get("k"), torch.arange(3))
     with pytest.raises(KeyError, match="key 'k' has no version 5; it has \\[0\\]"):
