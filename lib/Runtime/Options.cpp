@@ -223,7 +223,7 @@ std::string tdx::rt::paramsPath(const Options &o) {
 
 std::vector<bool> tdx::rt::givenState(const TensorStore &store,
                                       const std::vector<std::string> &names, bool resume,
-                                      bool note) {
+                                      bool note, const std::vector<std::string> &transient) {
   std::vector<bool> given;
   bool model = false, anyModel = false;
   for (const std::string &name : names) {
@@ -239,7 +239,8 @@ std::vector<bool> tdx::rt::givenState(const TensorStore &store,
                              names.front() + "'); pass the weights by their qualified names, as "
                              "in model.state_dict()");
   for (size_t i = 0; i < names.size(); ++i)
-    if (note && !given[i] && !isOptimizerState(names[i]))
+    if (note && !given[i] && !isOptimizerState(names[i]) &&
+        std::find(transient.begin(), transient.end(), names[i]) == transient.end())
       std::fprintf(stderr, "tdx: %s has no '%s'; it starts as its init program makes it\n",
                    store.path().c_str(), names[i].c_str());
   return given;

@@ -73,9 +73,12 @@ class TensorStore;
 /// init programs make the rest: a resumed run needs all of them; a file
 /// with none of the model's (non-optimizer) entries is the wrong file; a
 /// model entry it lacks starts from its init program, which `note` says on
-/// stderr (rank 0 passes true). Throws std::runtime_error naming the file.
+/// stderr (rank 0 passes true) unless it is one of `transient` (the
+/// program's non-persistent buffers, which no state dict holds). Throws
+/// std::runtime_error naming the file.
 std::vector<bool> givenState(const TensorStore &store, const std::vector<std::string> &names,
-                             bool resume, bool note);
+                             bool resume, bool note,
+                             const std::vector<std::string> &transient = {});
 
 /// The compute threads a CPU rank uses: --threads, else OMP_NUM_THREADS
 /// when set (0: leave ATen's own choice), else the cores the launcher bound

@@ -105,7 +105,8 @@ Session::Session(const Program &program, Options &o, bool ownsProcess)
     std::vector<std::string> names;
     for (const Program::Param &p : program.params)
       names.push_back(p.name);
-    std::vector<bool> inStore = givenState(*store_, names, !o.resume.empty(), rank == 0);
+    std::vector<bool> inStore =
+        givenState(*store_, names, !o.resume.empty(), rank == 0, program.nonPersistent);
     for (size_t i = 0; i < names.size(); ++i)
       if (inStore[i]) {
         const Program::Param &p = program.params[i];
