@@ -360,3 +360,21 @@ def cache_placements(prog, mesh, placed, data_parallel):
                 placements[a] = Shard(1)
         out[name] = placements
     return out
+
+
+def cache_bytes(prog):
+    """The bytes of the key/value cache one rank of `prog` holds: each
+    cache buffer's bytes over the ranks of the axes that split it."""
+    import math
+    from .sharding import Shard
+    mesh, placements = getattr(prog, "_cache_placements", (None, {}))
+    total = 0
+    for name, (shape, dtype) in prog.parameters().items():
+        if not name.startswith(HOLDER + "."):
+            continue
+        size = math.prod(shape) * torch.empty((), dtype=dtype).element_size()
+        for axis, p in enumerate(placements.get(name, ())):
+            if isinstance(p, Shard):
+                size //= mesh.shape[axis]
+        total += size
+    return total

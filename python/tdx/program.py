@@ -184,9 +184,14 @@ class Program:
         ``memory_budget`` (``ops``, ``bytes``, ``seconds`` by the cost
         model, ``kinds``); and ``budget`` when there is one. The program
         itself is not changed; ``tdx-opt --tdx-memory-report`` prints the
-        same."""
+        same. A generation program's report has ``kv_cache`` too: the bytes
+        of the key/value cache one rank holds."""
         from .sharding import _memory_report
-        return _memory_report(self)
+        report = _memory_report(self)
+        if getattr(self, "generation", None) is not None:
+            from .generation import cache_bytes
+            report["kv_cache"] = cache_bytes(self)
+        return report
 
     def pipeline_report(self):
         """A pipelined program's stages and schedule as the compiler made

@@ -678,7 +678,8 @@ def parallelize(prog, mesh, plan, *, data_parallel=None, zero=0, fold=(), mixed_
     if getattr(prog, "generation", None) is not None:
         # A generation program's key/value cache: batch over dp, heads over tp.
         from .generation import cache_placements
-        for name, placements in cache_placements(prog, mesh, placed, data_parallel).items():
+        prog._cache_placements = (mesh, cache_placements(prog, mesh, placed, data_parallel))
+        for name, placements in prog._cache_placements[1].items():
             _annotate(prog, name, mesh, placements, checked=True)
     if zero:
         _place_zero(prog, mesh, mesh.axis(data_parallel), zero, placed)

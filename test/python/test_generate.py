@@ -157,10 +157,14 @@ def test_stream_yields_what_generate_returns_and_the_cache_is_split_on_tp2():
     assert layouts["tdx_kv_cache.keys_0"] == "[Shard(1)]"
     assert layouts["tdx_kv_cache.values_1"] == "[Shard(1)]"
     cache = BATCH * 2 * MAX_LENGTH * 8 * 4      # (batch, kv heads, positions, head dim) f32
-    largest = {e["name"]: e["bytes"] for e in prog.memory_report()["largest"]}
+    report = prog.memory_report()
+    largest = {e["name"]: e["bytes"] for e in report["largest"]}
     assert largest.get("state tdx_kv_cache.keys_0", cache // 2) == cache // 2
+    # keys and values of 2 layers, half each, and the 2 layers' counters.
+    assert report["kv_cache"] == 4 * cache // 2 + 2 * 8
     dp, r2 = runner("llama", "dp2", model)
     r2.close()
+    assert dp.memory_report()["kv_cache"] == 4 * cache // 2 + 2 * 8
     assert {p["name"]: p["layout"] for p in r2._exe.signature()["params"]}[
         "tdx_kv_cache.keys_0"] == "[Shard(0)]"
 
