@@ -24,6 +24,8 @@
 #include <chrono>
 #include <cmath>
 #include <cstdio>
+#include <fstream>
+#include <sstream>
 #include <iostream>
 #include <limits>
 #include <numeric>
@@ -241,6 +243,31 @@ GenerationRequest parseRequest(const std::string &line, const Spec &spec, const 
   return r;
 }
 
+/// The end-of-sequence and pad tokens of a Hugging Face folder `dir` (its
+/// generation_config.json, else its config.json), where the command line
+/// gives none.
+void modelDefaults(const std::string &dir, std::vector<int64_t> &eos, int64_t &pad) {
+  for (const char *name : {"generation_config.json", "config.json"}) {
+    std::ifstream in(dir + "/" + name);
+    if (!in)
+      continue;
+    std::stringstream text;
+    text << in.rdbuf();
+    std::optional<json::Value> parsed = json::parse(text.str());
+    const json::Object *config = parsed ? parsed->getAsObject() : nullptr;
+    if (!config)
+      continue;
+    if (eos.empty() && config->get("eos_token_id")) {
+      try {
+        eos = integers(config->get("eos_token_id"), "eos_token_id");
+      } catch (const BadRequest &) {
+      }
+    }
+    if (pad < 0)
+      pad = config->getInteger("pad_token_id").value_or(-1);
+  }
+}
+
 /// The path of the newest version of `key` in `store`.
 std::string newest(const std::string &store, const std::string &key) {
   if (isVolumePath(store)) {
@@ -264,9 +291,13 @@ void emit(const json::Object &line) {
 
 } // namespace
 
-void tdx::rt::serveGeneration(Engine &engine, const Options &o,
+void tdx::rt::serveGeneration(Engine &engine, const Options &options,
                               const std::vector<EntryShapes> &shapes) {
   const Spec spec = specOf(shapes);
+  Options o = options;
+  // Serving a Hugging Face folder: its end-of-sequence and pad tokens.
+  if (!o.params.empty() && o.params.rfind("store:", 0) != 0)
+    modelDefaults(o.params, o.eos, o.pad);
   Mesh &mesh = engine.mesh();
   const bool root = mesh.rank() == 0;
   std::string refreshKey, loaded;

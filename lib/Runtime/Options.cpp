@@ -162,7 +162,8 @@ int tdx::rt::parseOptions(int argc, char **argv, Options &o) {
                "[[..], [..]], \"time_to_first_token_ms\": .., \"tokens_per_s\": ..}. A bad\n"
                "request is answered {\"id\": 7, \"error\": \"...\"} and the next one served;\n"
                "end of input ends every rank. --eos-token-id and --pad-token-id give the\n"
-               "requests' defaults (the model's generation config's). --refresh-from\n"
+               "requests' defaults (else those of a Hugging Face folder given as --params:\n"
+               "its generation_config.json or config.json). --refresh-from\n"
                "store:KEY (with --store) reads KEY's newest version, each rank its boxes,\n"
                "before a request whenever a newer one was published (a line\n"
                "{\"refreshed\": PATH, \"ms\": ..} says so); the program stays.\n";

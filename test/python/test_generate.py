@@ -353,3 +353,36 @@ def test_the_serving_binary_gives_the_runners_tokens_with_no_python(tmp_path):
     finally:
         if proc.poll() is None:
             proc.kill()
+
+
+def test_the_serving_binary_takes_eos_and_pad_from_a_hugging_face_folder(tmp_path):
+    """--params a folder save_pretrained wrote: with no --eos-token-id the
+    binary stops each sequence at the model's end-of-sequence token, as the
+    runner (and HF generate) do."""
+    import json
+    import subprocess
+    torch.manual_seed(0)
+    model = make("llama")
+    _, r = runner("llama", "1", model)
+    ids, mask = prompts()
+    rows = [ids[b, mask[b] == 1].tolist() for b in range(BATCH)]
+    with r:
+        free = r.generate(ids, attention_mask=mask, max_new_tokens=NEW, eos_token_id=[])
+        # An end-of-sequence token the first sequence makes at its 4th step,
+        # and a pad token, as the saved model's generation config has them.
+        eos = int(free[0, PROMPT + 3])
+        want = r.generate(ids, attention_mask=mask, max_new_tokens=NEW, eos_token_id=eos,
+                          pad_token_id=0)[:, PROMPT:]
+    assert (want == eos).any()
+    model.generation_config.eos_token_id = model.config.eos_token_id = eos
+    model.generation_config.pad_token_id = model.config.pad_token_id = 0
+    model.save_pretrained(tmp_path / "hf")
+    done = subprocess.run(
+        ["mpirun", "--oversubscribe", "--allow-run-as-root", "-np", "1", r._exe.path,
+         "--generate", "--params", str(tmp_path / "hf")],
+        input=json.dumps({"input_ids": rows, "max_new_tokens": NEW}) + "\n",
+        capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, done.stderr[-3000:]
+    last = json.loads(done.stdout.strip().splitlines()[-1])
+    got = torch.tensor(last["sequences"])
+    assert torch.equal(got, want[:, :got.shape[1]]) and got.shape[1] == want.shape[1]
