@@ -47,28 +47,21 @@ def _probed_shapes(model, cache, run, inputs):
     shapes = {}
     for i, layer in enumerate(cache.layers):
         def lazy(key_states, value_states, i=i, layer=layer):
-            shapes[i] = (tuple(key_states.shape), tuple(value_states.shape), key_states.dtype)
-            k, v = key_states.shape, value_states.shape
-            n = layer.max_cache_len
-            layer.keys = key_states.new_zeros((k[0], k[1], n) + tuple(k[3:]))
-            layer.values = value_states.new_zeros((v[0], v[1], n) + tuple(v[3:]))
+            k, v, n = key_states.shape, value_states.shape, layer.max_cache_len
+            shapes[i] = ((k[0], k[1], n) + tuple(k[3:]), (v[0], v[1], n) + tuple(v[3:]),
+                         key_states.dtype)
+            layer.keys = key_states.new_zeros(shapes[i][0])
+            layer.values = value_states.new_zeros(shapes[i][1])
             layer.dtype, layer.device = key_states.dtype, key_states.device
             layer.is_initialized = True
         layer.lazy_initialization = lazy
-    log = _C.Trace()
-    with torch.no_grad(), _python_guards(fake_cuda=True), _C.TraceMode(log), \
+    with torch.no_grad(), _python_guards(fake_cuda=True), _C.TraceMode(_C.Trace()), \
             model_code_tracing():
-        try:
-            run(model, *inputs)
-        except Exception:       # noqa: BLE001 (the shapes are known before it failed)
-            if len(shapes) < len(cache.layers):
-                raise
-    for i, layer in enumerate(cache.layers):
+        run(model, *inputs)
+    for layer in cache.layers:
         del layer.lazy_initialization
         layer.is_initialized = False
-    length = cache.layers[0].max_cache_len
-    return [((k[0], k[1], length) + k[3:], (v[0], v[1], length) + v[3:], dtype)
-            for k, v, dtype in (shapes[i] for i in range(len(cache.layers)))]
+    return [shapes[i] for i in range(len(cache.layers))]
 
 
 def _static_cache(model, cache, length, recording, run, inputs):

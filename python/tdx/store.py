@@ -158,11 +158,9 @@ class Store:
                 for t in value.values()):
             named, kind = list(value.items()), "dict"
         else:
-            step = store_sharded.put(self._root(key), value, int(keep), "value")
-            return int(os.path.basename(step)[5:])
-        step = _save(self._root(key), -1, [(str(n), t) for n, t in named],
-                     {"tdx.store": kind}, int(keep))
-        return int(os.path.basename(step)[5:])
+            return _version_of(store_sharded.put(self._root(key), value, int(keep), "value"))
+        return _version_of(_save(self._root(key), -1, [(str(n), t) for n, t in named],
+                                 {"tdx.store": kind}, int(keep)))
 
     def put_state_dict(self, state_dict, key, *, keep=2):
         """TorchStore's ``put_state_dict(state_dict, key)``: ``put`` of a
@@ -171,8 +169,7 @@ class Store:
         committed whole. Returns the version."""
         if not isinstance(state_dict, dict):
             raise TypeError(f"put_state_dict takes a dict, got {type(state_dict).__name__}")
-        step = store_sharded.put(self._root(key), state_dict, int(keep), "value")
-        return int(os.path.basename(step)[5:])
+        return _version_of(store_sharded.put(self._root(key), state_dict, int(keep), "value"))
 
     def get_state_dict(self, key, user_state_dict=None, *, version=None):
         """TorchStore's ``get_state_dict(key, user_state_dict)``: the newest
@@ -181,16 +178,11 @@ class Store:
         replaced) and returned; without it, the state dict stored, its
         tensors whole. A key the user's dict has and the store lacks, or a
         tensor of another shape or dtype, is an error naming it."""
-        for attempt in range(8):
-            try:
-                store = self._open(key, version)
-                if user_state_dict is None:
-                    return store_sharded.build(store, key, self._skeleton(store, key))
-                return store_sharded.fill(store, key, self._skeleton(store, key),
-                                          user_state_dict)
-            except StaleVersion:
-                if version is not None or attempt == 7:
-                    raise
+        def read(opened):
+            if user_state_dict is None:
+                return store_sharded.build(opened, self._skeleton(opened))
+            return store_sharded.fill(opened, self._skeleton(opened), user_state_dict)
+        return self._newest(key, version, read)
 
     async def aput(self, key, value, *, keep=2):
         """``put`` for asyncio code: runs in a worker thread."""
@@ -212,14 +204,24 @@ class Store:
                                        version=version)
 
     @staticmethod
-    def _skeleton(store, key):
-        if store.metadata.get("tdx.store") != "value":
+    def _skeleton(opened):
+        kind = opened.store.metadata.get("tdx.store")
+        if kind != "value":
             # A tensor or a flat dict put whole: its skeleton is its names.
-            names = list(store.tensors())
-            single = store.metadata.get("tdx.store") == "tensor"
-            return store_sharded._Leaf(_TENSOR) if single else \
-                {n: store_sharded._Leaf(n) for n in names}
-        return store_sharded.skeleton_of(store)
+            return store_sharded._Leaf(_TENSOR) if kind == "tensor" else \
+                {n: store_sharded._Leaf(n) for n in opened.entries}
+        return store_sharded.skeleton_of(opened)
+
+    def _newest(self, key, version, read):
+        """``read(version)`` of the open `version` of `key` (the newest by
+        default), opened again at the newest when its writer dropped it
+        meanwhile."""
+        for attempt in range(8):
+            try:
+                return read(store_sharded.Version(self._open(key, version), key))
+            except StaleVersion:
+                if version is not None or attempt == 7:
+                    raise
 
     def _open(self, key, version):
         root = self._root(key)
@@ -245,28 +247,23 @@ class Store:
         tensor. All tensors come from one version: on a networked store, a
         version dropped by its writer while it is read is read again at the
         newest."""
-        for attempt in range(8):
-            try:
-                return self._get(key, name, like, mesh, placements, coords, version)
-            except StaleVersion:
-                if version is not None or attempt == 7:
-                    raise
+        return self._newest(key, version, lambda opened: self._get(
+            opened, name, like, mesh, placements, coords))
 
-    def _get(self, key, name, like, mesh, placements, coords, version):
-        store = self._open(key, version)
+    def _get(self, opened, name, like, mesh, placements, coords):
+        store, key, entries = opened.store, opened.key, opened.entries
         kind = store.metadata.get("tdx.store")
         if like is not None or kind == "value":
             if name is not None or mesh is not None:
                 raise CheckpointError("get: like= (or a value put whole) takes neither a name "
                                       "nor mesh, placements and coords")
             if kind == "value":
-                return store_sharded.get(store, key, like)
-            skeleton = self._skeleton(store, key)
+                return store_sharded.get(opened, like)
+            skeleton = self._skeleton(opened)
             if not isinstance(skeleton, store_sharded._Leaf):
                 raise CheckpointError(f"key '{key}' holds a dict of tensors: get one with "
                                       f"get(key, name), or fill them with get_state_dict")
-            return store_sharded.read_like(store, skeleton.name, like, key)
-        entries = store.tensors()
+            return store_sharded.read_like(opened, skeleton.name, like)
         single = kind == "tensor"
         names = [_TENSOR] if single else list(entries) if name is None else [name]
         for n in names:
@@ -336,6 +333,11 @@ class Store:
             raise CheckpointError(f"{self.path} is a directory store; status() is for "
                                   f"networked stores (ucx://...)")
         return {a: json.loads(r) for a, r in _C.volume_status(self.path).items()}
+
+
+def _version_of(step):
+    """The version number of a committed step directory (".../step-00000003")."""
+    return int(os.path.basename(step)[5:])
 
 
 # TorchStore's module-level API over one store this process chose.

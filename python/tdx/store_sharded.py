@@ -147,20 +147,29 @@ def put(root, value, keep, kind):
     return everyone(result, error)
 
 
-def skeleton_of(store):
+class Version:
+    """An open version of `key` (a ``_C.TensorStore``) with its index's
+    entries, read once for every tensor taken from it."""
+
+    def __init__(self, store, key):
+        self.store, self.key = store, key
+        self.entries = store.tensors()
+
+
+def skeleton_of(version):
     """The unpickled structure of an open version (objects from the store
     are unpickled: read only stores you trust)."""
-    data = store.read_box(SKELETON, [0], list(store.tensors()[SKELETON][0]))
+    data = version.store.read_box(SKELETON, [0], list(version.entries[SKELETON][0]))
     return pickle.loads(data.numpy().tobytes())
 
 
-def read_like(store, name, like, key):
+def read_like(version, name, like):
     """Tensor `name` of an open version as `like` holds it: a DTensor's own
     box (only its bytes read) on its mesh, a tensor whole."""
-    entries = store.tensors()
-    if name not in entries:
+    store, key = version.store, version.key
+    if name not in version.entries:
         raise KeyError(f"key '{key}' has no tensor '{name}'")
-    shape, dtype = entries[name]
+    shape, dtype = version.entries[name]
     if like is None:
         return store.read_box(name, [0] * len(shape), list(shape))
     if list(like.shape) != list(shape) or like.dtype != dtype:
@@ -182,25 +191,26 @@ def read_like(store, name, like, key):
                               stride=like.stride())
 
 
-def get(store, key, like):
+def get(version, like):
     """The value of an open version: its structure rebuilt with its tensors;
     with `like` (a tensor or DTensor of the stored shape and dtype), the
     tensor as `like` holds it (a DTensor: only this rank's box read)."""
-    skeleton = skeleton_of(store)
+    skeleton = skeleton_of(version)
     if like is None:
-        return build(store, key, skeleton)
+        return build(version, skeleton)
     if not isinstance(like, torch.Tensor):
         raise TypeError(f"get: like= takes a tensor or a DTensor, got {type(like).__name__} "
                         f"(fill a state dict in place with get_state_dict)")
     if not isinstance(skeleton, _Leaf):
-        raise CheckpointError(f"key '{key}' holds a {type(skeleton).__name__}, not a tensor: "
-                              f"get it without like=, or fill it with get_state_dict")
-    return read_like(store, skeleton.name, like, key)
+        raise CheckpointError(f"key '{version.key}' holds a {type(skeleton).__name__}, not a "
+                              f"tensor: get it without like=, or fill it with get_state_dict")
+    return read_like(version, skeleton.name, like)
 
 
-def fill(store, key, skeleton, user):
+def fill(version, skeleton, user):
     """`user` (a tensor, DTensor or nested structure) filled in place from
     the version: tensors copied into, objects replaced. Returns it."""
+    key = version.key
 
     def into(s, u, path):
         where = "/".join(str(p) for p in path) or "the value"
@@ -208,7 +218,7 @@ def fill(store, key, skeleton, user):
             if not isinstance(s, _Leaf):
                 raise CheckpointError(f"key '{key}': {where} is stored as a "
                                       f"{type(s).__name__}, not a tensor")
-            got = read_like(store, s.name, u, key)
+            got = read_like(version, s.name, u)
             with torch.no_grad():
                 (u.to_local() if _is_dtensor(u) else u).copy_(
                     got.to_local() if _is_dtensor(got) else got)
@@ -231,17 +241,17 @@ def fill(store, key, skeleton, user):
             for i in range(len(u)):
                 u[i] = into(s[i], u[i], path + (i,))
             return u
-        return build(store, key, s)         # an object (or what replaces it) as stored
+        return build(version, s)            # an object (or what replaces it) as stored
 
     return into(skeleton, user, ())
 
 
-def build(store, key, skeleton):
+def build(version, skeleton):
     """The stored structure with its tensors read whole."""
     if isinstance(skeleton, _Leaf):
-        return read_like(store, skeleton.name, None, key)
+        return read_like(version, skeleton.name, None)
     if isinstance(skeleton, dict):
-        return type(skeleton)((k, build(store, key, x)) for k, x in skeleton.items())
+        return type(skeleton)((k, build(version, x)) for k, x in skeleton.items())
     if isinstance(skeleton, (list, tuple)) and not hasattr(skeleton, "_fields"):
-        return type(skeleton)(build(store, key, x) for x in skeleton)
+        return type(skeleton)(build(version, x) for x in skeleton)
     return skeleton
