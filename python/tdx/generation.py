@@ -64,6 +64,29 @@ def _probed_shapes(model, cache, run, inputs):
     return [shapes[i] for i in range(len(cache.layers))]
 
 
+def _cache_holder(model, shapes, recording):
+    """The model's submodule of cache buffers, ``keys_i``/``values_i``
+    shaped as `shapes` (one (keys shape, values shape, dtype) per layer)
+    and a position counter ``length_i`` each, deferred buffers made once
+    (a second trace of the model with the same shapes reuses them)."""
+    holder = getattr(model, HOLDER, None)
+    want = [s for k, v, _ in shapes for s in (k, v)]
+    if holder is None or [tuple(b.shape) for n, b in holder.named_buffers()
+                          if not n.startswith("length")] != want:
+        def make():
+            h = torch.nn.Module()
+            for i, (k, v, dtype) in enumerate(shapes):
+                h.register_buffer(f"keys_{i}", torch.zeros(k, dtype=dtype), persistent=False)
+                h.register_buffer(f"values_{i}", torch.zeros(v, dtype=dtype), persistent=False)
+                # The layer's position counter (HF's cumulative_length).
+                h.register_buffer(f"length_{i}", torch.zeros((), dtype=torch.int64),
+                                  persistent=False)
+            setattr(model, HOLDER, h)
+        _C.deferred_init_into(recording, make)
+        holder = getattr(model, HOLDER)
+    return holder
+
+
 def _static_cache(model, cache, length, recording, run, inputs):
     """A StaticCache whose layers' tensors are deferred buffers of the
     model (made once: a second trace of the model reuses them), shaped as
@@ -80,22 +103,7 @@ def _static_cache(model, cache, length, recording, run, inputs):
             raise CaptureError(f"trace_generate: layer {i} of {type(model).__name__} keeps a "
                                f"{type(layer).__name__}; tdx generates with static "
                                f"key/value caches (StaticLayer) only")
-    shapes = _probed_shapes(model, cache, run, inputs)
-    holder = getattr(model, HOLDER, None)
-    want = [s for k, v, _ in shapes for s in (k, v)]
-    if holder is None or [tuple(b.shape) for n, b in holder.named_buffers()
-                          if not n.startswith("length")] != want:
-        def make():
-            h = torch.nn.Module()
-            for i, (k, v, dtype) in enumerate(shapes):
-                h.register_buffer(f"keys_{i}", torch.zeros(k, dtype=dtype), persistent=False)
-                h.register_buffer(f"values_{i}", torch.zeros(v, dtype=dtype), persistent=False)
-                # The layer's position counter (HF's cumulative_length).
-                h.register_buffer(f"length_{i}", torch.zeros((), dtype=torch.int64),
-                                  persistent=False)
-            setattr(model, HOLDER, h)
-        _C.deferred_init_into(recording, make)
-        holder = getattr(model, HOLDER)
+    holder = _cache_holder(model, _probed_shapes(model, cache, run, inputs), recording)
     for i, layer in enumerate(cache.layers):
         layer.keys, layer.values = getattr(holder, f"keys_{i}"), getattr(holder, f"values_{i}")
         layer.dtype, layer.device = layer.keys.dtype, layer.keys.device
@@ -106,23 +114,68 @@ def _static_cache(model, cache, length, recording, run, inputs):
     return holder
 
 
+class _CachedAttention(torch.nn.Module):
+    """What a torchtitan attention's ``inner_attention`` becomes while
+    trace_generate records it: the rotated keys and values of the step
+    written into layer `i`'s cache at its position counter (``index_copy_``
+    along the positions), the queries attending over the whole cache under
+    the step's attention mask (a key at or before the query's slot whose
+    mask is set; each query sees at least itself, so a padding row stays
+    finite). Grouped kv heads are repeated as the model's own SDPA call
+    (``enable_gqa``) would."""
+
+    def __init__(self, holder, i, step):
+        super().__init__()
+        # A tuple: the holder is the model's, not a submodule of this one.
+        self._refs = (holder, i, step)
+
+    def forward(self, q, k, v, *, scale=None, enable_gqa=False, is_causal=True):
+        h, i, step = self._refs
+        keys, values = getattr(h, f"keys_{i}"), getattr(h, f"values_{i}")
+        length = getattr(h, f"length_{i}")
+        slots = length + torch.arange(k.shape[2])
+        keys.index_copy_(2, slots, k)
+        values.index_copy_(2, slots, v)
+        length.add_(k.shape[2])
+        cached = torch.arange(keys.shape[2])
+        allowed = (cached[None, :] <= slots[:, None])[None, None] & \
+            (step["mask"] != 0)[:, None, None, :]
+        allowed = allowed | (cached[None, :] == slots[:, None])[None, None]
+        if q.shape[1] != keys.shape[1]:
+            keys = keys.repeat_interleave(q.shape[1] // keys.shape[1], 1)
+            values = values.repeat_interleave(q.shape[1] // values.shape[1], 1)
+        return torch.nn.functional.scaled_dot_product_attention(q, keys, values,
+                                                                attn_mask=allowed, scale=scale)
+
+
+def _titan_attentions(model):
+    """torchtitan attention modules of `model` (their ``inner_attention``
+    is where the cache goes), in layer order."""
+    return [m for m in model.modules() if type(m).__module__.startswith("torchtitan.")
+            and hasattr(m, "inner_attention") and hasattr(m, "wk") and hasattr(m, "head_dim")]
+
+
 def trace_generate(model, example_ids, *, max_length, max_batch=None):
-    """Traces generation for a deferred-init Hugging Face causal LM into a
-    program with two entries sharing one state: ``forward`` (the prefill:
-    ``ids (B, P), attention_mask (B, max_length), position_ids (B, P)`` ->
-    logits of each sequence's last position ``(B, vocab)``, its keys and
-    values written at positions ``0..P-1`` of the cache) and ``decode``
-    (``ids (B, 1), attention_mask (B, max_length), position_ids (B, 1)`` ->
-    ``(B, vocab)``, written at the next position). ``B`` is ``max_batch``
-    (default ``example_ids.shape[0]``), ``P`` ``example_ids.shape[1]``
-    (the longest prompt; shorter ones are left-padded), ``max_length`` the
-    positions of the cache, prompt and new tokens. Parallelize and compile
-    it like any program; ``runner.generate`` runs it."""
-    from .program import _checked_entries, _fake_inputs, _traced
+    """Traces generation for a deferred-init causal language model (a
+    Hugging Face ``*ForCausalLM``, or torchtitan's Llama 3 ``Transformer``)
+    into a program with two entries sharing one state: ``forward`` (the
+    prefill: ``ids (B, P), attention_mask (B, max_length), position_ids
+    (B, P)`` -> logits of each sequence's last position ``(B, vocab)``, its
+    keys and values written at positions ``0..P-1`` of the cache) and
+    ``decode`` (``ids (B, 1), attention_mask (B, max_length), position_ids
+    (B, 1)`` -> ``(B, vocab)``, written at the next position). ``B`` is
+    ``max_batch`` (default ``example_ids.shape[0]``), ``P``
+    ``example_ids.shape[1]`` (the longest prompt; shorter ones are
+    left-padded), ``max_length`` the positions of the cache, prompt and new
+    tokens. Parallelize and compile it like any program;
+    ``runner.generate`` runs it."""
+    from .program import _checked_entries, _fake_inputs
     config = getattr(model, "config", None)
-    if config is None or not hasattr(model, "generation_config"):
+    titan = _titan_attentions(model) if config is None else []
+    if not titan and (config is None or not hasattr(model, "generation_config")):
         raise CaptureError(f"trace_generate takes a Hugging Face causal language model "
-                           f"(transformers' *ForCausalLM), got {type(model).__name__}")
+                           f"(transformers' *ForCausalLM) or torchtitan's Llama 3 Transformer, "
+                           f"got {type(model).__name__}")
     if not isinstance(example_ids, torch.Tensor) or example_ids.dim() != 2 or \
             example_ids.dtype != torch.int64:
         raise CaptureError("trace_generate: example_ids must be an int64 tensor (batch, prompt "
@@ -136,6 +189,15 @@ def trace_generate(model, example_ids, *, max_length, max_batch=None):
     if batch < 1:
         raise ValueError(f"trace_generate: max_batch must be >= 1, got {batch}")
     _, recording = _checked_entries(model, "trace_generate")
+
+    def inputs(width):
+        return _fake_inputs([torch.zeros(batch, width, dtype=torch.int64),
+                             torch.zeros(batch, max_length, dtype=torch.int64),
+                             torch.zeros(batch, width, dtype=torch.int64)], "input",
+                            "trace_generate")
+
+    if titan:
+        return _trace_titan(model, titan, batch, prompt, max_length, recording, inputs)
     from transformers import StaticCache
     cache = StaticCache(config=config, max_cache_len=max_length)
 
@@ -149,26 +211,74 @@ def trace_generate(model, example_ids, *, max_length, max_batch=None):
             return out.logits[:, -1].float()
         return run
 
-    def inputs(width):
-        return _fake_inputs([torch.zeros(batch, width, dtype=torch.int64),
-                             torch.zeros(batch, max_length, dtype=torch.int64),
-                             torch.zeros(batch, width, dtype=torch.int64)], "input",
-                            "trace_generate")
-
     _static_cache(model, cache, max_length, recording, step(False), inputs(prompt))
-    with torch.no_grad():
-        prog, log = _traced(model, step(True), inputs(prompt), "trace_generate",
-                            write_state=True)
-    prog._model = model
-    prog.forward_op_names = log.op_names()
-    prog.add_entry("decode", step(False), *inputs(1), _writes=True)
     gen = model.generation_config
     eos = gen.eos_token_id if gen.eos_token_id is not None else config.eos_token_id
     pad = gen.pad_token_id if gen.pad_token_id is not None else config.pad_token_id
     vocab = config.get_text_config().vocab_size if hasattr(config, "get_text_config") \
         else config.vocab_size
-    prog.generation = GenerationSpec(batch, prompt, max_length, vocab, eos, pad)
+    return _two_entries(model, step, inputs, GenerationSpec(batch, prompt, max_length, vocab,
+                                                            eos, pad))
+
+
+def _two_entries(model, step, inputs, spec):
+    """The prefill traced as the program's main entry (its counters reset
+    first), the decode added beside it; `spec` the program's
+    GenerationSpec."""
+    from .program import _traced
+    with torch.no_grad():
+        prog, log = _traced(model, step(True), inputs(spec.prompt_length), "trace_generate",
+                            write_state=True)
+    prog._model = model
+    prog.forward_op_names = log.op_names()
+    prog.add_entry("decode", step(False), *inputs(1), _writes=True)
+    prog.generation = spec
     return prog
+
+
+def _trace_titan(model, attentions, batch, prompt, max_length, recording, inputs):
+    """trace_generate of a torchtitan Transformer: each attention's inner
+    SDPA swapped, while the program is recorded, for one over a cache of
+    ``(batch, kv heads, max_length, head dim)`` (_CachedAttention); the
+    model's own forward ``model(tokens, positions=...)`` does the rest
+    (its RoPE table indexed by the positions)."""
+    args = getattr(model, "model_args", None)
+    if getattr(args, "max_seq_len", max_length) < max_length:
+        raise ValueError(f"trace_generate: max_length={max_length} is longer than the model's "
+                         f"RoPE table (model_args.max_seq_len={args.max_seq_len})")
+    for a in attentions:
+        if getattr(a, "attn_type", "sdpa") != "sdpa":
+            raise CaptureError(f"trace_generate: torchtitan attention with attn_type="
+                               f"{a.attn_type!r}; generation takes attn_type='sdpa' (flex and "
+                               f"varlen masks are built per document, not over a cache)")
+    shapes = []
+    for a in attentions:
+        kv = a.wk.weight.shape[0] // a.head_dim
+        shape = (batch, kv, max_length, a.head_dim)
+        shapes.append((shape, shape, a.wk.weight.dtype))
+    holder = _cache_holder(model, shapes, recording)
+    feed = {"mask": None}
+    inner = [a.inner_attention for a in attentions]
+
+    def step(reset):
+        def run(m, ids, mask, positions):
+            if reset:
+                for i in range(len(attentions)):
+                    getattr(holder, f"length_{i}").zero_()
+            feed["mask"] = mask
+            return m(ids, positions=positions)[:, -1].float()
+        return run
+
+    for i, a in enumerate(attentions):
+        a.inner_attention = _CachedAttention(holder, i, feed)
+    try:
+        vocab = model.output.out_features if getattr(model, "output", None) is not None \
+            else args.vocab_size
+        return _two_entries(model, step, inputs,
+                            GenerationSpec(batch, prompt, max_length, vocab, None, None))
+    finally:
+        for a, m in zip(attentions, inner):
+            a.inner_attention = m
 
 
 def _eos_list(eos):
