@@ -75,6 +75,23 @@ def ours(runner, ids):
     return first, ids.shape[0] * (NEW - 1) / max(whole - first, 1e-9)
 
 
+def ceiling(model, rounds):
+    """Batch-1 decode's memory ceiling on one thread: the time to stream
+    every linear weight once through a matrix-vector product (what a
+    decode step must read at least; the embedding reads one row). Returns
+    (bytes, GB/s, tokens/s)."""
+    weights = [m.weight.detach() for m in model.modules() if isinstance(m, torch.nn.Linear)]
+    size = sum(w.numel() * w.element_size() for w in weights)
+    xs = [torch.randn(1, w.shape[1]) for w in weights]
+    times = []
+    for _ in range(rounds + 1):
+        t0 = time.perf_counter()
+        for w, x in zip(weights, xs):
+            torch.nn.functional.linear(x, w)
+        times.append(time.perf_counter() - t0)
+    return size, size / min(times) / 1e9, 1 / min(times)
+
+
 def main():
     torch.manual_seed(0)
     model = make()
@@ -122,6 +139,13 @@ def main():
         for name, (first, rate) in figures.items():
             ratio = rate / figures[peer][1]
             print(f"{batch:>5}  {name:<20} {first * 1e3:>14.1f} {rate:>12.1f} {ratio:>25.2f}x")
+    size, rate, limit = ceiling(model, args.rounds)
+    if 1 in BATCHES:
+        one = dict(rows)[1]
+        print(f"batch 1 ceiling on one thread: the linear weights ({size / 1e6:.0f} MB) "
+              f"streamed once at {rate:.1f} GB/s: {limit:.1f} tok/s; tdx 1 rank at "
+              f"{one['tdx 1 rank'][1] / limit:.0%} of it, {peer} at "
+              f"{one[peer][1] / limit:.0%}")
     for batch, figures in rows:
         print(f"batch {batch}: tdx tp2 / tdx 1 rank decode: "
               f"{figures['tdx tp2'][1] / figures['tdx 1 rank'][1]:.2f}x")
