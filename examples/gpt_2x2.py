@@ -97,7 +97,7 @@ def main():
     eager = GPT()
     ids = torch.randint(0, 256, ids.shape, generator=torch.Generator().manual_seed(1))
     weights = dict(eager.named_parameters(), **dict(eager.named_buffers()))
-    (logits,) = exe.run(ids, nprocs=4, params=weights, verbose=True)
+    (logits,) = exe.run(ids, nprocs=4, params=weights)
     want = eager(ids)
     rel = ((logits - want).norm() / want.norm()).item()
     print(f"\ncompiled and ran on 4 CPU ranks (mpirun): {exe.last_log.strip()}")

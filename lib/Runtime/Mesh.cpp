@@ -305,10 +305,9 @@ int64_t Mesh::sumOverWorld(int64_t value) {
   return total;
 }
 
-void Mesh::reportSteps(bool verbose, double initMs, double stepMs, int64_t steps,
-                       double firstMs) {
+void Mesh::reportSteps(double initMs, double stepMs, int64_t steps, double firstMs) {
   long long total = sumOverWorld(bytesCommunicated());
-  if (verbose && rank_ == 0) {
+  if (rank_ == 0) {
     std::printf("tdx: %d ranks: init %.3f ms, step %.3f ms, %lld bytes communicated", world_,
                 initMs, stepMs / steps, total / steps);
     if (firstMs >= 0)

@@ -14,6 +14,23 @@
 #include <stdexcept>
 #include <thread>
 
+tdx::rt::LogLevel tdx::rt::logLevel() {
+  static const LogLevel level = [] {
+    const char *v = std::getenv("TDX_LOG");
+    std::string s = v ? v : "";
+    if (s.empty() || s == "warn" || s == "warning")
+      return LogLevel::Warn;
+    if (s == "info")
+      return LogLevel::Info;
+    if (s == "debug")
+      return LogLevel::Debug;
+    std::fprintf(stderr, "tdx: TDX_LOG=%s is none of warn, info, debug; taken as warn\n",
+                 s.c_str());
+    return LogLevel::Warn;
+  }();
+  return level;
+}
+
 int tdx::rt::parseOptions(int argc, char **argv, Options &o) {
   for (int i = 1; i < argc; ++i) {
     std::string a = argv[i];
@@ -138,7 +155,10 @@ int tdx::rt::parseOptions(int argc, char **argv, Options &o) {
                "--threads T (CPU binaries): ATen and BLAS threads per rank (default:\n"
                "OMP_NUM_THREADS if set, else the cores mpirun bound the rank to, or,\n"
                "unbound (--bind-to none), this machine's cores over its ranks).\n"
-               "--verbose: init time and memory per rank, step time, bytes communicated.\n"
+               "A run prints one line at its end (rank 0: ranks, init time, mean step time,\n"
+               "bytes communicated per step) besides warnings and errors.\n"
+               "--verbose (or TDX_LOG=info): also each rank's init time, reads and memory;\n"
+               "TDX_LOG=debug: also rank 0's time of each step.\n"
                "--profile (CPU binaries): also where rank 0's step time goes: ATen calls,\n"
                "fused kernels, collectives, and the rest (the runtime's own overhead).\n"
                "--progress (CPU binaries): rank 0 prints 'tdx: step K/N loss L' after each\n"

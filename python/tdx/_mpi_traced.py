@@ -123,7 +123,7 @@ def _share(comm, t, axis, numelem, call, site):
 
 
 def Allreduce(comm, t, op):
-    from .mpi import _OP_NAMES
+    from ._mpi_base import _OP_NAMES
     site = _c.site()
     if op == _PROD:
         # The product of every rank's value, differentiated by torch's
@@ -204,7 +204,7 @@ class _Message:
 def _post(comm, send, t, peer, tag):
     """An Isend (send) or Irecv, posted: its handle, whose ``dummy`` is for
     JoinDummies as in mpi4torch."""
-    from .mpi import WaitHandle
+    from ._mpi_base import WaitHandle
     site = _c.site()
     _args(comm, site)
     m = _Message(comm, send, t, peer, tag, site)

@@ -93,7 +93,7 @@ def _mesh_shape(mesh):
 
 
 def _layout(placements):
-    from .sharding import Partial, Replicate, Shard
+    from .placements import Partial, Replicate, Shard
     for p in placements:
         if isinstance(p, Partial):
             raise CheckpointError("a checkpoint holds reduced tensors: load with Shard or "
@@ -134,15 +134,6 @@ def verify(path):
     raises :class:`tdx.CheckpointError` naming the file, tensor and offset of
     a mismatch. Returns the number of bytes checked."""
     return _C.verify_checkpoint(_existing(path))
-
-
-def required_state(signature):
-    """The state names a checkpoint of a program (``exe.signature()``) must
-    hold: its parameters and persistent buffers (not optimizer state, which
-    a fresh optimizer makes, nor non-persistent buffers, nor tied names)."""
-    transient = set(signature.get("non_persistent", []))
-    return [p["name"] for p in signature["params"]
-            if not p["name"].startswith("optimizer.") and p["name"] not in transient]
 
 
 def export_hf(source, out_dir, *, max_shard_size="5GB", include_optimizer=False, config=None):

@@ -30,7 +30,6 @@ user's ``file:line``, which becomes the collective's location, so
 compile-time errors name it).
 """
 
-import contextlib
 import inspect
 import os
 
@@ -277,19 +276,6 @@ _RECORDING = []
 def recording():
     """The innermost trace's :class:`Recording`, or None outside a trace."""
     return _RECORDING[-1] if _RECORDING else None
-
-
-@contextlib.contextmanager
-def record():
-    """Around a trace: the user collectives it records."""
-    from .torch_collectives import recorded
-    rec = Recording()
-    _RECORDING.append(rec)
-    try:
-        with recorded():
-            yield rec
-    finally:
-        _RECORDING.pop()
 
 
 def with_mesh(text, rec):

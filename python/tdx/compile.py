@@ -5,7 +5,6 @@ import os
 import re
 import shutil
 import subprocess
-import sys
 import tempfile
 import time
 import warnings
@@ -15,24 +14,15 @@ import torch
 from . import _C, safetensors
 from .checkpoint import latest as latest_checkpoint
 from .errors import InputError, TdxError, TdxWarning
+from . import log
+from .log import _progress_bar
+from .tools import _TORCH_DTYPES, _tool
 
 # torch dtypes by the safetensors name a binary's --signature gives
 # (include/tdx/Runtime/DTypes.def).
-_TORCH_DTYPES = {stored: dtype for _, dtype, _, stored in _C.dtypes()}
-
-
 def _describe(spec):
     """An input of a --signature, as the errors name it."""
     return f"{_TORCH_DTYPES[spec['dtype']]} of shape {tuple(spec['shape'])}"
-
-
-def _tool(name):
-    here = os.path.dirname(os.path.abspath(__file__))
-    built = os.path.join(here, "..", "..", "bin", name)
-    path = built if os.path.exists(built) else shutil.which(name)
-    if not path:
-        raise TdxError(f"cannot find {name}; build tdx (scripts/build.sh) and source build/env.sh")
-    return path
 
 
 def _plain_safetensors(path):
@@ -177,6 +167,7 @@ class Executable:
         session = os.path.join(workdir, "mpi")
         os.makedirs(session)
         cmd, env = self._mpirun(nprocs, args, session)
+        log.debug("starting the ranks: " + " ".join(cmd))
         with open(os.path.join(workdir, "stdout"), "w") as out, open(stderr_path, "w") as err:
             return subprocess.Popen(cmd, stdin=subprocess.DEVNULL, stdout=out, stderr=err,
                                     env=env)
@@ -322,8 +313,10 @@ class Executable:
         version of KEY in the tensor store `store`, a path or
         :class:`tdx.store.Store`); each rank reads only its shard of each
         parameter. Without it, every rank makes its own shards from the init
-        programs with `seed`. `verbose` and `profile`
-        put the binary's timing lines in `self.last_log`. `threads` is the
+        programs with `seed`. `self.last_log` holds the run's line (ranks,
+        init, step time, bytes communicated); `verbose` (or TDX_LOG=info)
+        adds every rank's init, reads and memory, `profile` where rank 0's
+        step time went. `threads` is the
         ATen threads of each rank (default: the binary's, see its --help).
         ``overlap=False`` waits for every all_reduce and reduce_scatter where
         it starts (``--no-overlap``: what overlap hides, measured)."""
@@ -512,11 +505,11 @@ class Executable:
         self._finished(runner)
 
     def last_step_ms(self):
-        """The step time (ms) of the last ``run(..., verbose=True)``, from the
-        binary's line "tdx: N ranks: init A ms, step B ms, C bytes ..."."""
+        """The step time (ms) of the last ``run``, from the binary's line
+        "tdx: N ranks: init A ms, step B ms, C bytes ..."."""
         found = re.search(r"ranks: init [\d.]+ ms, step ([\d.]+) ms", getattr(self, "last_log", ""))
         if not found:
-            raise TdxError("no step time: run the binary with verbose=True first")
+            raise TdxError("no step time: run the binary (exe.run) first")
         return float(found.group(1))
 
     def materialize(self, nprocs=None, seed=0, timeout=300, params=None, store=None):
@@ -629,6 +622,7 @@ def _run_compile(source, output, extra, on_line=None):
     """tdx-compile `source` to `output`; raises TdxError with its message.
     `on_line` sees each line of its output as it comes."""
     cmd = [_tool("tdx-compile"), source, "-o", output] + list(extra)
+    log.debug("compiling: " + " ".join(cmd))
     if on_line is None:
         done = subprocess.run(cmd, capture_output=True, text=True)
     else:
@@ -661,44 +655,3 @@ def _streamed(cmd, env, timeout, on_line):
         proc.wait()
         err.seek(0)
         return subprocess.CompletedProcess(cmd, proc.returncode, "".join(lines), err.read())
-
-
-class _Bar:
-    """A tqdm bar over steps or stages, quiet where stderr is no terminal."""
-
-    def __init__(self, desc, total, initial, unit):
-        from tqdm import tqdm
-        # A terminal that reports no size (a fresh pty) gets 80 x 24: tqdm
-        # 4.70 draws nothing on a screen of 0 lines.
-        try:
-            columns, lines = os.get_terminal_size(sys.stderr.fileno())
-        except (OSError, ValueError):
-            columns, lines = 0, 0
-        size = {"dynamic_ncols": True} if columns > 0 and lines > 0 else \
-            {"ncols": columns or 80, "nrows": lines or 24}
-        self.bar = tqdm(desc=desc, total=total, initial=initial, unit=unit, leave=True, **size)
-
-    def step(self, loss):
-        """One step more, with its loss."""
-        self.bar.set_postfix(loss=f"{loss:.4f}", refresh=False)
-        self.bar.update(1)
-
-    def stage_line(self, line):
-        """tdx-compile's "tdx-compile: [K/N] what" (--progress)."""
-        m = re.match(r"tdx-compile: \[(\d+)/\d+\] (.*)", line)
-        if m:
-            self.bar.set_postfix_str(m.group(2).strip(), refresh=False)
-            self.bar.update(int(m.group(1)) - 1 - self.bar.n)
-        elif "from the compile cache" in line:
-            self.bar.set_postfix_str("from the compile cache", refresh=False)
-
-    def close(self):
-        self.bar.close()
-
-
-def _progress_bar(progress, desc, total, initial=0, unit="step"):
-    """A bar when `progress` (None: when stderr is a terminal), else None;
-    `total` None counts without one."""
-    if progress is None:
-        progress = sys.stderr.isatty()
-    return _Bar(desc, total, initial, unit) if progress else None

@@ -23,7 +23,8 @@ import torch.distributed._functional_collectives as funcol
 import torch.nn.functional as F
 
 from .errors import CaptureError
-from .sharding import Replicate, Shard, _Style
+from .placements import Replicate, Shard
+from .plans import _Style
 
 
 class ContextParallel(_Style):

@@ -67,7 +67,7 @@ def read(path, signature):
     except Exception as e:  # noqa: BLE001 (torch raises what the file system or pickle does)
         raise CheckpointError(f"{path}: DCP's .metadata cannot be read ({e}); the checkpoint "
                               f"is incomplete or not a DCP folder") from None
-    from .checkpoint import required_state
+    from .tools import required_state
     state = {p["name"]: p for p in signature["params"]}
     tied = signature.get("tied", {})
     buffers, names = {}, {}

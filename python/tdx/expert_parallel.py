@@ -26,7 +26,8 @@ import torch
 import torch.distributed._functional_collectives as funcol
 
 from .errors import CaptureError
-from .sharding import Replicate, Shard, _Style
+from .placements import Replicate, Shard
+from .plans import _Style
 
 
 class ExpertParallel(_Style):

@@ -86,7 +86,7 @@ def check(path, signature, tied):
                                   f"program's {name} is {tuple(state[name]['shape'])} (a "
                                   f"checkpoint of another config)")
     have = {tied.get(k, k) for k in found}
-    from .checkpoint import required_state
+    from .tools import required_state
     missing = sorted(n for n in required_state(signature) if n not in have)
     if missing:
         raise CheckpointError(f"{path} has no {', '.join(missing[:3])}"

@@ -82,11 +82,11 @@ class Program:
             raise TypeError(f"add_entry('{name}'): fn must be callable as fn(model, *inputs)")
         entries, recording = _checked_entries(model, "add_entry")
         inputs = _fake_inputs(example_inputs, "example input", "add_entry")
-        from . import collectives
+        from . import torch_collectives
         log = _C.Trace()
         before = len(recording)
         with torch.no_grad(), _python_guards(fake_cuda=True), _C.TraceMode(log), \
-                collectives.record() as comms, model_code_tracing():
+                torch_collectives.record() as comms, model_code_tracing():
             out = fn(model, *inputs)
         if comms.mesh is not None:
             comms.finish()
@@ -189,7 +189,7 @@ class Program:
         from .sharding import _memory_report
         report = _memory_report(self)
         if getattr(self, "generation", None) is not None:
-            from .generation import cache_bytes
+            from .kv_cache import cache_bytes
             report["kv_cache"] = cache_bytes(self)
         return report
 
@@ -327,10 +327,10 @@ def _traced(module, fn, inputs, what, mixed_precision=None, function="forward",
     place is written back with ``tdx.assign`` (a generation step's cache)."""
     from .deferred import _python_guards, model_code_tracing
     entries, recording = _checked_entries(module, what)
-    from . import collectives
+    from . import collectives, torch_collectives
     log = _C.Trace()
     before = len(recording)
-    with _python_guards(fake_cuda=True), _C.TraceMode(log), collectives.record() as comms, \
+    with _python_guards(fake_cuda=True), _C.TraceMode(log), torch_collectives.record() as comms, \
             computing_in(module, mixed_precision), model_code_tracing():
         out = fn(module, *inputs)
     if len(recording) != before:

@@ -29,7 +29,7 @@ import torch.utils._pytree as pytree
 
 from . import collectives as _c
 from .errors import CaptureError
-from .sharding import Partial, Replicate, Shard
+from .placements import Partial, Replicate, Shard
 
 _LIB = _c._LIB
 _EDGE = "str sharding, int[] mesh_shape, str mesh_axes, str site"

@@ -14,7 +14,9 @@ import torch
 
 from . import safetensors
 from .errors import InputError, TdxError
-from .compile import _TORCH_DTYPES, _progress_bar
+from . import log
+from .log import _progress_bar
+from .tools import _TORCH_DTYPES
 
 
 class Runner:
@@ -56,6 +58,7 @@ class Runner:
         self._exe = exe
         self._bar = None
         self._t = None
+        self._t_closed = False
         self._local = bool(local)
         spmd = nprocs is None and "OMPI_COMM_WORLD_SIZE" in os.environ
         if local and not spmd:
@@ -87,7 +90,7 @@ class Runner:
         each sequence at its end-of-sequence token. Returns the prompts
         with the new tokens appended; ``runner.last_generation`` holds the
         time to the first token and the tokens per second."""
-        from .generation import generate
+        from .decoding import generate
         return generate(self, input_ids, attention_mask, max_new_tokens=max_new_tokens,
                         do_sample=do_sample, temperature=temperature, top_k=top_k,
                         top_p=top_p, eos_token_id=eos_token_id, pad_token_id=pad_token_id,
@@ -97,7 +100,7 @@ class Runner:
         """:meth:`generate`, one step at a time: ``for tokens in
         runner.stream(ids, max_new_tokens=32): ...`` yields each step's new
         token of every sequence, ``(batch,)``."""
-        from .generation import stream
+        from .decoding import stream
         return stream(self, input_ids, attention_mask, **options)
 
     def _call_entry(self, k, name, *inputs):
@@ -214,7 +217,7 @@ class Runner:
             raise InputError(f"load_state_dict: {', '.join(unknown)} "
                              f"{'is' if len(unknown) == 1 else 'are'} not state of this "
                              f"program; it has {', '.join(sorted(want))}")
-        from .checkpoint import required_state
+        from .tools import required_state
         missing = sorted(n for n in required_state(self._exe.signature())
                          if n not in state_dict)
         if strict and missing:
@@ -288,7 +291,7 @@ class Runner:
         "seconds", "bytes", "GB/s"}``: the bytes are those of the boxes the
         ranks read."""
         from . import store as _store
-        from .checkpoint import required_state
+        from .tools import required_state
         self._check_open("load_weights")
         store = store if isinstance(store, _store.Store) else _store.Store(store)
         signature = self._exe.signature()
@@ -325,11 +328,20 @@ class Runner:
     def close(self):
         """Ends the ranks (under SPMD: this rank's session; every rank
         closes). Idempotent."""
+        shown = self._bar is not None
         if self._bar is not None:
             self._bar.close()
             self._bar = None
-        if self._t is not None:
+        if self._t is not None and not self._t_closed:
+            self._t_closed = True
             self._t.close()
+            # The ranks' lines (every rank's under TDX_LOG=info; the run's
+            # one line under a progress bar); under SPMD they printed them.
+            log.echo(self.log)
+            if shown and not log.info():
+                for line in self.log.splitlines():
+                    if " ranks: init " in line:
+                        print(line, file=sys.stderr, flush=True)
 
     def __enter__(self):
         return self
@@ -610,7 +622,7 @@ def _load(path):
     loaded globally first (its components look up its symbols)."""
     if path not in _LIBRARIES:
         if not _LIBRARIES:
-            from .mpi import load_mpi_globally
+            from ._mpi_base import load_mpi_globally
             load_mpi_globally()
         lib = ctypes.CDLL(path)
         lib.tdx_open.restype = ctypes.c_void_p

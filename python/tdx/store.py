@@ -95,7 +95,7 @@ def start_volume(port=7070, *, host=None, bind=None, token=None, timeout=30):
     ``tdx-volume --port PORT`` on every host instead."""
     import tempfile
 
-    from .compile import _tool
+    from .tools import _tool
 
     env = dict(os.environ)
     if token is not None:

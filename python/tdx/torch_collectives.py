@@ -227,3 +227,15 @@ def recorded():
     finally:
         for m, k, fn in saved:
             setattr(m, k, fn)
+
+
+@contextlib.contextmanager
+def record():
+    """Around a trace: the user collectives it records."""
+    rec = _c.Recording()
+    _c._RECORDING.append(rec)
+    try:
+        with recorded():
+            yield rec
+    finally:
+        _c._RECORDING.pop()

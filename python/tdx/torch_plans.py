@@ -11,7 +11,8 @@ place, to tdx's equivalent."""
 
 import torch
 
-from . import sharding as _s
+from . import placements as _p
+from . import plans as _plans
 
 
 def _torch_types():
@@ -33,7 +34,7 @@ def _torch_types():
 
 def mesh(m):
     """tdx's DeviceMesh for `m` (tdx's own, or torch's DeviceMesh)."""
-    if isinstance(m, _s.DeviceMesh):
+    if isinstance(m, _p.DeviceMesh):
         return m
     types = _torch_types()
     if types is None or not isinstance(m, types["DeviceMesh"]):
@@ -43,21 +44,21 @@ def mesh(m):
         raise ValueError(f"torch's DeviceMesh over ranks {ranks.tolist()} is a part of a larger "
                          f"mesh; give tdx the whole (root) mesh, e.g. world_mesh rather than "
                          f"world_mesh['tp']: plan styles use its 'tp' axis")
-    return _s.DeviceMesh(m.device_type, ranks, m.mesh_dim_names)
+    return _p.DeviceMesh(m.device_type, ranks, m.mesh_dim_names)
 
 
 def placement(p):
     """tdx's placement for `p` (tdx's own, or torch.distributed.tensor's)."""
-    if isinstance(p, (_s.Shard, _s.Replicate, _s.Partial)):
+    if isinstance(p, (_p.Shard, _p.Replicate, _p.Partial)):
         return p
     types = _torch_types()
     if types is not None:
         if isinstance(p, types["Shard"]):
-            return _s.Shard(p.dim)
+            return _p.Shard(p.dim)
         if isinstance(p, types["Replicate"]):
-            return _s.Replicate()
+            return _p.Replicate()
         if isinstance(p, types["Partial"]):
-            return _s.Partial(p.reduce_op)
+            return _p.Partial(p.reduce_op)
     raise TypeError(f"placements are tdx.Shard, tdx.Replicate or tdx.Partial (or torch."
                     f"distributed.tensor's), got {p!r}")
 
@@ -80,7 +81,7 @@ def _axis(m):
                      f"the tensor-parallel axis 'tp' (mesh_dim_names)")
 
 
-class _Placed(_s._Style):
+class _Placed(_plans._Style):
     """A plan entry whose parameters get fixed placements on one axis (what
     torch's ColwiseParallel means for an Embedding: its weight Shard(1))."""
 
@@ -101,11 +102,11 @@ def style(s, module, m):
     axis = _axis(m)
     embedding = isinstance(module, torch.nn.Embedding)
     if isinstance(s, types["SequenceParallel"]):
-        return _s.SequenceParallel(axis, seq_dim=getattr(s, "sequence_sharding", (_s.Shard(1),))[0].dim)
+        return _plans.SequenceParallel(axis, seq_dim=getattr(s, "sequence_sharding", (_p.Shard(1),))[0].dim)
     if isinstance(s, types["ColwiseParallel"]):
-        return _Placed(axis, {"weight": _s.Shard(1)}) if embedding else _s.ColwiseParallel(axis)
+        return _Placed(axis, {"weight": _p.Shard(1)}) if embedding else _plans.ColwiseParallel(axis)
     if isinstance(s, types["RowwiseParallel"]):
-        return _s.VocabParallel(axis) if embedding else _s.RowwiseParallel(axis)
+        return _plans.VocabParallel(axis) if embedding else _plans.RowwiseParallel(axis)
     raise TypeError(f"{type(s).__name__} is a torch plan style tdx does not take; use "
                     f"ColwiseParallel, RowwiseParallel, SequenceParallel or PrepareModuleInput")
 

@@ -208,7 +208,7 @@ def trace_train_step(model, optimizer, loss_fn, *batch, max_grad_norm=None, hype
     reduces its gradients once per step. The program's inputs are the
     micro-batches stacked, ``(k, B, ...)`` (``exe.train`` and the runner
     take the concatenated ``(k * B, ...)`` and stack them)."""
-    from . import collectives
+    from . import collectives, torch_collectives
     from .deferred import _python_guards
     given = batch
     if not isinstance(optimizer, torch.optim.Optimizer):
@@ -281,7 +281,7 @@ def trace_train_step(model, optimizer, loss_fn, *batch, max_grad_norm=None, hype
         optimizer.state.update({p: dict(state) for p, state in fresh.items()})
         try:
             with _python_guards(fake_cuda=True), _C.TraceMode(log), \
-                    collectives.record() as rec:
+                    torch_collectives.record() as rec:
                 comms[:] = [rec]
                 trained = [p for p in params if p.requires_grad]
                 with computing_in(model, _mixed_precision):

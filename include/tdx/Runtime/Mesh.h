@@ -106,11 +106,11 @@ public:
   void barrier();
   /// Rank 0's `bytes`, on every rank (the others' argument is ignored).
   std::string broadcastFromRoot(std::string bytes);
-  /// With `verbose`, rank 0 prints the init time, the mean step time and the
-  /// bytes all ranks sent per step. Every rank calls it: it sums over them.
-  /// `firstMs` >= 0: a warm-up step's time, printed but not in the mean.
-  void reportSteps(bool verbose, double initMs, double stepMs, int64_t steps,
-                   double firstMs = -1);
+  /// Rank 0 prints a run's one line: the ranks, the init time, the mean
+  /// step time and the bytes all ranks sent per step. Every rank calls it:
+  /// it sums over them. `firstMs` >= 0: a warm-up step's time, printed but
+  /// not in the mean.
+  void reportSteps(double initMs, double stepMs, int64_t steps, double firstMs = -1);
   /// Waits for every rank, then ends MPI: a model binary's last step.
   void finish();
 

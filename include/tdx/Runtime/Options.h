@@ -9,6 +9,15 @@
 
 namespace tdx::rt {
 
+/// How much a run tells (TDX_LOG): `warn`, the default, one line per run
+/// (ranks, init, step time, bytes moved) besides warnings and errors;
+/// `info` each rank's init, reads and memory too (what --verbose prints);
+/// `debug` also a line per step.
+enum class LogLevel { Warn, Info, Debug };
+/// TDX_LOG's level, read once; an unknown value is named on stderr and
+/// taken as `warn`.
+LogLevel logLevel();
+
 struct Options {
   std::string inputs, outputs, params, dumpParams;
   /// Training: one batch per step, and the state written after the last.
@@ -28,7 +37,8 @@ struct Options {
   double timeout = 300;
   /// ATen and BLAS threads of each rank (0: see threadsPerRank).
   int threads = 0;
-  bool verbose = false;
+  /// --verbose or TDX_LOG=info: every rank's init, reads and memory.
+  bool verbose = logLevel() >= LogLevel::Info;
   bool profile = false;
   /// Rank 0 prints "tdx: step K/N loss L" after each training step.
   bool progress = false;

@@ -146,8 +146,13 @@ std::vector<at::Tensor> Session::call(const std::vector<at::Tensor> &local, size
     Profile::enable();
   auto t0 = std::chrono::steady_clock::now();
   std::vector<at::Tensor> out = memory_.step(program_, *ctx_, state_, local);
-  stepMs_ += std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0)
-                 .count();
+  double ms =
+      std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
+  stepMs_ += ms;
+  if (logLevel() >= LogLevel::Debug && ctx_->rank() == 0) {
+    std::printf("tdx: step %lld: %.3f ms\n", static_cast<long long>(steps_ + 1), ms);
+    std::fflush(stdout);
+  }
   peakStep_ = std::max(peakStep_, TensorMemory::peak());
   ++timedSteps_;
   ++steps_;
@@ -277,9 +282,7 @@ void Session::report() {
   const int64_t steps = std::max<int64_t>(1, timedSteps_);
   if (o_.profile && rank == 0 && timedSteps_ > 0)
     Profile::totals().print(stepMs_ * 1e-3, steps);
-  if (!o_.verbose)
-    return;
-  if (timedSteps_ > 0) {
+  if (o_.verbose && timedSteps_ > 0) {
     // State stays; a step's working memory (activations, gradients,
     // gathered parameters) comes and goes.
     int64_t stateBytes = 0, optimizerBytes = 0;
@@ -296,5 +299,5 @@ void Session::report() {
       std::printf("tdx: rank %d: waited %.3f ms per step for its pipeline peers\n", rank,
                   ctx_->pipelineWaitSeconds() * 1e3 / static_cast<double>(steps));
   }
-  ctx_->reportSteps(true, initMs_, stepMs_, steps);
+  ctx_->reportSteps(initMs_, stepMs_, steps);
 }

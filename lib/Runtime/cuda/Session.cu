@@ -194,15 +194,13 @@ public:
     if (o_.profile && ctx_->rank() == 0 && timedSteps_ > 0)
       std::printf("tdx: --profile times ATen calls of CPU binaries; a CUDA binary reports "
                   "its step time only\n");
-    if (!o_.verbose)
-      return;
     // With more than one step, the first (lazy kernel loading, cuBLAS
     // set-up) is a warm-up, reported but not in the mean.
     if (timedSteps_ > 1) {
       ctx_->addBytes(-firstStepBytes_);
-      ctx_->reportSteps(true, initMs_, stepMs_ - firstMs_, timedSteps_ - 1, firstMs_);
+      ctx_->reportSteps(initMs_, stepMs_ - firstMs_, timedSteps_ - 1, firstMs_);
     } else {
-      ctx_->reportSteps(true, initMs_, stepMs_, std::max<int64_t>(1, timedSteps_));
+      ctx_->reportSteps(initMs_, stepMs_, std::max<int64_t>(1, timedSteps_));
     }
   }
 

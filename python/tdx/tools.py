@@ -1,0 +1,29 @@
+"""Where tdx's command-line tools are (a build's ``bin`` beside this
+package, else ``PATH``), and what a model binary's signature says: the
+torch dtypes it names, the state a checkpoint of it must hold."""
+
+import os
+import shutil
+
+from . import _C
+from .errors import TdxError
+
+_TORCH_DTYPES = {stored: dtype for _, dtype, _, stored in _C.dtypes()}
+
+
+def _tool(name):
+    here = os.path.dirname(os.path.abspath(__file__))
+    built = os.path.join(here, "..", "..", "bin", name)
+    path = built if os.path.exists(built) else shutil.which(name)
+    if not path:
+        raise TdxError(f"cannot find {name}; build tdx (scripts/build.sh) and source build/env.sh")
+    return path
+
+
+def required_state(signature):
+    """The state names a checkpoint of a program (``exe.signature()``) must
+    hold: its parameters and persistent buffers (not optimizer state, which
+    a fresh optimizer makes, nor non-persistent buffers, nor tied names)."""
+    transient = set(signature.get("non_persistent", []))
+    return [p["name"] for p in signature["params"]
+            if not p["name"].startswith("optimizer.") and p["name"] not in transient]
