@@ -19,6 +19,17 @@ at::Tensor makeFake(const at::Tensor &meta, c10::Device device,
 
 /// The recording ops on this thread go to, or null.
 Recording *currentRecording();
+/// Makes `recording` the one ops on this thread go to, until destroyed.
+class RecordingScope {
+public:
+  explicit RecordingScope(Recording *recording);
+  ~RecordingScope();
+  RecordingScope(const RecordingScope &) = delete;
+  RecordingScope &operator=(const RecordingScope &) = delete;
+
+private:
+  Recording *previous_;
+};
 /// The DataPtr of a new fake storage: no data; for a deferred tensor its
 /// context refers (weakly) to the recording the tensor belongs to.
 c10::DataPtr fakeDataPtr(c10::Device device, Recording *recording);

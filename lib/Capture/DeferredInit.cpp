@@ -15,19 +15,6 @@ using namespace tdx::capture;
 
 namespace {
 
-thread_local Recording *tlsRecording = nullptr;
-
-struct RecordingScope {
-  Recording *previous;
-  explicit RecordingScope(Recording *r) : previous(tlsRecording) { tlsRecording = r; }
-  ~RecordingScope() { tlsRecording = previous; }
-};
-
-void deleteRecordingRef(void *context) {
-  delete static_cast<std::weak_ptr<Recording> *>(context);
-}
-
-void noFakeData(void *) {}
 
 /// Real values of the fake tensors of one recording during replay. Python
 /// and autograd wrap tensors in shallow copies (new TensorImpls sharing the
@@ -89,81 +76,6 @@ struct RealValues {
 
 namespace tdx::capture {
 
-void snapshotResults(RecordedOp &op, std::vector<c10::IValue> values) {
-  op.results = std::move(values);
-  forEachTensor(op.results, [&](const at::Tensor &t) {
-    if (t.defined())
-      op.resultMeta.push_back(TensorMeta{t.unsafeGetTensorImpl(), t.sizes().vec(),
-                                         t.strides().vec(), t.storage_offset()});
-  });
-}
-
-Recording *currentRecording() { return tlsRecording; }
-
-std::shared_ptr<Recording> recordingOfArguments(const c10::FunctionSchema &schema,
-                                                const torch::jit::Stack &stack) {
-  std::shared_ptr<Recording> found;
-  size_t n = schema.arguments().size();
-  for (size_t i = stack.size() - n; i < stack.size() && !found; ++i)
-    forEachTensor({stack[i]}, [&](const at::Tensor &t) {
-      if (!found)
-        found = recordingOf(t);
-    });
-  return found;
-}
-
-c10::DataPtr fakeDataPtr(c10::Device device, Recording *recording) {
-  // No data; the deleter marks the storage as a fake tensor's (isFakeData),
-  // and a deferred tensor's context refers to its recording.
-  if (!recording)
-    return c10::DataPtr(nullptr, nullptr, &noFakeData, device);
-  return c10::DataPtr(nullptr, new std::weak_ptr<Recording>(recording->weak_from_this()),
-                      &deleteRecordingRef, device);
-}
-
-bool isFakeData(const c10::DataPtr &data) {
-  return data.get_deleter() == &noFakeData || data.get_deleter() == &deleteRecordingRef;
-}
-
-void Recording::bindArgument(const at::Tensor &t) {
-  if (!t.defined() || !isFake(t) || !known_.emplace(t.unsafeGetTensorImpl(), true).second)
-    return;
-  auto owner = storageOwner_.find(t.storage().unsafeGetStorageImpl());
-  if (owner == storageOwner_.end())
-    return; // not made by this recording; replay reports it if it is used
-  RecordedOp alias;
-  alias.name = "tdx::alias";
-  alias.arguments = {owner->second, c10::IValue(t.sizes().vec()),
-                     c10::IValue(t.strides().vec()), c10::IValue(t.storage_offset())};
-  snapshotResults(alias, {t});
-  ops_.push_back(std::move(alias));
-}
-
-void Recording::record(RecordedOp op) {
-  forEachTensor(op.arguments, [&](const at::Tensor &t) { bindArgument(t); });
-  forEachTensor(op.results, [&](const at::Tensor &t) {
-    if (!t.defined() || !isFake(t))
-      return;
-    known_[t.unsafeGetTensorImpl()] = true;
-    storageOwner_.emplace(t.storage().unsafeGetStorageImpl(), t);
-  });
-  ops_.push_back(std::move(op));
-}
-
-std::shared_ptr<Recording> recordingOf(const at::Tensor &tensor) {
-  if (!isDeferred(tensor))
-    return nullptr;
-  const c10::DataPtr &data = tensor.storage().data_ptr();
-  if (data.get_deleter() != &deleteRecordingRef)
-    return nullptr;
-  return static_cast<std::weak_ptr<Recording> *>(data.get_context())->lock();
-}
-
-bool isDeferred(const at::Tensor &tensor) {
-  return tensor.defined() && tensor.unsafeGetTensorImpl()->has_storage() &&
-         tensor.storage().data_ptr().get_deleter() == &deleteRecordingRef;
-}
-
 std::shared_ptr<Recording> deferredInit(const std::function<void()> &build,
                                         bool fakeCuda) {
   auto recording = std::make_shared<Recording>();
@@ -183,7 +95,7 @@ void deferredInitInto(const std::shared_ptr<Recording> &recording,
 }
 
 at::Tensor liftConstant(const at::Tensor &real) {
-  Recording *recording = tlsRecording;
+  Recording *recording = currentRecording();
   at::Tensor fake;
   {
     RealMode realMode;
@@ -214,7 +126,7 @@ void recordSetData(const at::Tensor &self, const at::Tensor &newData) {
        self.storage_offset() == newData.storage_offset() && self.dtype() == newData.dtype()))
     return;
   std::shared_ptr<Recording> owned = recordingOf(self);
-  Recording *recording = owned ? owned.get() : tlsRecording;
+  Recording *recording = owned ? owned.get() : currentRecording();
   if (recording && isFake(self)) {
     RecordedOp op;
     op.name = "tdx::set_data";

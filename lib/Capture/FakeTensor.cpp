@@ -206,11 +206,6 @@ RealMode::~RealMode() {
     includeFakeKey(previousFake_);
 }
 
-bool isFake(const at::Tensor &tensor) {
-  return tensor.defined() && tensor.unsafeGetTensorImpl()->has_storage() &&
-         isFakeData(tensor.storage().data_ptr());
-}
-
 at::Tensor makeFake(const at::Tensor &meta, c10::Device device,
                     c10::optional<c10::Storage> storage, Recording *recording) {
   if (!storage)

@@ -1,14 +1,18 @@
 //===- FunctionalizeOps.cpp - recorded ops as tdx ops -----------------------===//
 //
 // The ops capture knows by name (creation, random init, copies, views) and
-// the dispatch of each recorded op: a first-class op, a view, a write
+// the dispatch of each recorded op (Functionalizer::run, handle): a first-class op, a view, a write
 // through a view, or a generic tdx.aten (Functionalizer.h).
 //
 //===----------------------------------------------------------------------===//
 
 #include "Functionalizer.h"
 
+#include "llvm/ADT/ScopeExit.h"
+
 #include <torch/csrc/jit/runtime/operator.h>
+
+#include <unordered_set>
 
 using ::tdx::capture::CaptureError;
 using ::tdx::capture::RecordedOp;
@@ -140,6 +144,44 @@ Value Functionalizer::functional(const RecordedOp &op, const at::Tensor &out) {
   // Everything else is a generic tdx.aten op, raised to first-class ops
   // by tdx-raise-aten (passes/RaiseAten.cpp) when capture ends.
   return {};
+}
+
+void Functionalizer::run(const std::vector<RecordedOp> &ops, const std::vector<at::Tensor> &outputs) {
+  // What later ops read: a fused form that drops an op's auxiliary results
+  // (a loss's total weight, a norm's mean and rstd) is taken only when
+  // nothing reads them (a backward does).
+  for (const at::Tensor &t : outputs)
+    read_.insert(t.unsafeGetTensorImpl());
+  for (const RecordedOp &op : ops)
+    forEachTensor(op.arguments,
+                  [&](const at::Tensor &t) { read_.insert(t.unsafeGetTensorImpl()); });
+  // Each op is emitted with its tensors' metadata as it was when the op
+  // ran (an in-place view op changes it later); the final metadata is put
+  // back after.
+  std::vector<TensorMeta> final;
+  std::unordered_set<c10::TensorImpl *> saved;
+  for (const RecordedOp &op : ops)
+    for (const TensorMeta &m : op.resultMeta)
+      if (saved.insert(m.impl).second)
+        final.push_back(TensorMeta{m.impl, m.impl->sizes().vec(), m.impl->strides().vec(),
+                                   m.impl->storage_offset()});
+  auto restore = [](const TensorMeta &m) {
+    if (m.impl->sizes() != c10::IntArrayRef(m.sizes) ||
+        m.impl->strides() != c10::IntArrayRef(m.strides) ||
+        m.impl->storage_offset() != m.offset)
+      m.impl->set_sizes_and_strides(m.sizes, m.strides, m.offset);
+  };
+  llvm::scope_exit putBack([&] {
+    for (const TensorMeta &m : final)
+      restore(m);
+  });
+  for (const RecordedOp &op : ops) {
+    for (const TensorMeta &m : op.resultMeta)
+      restore(m);
+    current = fullName(op);
+    handle(op);
+  }
+  current = "the module";
 }
 
 void Functionalizer::handle(const RecordedOp &op) {

@@ -31,6 +31,9 @@ using namespace mlir::tdx;
 Type elementType(Builder &b, at::ScalarType t);
 RankedTensorType tensorType(Builder &b, const at::Tensor &t);
 std::string fullName(const RecordedOp &op);
+/// `base` read as `type` through aten::as_strided(sizes, strides, offset).
+Value asStrided(OpBuilder &b, Location loc, Value base, RankedTensorType type,
+                ArrayRef<int64_t> sizes, ArrayRef<int64_t> strides, int64_t offset);
 Attribute toAttribute(Builder &b, const c10::IValue &v, const std::string &op,
                       const std::string &arg);
 
