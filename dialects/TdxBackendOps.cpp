@@ -43,7 +43,7 @@ std::string mlir::tdx::cType(Type t) {
 #define TDX_DTYPE(Name, stored, bytes, aten, ctype, mlir, ir, runs)                                  \
   if (mlir)                                                                                \
     return ctype;
-#include "tdx/Runtime/DTypes.def"
+#include "tdx/StateFormat/DTypes.def"
   return "";
 }
 

@@ -50,7 +50,7 @@ Type elementType(Builder &b, at::ScalarType t) {
   case at::aten:                                                                           \
     ir = irName;                                                                           \
     break;
-#include "tdx/Runtime/DTypes.def"
+#include "tdx/StateFormat/DTypes.def"
   default:
     throw CaptureError(std::string("tdx: dtype ") + c10::toString(t) +
                        " has no tdx element type yet; use a real or integer dtype");

@@ -15,10 +15,10 @@
 //
 //===----------------------------------------------------------------------===//
 
-#include "tdx/Runtime/Checkpoint.h"
-#include "tdx/Runtime/Json.h"
+#include "tdx/StateFormat/Checkpoint.h"
+#include "tdx/StateFormat/Json.h"
 #include "tdx/Runtime/Serve.h"
-#include "tdx/Runtime/Volumes.h"
+#include "tdx/Store/Volumes.h"
 
 #include <algorithm>
 #include <chrono>

@@ -16,7 +16,7 @@
 //
 //===----------------------------------------------------------------------===//
 
-#include "tdx/Runtime/Checkpoint.h"
+#include "tdx/StateFormat/Checkpoint.h"
 #include "tdx/Runtime/Serve.h"
 
 #include <mpi.h>

@@ -1,7 +1,7 @@
 //===- Mesh.cpp - ranks, layouts and MPI groups of model binaries ---------===//
 
 #include "tdx/Runtime/Mesh.h"
-#include "tdx/Runtime/Box.h"
+#include "tdx/StateFormat/Box.h"
 
 #include <mpi.h>
 

@@ -1,8 +1,8 @@
 //===- Options.cpp - the command line every model binary takes ------------===//
 
 #include "tdx/Runtime/Options.h"
-#include "tdx/Runtime/Checkpoint.h"
-#include "tdx/Runtime/Safetensors.h"
+#include "tdx/StateFormat/Checkpoint.h"
+#include "tdx/StateFormat/Safetensors.h"
 
 #include <sched.h>
 #include <sys/resource.h>

@@ -1,7 +1,7 @@
 //===- Placement.cpp - layouts of global tensors over a mesh --------------===//
 
 #include "tdx/Runtime/Placement.h"
-#include "tdx/Runtime/Box.h"
+#include "tdx/StateFormat/Box.h"
 
 #include <stdexcept>
 

@@ -1,6 +1,7 @@
 //===- SaveCheckpoint.cpp - every rank's part of a checkpoint, committed --===//
 
-#include "tdx/Runtime/Checkpoint.h"
+#include "tdx/StateFormat/Checkpoint.h"
+#include "tdx/Store/Volumes.h"
 #include "tdx/Runtime/Mesh.h"
 
 #include <mpi.h>
@@ -75,7 +76,7 @@ std::string tdx::rt::saveCheckpoint(Mesh &mesh, const std::string &root, int64_t
                                     const std::map<std::string, std::string> &metadata, int keep) {
   PendingCheckpoint pending;
   if (mesh.rank() == 0)
-    pending = beginCheckpoint(root, step);
+    pending = beginVersion(root, step);
   step = std::stoll(broadcast(mesh, std::to_string(pending.step)));
   pending.root = root;
   pending.step = step;
@@ -100,12 +101,12 @@ std::string tdx::rt::saveCheckpoint(Mesh &mesh, const std::string &root, int64_t
   if (!boxes.empty()) {
     char file[32];
     std::snprintf(file, sizeof file, "rank-%05d.safetensors", mesh.rank());
-    part = writeCheckpointFile(pending, file, boxes);
+    part = writeVersionFile(pending, file, boxes);
   }
   std::vector<std::string> parts = gatherText(mesh, part);
   std::string dir;
   if (mesh.rank() == 0)
-    dir = commitCheckpoint(pending, parts, metadata, keep);
+    dir = commitVersion(pending, parts, metadata, keep);
   mesh.barrier();
   return broadcast(mesh, dir);
 }

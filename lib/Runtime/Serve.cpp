@@ -1,7 +1,8 @@
 //===- Serve.cpp - the one step engine's request loop and its sources -----===//
 
 #include "tdx/Runtime/Serve.h"
-#include "tdx/Runtime/Checkpoint.h"
+#include "tdx/StateFormat/Checkpoint.h"
+#include "tdx/Store/Volumes.h"
 
 #include <fcntl.h>
 #include <poll.h>
@@ -162,7 +163,7 @@ Request PipeRequests::next() {
 }
 
 const TensorStore &PipeRequests::inputs(const Request &r) {
-  in_ = std::make_unique<TensorStore>(r.arg(1));
+  in_ = openState(r.arg(1));
   return *in_;
 }
 
@@ -233,7 +234,7 @@ Request CommandLineRequests::next() {
 
 const TensorStore &CommandLineRequests::inputs(const Request &r) {
   if (!in_)
-    in_ = std::make_unique<TensorStore>(r.arg(1));
+    in_ = openState(r.arg(1));
   return *in_;
 }
 
@@ -275,7 +276,7 @@ Origin tdx::rt::origin(Options &o, bool runner) {
   std::string source = o.resume.empty() ? paramsPath(o) : o.resume;
   if (source.empty())
     return from;
-  from.store = std::make_unique<TensorStore>(source);
+  from.store = openState(source);
   const TensorStore &store = *from.store;
   // A number of the checkpoint's metadata (its step, seed, call count):
   // absent is nullopt; present and not a number, a corrupt checkpoint.

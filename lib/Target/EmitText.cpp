@@ -16,7 +16,7 @@ std::string dtype(Type t) {
 #define TDX_DTYPE(Name, stored, bytes, aten, ctype, mlir, ir, runs)                                  \
   if ((mlir) && runs)                                                                      \
     return "T::" #aten;
-#include "tdx/Runtime/DTypes.def"
+#include "tdx/StateFormat/DTypes.def"
   return "";
 }
 
@@ -27,7 +27,7 @@ std::string runnableTypes(bool kernels) {
 #define TDX_DTYPE(Name, stored, bytes, aten, ctype, mlir, ir, runs)                                  \
   if (runs && (!kernels || *ctype))                                                                \
     s += (s.empty() ? "" : "/") + std::string(ir);
-#include "tdx/Runtime/DTypes.def"
+#include "tdx/StateFormat/DTypes.def"
   return s;
 }
 

@@ -1,7 +1,7 @@
 //===- InitEvaluator.cpp - one rank's shard of a parameter's init ---------===//
 
 #include "tdx/Target/InitEvaluator.h"
-#include "tdx/Runtime/Box.h"
+#include "tdx/StateFormat/Box.h"
 
 #include "mlir/Dialect/Arith/IR/Arith.h"
 #include "llvm/ADT/TypeSwitch.h"
@@ -46,7 +46,7 @@ std::optional<DType> dtypeOf(Type t) {
 #define TDX_DTYPE(Name, stored, bytes, aten, ctype, mlir, ir, runs)                                  \
   if ((mlir) && runs && ::tdx::rt::initProgramsMake(DType::Name))                                  \
     return DType::Name;
-#include "tdx/Runtime/DTypes.def"
+#include "tdx/StateFormat/DTypes.def"
   return std::nullopt;
 }
 

@@ -1,16 +1,16 @@
 //===- FilesBindings.cpp - tensor files and checkpoints for Python --------===//
 //
 // Binds the runtime's safetensors and checkpoint code (no MPI, no ATen
-// inside it: include/tdx/Runtime/Checkpoint.h) so that the Python package
+// inside it: include/tdx/StateFormat/Checkpoint.h) so that the Python package
 // reads and writes exactly what model binaries do. Failures raise
 // tdx.CheckpointError (errors.py hands the class over at import).
 //
 //===----------------------------------------------------------------------===//
 
 #include "tdx/Runtime/AtenDTypes.h"
-#include "tdx/Runtime/Checkpoint.h"
+#include "tdx/StateFormat/Checkpoint.h"
 #include "tdx/Runtime/Placement.h"
-#include "tdx/Runtime/Volumes.h"
+#include "tdx/Store/Volumes.h"
 
 #include <torch/extension.h>
 
@@ -70,7 +70,7 @@ void bindFiles(py::module &m) {
 
   py::class_<TensorStore>(m, "TensorStore")
       .def(py::init([](const std::string &path) {
-             return released([&] { return std::make_unique<TensorStore>(path); });
+             return released([&] { return openState(path); });
            }),
            py::arg("path"))
       .def_property_readonly("path", &TensorStore::path)
@@ -118,7 +118,7 @@ void bindFiles(py::module &m) {
       [](const std::string &root, int64_t step) {
         return guarded([&] {
           py::gil_scoped_release release;
-          PendingCheckpoint p = beginCheckpoint(root, step);
+          PendingCheckpoint p = beginVersion(root, step);
           return Pending{p.root, p.tmp, p.id, p.step};
         });
       },
@@ -141,7 +141,7 @@ void bindFiles(py::module &m) {
           py::gil_scoped_release release;
           PendingCheckpoint p{std::get<0>(pending), std::get<1>(pending), std::get<2>(pending),
                               std::get<3>(pending)};
-          return writeCheckpointFile(p, file, out);
+          return writeVersionFile(p, file, out);
         });
       },
       py::arg("pending"), py::arg("file"), py::arg("boxes"));
@@ -152,7 +152,7 @@ void bindFiles(py::module &m) {
         return released([&] {
           PendingCheckpoint p{std::get<0>(pending), std::get<1>(pending), std::get<2>(pending),
                               std::get<3>(pending)};
-          return commitCheckpoint(p, parts, metadata, keep);
+          return commitVersion(p, parts, metadata, keep);
         });
       },
       py::arg("pending"), py::arg("parts"), py::arg("metadata"), py::arg("keep"));

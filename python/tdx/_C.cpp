@@ -189,10 +189,10 @@ PYBIND11_MODULE(_C, m) {
   out.append(py::make_tuple(ir, py::reinterpret_borrow<py::object>(                            \
                                     reinterpret_cast<PyObject *>(torch::getTHPDtype(at::aten))), \
                             static_cast<bool>(runs), stored));
-#include "tdx/Runtime/DTypes.def"
+#include "tdx/StateFormat/DTypes.def"
         return out;
       },
-      "The one table of element types (include/tdx/Runtime/DTypes.def): (MLIR spelling, "
+      "The one table of element types (include/tdx/StateFormat/DTypes.def): (MLIR spelling, "
       "torch dtype, whether the model binaries run it, safetensors name) each.");
   m.def("is_deferred", &isDeferred, py::arg("tensor"));
   m.def("meta_like", &metaLike, py::arg("tensor"));

@@ -19,7 +19,7 @@ from .log import _progress_bar
 from .tools import _TORCH_DTYPES, _tool
 
 # torch dtypes by the safetensors name a binary's --signature gives
-# (include/tdx/Runtime/DTypes.def).
+# (include/tdx/StateFormat/DTypes.def).
 def _describe(spec):
     """An input of a --signature, as the errors name it."""
     return f"{_TORCH_DTYPES[spec['dtype']]} of shape {tuple(spec['shape'])}"

@@ -47,7 +47,7 @@ class MixedPrecision:
 
 def _mlir_type(dtype):
     """The MLIR element type of a torch dtype, from the dtype table
-    (tdx/Runtime/DTypes.def)."""
+    (tdx/StateFormat/DTypes.def)."""
     from . import _C
     return next(ir for ir, d, *_ in _C.dtypes() if d == dtype)
 

@@ -11,7 +11,7 @@ from .precision import computing_in
 
 __all__ = ["Program", "capture", "trace"]
 
-# The IR's element types by MLIR spelling (include/tdx/Runtime/DTypes.def).
+# The IR's element types by MLIR spelling (include/tdx/StateFormat/DTypes.def).
 _DTYPES = {ir: dtype for ir, dtype, *_ in _C.dtypes()}
 
 

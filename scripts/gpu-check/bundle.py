@@ -68,9 +68,13 @@ TRAIN_STEPS = 5
 LOOP_STEPS = 4
 PIPELINE_MICROBATCHES = 2
 # The runtime a model binary links: tdx/Runtime without LLVM, MLIR or ATen.
-RUNTIME = ["Mesh.cpp", "Options.cpp", "SaveCheckpoint.cpp", "InitProgram.cpp", "Safetensors.cpp",
-           "Checkpoint.cpp", "Crc32c.cpp", "Json.cpp", "Placement.cpp", "Arena.cpp", "Serve.cpp",
-           "Library.cpp", "Ucx.cpp", "Volumes.cpp"]
+# (lib/Runtime), the state format and the networked store it stands on.
+RUNTIME = ["Runtime/Mesh.cpp", "Runtime/Options.cpp", "Runtime/SaveCheckpoint.cpp",
+           "Runtime/InitProgram.cpp", "Runtime/Placement.cpp", "Runtime/Arena.cpp",
+           "Runtime/Serve.cpp", "Runtime/Generate.cpp", "Runtime/Library.cpp",
+           "StateFormat/Safetensors.cpp",
+           "StateFormat/Checkpoint.cpp", "StateFormat/Crc32c.cpp", "StateFormat/Json.cpp",
+           "Store/Ucx.cpp", "Store/Volumes.cpp"]
 # With UCX's headers: the networked tensor store's transport (Volumes.cpp).
 MPI_PACKAGES = ["openmpi-bin", "openmpi-common", "libopenmpi3", "libopenmpi-dev", "libucx-dev"]
 # On every machine already; never bundled.
@@ -433,11 +437,12 @@ def bundle_mpi(out, offline):
 
 def copy_runtime(out):
     src = os.path.join(out, "runtime")
-    shutil.copytree(os.path.join(ROOT, "include", "tdx", "Runtime"),
-                    os.path.join(src, "include", "tdx", "Runtime"))
+    for room in ("Runtime", "StateFormat", "Store"):
+        shutil.copytree(os.path.join(ROOT, "include", "tdx", room),
+                        os.path.join(src, "include", "tdx", room))
     os.makedirs(os.path.join(src, "lib", "cuda"))
-    for name in RUNTIME:
-        shutil.copy(os.path.join(ROOT, "lib", "Runtime", name), os.path.join(src, "lib", name))
+    for path in RUNTIME:       # one folder: the names are unique
+        shutil.copy(os.path.join(ROOT, "lib", path), os.path.join(src, "lib", os.path.basename(path)))
     for path in glob.glob(os.path.join(ROOT, "lib", "Runtime", "cuda", "*")):
         shutil.copy(path, os.path.join(src, "lib", "cuda"))
 

@@ -275,7 +275,7 @@ class _Identity(torch.nn.Module):
 
 @pytest.mark.parametrize("ir,dtype,runs,stored", tdx._C.dtypes())
 def test_every_element_type_of_the_table_captures(ir, dtype, runs, stored):
-    # The one table (include/tdx/Runtime/DTypes.def) gives capture its
+    # The one table (include/tdx/StateFormat/DTypes.def) gives capture its
     # element types and the Python package their torch dtypes: a tensor of
     # each dtype captures as that spelling, and its program's signature
     # gives the dtype back.

@@ -1,16 +1,16 @@
 //===- CheckpointTest.cpp - checksums, boxes and tiling of checkpoints ----===//
 //
-// The pieces of include/tdx/Runtime/Checkpoint.h that every load and save
+// The pieces of include/tdx/StateFormat/Checkpoint.h that every load and save
 // relies on, tested alone: CRC-32C and its combination, torch.chunk boxes of
 // layouts, the copy runs between two boxes, and the tiling check that
 // refuses an index with a hole or an overlap.
 //
 //===----------------------------------------------------------------------===//
 
-#include "tdx/Runtime/Box.h"
-#include "tdx/Runtime/Checkpoint.h"
-#include "tdx/Runtime/Crc32c.h"
-#include "tdx/Runtime/Json.h"
+#include "tdx/StateFormat/Box.h"
+#include "tdx/StateFormat/Checkpoint.h"
+#include "tdx/StateFormat/Crc32c.h"
+#include "tdx/StateFormat/Json.h"
 #include "tdx/Runtime/Placement.h"
 
 #include <gtest/gtest.h>

@@ -5,7 +5,7 @@
 // ATen, with one lane per row and with blocks of 3 and 4 lanes emulated by
 // threads that combine between barriers as a block's warps do.
 
-#include "tdx/Runtime/Box.h"
+#include "tdx/StateFormat/Box.h"
 #include "tdx/Runtime/Rows.h"
 
 #include "AtenTestUtil.h"

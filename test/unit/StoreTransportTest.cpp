@@ -1,6 +1,6 @@
 //===- StoreTransportTest.cpp - the networked store's pieces, alone -------===//
 //
-// What include/tdx/Runtime/Volumes.h builds on, without a volume process:
+// What include/tdx/Store/Volumes.h builds on, without a volume process:
 // UCX request and reply messages between two workers of this process (a
 // small payload, and one large enough for UCX's rendezvous protocol), a
 // connection refused, and a checkpoint read through a FileOpener whose
@@ -8,9 +8,9 @@
 //
 //===----------------------------------------------------------------------===//
 
-#include "tdx/Runtime/Checkpoint.h"
-#include "tdx/Runtime/Ucx.h"
-#include "tdx/Runtime/Volumes.h"
+#include "tdx/StateFormat/Checkpoint.h"
+#include "tdx/Store/Ucx.h"
+#include "tdx/Store/Volumes.h"
 
 #include <gtest/gtest.h>
 

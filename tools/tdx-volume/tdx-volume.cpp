@@ -1,17 +1,17 @@
 //===- tdx-volume.cpp - a host's volume of the networked tensor store -----===//
 //
-// One per host of a networked tensor store (include/tdx/Runtime/Volumes.h):
+// One per host of a networked tensor store (include/tdx/Store/Volumes.h):
 // holds, in memory, the files the host's ranks put, and serves byte ranges
 // of them to readers anywhere; the store's first volume also hands out a
 // key's versions and holds their committed indexes. It serves UCX active
-// messages (include/tdx/Runtime/Ucx.h) on one thread, asleep while idle.
+// messages (include/tdx/Store/Ucx.h) on one thread, asleep while idle.
 //
 //===----------------------------------------------------------------------===//
 
-#include "tdx/Runtime/Json.h"
-#include "tdx/Runtime/Safetensors.h"
-#include "tdx/Runtime/Ucx.h"
-#include "tdx/Runtime/Volumes.h"
+#include "tdx/StateFormat/Json.h"
+#include "tdx/StateFormat/Safetensors.h"
+#include "tdx/Store/Ucx.h"
+#include "tdx/Store/Volumes.h"
 
 #include <unistd.h>
 

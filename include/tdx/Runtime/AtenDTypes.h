@@ -1,6 +1,6 @@
 //===- AtenDTypes.h - stored element types as ATen names them -----*- C++ -*-===//
 //
-// The ATen side of tdx/Runtime/DTypes.def, for the CPU runtime and the
+// The ATen side of tdx/StateFormat/DTypes.def, for the CPU runtime and the
 // Python extension (both link ATen; the rest of the runtime does not).
 //
 //===----------------------------------------------------------------------===//
@@ -8,7 +8,7 @@
 #ifndef TDX_RUNTIME_ATENDTYPES_H
 #define TDX_RUNTIME_ATENDTYPES_H
 
-#include "tdx/Runtime/Safetensors.h"
+#include "tdx/StateFormat/Safetensors.h"
 
 #include <c10/core/ScalarType.h>
 
@@ -23,7 +23,7 @@ inline at::ScalarType scalarTypeOf(DType t) {
 #define TDX_DTYPE(Name, stored, bytes, aten, ctype, mlir, ir, runs)                                          \
   case DType::Name:                                                                                \
     return at::aten;
-#include "tdx/Runtime/DTypes.def"
+#include "tdx/StateFormat/DTypes.def"
   }
   return at::kFloat;
 }
@@ -35,7 +35,7 @@ inline DType dtypeOf(at::ScalarType t) {
 #define TDX_DTYPE(Name, stored, bytes, aten, ctype, mlir, ir, runs)                                          \
   case at::aten:                                                                                   \
     return DType::Name;
-#include "tdx/Runtime/DTypes.def"
+#include "tdx/StateFormat/DTypes.def"
   default:
     throw std::runtime_error(std::string("tdx: cannot store dtype ") + c10::toString(t) +
                              " (tensor files and model binaries hold float32, float64, "

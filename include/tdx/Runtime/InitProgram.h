@@ -16,7 +16,7 @@
 #ifndef TDX_RUNTIME_INITPROGRAM_H
 #define TDX_RUNTIME_INITPROGRAM_H
 
-#include "tdx/Runtime/Safetensors.h"
+#include "tdx/StateFormat/Safetensors.h"
 
 #include <cstdint>
 #include <string>

@@ -12,9 +12,9 @@
 #define TDX_RUNTIME_MESH_H
 
 #include "tdx/Runtime/Arena.h"
-#include "tdx/Runtime/Box.h"
+#include "tdx/StateFormat/Box.h"
 #include "tdx/Runtime/Placement.h"
-#include "tdx/Runtime/Safetensors.h"
+#include "tdx/StateFormat/Safetensors.h"
 
 #include <cstdint>
 #include <exception>
@@ -197,7 +197,7 @@ struct LocalTensor {
 };
 
 /// Saves the state as step `step` of the checkpoint root `root`
-/// (tdx/Runtime/Checkpoint.h): each rank writes the boxes it owns (a box
+/// (tdx/StateFormat/Checkpoint.h): each rank writes the boxes it owns (a box
 /// several ranks hold is written by one of them, a different one for each
 /// tensor), rank 0 commits once every rank has written, and no rank returns
 /// before the commit. Every rank calls it. A negative `step` saves the

@@ -22,7 +22,7 @@ struct Options {
   std::string inputs, outputs, params, dumpParams;
   /// Training: one batch per step, and the state written after the last.
   std::string batches, saveState;
-  /// Checkpoints (tdx/Runtime/Checkpoint.h): where to save, every how many
+  /// Checkpoints (tdx/StateFormat/Checkpoint.h): where to save, every how many
   /// steps, how many to keep; where to resume from.
   std::string save, resume;
   int64_t saveEvery = 0;

@@ -3,7 +3,7 @@
 #ifndef TDX_RUNTIME_PROGRAM_H
 #define TDX_RUNTIME_PROGRAM_H
 
-#include "tdx/Runtime/Json.h"
+#include "tdx/StateFormat/Json.h"
 
 #include <cstdint>
 #include <functional>

@@ -22,7 +22,7 @@
 
 #include "tdx/Runtime/Mesh.h"
 #include "tdx/Runtime/Options.h"
-#include "tdx/Runtime/Safetensors.h"
+#include "tdx/StateFormat/Safetensors.h"
 
 #include <deque>
 #include <functional>

@@ -14,7 +14,7 @@
 
 #include "tdx/Runtime/Options.h"
 #include "tdx/Runtime/Runtime.h"
-#include "tdx/Runtime/Safetensors.h"
+#include "tdx/StateFormat/Safetensors.h"
 #include "tdx/Runtime/Serve.h"
 
 #include <map>

@@ -1,7 +1,7 @@
 //===- Session.cpp - a rank's CPU program with its state resident ---------===//
 
 #include "tdx/Runtime/Session.h"
-#include "tdx/Runtime/Checkpoint.h"
+#include "tdx/StateFormat/Checkpoint.h"
 
 #include <ATen/Parallel.h>
 

@@ -1,7 +1,7 @@
 //===- Driver.cu - the command line of CUDA model binaries ----------------===//
 //
 // The same command line and files as the CPU binaries (tdx/Runtime/Options.h,
-// tdx/Runtime/Safetensors.h): a binary's ranks run the one step engine
+// tdx/StateFormat/Safetensors.h): a binary's ranks run the one step engine
 // (tdx/Runtime/Serve.h) on the CUDA Session (Session.cu), serving the
 // runner's requests (--serve DIR) or its command line's.
 //

@@ -12,7 +12,7 @@
 // order, so the streams cannot wait on each other in a cycle. finishSends
 // waits for the channels with the collective deadline, so a lost peer ends
 // the step with an error instead of a hang. Where collectives go through
-// host memory (ranks sharing a GPU), so do these (HostCollectives.cu).
+// host memory (ranks sharing a GPU), so do these (Context.cu's collectives through host memory).
 //
 //===----------------------------------------------------------------------===//
 

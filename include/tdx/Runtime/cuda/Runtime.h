@@ -37,9 +37,9 @@ namespace tdx::cu {
 using rt::DType;
 using rt::Layout;
 using rt::parseLayout;
-// ATen's dtype names, for the emitted source (tdx/Runtime/DTypes.def).
+// ATen's dtype names, for the emitted source (tdx/StateFormat/DTypes.def).
 #define TDX_DTYPE(Name, stored, bytes, aten, ctype, mlir, ir, runs) constexpr DType aten = DType::Name;
-#include "tdx/Runtime/DTypes.def"
+#include "tdx/StateFormat/DTypes.def"
 
 /// A strided view of device memory. Default-constructed: undefined (the
 /// `{}` of an optional argument).
@@ -298,7 +298,7 @@ private:
   void abortCommunicators();
   /// The NCCL communicator (made on first use) of `axes`' group `g`.
   void *comm(const std::vector<std::string> &axes, const Group &g);
-  /// Collectives by MPI through host memory (HostCollectives.cu), decided
+  /// Collectives by MPI through host memory (Context.cu), decided
   /// once for all ranks when the context is made.
   bool staged_ = false;
   Tensor hostAllReduce(const Tensor &x, const Group &g, int64_t reduce,

@@ -1,7 +1,7 @@
 //===- Crc32c.h - CRC-32C (Castagnoli) of checkpoint files ---------*- C++ -*-===//
 
-#ifndef TDX_RUNTIME_CRC32C_H
-#define TDX_RUNTIME_CRC32C_H
+#ifndef TDX_STATEFORMAT_CRC32C_H
+#define TDX_STATEFORMAT_CRC32C_H
 
 #include <cstddef>
 #include <cstdint>
@@ -19,4 +19,4 @@ uint32_t crc32cCombine(uint32_t crcA, uint32_t crcB, uint64_t lengthB);
 
 } // namespace tdx::rt
 
-#endif // TDX_RUNTIME_CRC32C_H
+#endif // TDX_STATEFORMAT_CRC32C_H

@@ -8,10 +8,10 @@
 //
 //===----------------------------------------------------------------------===//
 
-#include "tdx/Runtime/Volumes.h"
-#include "tdx/Runtime/Crc32c.h"
-#include "tdx/Runtime/Json.h"
-#include "tdx/Runtime/Ucx.h"
+#include "tdx/Store/Volumes.h"
+#include "tdx/StateFormat/Crc32c.h"
+#include "tdx/StateFormat/Json.h"
+#include "tdx/Store/Ucx.h"
 
 #include <arpa/inet.h>
 #include <ifaddrs.h>
@@ -528,4 +528,32 @@ std::map<std::string, std::string> tdx::rt::volumeStatus(const std::string &stor
     out[a.text()] = json::print(report);
   }
   return out;
+}
+
+std::unique_ptr<TensorStore> tdx::rt::openState(const std::string &path) {
+  if (!isVolumePath(path))
+    return std::make_unique<TensorStore>(path);
+  std::unique_ptr<TensorStore> store;
+  openVolumeVersion(path, [&](const VolumeVersion &v) {
+    store = std::make_unique<TensorStore>(v.path, v.index, v.open);
+  });
+  return store;
+}
+
+PendingCheckpoint tdx::rt::beginVersion(const std::string &root, int64_t step) {
+  return isVolumePath(root) ? beginVolumeVersion(root, step) : beginCheckpoint(root, step);
+}
+
+std::string tdx::rt::writeVersionFile(const PendingCheckpoint &pending, const std::string &file,
+                                      const std::vector<BoxToWrite> &boxes) {
+  return isVolumePath(pending.root) ? putVolumeFile(pending, file, boxes)
+                                    : writeCheckpointFile(pending, file, boxes);
+}
+
+std::string tdx::rt::commitVersion(const PendingCheckpoint &pending,
+                                   const std::vector<std::string> &parts,
+                                   const std::map<std::string, std::string> &metadata, int keep) {
+  if (!isVolumePath(pending.root))
+    return commitCheckpoint(pending, parts, metadata, keep);
+  return commitVolumeVersion(pending, checkpointIndex(pending, parts, metadata), keep);
 }

@@ -1,10 +1,10 @@
 //===- Checkpoint.cpp - sharded, crash-safe checkpoints -------------------===//
 
-#include "tdx/Runtime/Checkpoint.h"
-#include "tdx/Runtime/Crc32c.h"
-#include "tdx/Runtime/Volumes.h"
+#include "tdx/StateFormat/Checkpoint.h"
+#include "tdx/StateFormat/Crc32c.h"
+#include "tdx/StateFormat/Safetensors.h"
 
-#include "tdx/Runtime/Json.h"
+#include "tdx/StateFormat/Json.h"
 
 #include <dirent.h>
 #include <fcntl.h>
@@ -207,8 +207,6 @@ std::string tdx::rt::newCheckpointId(int64_t step) {
 }
 
 PendingCheckpoint tdx::rt::beginCheckpoint(const std::string &root, int64_t step) {
-  if (isVolumePath(root))
-    return beginVolumeVersion(root, step);
   makeDirectories(root);
   if (step < 0)
     step = nextStep(root);
@@ -253,8 +251,6 @@ std::vector<TensorToWrite> tdx::rt::checkpointTensors(const std::vector<BoxToWri
 
 std::string tdx::rt::writeCheckpointFile(const PendingCheckpoint &p, const std::string &file,
                                          const std::vector<BoxToWrite> &boxes) {
-  if (isVolumePath(p.root))
-    return putVolumeFile(p, file, boxes);
   WrittenFile written = writeSafetensorsFile(p.tmp + "/" + file, checkpointTensors(boxes),
                                              {{"tdx.checkpoint", p.id}, {"tdx.file", file}}, true);
   return checkpointPart(file, written, boxes);
@@ -354,8 +350,6 @@ std::string tdx::rt::commitCheckpoint(const PendingCheckpoint &p,
                                       const std::map<std::string, std::string> &metadata,
                                       int keep) {
   std::string index = checkpointIndex(p, parts, metadata);
-  if (isVolumePath(p.root))
-    return commitVolumeVersion(p, index, keep);
   // The files are synced by their writers; the index goes last.
   writeDurably(p.tmp, kIndex, index);
   std::string dir = p.root + "/" + stepDirName(p.step);
@@ -397,6 +391,50 @@ std::string tdx::rt::commitCheckpoint(const PendingCheckpoint &p,
     }
   }
   return dir;
+}
+
+TensorStore::TensorStore(const std::string &path) : path_(path) {
+  struct stat st;
+  if (::stat(path.c_str(), &st) != 0)
+    throw error("cannot open " + path + ": no such file or directory");
+  if (!S_ISDIR(st.st_mode)) {
+    addFile(path);
+    return;
+  }
+  if (isCheckpoint(path)) {
+    // A writer may commit a newer step and delete this one while it is
+    // opened: then the newer one is read.
+    for (int attempt = 0;; ++attempt) {
+      path_ = resolveCheckpoint(path);
+      try {
+        addCheckpoint(path_);
+        return;
+      } catch (const std::runtime_error &) {
+        if (attempt >= 8 || resolveCheckpoint(path) == path_)
+          throw;
+        entries_.clear(), metadata_.clear(), files_.clear();
+      }
+    }
+  }
+  std::vector<std::string> files;
+  if (DIR *dir = ::opendir(path.c_str())) {
+    while (dirent *e = ::readdir(dir)) {
+      std::string name = e->d_name;
+      if (name.size() > 12 && name.compare(name.size() - 12, 12, ".safetensors") == 0)
+        files.push_back(path + "/" + name);
+    }
+    ::closedir(dir);
+  }
+  if (files.empty())
+    throw error(path + " is a directory without *.safetensors files or a tdx checkpoint");
+  std::sort(files.begin(), files.end());
+  for (const std::string &f : files)
+    addFile(f);
+}
+
+TensorStore::TensorStore(std::string path, const std::string &index, const FileOpener &open)
+    : path_(std::move(path)) {
+  addIndex(path_, path_ + "/", index, open);
 }
 
 void TensorStore::addCheckpoint(const std::string &dir) {

@@ -8,8 +8,8 @@
 //
 //===----------------------------------------------------------------------===//
 
-#ifndef TDX_RUNTIME_SAFETENSORS_H
-#define TDX_RUNTIME_SAFETENSORS_H
+#ifndef TDX_STATEFORMAT_SAFETENSORS_H
+#define TDX_STATEFORMAT_SAFETENSORS_H
 
 #include <cstdint>
 #include <functional>
@@ -20,10 +20,10 @@
 
 namespace tdx::rt {
 
-/// Element types of stored tensors (tdx/Runtime/DTypes.def).
+/// Element types of stored tensors (tdx/StateFormat/DTypes.def).
 enum class DType {
 #define TDX_DTYPE(Name, stored, bytes, aten, ctype, mlir, ir, runs) Name,
-#include "tdx/Runtime/DTypes.def"
+#include "tdx/StateFormat/DTypes.def"
 };
 int64_t dtypeSize(DType t);
 /// The safetensors name ("F32", "BOOL").
@@ -34,7 +34,7 @@ const char *dtypeEnumerator(DType t);
 DType dtypeNamed(const std::string &name);
 
 /// A stored box of a global tensor: the whole tensor in a plain safetensors
-/// file, one rank's box in a checkpoint (tdx/Runtime/Checkpoint.h).
+/// file, one rank's box in a checkpoint (tdx/StateFormat/Checkpoint.h).
 struct StoredChunk {
   std::string file;
   /// Byte offset of the box's (dense, row-major) data in `file`.
@@ -60,7 +60,7 @@ struct StoredTensor {
 /// them; a name in two files is an error), or of a tdx checkpoint (a step
 /// directory with tdx.index.json, or a root whose LATEST names one), or of
 /// a version of a networked store's key ("ucx://h1:7070,h2:7070/KEY", its
-/// files read from the volumes that hold them: tdx/Runtime/Volumes.h).
+/// files read from the volumes that hold them: tdx/Store/Volumes.h).
 /// Throws with the path on a missing, truncated or corrupt file.
 class TensorStore {
 public:
@@ -175,4 +175,4 @@ void writeSafetensors(const std::string &path, const std::vector<TensorToWrite> 
 
 } // namespace tdx::rt
 
-#endif // TDX_RUNTIME_SAFETENSORS_H
+#endif // TDX_STATEFORMAT_SAFETENSORS_H

@@ -5,7 +5,7 @@
 // "ucx://h1:7070,h2:7070/KEY", one version of it ".../KEY/step-00000003".
 // No file system is shared:
 //
-//   - a version is a checkpoint (tdx/Runtime/Checkpoint.h) whose files live
+//   - a version is a checkpoint (tdx/StateFormat/Checkpoint.h) whose files live
 //     on volumes: each writing rank puts its file (its boxes of the state)
 //     on the volume of its own host;
 //   - the store's first volume is the key's home: it hands out versions,
@@ -21,24 +21,40 @@
 // Every request carries the job's token (storeToken()); a volume started
 // with one refuses a request without it, before reading or writing.
 //
-// The transport is UCX (tdx/Runtime/Ucx.h). A volume that does not answer
+// The transport is UCX (tdx/Store/Ucx.h). A volume that does not answer
 // in TDX_STORE_TIMEOUT seconds (default 10), or whose connection fails, is
 // an error naming it and its host.
 //
 //===----------------------------------------------------------------------===//
 
-#ifndef TDX_RUNTIME_VOLUMES_H
-#define TDX_RUNTIME_VOLUMES_H
+#ifndef TDX_STORE_VOLUMES_H
+#define TDX_STORE_VOLUMES_H
 
-#include "tdx/Runtime/Checkpoint.h"
+#include "tdx/StateFormat/Checkpoint.h"
 
 #include <functional>
+#include <memory>
 #include <stdexcept>
 
 namespace tdx::rt {
 
 /// Whether `path` names a networked store ("ucx://...").
 bool isVolumePath(const std::string &path);
+
+/// The state at `path`: a version of a networked store's key (its files read
+/// from the volumes that hold them), or what TensorStore opens locally (a
+/// safetensors file or folder, a checkpoint).
+std::unique_ptr<TensorStore> openState(const std::string &path);
+
+/// beginCheckpoint, writeCheckpointFile and commitCheckpoint
+/// (tdx/StateFormat/Checkpoint.h) for a `root` that may also be a networked
+/// store's key: its next version then goes to the volumes (each writer's
+/// file to its own host's volume, the index to the key's home).
+PendingCheckpoint beginVersion(const std::string &root, int64_t step);
+std::string writeVersionFile(const PendingCheckpoint &pending, const std::string &file,
+                             const std::vector<BoxToWrite> &boxes);
+std::string commitVersion(const PendingCheckpoint &pending, const std::vector<std::string> &parts,
+                          const std::map<std::string, std::string> &metadata, int keep);
 
 /// A version a reader read from was dropped by its writer meanwhile: the
 /// read starts again on the newest.
@@ -91,4 +107,4 @@ std::pair<std::string, std::string> volumeRequest(const std::string &volume,
 
 } // namespace tdx::rt
 
-#endif // TDX_RUNTIME_VOLUMES_H
+#endif // TDX_STORE_VOLUMES_H

@@ -1,6 +1,6 @@
 //===- Ucx.h - request and reply messages over UCX ----------------*- C++ -*-===//
 //
-// The networked tensor store's transport (tdx/Runtime/Volumes.h): UCX's UCP
+// The networked tensor store's transport (tdx/Store/Volumes.h): UCX's UCP
 // active messages between a client and a volume, over whatever transports
 // UCX finds (TCP here, shared memory within a host, RDMA where hardware has
 // it). A message is a header (JSON text) and a payload (bytes); large
@@ -13,8 +13,8 @@
 //
 //===----------------------------------------------------------------------===//
 
-#ifndef TDX_RUNTIME_UCX_H
-#define TDX_RUNTIME_UCX_H
+#ifndef TDX_STORE_UCX_H
+#define TDX_STORE_UCX_H
 
 #include <chrono>
 #include <cstdint>
@@ -83,4 +83,4 @@ private:
 
 } // namespace tdx::rt::ucx
 
-#endif // TDX_RUNTIME_UCX_H
+#endif // TDX_STORE_UCX_H

@@ -1,7 +1,7 @@
 //===- Box.h - row-major runs of a box of a tensor ----------------*- C++ -*-===//
 
-#ifndef TDX_RUNTIME_BOX_H
-#define TDX_RUNTIME_BOX_H
+#ifndef TDX_STATEFORMAT_BOX_H
+#define TDX_STATEFORMAT_BOX_H
 
 #include <cstdint>
 #include <utility>
@@ -69,4 +69,4 @@ void forEachBoxRun(const std::vector<int64_t> &shape, const std::vector<int64_t>
 
 } // namespace tdx::rt
 
-#endif // TDX_RUNTIME_BOX_H
+#endif // TDX_STATEFORMAT_BOX_H

@@ -21,7 +21,7 @@
 // way; only then are older steps deleted. A crash at any point leaves the
 // previous checkpoint committed and the new one complete or invisible.
 //
-// A networked tensor store's version (tdx/Runtime/Volumes.h) is the same
+// A networked tensor store's version (tdx/Store/Volumes.h) is the same
 // checkpoint with its files on volumes: a root "ucx://h1:7070,h2:7070/KEY"
 // sends each writer's file to its host's volume and the index to the
 // store's first volume, which commits it.
@@ -32,10 +32,10 @@
 //
 //===----------------------------------------------------------------------===//
 
-#ifndef TDX_RUNTIME_CHECKPOINT_H
-#define TDX_RUNTIME_CHECKPOINT_H
+#ifndef TDX_STATEFORMAT_CHECKPOINT_H
+#define TDX_STATEFORMAT_CHECKPOINT_H
 
-#include "tdx/Runtime/Safetensors.h"
+#include "tdx/StateFormat/Safetensors.h"
 
 #include <cstdint>
 #include <map>
@@ -125,4 +125,4 @@ void checkTiling(const std::string &where, const std::string &name,
 
 } // namespace tdx::rt
 
-#endif // TDX_RUNTIME_CHECKPOINT_H
+#endif // TDX_STATEFORMAT_CHECKPOINT_H

@@ -1,6 +1,6 @@
 //===- Json.cpp - the JSON of tensor files and checkpoint indexes ---------===//
 
-#include "tdx/Runtime/Json.h"
+#include "tdx/StateFormat/Json.h"
 
 #include <cctype>
 #include <cerrno>

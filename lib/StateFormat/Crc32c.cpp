@@ -1,6 +1,6 @@
 //===- Crc32c.cpp - CRC-32C (Castagnoli) of checkpoint files --------------===//
 
-#include "tdx/Runtime/Crc32c.h"
+#include "tdx/StateFormat/Crc32c.h"
 
 #include <array>
 #include <cstring>

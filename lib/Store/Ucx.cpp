@@ -1,6 +1,6 @@
 //===- Ucx.cpp - request and reply messages over UCX ----------------------===//
 
-#include "tdx/Runtime/Ucx.h"
+#include "tdx/Store/Ucx.h"
 
 #include <ucp/api/ucp.h>
 #include <ucs/config/global_opts.h>

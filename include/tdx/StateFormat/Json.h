@@ -7,8 +7,8 @@
 //
 //===----------------------------------------------------------------------===//
 
-#ifndef TDX_RUNTIME_JSON_H
-#define TDX_RUNTIME_JSON_H
+#ifndef TDX_STATEFORMAT_JSON_H
+#define TDX_STATEFORMAT_JSON_H
 
 #include <cstdint>
 #include <map>
@@ -80,4 +80,4 @@ std::string print(const Value &value, int indent = -1);
 
 } // namespace tdx::rt::json
 
-#endif // TDX_RUNTIME_JSON_H
+#endif // TDX_STATEFORMAT_JSON_H

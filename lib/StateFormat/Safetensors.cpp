@@ -1,12 +1,10 @@
 //===- Safetensors.cpp - checked safetensors files for model binaries -----===//
 
-#include "tdx/Runtime/Safetensors.h"
-#include "tdx/Runtime/Box.h"
-#include "tdx/Runtime/Checkpoint.h"
-#include "tdx/Runtime/Crc32c.h"
-#include "tdx/Runtime/Volumes.h"
+#include "tdx/StateFormat/Safetensors.h"
+#include "tdx/StateFormat/Box.h"
+#include "tdx/StateFormat/Crc32c.h"
 
-#include "tdx/Runtime/Json.h"
+#include "tdx/StateFormat/Json.h"
 
 #include <dirent.h>
 #include <fcntl.h>
@@ -25,7 +23,7 @@ namespace {
 
 const std::pair<const char *, DType> kDtypes[] = {
 #define TDX_DTYPE(Name, stored, bytes, aten, ctype, mlir, ir, runs) {stored, DType::Name},
-#include "tdx/Runtime/DTypes.def"
+#include "tdx/StateFormat/DTypes.def"
 };
 
 std::runtime_error error(const std::string &what) { return std::runtime_error("tdx: " + what); }
@@ -107,7 +105,7 @@ int64_t tdx::rt::dtypeSize(DType t) {
 #define TDX_DTYPE(Name, stored, bytes, aten, ctype, mlir, ir, runs)                                  \
   case DType::Name:                                                                        \
     return bytes;
-#include "tdx/Runtime/DTypes.def"
+#include "tdx/StateFormat/DTypes.def"
   }
   return 0;
 }
@@ -117,7 +115,7 @@ const char *tdx::rt::dtypeEnumerator(DType t) {
 #define TDX_DTYPE(Name, stored, bytes, aten, ctype, mlir, ir, runs)                                  \
   case DType::Name:                                                                        \
     return #Name;
-#include "tdx/Runtime/DTypes.def"
+#include "tdx/StateFormat/DTypes.def"
   }
   return "?";
 }
@@ -234,58 +232,6 @@ SafetensorsHeader TensorStore::addOpened(const std::string &file,
   SafetensorsHeader header = parseHeader(*opened, file);
   files_[file] = std::move(opened);
   return header;
-}
-
-TensorStore::TensorStore(const std::string &path) : path_(path) {
-  struct stat st;
-  if (isVolumePath(path)) {
-    openVolumeVersion(path, [&](const VolumeVersion &v) {
-      entries_.clear(), metadata_.clear(), files_.clear();
-      path_ = v.path;
-      addIndex(v.path, v.path + "/", v.index, v.open);
-    });
-    return;
-  }
-  if (::stat(path.c_str(), &st) != 0)
-    throw error("cannot open " + path + ": no such file or directory");
-  if (!S_ISDIR(st.st_mode)) {
-    addFile(path);
-    return;
-  }
-  if (isCheckpoint(path)) {
-    // A writer may commit a newer step and delete this one while it is
-    // opened: then the newer one is read.
-    for (int attempt = 0;; ++attempt) {
-      path_ = resolveCheckpoint(path);
-      try {
-        addCheckpoint(path_);
-        return;
-      } catch (const std::runtime_error &) {
-        if (attempt >= 8 || resolveCheckpoint(path) == path_)
-          throw;
-        entries_.clear(), metadata_.clear(), files_.clear();
-      }
-    }
-  }
-  std::vector<std::string> files;
-  if (DIR *dir = ::opendir(path.c_str())) {
-    while (dirent *e = ::readdir(dir)) {
-      std::string name = e->d_name;
-      if (name.size() > 12 && name.compare(name.size() - 12, 12, ".safetensors") == 0)
-        files.push_back(path + "/" + name);
-    }
-    ::closedir(dir);
-  }
-  if (files.empty())
-    throw error(path + " is a directory without *.safetensors files or a tdx checkpoint");
-  std::sort(files.begin(), files.end());
-  for (const std::string &f : files)
-    addFile(f);
-}
-
-TensorStore::TensorStore(std::string path, const std::string &index, const FileOpener &open)
-    : path_(std::move(path)) {
-  addIndex(path_, path_ + "/", index, open);
 }
 
 void TensorStore::addFile(const std::string &file) {
