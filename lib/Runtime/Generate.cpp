@@ -9,7 +9,7 @@
 // on. With --refresh-from store:KEY the newest version of KEY replaces the
 // weights between requests (each rank its boxes; the program stays).
 //
-// The tokens are picked as python/tdx/generation.py picks them (greedy, or
+// The tokens are picked as python/tdx/decoding.py picks them (greedy, or
 // temperature, top-k, top-p and a draw from a counter-based uniform of the
 // seed, step and row), so the binary and the runner agree.
 //
@@ -67,7 +67,7 @@ Spec specOf(const std::vector<EntryShapes> &shapes) {
 }
 
 /// The uniform in [0, 1) that sequence `row` draws at step `step` of a
-/// request with `seed` (splitmix64; generation.py's _uniform).
+/// request with `seed` (splitmix64; decoding.py's _uniform).
 double uniform(uint64_t seed, uint64_t step, uint64_t row) {
   uint64_t z = (seed * 1000003ull + step) * 1000003ull + row;
   z += 0x9E3779B97F4A7C15ull;

@@ -1,7 +1,7 @@
 //===- UserComm.cpp - the communication users write: tdx.mpi's C ABI ------===//
 //
-// python/tdx/mpi.py (mpi4torch's API) runs each call of an eager SPMD job
-// through these functions, on the job's MPI and the runtime's Mesh: its
+// tdx.mpi (mpi4torch's API; python/tdx/_mpi_eager.py) runs each call of an
+// eager SPMD job through these functions, on the job's MPI and the runtime's Mesh: its
 // groups over mesh axes, its collective deadline, and its errors that name
 // the ranks of a group and their hosts. They move dense buffers of one
 // element type; shapes, autograd and the checks that every rank called the
@@ -51,7 +51,7 @@ template <class F> int guarded(F f) {
   }
 }
 
-/// tdx.mpi's element types (python/tdx/mpi.py's _DTYPES).
+/// tdx.mpi's element types (python/tdx/_mpi_base.py's _DTYPES).
 MPI_Datatype mpiType(int dtype) {
   switch (dtype) {
   case 0: return MPI_FLOAT;
@@ -67,7 +67,7 @@ MPI_Datatype mpiType(int dtype) {
   throw std::runtime_error("tdx.mpi: unknown element type code " + std::to_string(dtype));
 }
 
-/// tdx.mpi's reductions (python/tdx/mpi.py's MPI_* constants).
+/// tdx.mpi's reductions (python/tdx/_mpi_base.py's MPI_* constants).
 MPI_Op mpiOp(int op) {
   switch (op) {
   case 0: return MPI_SUM;
