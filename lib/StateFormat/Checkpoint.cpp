@@ -394,6 +394,9 @@ std::string tdx::rt::commitCheckpoint(const PendingCheckpoint &p,
 }
 
 TensorStore::TensorStore(const std::string &path) : path_(path) {
+  if (path.rfind("ucx://", 0) == 0)
+    throw error(path + " names a networked store's key: open it with openState "
+                "(tdx/Store/Volumes.h)");
   struct stat st;
   if (::stat(path.c_str(), &st) != 0)
     throw error("cannot open " + path + ": no such file or directory");

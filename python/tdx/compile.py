@@ -18,8 +18,6 @@ from . import log
 from .log import _progress_bar
 from .tools import _TORCH_DTYPES, _tool
 
-# torch dtypes by the safetensors name a binary's --signature gives
-# (include/tdx/StateFormat/DTypes.def).
 def _describe(spec):
     """An input of a --signature, as the errors name it."""
     return f"{_TORCH_DTYPES[spec['dtype']]} of shape {tuple(spec['shape'])}"
@@ -483,6 +481,8 @@ class Executable:
                 if bar is not None:
                     bar.close()
             final = self._with_tied(runner._t.state())
+        if bar is not None:
+            log.run_line(runner.log)
         self._finished(runner)
         return losses, final
 

@@ -37,6 +37,16 @@ def debug(message):
         print(f"tdx: {message}", file=sys.stderr, flush=True)
 
 
+def run_line(text):
+    """The run's line of the ranks' `text` ("tdx: N ranks: init ..."), on
+    stderr: after a progress bar, unless TDX_LOG's echo shows it already."""
+    if info():
+        return
+    for line in text.splitlines():
+        if " ranks: init " in line:
+            print(line, file=sys.stderr, flush=True)
+
+
 def echo(text):
     """Lines the ranks printed, on stderr under TDX_LOG=info or debug."""
     if info() and text.strip():

@@ -338,10 +338,8 @@ class Runner:
             # The ranks' lines (every rank's under TDX_LOG=info; the run's
             # one line under a progress bar); under SPMD they printed them.
             log.echo(self.log)
-            if shown and not log.info():
-                for line in self.log.splitlines():
-                    if " ranks: init " in line:
-                        print(line, file=sys.stderr, flush=True)
+            if shown:
+                log.run_line(self.log)
 
     def __enter__(self):
         return self

@@ -1,5 +1,5 @@
-"""Where tdx's command-line tools are (a build's ``bin`` beside this
-package, else ``PATH``), and what a model binary's signature says: the
+"""Where tdx's command-line tools are (the installed package's ``bin``,
+a build's ``bin`` beside ``build/python``, else ``PATH``), and what a model binary's signature says: the
 torch dtypes it names, the state a checkpoint of it must hold."""
 
 import os
@@ -8,6 +8,8 @@ import shutil
 from . import _C
 from .errors import TdxError
 
+# torch dtypes by the safetensors name a binary's --signature gives
+# (include/tdx/StateFormat/DTypes.def).
 _TORCH_DTYPES = {stored: dtype for _, dtype, _, stored in _C.dtypes()}
 
 

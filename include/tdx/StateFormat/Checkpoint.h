@@ -22,9 +22,10 @@
 // previous checkpoint committed and the new one complete or invisible.
 //
 // A networked tensor store's version (tdx/Store/Volumes.h) is the same
-// checkpoint with its files on volumes: a root "ucx://h1:7070,h2:7070/KEY"
-// sends each writer's file to its host's volume and the index to the
-// store's first volume, which commits it.
+// checkpoint with its files on volumes: beginVersion, writeVersionFile and
+// commitVersion there take a root "ucx://h1:7070,h2:7070/KEY" too, sending
+// each writer's file to its host's volume and the index to the store's
+// first volume, which commits it; the functions here write local folders.
 //
 // No MPI and no ATen here: model binaries (through Mesh.h's saveCheckpoint)
 // and the Python package write and read checkpoints with this code;
@@ -73,7 +74,7 @@ struct PendingCheckpoint {
 /// Starts step `step` (-1: the next) under `root` (made if missing): an
 /// empty temporary directory (a leftover of a crashed save is removed) and
 /// a fresh id. One process (rank 0) calls it; the writers then get `tmp`
-/// and `id`. A networked store's key takes its next version.
+/// and `id`.
 PendingCheckpoint beginCheckpoint(const std::string &root, int64_t step);
 
 /// One box of a global tensor, dense and row-major.
@@ -85,7 +86,7 @@ struct BoxToWrite {
 };
 
 /// Writes `file` into the pending checkpoint's directory with `boxes` and
-/// fsyncs it (or puts it on this host's volume). Returns its part of the
+/// fsyncs it. Returns its part of the
 /// index (JSON text) for commitCheckpoint.
 std::string writeCheckpointFile(const PendingCheckpoint &pending, const std::string &file,
                                 const std::vector<BoxToWrite> &boxes);

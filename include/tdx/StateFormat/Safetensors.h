@@ -59,8 +59,9 @@ struct StoredTensor {
 /// directory (a checkpoint split in several files, as Hugging Face writes
 /// them; a name in two files is an error), or of a tdx checkpoint (a step
 /// directory with tdx.index.json, or a root whose LATEST names one), or of
-/// a version of a networked store's key ("ucx://h1:7070,h2:7070/KEY", its
-/// files read from the volumes that hold them: tdx/Store/Volumes.h).
+/// a version of a networked store's key, its files read from the volumes
+/// that hold them (made by openState, tdx/Store/Volumes.h, which opens a
+/// local path or a key alike; the path constructor refuses a key).
 /// Throws with the path on a missing, truncated or corrupt file.
 class TensorStore {
 public:

@@ -2,6 +2,7 @@
 
 #include "tdx/Runtime/Session.h"
 #include "tdx/StateFormat/Checkpoint.h"
+#include "tdx/Store/Volumes.h"
 
 #include <ATen/Parallel.h>
 
@@ -246,7 +247,9 @@ void Session::writeState(const std::string &path) {
 }
 
 void Session::load(const std::string &path) {
-  TensorStore in(path);
+  // A local state or a version of a networked store's key.
+  std::unique_ptr<TensorStore> opened = openState(path);
+  const TensorStore &in = *opened;
   for (const Program::Param &p : program_.params)
     if (in.find(p.name))
       state_[p.name] =

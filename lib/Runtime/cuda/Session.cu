@@ -9,6 +9,7 @@
 
 #include "tdx/Runtime/Serve.h"
 #include "tdx/Runtime/cuda/Runtime.h"
+#include "tdx/Store/Volumes.h"
 
 #include <algorithm>
 #include <chrono>
@@ -164,7 +165,9 @@ public:
   }
 
   void load(const std::string &path) override {
-    TensorStore in(path);
+    // A local state or a version of a networked store's key.
+    std::unique_ptr<TensorStore> opened = tdx::rt::openState(path);
+    const TensorStore &in = *opened;
     for (const Program::Param &p : program_.params)
       if (in.find(p.name))
         state_[p.name] = read(in, p, "parameter", p.name);
