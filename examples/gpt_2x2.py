@@ -83,13 +83,16 @@ def main():
     mesh = tdx.init_device_mesh("cpu", (2, 2), mesh_dim_names=("dp", "tp"))
     tdx.parallelize(prog, mesh, MEGATRON_PLAN, data_parallel="dp")
     report = prog.comm_report()
-    print(f"\ncommunication per forward step on {mesh}:")
+    kinds = {}
     for r in report:
-        print(f"  {r['kind']:<14} over {','.join(r['mesh_axes']):<4} {r['bytes']:>8} bytes per rank")
-    print(f"  total: {len(report)} collectives, {sum(r['bytes'] for r in report)} bytes per rank")
+        key = f"{r['kind']} over {','.join(r['mesh_axes'])}"
+        kinds[key] = kinds.get(key, 0) + 1
+    print(f"communication per forward step on the {mesh.shape} mesh: "
+          f"{', '.join(f'{n} x {k}' for k, n in kinds.items())}; "
+          f"{sum(r['bytes'] for r in report)} bytes per rank")
 
     prog.partition()
-    print("\nper-rank forward signature:",
+    print("per-rank forward signature:",
           prog.mlir[prog.mlir.index("func.func @forward"):].split("{", 1)[0].strip()[:120], "...")
 
     exe = tdx.compile(prog)
@@ -100,7 +103,7 @@ def main():
     (logits,) = exe.run(ids, nprocs=4, params=weights)
     want = eager(ids)
     rel = ((logits - want).norm() / want.norm()).item()
-    print(f"\ncompiled and ran on 4 CPU ranks (mpirun): {exe.last_log.strip()}")
+    print(f"compiled and ran on 4 CPU ranks (mpirun): {exe.last_log.strip()}")
     print(f"  tdx   logits[0, 0, :4]: {[round(v, 5) for v in logits[0, 0, :4].tolist()]}")
     print(f"  eager logits[0, 0, :4]: {[round(v, 5) for v in want[0, 0, :4].tolist()]}")
     print(f"  relative error over all {logits.numel()} logits: {rel:.2e}")
@@ -108,7 +111,7 @@ def main():
     tdx.materialize_module(model)
     same = all(torch.equal(a, b) for a, b in zip(model.state_dict().values(),
                                                    eager.state_dict().values()))
-    print(f"\nmaterialized: bitwise equal to eager construction: {same}")
+    print(f"materialized: bitwise equal to eager construction: {same}")
     logits = model(ids)
     print(f"forward on the materialized model: logits {tuple(logits.shape)}")
     if rel > 1e-5:

@@ -16,23 +16,22 @@ build="${TDX_BUILD_DIR:-$root/build}"
 model="$root/examples/gpt2-tiny.mlir"
 sharded="$root/examples/gpt-2x2.mlir"
 
+# Each step's full output goes to a file under build/; the screen gets what
+# it found.
 echo
-echo "== tdx-opt $(basename "$model") --tdx-model-summary --canonicalize --cse"
+echo "== tdx-opt $(basename "$model"): verify, tdx-model-summary, canonicalize, cse"
 "$build/bin/tdx-opt" "$model" \
   --pass-pipeline='builtin.module(tdx-model-summary,canonicalize,cse)' \
-  -o "$build/$(basename "$model" .mlir).opt.mlir"
-echo
-echo "== forward after canonicalize + cse (first 12 lines; all in $build/$(basename "$model" .mlir).opt.mlir)"
-# awk, not sed | head: with pipefail, head leaving early would fail the script.
-awk '/func.func @forward/ { on = 1 } on && shown++ < 12' "$build/$(basename "$model" .mlir).opt.mlir"
+  -o "$build/$(basename "$model" .mlir).opt.mlir" > "$build/$(basename "$model" .mlir).summary.txt"
+grep -E '^(total |func @forward)' "$build/$(basename "$model" .mlir).summary.txt"
+echo "(every parameter: build/$(basename "$model" .mlir).summary.txt; the IR: build/$(basename "$model" .mlir).opt.mlir)"
 
 echo
-echo "== tdx-opt $(basename "$sharded") --tdx-place --tdx-spmd --tdx-comm-report"
+echo "== tdx-opt $(basename "$sharded") --tdx-place --tdx-spmd --tdx-comm-report (a 2x2 dp x tp mesh)"
 "$build/bin/tdx-opt" "$sharded" --tdx-place --tdx-spmd --tdx-comm-report \
-  -o "$build/gpt-2x2.local.mlir"
-echo
-echo "== the per-rank forward, first 12 lines (all in $build/gpt-2x2.local.mlir)"
-awk '/func.func @forward/ { on = 1 } on && shown++ < 12' "$build/gpt-2x2.local.mlir"
+  -o "$build/gpt-2x2.local.mlir" > "$build/gpt-2x2.comm.txt"
+grep -E '^total' "$build/gpt-2x2.comm.txt"
+echo "(each collective: build/gpt-2x2.comm.txt; the per-rank program: build/gpt-2x2.local.mlir)"
 
 echo
 echo "== python examples/gpt_2x2.py"
