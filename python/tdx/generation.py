@@ -74,11 +74,10 @@ def _static_cache(model, cache, length, recording, run, inputs):
 class _CachedAttention(torch.nn.Module):
     """What a torchtitan attention's ``inner_attention`` becomes while
     trace_generate records it: the rotated keys and values of the step
-    written into layer `i`'s cache at its position counter (``index_copy_``
+    written into layer `i`'s cache at the step's slots (``index_copy_``
     along the positions), the queries attending over the whole cache under
-    the step's attention mask (a key at or before the query's slot whose
-    mask is set; each query sees at least itself, so a padding row stays
-    finite). Grouped kv heads are repeated as the model's own SDPA call
+    the step's mask (both made once per step by _trace_titan's run).
+    Grouped kv heads are repeated as the model's own SDPA call
     (``enable_gqa``) would."""
 
     def __init__(self, holder, i, step):
@@ -89,20 +88,13 @@ class _CachedAttention(torch.nn.Module):
     def forward(self, q, k, v, *, scale=None, enable_gqa=False, is_causal=True):
         h, i, step = self._refs
         keys, values = getattr(h, f"keys_{i}"), getattr(h, f"values_{i}")
-        length = getattr(h, f"length_{i}")
-        slots = length + torch.arange(k.shape[2])
-        keys.index_copy_(2, slots, k)
-        values.index_copy_(2, slots, v)
-        length.add_(k.shape[2])
-        cached = torch.arange(keys.shape[2])
-        allowed = (cached[None, :] <= slots[:, None])[None, None] & \
-            (step["mask"] != 0)[:, None, None, :]
-        allowed = allowed | (cached[None, :] == slots[:, None])[None, None]
+        keys.index_copy_(2, step["slots"], k)
+        values.index_copy_(2, step["slots"], v)
         if q.shape[1] != keys.shape[1]:
             keys = keys.repeat_interleave(q.shape[1] // keys.shape[1], 1)
             values = values.repeat_interleave(q.shape[1] // values.shape[1], 1)
-        return torch.nn.functional.scaled_dot_product_attention(q, keys, values,
-                                                                attn_mask=allowed, scale=scale)
+        return torch.nn.functional.scaled_dot_product_attention(
+            q, keys, values, attn_mask=step["allowed"], scale=scale)
 
 
 def _titan_attentions(model):
@@ -214,16 +206,28 @@ def _trace_titan(model, attentions, batch, prompt, max_length, recording, inputs
         shape = (batch, kv, max_length, a.head_dim)
         shapes.append((shape, shape, a.wk.weight.dtype))
     holder = cache_holder(model, shapes, recording)
-    feed = {"mask": None}
+    feed = {}
     inner = [a.inner_attention for a in attentions]
+    counters = [getattr(holder, f"length_{i}") for i in range(len(attentions))]
 
     def step(reset):
         def run(m, ids, mask, positions):
             if reset:
-                for i in range(len(attentions)):
-                    getattr(holder, f"length_{i}").zero_()
-            feed["mask"] = mask
-            return m(ids, positions=positions)[:, -1].float()
+                for c in counters:
+                    c.zero_()
+            # The step's cache slots (every layer's counter is the same) and
+            # what each query attends: a key at or before its slot whose
+            # mask is set, and itself always (a padding row stays finite).
+            slots = counters[0] + torch.arange(ids.shape[1])
+            cached = torch.arange(max_length)
+            allowed = (cached[None, :] <= slots[:, None])[None, None] & \
+                (mask != 0)[:, None, None, :]
+            feed["slots"] = slots
+            feed["allowed"] = allowed | (cached[None, :] == slots[:, None])[None, None]
+            out = m(ids, positions=positions)[:, -1].float()
+            for c in counters:
+                c.add_(ids.shape[1])
+            return out
         return run
 
     for i, a in enumerate(attentions):
