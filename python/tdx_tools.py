@@ -9,16 +9,25 @@ import os
 import sys
 
 
+def beside(package, name):
+    """Tool `name` of the tdx package at folder `package`: the wheel's
+    (tdx/bin), or the build's (build/python/tdx's ../../bin); None if
+    neither is there. tdx.tools asks it too."""
+    for path in (os.path.join(package, "bin", name), os.path.join(package, "..", "..", "bin", name)):
+        if os.path.exists(path):
+            return path
+    return None
+
+
 def _run(name):
     spec = importlib.util.find_spec("tdx")
     if spec is None or not spec.submodule_search_locations:
         sys.exit(f"{name}: the tdx package is not installed in {sys.prefix}")
     package = list(spec.submodule_search_locations)[0]
-    # The wheel's tools, or the build's (pip install -e: build/python/tdx).
-    for path in (os.path.join(package, "bin", name), os.path.join(package, "..", "..", "bin", name)):
-        if os.path.exists(path):
-            os.execv(path, [name] + sys.argv[1:])
-    sys.exit(f"{name}: not found beside {package}; reinstall tdx (pip install .)")
+    path = beside(package, name)
+    if path is None:
+        sys.exit(f"{name}: not found beside {package}; reinstall tdx (pip install .)")
+    os.execv(path, [name] + sys.argv[1:])
 
 
 def tdx_opt():

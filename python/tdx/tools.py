@@ -16,11 +16,8 @@ _TORCH_DTYPES = {stored: dtype for _, dtype, _, stored in _C.dtypes()}
 def _tool(name):
     """The path of tool `name`: the package's own (pip install), the
     build's (build/python/tdx's ../../bin), else PATH's."""
-    here = os.path.dirname(os.path.abspath(__file__))
-    for path in (os.path.join(here, "bin", name), os.path.join(here, "..", "..", "bin", name)):
-        if os.path.exists(path):
-            return path
-    path = shutil.which(name)
+    from tdx_tools import beside
+    path = beside(os.path.dirname(os.path.abspath(__file__)), name) or shutil.which(name)
     if not path:
         raise TdxError(f"cannot find {name}; install tdx (pip install .) or build it "
                        f"(scripts/build.sh) and source build/env.sh")
