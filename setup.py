@@ -1,10 +1,18 @@
-"""tdx's build for pip (pyproject.toml has the project): scripts/build.sh
-configures and builds the C++ into build/ (TDX_BUILD_DIR) against the torch
-of the interpreter pip runs (a build for that torch already is reused as it
-is), then build/python/tdx (the package, its extension and libraries) and
-the tools (under tdx/bin, run by the console commands of tdx_tools.py) go
-into the wheel; pip install -e puts build/python on sys.path instead."""
+"""tdx's build for pip (pyproject.toml has the project).
 
+pip install . / pip wheel .: scripts/build.sh configures and builds the
+wheel's parts into build/wheel (TDX_BUILD_DIR) with MLIR and LLVM linked
+statically (TDX_STATIC_MLIR), against the torch of the interpreter pip runs
+(a build for that torch already is reused as it is). The wheel holds the tdx
+package with its extension, the tools (tdx/bin, run by tdx_tools.py's
+console commands) and the runtime tdx-compile compiles model binaries
+against (tdx/runtime: its headers and static libraries); it needs no MLIR
+where it is installed, and requires the torch it was built against.
+
+pip install -e .: the development build, build/ (TDX_BUILD_DIR), built in
+full as scripts/build.sh builds it, and its build/python put on sys.path."""
+
+import glob
 import os
 import shutil
 import subprocess
@@ -16,15 +24,19 @@ from setuptools.command.build_py import build_py
 ROOT = os.path.dirname(os.path.abspath(__file__))
 os.makedirs(os.path.join(ROOT, "build", "setuptools"), exist_ok=True)
 TOOLS = ("tdx-opt", "tdx-compile", "tdx-translate", "tdx-volume")
+# What tdx-compile links a model binary with (tools/tdx-compile/CMakeLists.txt).
+RUNTIME = ("TdxRuntimeCPU", "TdxTensorMemory", "TdxRuntimeCommon", "TdxRuntimeBase", "TdxStore",
+           "TdxStateFormat")
 
 
-def _torch_dir():
+def _torch():
+    """(folder, version) of the torch pip builds against."""
     try:
         import torch
     except ImportError:
         sys.exit("tdx: pip install . builds against the torch of the environment it installs "
                  "into: pip install torch first, then pip install --no-build-isolation .")
-    return os.path.realpath(os.path.dirname(torch.__file__))
+    return os.path.realpath(os.path.dirname(torch.__file__)), torch.__version__
 
 
 def _built_for(build):
@@ -39,27 +51,58 @@ def _built_for(build):
     return None
 
 
+def _build(build, targets, cmake_args=""):
+    env = dict(os.environ, TDX_PYTHON=sys.executable, TDX_CMAKE_ARGS=cmake_args)
+    if _built_for(build) == _torch()[0]:
+        # The build is for this torch already (another environment over
+        # it): built as it is configured, its interpreter kept.
+        env = dict(os.environ, TDX_SKIP_SETUP="1")
+        env.pop("TDX_PYTHON", None)
+    env["TDX_BUILD_DIR"] = build
+    # The build's output on stderr: pip shows it with -v, and on failure.
+    subprocess.run([os.path.join(ROOT, "scripts", "build.sh"), *targets], env=env, check=True,
+                   stdout=sys.stderr)
+
+
+def _strip(path):
+    """Symbols a user never needs dropped (a third of the tools' size)."""
+    if shutil.which("strip"):
+        subprocess.run(["strip", "--strip-unneeded", path], check=False)
+
+
 class BuildWithCMake(build_py):
     def run(self):
-        build = os.environ.get("TDX_BUILD_DIR", os.path.join(ROOT, "build"))
-        env = dict(os.environ, TDX_PYTHON=sys.executable)
-        if _built_for(build) == _torch_dir():
-            # The build is for this torch already (another environment over
-            # it): built as it is configured, its interpreter kept.
-            env = dict(os.environ, TDX_SKIP_SETUP="1")
-            env.pop("TDX_PYTHON", None)
-        # The build's output on stderr: pip shows it with -v, and on failure.
-        subprocess.run([os.path.join(ROOT, "scripts", "build.sh")], env=env, check=True,
-                       stdout=sys.stderr)
-        super().run()           # tdx_tools.py
         if self.editable_mode:
-            return              # pip install -e: the build's folder is on sys.path
+            # pip install -e: the development build's folder is on sys.path.
+            _build(os.environ.get("TDX_BUILD_DIR", os.path.join(ROOT, "build")), [])
+            super().run()           # tdx_tools.py
+            return
+        build = os.environ.get("TDX_BUILD_DIR", os.path.join(ROOT, "build", "wheel"))
+        _build(build, [*TOOLS, "tdx-python", *RUNTIME], "-DTDX_STATIC_MLIR=ON")
+        super().run()
+        # tdx_tools.py as this build copied it (package_dir names the
+        # development build's, which pip install -e puts on sys.path).
+        shutil.copy2(os.path.join(build, "python", "tdx_tools.py"), self.build_lib)
         package = os.path.join(self.build_lib, "tdx")
         shutil.copytree(os.path.join(build, "python", "tdx"), package, dirs_exist_ok=True,
                         ignore=shutil.ignore_patterns("__pycache__"))
+        for lib in glob.glob(os.path.join(package, "*.so")):
+            _strip(lib)
         os.makedirs(os.path.join(package, "bin"), exist_ok=True)
         for tool in TOOLS:
             shutil.copy2(os.path.join(build, "bin", tool), os.path.join(package, "bin", tool))
+            _strip(os.path.join(package, "bin", tool))
+        # The runtime model binaries compile against: its headers (all of
+        # include/tdx: the runtime's include the state format's and the
+        # store's) and archives, found by tdx-compile beside its bin/.
+        runtime = os.path.join(package, "runtime")
+        shutil.copytree(os.path.join(ROOT, "include", "tdx"),
+                        os.path.join(runtime, "include", "tdx"), dirs_exist_ok=True)
+        os.makedirs(os.path.join(runtime, "lib"), exist_ok=True)
+        for lib in RUNTIME + ("TdxRuntimeCUDA",):
+            archive = os.path.join(build, "lib", f"lib{lib}.a")
+            if os.path.exists(archive):
+                shutil.copy2(archive, os.path.join(runtime, "lib"))
 
 
 class BinaryDistribution(Distribution):
@@ -69,12 +112,16 @@ class BinaryDistribution(Distribution):
         return True
 
 
+# The extension is built against one torch's C++ API: the wheel requires
+# that torch's minor version.
+_major_minor = ".".join(_torch()[1].split("+")[0].split(".")[:2])
 # The package is the build's build/python (the sources with the extension
 # and libraries beside them, as ninja keeps it); pip install -e puts that
 # folder on sys.path.
 setup(packages=[], py_modules=["tdx_tools"],
       package_dir={"": os.path.relpath(os.path.join(os.environ.get(
           "TDX_BUILD_DIR", os.path.join(ROOT, "build")), "python"), ROOT)},
+      install_requires=[f"torch=={_major_minor}.*", "numpy", "tqdm"],
       cmdclass={"build_py": BuildWithCMake}, distclass=BinaryDistribution,
       # setuptools' own staging, apart from CMake's tree.
       options={"build": {"build_base": os.path.join("build", "setuptools")},

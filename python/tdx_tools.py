@@ -19,6 +19,19 @@ def beside(package, name):
     return None
 
 
+def tool_env(env=None):
+    """`env` (default os.environ) with TDX_TORCH_DIR naming this
+    environment's torch, found without importing it: tdx-compile installed
+    from the wheel compiles model binaries against that torch (a build's
+    tdx-compile keeps the torch it was configured with)."""
+    env = dict(os.environ if env is None else env)
+    if "TDX_TORCH_DIR" not in env:
+        spec = importlib.util.find_spec("torch")
+        if spec is not None and spec.submodule_search_locations:
+            env["TDX_TORCH_DIR"] = os.path.realpath(list(spec.submodule_search_locations)[0])
+    return env
+
+
 def _run(name):
     spec = importlib.util.find_spec("tdx")
     if spec is None or not spec.submodule_search_locations:
@@ -27,7 +40,7 @@ def _run(name):
     path = beside(package, name)
     if path is None:
         sys.exit(f"{name}: not found beside {package}; reinstall tdx (pip install .)")
-    os.execv(path, [name] + sys.argv[1:])
+    os.execve(path, [name] + sys.argv[1:], tool_env())
 
 
 def tdx_opt():

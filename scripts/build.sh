@@ -3,7 +3,9 @@
 # Environment: TDX_BUILD_DIR (default build), TDX_JOBS (default 2),
 # TDX_SKIP_SETUP=1 to skip the set-up (then TDX_PYTHON, or the build's
 # configured interpreter, is used), TDX_PYTHON to build against the torch of
-# another interpreter (see scripts/setup.sh).
+# another interpreter (see scripts/setup.sh), TDX_CMAKE_ARGS for a new
+# build's configure (setup.py's wheel: -DTDX_STATIC_MLIR=ON). Arguments are
+# ninja's (targets).
 set -euo pipefail
 root="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 build="${TDX_BUILD_DIR:-$root/build}"
@@ -16,7 +18,8 @@ if [ "${TDX_SKIP_SETUP:-0}" != 1 ]; then
   [ -n "$python" ] || { echo "build: scripts/setup.sh failed" >&2; exit 1; }
 fi
 if [ ! -f "$build/build.ninja" ]; then
-  cmake -G Ninja -S "$root" -B "$build" -DCMAKE_BUILD_TYPE=Release ${python:+-DTDX_PYTHON="$python"}
+  cmake -G Ninja -S "$root" -B "$build" -DCMAKE_BUILD_TYPE=Release ${python:+-DTDX_PYTHON="$python"} \
+    ${TDX_CMAKE_ARGS:-}
 elif [ -n "$python" ] && ! grep -qx "TDX_PYTHON:FILEPATH=$python" "$build/CMakeCache.txt"; then
   # Another interpreter (a changed requirements.txt makes a new environment).
   cmake "$build" -DTDX_PYTHON="$python"

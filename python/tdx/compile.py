@@ -16,7 +16,7 @@ from .checkpoint import latest as latest_checkpoint
 from .errors import InputError, TdxError, TdxWarning
 from . import log
 from .log import _progress_bar
-from .tools import _TORCH_DTYPES, _tool
+from .tools import _TORCH_DTYPES, _tool, tool_env
 
 def _describe(spec):
     """An input of a --signature, as the errors name it."""
@@ -613,7 +613,7 @@ def _check(text, target):
         with open(src, "w") as f:
             f.write(text)
         done = subprocess.run([_tool("tdx-compile"), src, "--check", "--target", target],
-                              capture_output=True, text=True)
+                              capture_output=True, text=True, env=tool_env())
     if done.returncode != 0:
         raise TdxError(f"tdx-compile --check failed:\n{done.stderr.strip()}")
 
@@ -624,9 +624,9 @@ def _run_compile(source, output, extra, on_line=None):
     cmd = [_tool("tdx-compile"), source, "-o", output] + list(extra)
     log.debug("compiling: " + " ".join(cmd))
     if on_line is None:
-        done = subprocess.run(cmd, capture_output=True, text=True)
+        done = subprocess.run(cmd, capture_output=True, text=True, env=tool_env())
     else:
-        done = _streamed(cmd, None, 24 * 3600, on_line)
+        done = _streamed(cmd, tool_env(), 24 * 3600, on_line)
     if done.returncode != 0:
         raise TdxError(f"tdx-compile failed:\n{done.stderr.strip()}")
     return done

@@ -24,6 +24,13 @@ def _tool(name):
     return path
 
 
+def tool_env():
+    """The environment a tool runs in: this one, with TDX_TORCH_DIR naming
+    its torch (what tdx-compile installed from the wheel compiles against)."""
+    from tdx_tools import tool_env as env
+    return env()
+
+
 def required_state(signature):
     """The state names a checkpoint of a program (``exe.signature()``) must
     hold: its parameters and persistent buffers (not optimizer state, which

@@ -33,7 +33,7 @@
 #include <optional>
 
 #include "CompileCache.h"
-#include "CompileConfig.inc"
+#include "Toolchain.h"
 
 using namespace llvm;
 
@@ -123,6 +123,9 @@ static StringRef capabilityName(Capability cap) {
   return cap == Capability::Avx512 ? "avx512" : cap == Capability::Avx2 ? "avx2" : "default";
 }
 
+/// What emitted sources compile against (findToolchain, in main).
+static tdx::Toolchain toolchain;
+
 /// The compiler and its flags for a CPU source or header at optimization
 /// level `level`, up to the file.
 static SmallVector<std::string> cpuCompileCommand(unsigned level) {
@@ -130,7 +133,8 @@ static SmallVector<std::string> cpuCompileCommand(unsigned level) {
   // function (a training step's: 20 of 55 s); the kernels do not need it.
   // -fPIC: one precompiled header serves binaries and shared objects.
   // C++20 and torch's C++ ABI: what torch 2.x's headers and libraries need.
-  SmallVector<std::string> args = {kCompiler,  "-std=c++20", kTorchAbi, "-O" + std::to_string(level),
+  SmallVector<std::string> args = {toolchain.compiler, "-std=c++20", toolchain.torchAbi,
+                                   "-O" + std::to_string(level),
                                    "-fPIC", "-fno-tree-pta", "-ffp-contract=off"};
   switch (cpuCapability()) {
   case Capability::Avx512:
@@ -143,8 +147,8 @@ static SmallVector<std::string> cpuCompileCommand(unsigned level) {
   case Capability::Default:
     break;
   }
-  for (const char *dir : kIncludes)
-    args.push_back(std::string("-I") + dir);
+  for (const std::string &dir : toolchain.includes)
+    args.push_back("-I" + dir);
   return args;
 }
 
@@ -224,17 +228,18 @@ static int buildPrecompiledHeader(StringRef dir) {
   // right) until tdx-compile --build-pch runs under it again.
   sys::TimePoint<> newest;
   std::error_code ec;
-  std::string runtime = std::string(kIncludes[0]) + "/tdx/Runtime";
+  const std::string &runtime = toolchain.runtimeHeaders;
   for (sys::fs::recursive_directory_iterator it(runtime, ec), end; it != end && !ec;
        it.increment(ec)) {
     sys::fs::file_status st;
     if (!sys::fs::status(it->path(), st) && st.getLastModificationTime() > newest)
       newest = st.getLastModificationTime();
   }
+  std::string ours = (Twine("-") + capabilityName(cpuCapability()) + ".gch").str();
   for (sys::fs::directory_iterator it(gchDir, ec), end; it != end && !ec; it.increment(ec)) {
     StringRef name = sys::path::filename(it->path());
     sys::fs::file_status st;
-    if (name.ends_with("-" + capabilityName(cpuCapability()).str() + ".gch") ||
+    if (name.ends_with(ours) ||
         sys::fs::status(it->path(), st) || st.getLastModificationTime() >= newest)
       continue;
     sys::fs::remove(it->path());
@@ -260,6 +265,12 @@ int main(int argc, char **argv) {
       "against that runtime, or copies the binary from the compile cache when the same\n"
       "source was compiled before. Run the result with\n"
       "  mpirun -np N ./model --inputs in.safetensors --outputs out.safetensors\n");
+  std::string toolchainError;
+  toolchain = tdx::findToolchain(argv[0], toolchainError);
+  if (toolchain.compiler.empty() && !check) {
+    errs() << toolchainError << "\n";
+    return 2;
+  }
   if (!buildPch.empty())
     return buildPrecompiledHeader(buildPch);
   if (input.empty() || (output.empty() && !check)) {
@@ -276,7 +287,7 @@ int main(int argc, char **argv) {
     return 2;
   }
   bool cuda = target == "cuda";
-  if (cuda && !check && !*kCudaCompiler) {
+  if (cuda && !check && toolchain.cudaCompiler.empty()) {
     errs() << "tdx-compile: this tdx was built without nvcc, so --target cuda cannot compile; "
               "install the CUDA toolkit (nvcc, cuBLAS, NCCL) and rebuild tdx, or use --target "
               "cpu\n";
@@ -362,32 +373,40 @@ int main(int argc, char **argv) {
   std::string artifact = cuda ? output : output + ".o";
   SmallVector<std::string> args, link;
   if (cuda) {
-    args = {kCudaCompiler, "-std=c++17", "-O" + std::to_string(optLevel), "--fmad=false",
+    args = {toolchain.cudaCompiler, "-std=c++17", "-O" + std::to_string(optLevel), "--fmad=false",
             "-arch=" + cudaArch,
             "-DOMPI_SKIP_MPICXX=1", "-o", output, source};
     // A shared object for SPMD scripts: the library's C ABI lives in the
     // runtime archive, pulled in.
     if (shared)
       args.append({"-shared", "-Xcompiler", "-fPIC", "-Xlinker", "-u,tdx_open"});
-    for (const char *dir : kCudaIncludes)
-      args.push_back(std::string("-I") + dir);
-    for (const char *lib : kCudaLibraries)
-      args.push_back(lib);
+    for (const std::string &dir : toolchain.cudaIncludes)
+      args.push_back("-I" + dir);
+    args.append(toolchain.cudaLibraries.begin(), toolchain.cudaLibraries.end());
     args.push_back("-Xlinker=-rpath,/usr/lib/x86_64-linux-gnu");
   } else {
     args = cpuCompileCommand(optLevel);
     // The runtime's precompiled header, where the build made one.
-    std::string pch = std::string(kPchDir) + "/" + kPchHeader;
-    if (sys::fs::exists(pch + ".gch"))
+    std::string pch = toolchain.pchDir + "/" + kPchHeader;
+    // Installed from the wheel: the header is precompiled on first use (a
+    // failure only costs time: the compile reads the header itself).
+    if (toolchain.installed && !toolchain.pchDir.empty() &&
+        !sys::fs::exists(pch + ".gch/O2-" + capabilityName(cpuCapability()).str() + ".gch")) {
+      if (progress) {
+        outs() << "tdx-compile: precompiling the runtime's header for this torch (once)\n";
+        outs().flush();
+      }
+      (void)buildPrecompiledHeader(toolchain.pchDir);
+    }
+    if (!toolchain.pchDir.empty() && sys::fs::exists(pch + ".gch"))
       args.append({"-include", pch});
     args.append({"-c", "-o", artifact, source});
-    link = {kCompiler, "-o", output, artifact};
+    link = {toolchain.compiler, "-o", output, artifact};
     // The library's C ABI lives in the runtime archive: pull it in.
     if (shared)
       link.append({"-shared", "-Wl,-u,tdx_open"});
-    for (const char *lib : kLibraries)
-      link.push_back(lib);
-    link.push_back(std::string("-Wl,-rpath,") + kTorchLibDir);
+    link.append(toolchain.libraries.begin(), toolchain.libraries.end());
+    link.push_back("-Wl,-rpath," + toolchain.torchLibDir);
   }
   tdx::CompileCache cache(noCache ? "" : cacheDir.empty() ? tdx::CompileCache::defaultDir()
                                                            : cacheDir.getValue());
