@@ -73,12 +73,11 @@ def main():
     model = tdx.deferred_init(GPT)
     params = sum(p.numel() for p in model.parameters())
     assert all(p.data_ptr() == 0 for p in model.parameters())
-    print(f"deferred init: {params:,} parameters, none with storage")
-
     ids = torch.zeros(8, 32, dtype=torch.long)
     prog = tdx.trace(model, ids)
-    print(f"traced: {len(prog.parameters())} parameters and buffers, "
-          f"{prog.mlir.count(chr(10))} lines of tdx IR")
+    print(f"  deferred init: {params:,} parameters, none with storage; traced: "
+          f"{len(prog.parameters())} parameters and buffers, {prog.mlir.count(chr(10))} lines "
+          f"of tdx IR")
 
     mesh = tdx.init_device_mesh("cpu", (2, 2), mesh_dim_names=("dp", "tp"))
     tdx.parallelize(prog, mesh, MEGATRON_PLAN, data_parallel="dp")
@@ -87,13 +86,13 @@ def main():
     for r in report:
         key = f"{r['kind']} over {','.join(r['mesh_axes'])}"
         kinds[key] = kinds.get(key, 0) + 1
-    print(f"communication per forward step on the {mesh.shape} mesh: "
+    print(f"  communication per forward step on the {mesh.shape} mesh: "
           f"{', '.join(f'{n} x {k}' for k, n in kinds.items())}; "
           f"{sum(r['bytes'] for r in report)} bytes per rank")
 
     prog.partition()
-    print("per-rank forward signature:",
-          prog.mlir[prog.mlir.index("func.func @forward"):].split("{", 1)[0].strip()[:120], "...")
+    print("  per-rank forward signature:",
+          prog.mlir[prog.mlir.index("func.func @forward"):].split("{", 1)[0].strip()[:100], "...")
 
     exe = tdx.compile(prog)
     torch.manual_seed(0)
@@ -103,17 +102,17 @@ def main():
     (logits,) = exe.run(ids, nprocs=4, params=weights)
     want = eager(ids)
     rel = ((logits - want).norm() / want.norm()).item()
-    print(f"compiled and ran on 4 CPU ranks (mpirun): {exe.last_log.strip()}")
-    print(f"  tdx   logits[0, 0, :4]: {[round(v, 5) for v in logits[0, 0, :4].tolist()]}")
-    print(f"  eager logits[0, 0, :4]: {[round(v, 5) for v in want[0, 0, :4].tolist()]}")
-    print(f"  relative error over all {logits.numel()} logits: {rel:.2e}")
+    print(f"  compiled and ran on 4 CPU ranks (mpirun): {exe.last_log.strip()}")
+    print(f"  logits[0, 0, :3] tdx {[round(v, 5) for v in logits[0, 0, :3].tolist()]}, eager "
+          f"{[round(v, 5) for v in want[0, 0, :3].tolist()]}; relative error over all "
+          f"{logits.numel()} logits: {rel:.2e}")
 
     tdx.materialize_module(model)
     same = all(torch.equal(a, b) for a, b in zip(model.state_dict().values(),
                                                    eager.state_dict().values()))
-    print(f"materialized: bitwise equal to eager construction: {same}")
     logits = model(ids)
-    print(f"forward on the materialized model: logits {tuple(logits.shape)}")
+    print(f"  materialized: bitwise equal to eager construction: {same}; its forward gives "
+          f"logits {tuple(logits.shape)}")
     if rel > 1e-5:
         raise SystemExit(f"the compiled model differs from eager: relative error {rel}")
 

@@ -16,23 +16,20 @@ build="${TDX_BUILD_DIR:-$root/build}"
 model="$root/examples/gpt2-tiny.mlir"
 sharded="$root/examples/gpt-2x2.mlir"
 
-# Each step's full output goes to a file under build/; the screen gets what
-# it found.
-echo
-echo "== tdx-opt $(basename "$model"): verify, tdx-model-summary, canonicalize, cse"
+# Each step's full output goes to a file under build/; the screen gets one
+# line of what it found (at most 10 lines after the build in all).
+summary="$build/$(basename "$model" .mlir).summary.txt"
 "$build/bin/tdx-opt" "$model" \
   --pass-pipeline='builtin.module(tdx-model-summary,canonicalize,cse)' \
-  -o "$build/$(basename "$model" .mlir).opt.mlir" > "$build/$(basename "$model" .mlir).summary.txt"
-grep -E '^(total |func @forward)' "$build/$(basename "$model" .mlir).summary.txt"
-echo "(every parameter: build/$(basename "$model" .mlir).summary.txt; the IR: build/$(basename "$model" .mlir).opt.mlir)"
+  -o "$build/$(basename "$model" .mlir).opt.mlir" > "$summary"
+echo "tdx-opt $(basename "$model") (verify, tdx-model-summary, canonicalize, cse):" \
+  "$(sed -n 's/^total parameters: /parameters: /p' "$summary");" \
+  "$(sed -n 's/^func @forward: /forward: /p' "$summary") [build/$(basename "$summary")]"
 
-echo
-echo "== tdx-opt $(basename "$sharded") --tdx-place --tdx-spmd --tdx-comm-report (a 2x2 dp x tp mesh)"
 "$build/bin/tdx-opt" "$sharded" --tdx-place --tdx-spmd --tdx-comm-report \
   -o "$build/gpt-2x2.local.mlir" > "$build/gpt-2x2.comm.txt"
-grep -E '^total' "$build/gpt-2x2.comm.txt"
-echo "(each collective: build/gpt-2x2.comm.txt; the per-rank program: build/gpt-2x2.local.mlir)"
+echo "tdx-opt $(basename "$sharded") on a 2x2 dp x tp mesh (--tdx-place --tdx-spmd" \
+  "--tdx-comm-report): $(sed -n 's/^total: //p' "$build/gpt-2x2.comm.txt") [build/gpt-2x2.comm.txt]"
 
-echo
-echo "== python examples/gpt_2x2.py"
+echo "python examples/gpt_2x2.py:"
 (. "$build/env.sh" && "$TDX_PYTHON" "$root/examples/gpt_2x2.py")

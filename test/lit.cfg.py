@@ -16,6 +16,8 @@ path = os.pathsep.join([config.tdx_tools_dir, config.llvm_tools_dir,
 config.environment["PATH"] = path
 config.substitutions.append(("%tdx_src_root", config.tdx_src_root))
 config.substitutions.append(("%tdx_obj_root", config.tdx_obj_root))
+# The torch the build compiles against (empty without capture).
+config.substitutions.append(("%tdx_torch_dir", config.tdx_torch_dir))
 
 # The CUDA parts are built where nvcc is; their tests need them.
 if os.path.exists(os.path.join(config.tdx_tools_dir, "tdx-cuda-smoke")):

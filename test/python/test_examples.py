@@ -24,6 +24,34 @@ def test_gpt_2x2_example():
     assert "tdx: 4 ranks:" in out.stdout and " 0 bytes communicated" not in out.stdout
 
 
+DEMO = os.path.join(os.path.dirname(__file__), "..", "..", "scripts", "demo.sh")
+
+
+def _demo(**env):
+    """scripts/demo.sh's lines after the build (its ninja's last line)."""
+    out = subprocess.run([DEMO], capture_output=True, text=True, timeout=600,
+                         env=dict(os.environ, TDX_SKIP_SETUP="1", **env))
+    assert out.returncode == 0, out.stdout[-2000:] + out.stderr[-3000:]
+    lines = out.stdout.splitlines()
+    last = max(i for i, line in enumerate(lines) if line.startswith("ninja:"))
+    return lines[last + 1:], out.stderr
+
+
+def test_the_demo_prints_at_most_ten_lines_after_the_build_and_info_brings_the_ranks_back():
+    quiet, _ = _demo(TDX_LOG="warn")
+    assert len(quiet) <= 10, "\n".join(quiet)
+    text = "\n".join(quiet)
+    for found in ("parameters: 29 (1 tied)", "4 collective(s), 8192 bytes per rank",
+                  "8 x all_reduce over tp", "tdx: 4 ranks: init",
+                  "bitwise equal to eager construction: True"):
+        assert found in text, (found, text)
+    assert "rank 0:" not in text
+    loud, err = _demo(TDX_LOG="info")
+    assert len(loud) > len(quiet)
+    for rank in range(4):
+        assert f"rank {rank}:" in "\n".join(loud) + err, "\n".join(loud) + err
+
+
 CHAR_GPT = os.path.join(os.path.dirname(__file__), "..", "..", "examples", "train_char_gpt.py")
 
 

@@ -44,10 +44,16 @@ Toolchain findToolchain(const char *argv0, std::string &error) {
   }
   tc.installed = true;
   std::optional<std::string> torch = sys::Process::GetEnv("TDX_TORCH_DIR");
-  if (!torch || !sys::fs::is_directory(*torch + "/include/ATen")) {
+  if (!torch || torch->empty()) {
     error = "tdx-compile: set TDX_TORCH_DIR to the folder of the torch to compile against "
             "(python -c 'import torch, os; print(os.path.dirname(torch.__file__))'); the "
             "tdx-compile command and tdx.compile set it to their environment's torch";
+    tc.compiler.clear();
+    return tc;
+  }
+  if (!sys::fs::is_directory(*torch + "/include/ATen")) {
+    error = "tdx-compile: TDX_TORCH_DIR=" + *torch + " holds no torch (no include/ATen); name "
+            "the folder of an installed torch (its torch/__init__.py's)";
     tc.compiler.clear();
     return tc;
   }
