@@ -42,7 +42,9 @@ def cpp_graph(build):
     everywhere, ties no one)."""
     import subprocess
     defined, used = {}, {}
-    for d, _, files in os.walk(build):
+    for d, dirs, files in os.walk(build):
+        # Another build inside this one (build/wheel) is not this build.
+        dirs[:] = [x for x in dirs if not os.path.exists(os.path.join(d, x, "CMakeCache.txt"))]
         for f in files:
             if not f.endswith(".o") or "CMakeFiles" not in d:
                 continue
