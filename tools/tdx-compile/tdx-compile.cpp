@@ -26,6 +26,7 @@
 #include "llvm/Support/FileSystem.h"
 #include "llvm/Support/InitLLVM.h"
 #include "llvm/Support/Path.h"
+#include "llvm/Support/Process.h"
 #include "llvm/Support/Program.h"
 #include "llvm/Support/SourceMgr.h"
 #include "llvm/Support/ToolOutputFile.h"
@@ -203,11 +204,12 @@ static int buildPrecompiledHeader(StringRef dir) {
   for (const char *before : {"O0.gch", "O2.gch"}) // named before capabilities were
     sys::fs::remove(gchDir + "/" + before);
   for (unsigned level : {0u, 2u}) {
-    // Written under another name and renamed, so a compile running
+    // Written under another name (this process's: ranks installed from the
+    // wheel may precompile at once) and renamed, so a compile running
     // meanwhile never reads half a precompiled header.
     std::string gch = gchDir + "/O" + std::to_string(level) + "-" +
                       capabilityName(cpuCapability()).str() + ".gch",
-                partial = gch + ".partial";
+                partial = gch + ".partial." + std::to_string(sys::Process::getProcessId());
     SmallVector<std::string> args = cpuCompileCommand(level);
     args.append({"-c", "-x", "c++-header", header, "-o", partial});
     std::string error;
