@@ -24,9 +24,6 @@ from setuptools.command.build_py import build_py
 ROOT = os.path.dirname(os.path.abspath(__file__))
 os.makedirs(os.path.join(ROOT, "build", "setuptools"), exist_ok=True)
 TOOLS = ("tdx-opt", "tdx-compile", "tdx-translate", "tdx-volume")
-# What tdx-compile links a model binary with (tools/tdx-compile/CMakeLists.txt).
-RUNTIME = ("TdxRuntimeCPU", "TdxTensorMemory", "TdxRuntimeCommon", "TdxRuntimeBase", "TdxStore",
-           "TdxStateFormat")
 
 
 def _torch():
@@ -39,12 +36,13 @@ def _torch():
     return os.path.realpath(os.path.dirname(torch.__file__)), torch.__version__
 
 
-def _built_for(build):
-    """The torch folder the build `build` is configured for, or None."""
+def _configured(build, entry):
+    """The value of `entry` ("TDX_TORCH_DIR:INTERNAL") in the CMake cache of
+    the build `build`, or None."""
     try:
         with open(os.path.join(build, "CMakeCache.txt")) as f:
             for line in f:
-                if line.startswith("TDX_TORCH_DIR:INTERNAL="):
+                if line.startswith(entry + "="):
                     return line.split("=", 1)[1].strip()
     except OSError:
         pass
@@ -53,11 +51,16 @@ def _built_for(build):
 
 def _build(build, targets, cmake_args=""):
     env = dict(os.environ, TDX_PYTHON=sys.executable, TDX_CMAKE_ARGS=cmake_args)
-    if _built_for(build) == _torch()[0]:
+    if _configured(build, "TDX_TORCH_DIR:INTERNAL") == _torch()[0]:
         # The build is for this torch already (another environment over
-        # it): built as it is configured, its interpreter kept.
+        # it): built as it is configured, its interpreter kept while it
+        # exists (a configure the build reruns needs one: a throwaway
+        # environment's may be gone).
         env = dict(os.environ, TDX_SKIP_SETUP="1")
-        env.pop("TDX_PYTHON", None)
+        if os.path.exists(_configured(build, "TDX_PYTHON:FILEPATH") or ""):
+            env.pop("TDX_PYTHON", None)
+        else:
+            env["TDX_PYTHON"] = sys.executable
     env["TDX_BUILD_DIR"] = build
     # The build's output on stderr: pip shows it with -v, and on failure.
     subprocess.run([os.path.join(ROOT, "scripts", "build.sh"), *targets], env=env, check=True,
@@ -78,7 +81,8 @@ class BuildWithCMake(build_py):
             super().run()           # tdx_tools.py
             return
         build = os.environ.get("TDX_BUILD_DIR", os.path.join(ROOT, "build", "wheel"))
-        _build(build, [*TOOLS, "tdx-python", *RUNTIME], "-DTDX_STATIC_MLIR=ON")
+        # (tdx-compile depends on the runtime archives it links binaries with.)
+        _build(build, [*TOOLS, "tdx-python"], "-DTDX_STATIC_MLIR=ON")
         super().run()
         # tdx_tools.py as this build copied it (package_dir names the
         # development build's, which pip install -e puts on sys.path).
@@ -94,14 +98,14 @@ class BuildWithCMake(build_py):
             _strip(os.path.join(package, "bin", tool))
         # The runtime model binaries compile against: its headers (all of
         # include/tdx: the runtime's include the state format's and the
-        # store's) and archives, found by tdx-compile beside its bin/.
+        # store's) and the archives CMake lists (tools/tdx-compile), found
+        # by tdx-compile beside its bin/.
         runtime = os.path.join(package, "runtime")
         shutil.copytree(os.path.join(ROOT, "include", "tdx"),
                         os.path.join(runtime, "include", "tdx"), dirs_exist_ok=True)
         os.makedirs(os.path.join(runtime, "lib"), exist_ok=True)
-        for lib in RUNTIME + ("TdxRuntimeCUDA",):
-            archive = os.path.join(build, "lib", f"lib{lib}.a")
-            if os.path.exists(archive):
+        with open(os.path.join(build, "lib", "runtime-archives.txt")) as f:
+            for archive in f.read().split():
                 shutil.copy2(archive, os.path.join(runtime, "lib"))
 
 

@@ -52,8 +52,8 @@ models=(test_hf_models.py test_training.py test_real_models.py test_runtime.py t
         test_gpu_check.py)
 # The cluster tier's files run alone, after the others: they make network
 # namespaces, links and a bridge (and the networked store's volumes), which torch's gloo jobs in other tests
-# were seen to abort beside (this machine's network stack is gVisor's); pip install . runs
-# scripts/build.sh on the build the other tiers use.
+# were seen to abort beside (this machine's network stack is gVisor's); pip install . builds
+# the wheel (build/wheel's static links take both cores).
 cluster=(test_cluster.py test_store_network.py test_pip_install.py)
 for f in "$root"/test/python/test_*.py; do
   name="$(basename "$f")"

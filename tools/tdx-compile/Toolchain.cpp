@@ -58,8 +58,8 @@ Toolchain findToolchain(const char *argv0, std::string &error) {
     return tc;
   }
   // Configured paths under the checkout's include/, the build's lib/ or the
-  // build's torch, moved to the wheel's runtime and the given torch; a flag's
-  // prefix (-L, -Wl,-rpath,) kept.
+  // build's torch, moved to the wheel's runtime and the given torch; an -L
+  // flag's prefix kept.
   std::string include = (runtime + "/include").str(), lib = (runtime + "/lib").str();
   auto move = [&](const std::string &item) {
     StringRef flag = StringRef(item).starts_with("-L") ? "-L" : "";

@@ -157,6 +157,12 @@ static SmallVector<std::string> cpuCompileCommand(unsigned level) {
 /// form: parsing ATen's headers is most of a small program's compile.
 static constexpr const char *kPchHeader = "tdx-runtime.h";
 
+/// The precompiled form of the runtime's header at -O`level` for the CPU
+/// capability ATen runs with, under the header's .gch folder `gchDir`.
+static std::string pchFile(StringRef gchDir, unsigned level) {
+  return (gchDir + "/O" + Twine(level) + "-" + capabilityName(cpuCapability()) + ".gch").str();
+}
+
 static int run(ArrayRef<std::string> args, std::string &error) {
   SmallVector<StringRef> refs(args.begin(), args.end());
   if (verbose) {
@@ -207,8 +213,7 @@ static int buildPrecompiledHeader(StringRef dir) {
     // Written under another name (this process's: ranks installed from the
     // wheel may precompile at once) and renamed, so a compile running
     // meanwhile never reads half a precompiled header.
-    std::string gch = gchDir + "/O" + std::to_string(level) + "-" +
-                      capabilityName(cpuCapability()).str() + ".gch",
+    std::string gch = pchFile(gchDir, level),
                 partial = gch + ".partial." + std::to_string(sys::Process::getProcessId());
     SmallVector<std::string> args = cpuCompileCommand(level);
     args.append({"-c", "-x", "c++-header", header, "-o", partial});
@@ -393,7 +398,7 @@ int main(int argc, char **argv) {
     // Installed from the wheel: the header is precompiled on first use (a
     // failure only costs time: the compile reads the header itself).
     if (toolchain.installed && !toolchain.pchDir.empty() &&
-        !sys::fs::exists(pch + ".gch/O2-" + capabilityName(cpuCapability()).str() + ".gch")) {
+        !sys::fs::exists(pchFile(pch + ".gch", 2))) {
       if (progress) {
         outs() << "tdx-compile: precompiling the runtime's header for this torch (once)\n";
         outs().flush();
